@@ -1,0 +1,1 @@
+"""The MirbadLLM node agent: runtimes, admission, telemetry and the proxy on one machine."""

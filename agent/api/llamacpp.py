@@ -1,0 +1,181 @@
+"""Typed llama-server settings, and the pure functions between them and an argv.
+
+The typed settings are the single owner of each setting: a flag found in ``extra_args`` that maps
+to a field is lifted into that field (the last occurrence wins, as llama-server itself reads it).
+``build_args`` is pure and its exact output is asserted by tests; ``parse_args`` reads a running
+process's argv back; ``config_hash`` tells when a running model needs a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_LOGGER = logging.getLogger(__name__)
+
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+FlashAttn = Literal["on", "off", "auto"]
+Pooling = Literal["none", "mean", "cls", "last", "rank"]
+
+
+def _setting(flag: str, default_shown: Any, description: str, unit: str = "", **kw: Any) -> Any:
+    """A settings field that records its llama-server flag, the runtime's default and a unit."""
+    extra = {"flag": flag, "runtime_default": default_shown, "unit": unit}
+    return Field(default=None, description=description, json_schema_extra=extra, **kw)
+
+
+class LlamaCppSettings(BaseModel):
+    """llama-server settings; ``None`` means "leave the runtime's own default"."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ctx_size: int | None = _setting("--ctx-size", "from model", "Total context, shared by the slots.", "tokens", ge=0, le=4_194_304)
+    parallel: int | None = _setting("--parallel", "auto", "Parallel request slots.", "slots", ge=1, le=256)
+    n_gpu_layers: int | None = _setting("--n-gpu-layers", "auto", "Layers offloaded to the GPU (-1: all).", "layers", ge=-1, le=1000)
+    threads: int | None = _setting("--threads", "auto", "CPU threads for generation.", "threads", ge=1, le=1024)
+    threads_batch: int | None = _setting("--threads-batch", "same as threads", "CPU threads for prompt processing.", "threads", ge=1, le=1024)
+    batch_size: int | None = _setting("--batch-size", 2048, "Logical batch size.", "tokens", ge=1, le=1_048_576)
+    ubatch_size: int | None = _setting("--ubatch-size", 512, "Physical batch size.", "tokens", ge=1, le=1_048_576)
+    flash_attn: FlashAttn | None = _setting("--flash-attn", "auto", "Flash attention.")
+    cache_type_k: CacheType | None = _setting("--cache-type-k", "f16", "KV cache type for K.")
+    cache_type_v: CacheType | None = _setting("--cache-type-v", "f16", "KV cache type for V.")
+    mlock: bool = Field(default=False, description="Lock the model in RAM.", json_schema_extra={"flag": "--mlock", "runtime_default": False, "unit": ""})
+    no_mmap: bool = Field(default=False, description="Read the whole model instead of mapping it.", json_schema_extra={"flag": "--no-mmap", "runtime_default": False, "unit": ""})
+    embeddings: bool = Field(default=False, description="Serve embeddings only.", json_schema_extra={"flag": "--embeddings", "runtime_default": False, "unit": ""})
+    pooling: Pooling | None = _setting("--pooling", "from model", "Embedding pooling.")
+    seed: int | None = _setting("--seed", -1, "Sampling seed (-1: random).", "", ge=-1)
+    jinja: bool = Field(default=True, description="Use the model's Jinja chat template (tools need it).", json_schema_extra={"flag": "--jinja", "runtime_default": True, "unit": ""})
+
+
+# flag spellings llama-server accepts -> field. Value flags take the next argument.
+_VALUE_FLAGS: dict[str, str] = {
+    "-c": "ctx_size", "--ctx-size": "ctx_size",
+    "-np": "parallel", "--parallel": "parallel",
+    "-ngl": "n_gpu_layers", "--gpu-layers": "n_gpu_layers", "--n-gpu-layers": "n_gpu_layers",
+    "-t": "threads", "--threads": "threads",
+    "-tb": "threads_batch", "--threads-batch": "threads_batch",
+    "-b": "batch_size", "--batch-size": "batch_size",
+    "-ub": "ubatch_size", "--ubatch-size": "ubatch_size",
+    "-fa": "flash_attn", "--flash-attn": "flash_attn",
+    "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
+    "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v",
+    "--pooling": "pooling",
+    "-s": "seed", "--seed": "seed",
+}
+_BOOL_FLAGS: dict[str, tuple[str, bool]] = {
+    "--mlock": ("mlock", True),
+    "--no-mmap": ("no_mmap", True), "--mmap": ("no_mmap", False),
+    "--embedding": ("embeddings", True), "--embeddings": ("embeddings", True),
+    "--jinja": ("jinja", True), "--no-jinja": ("jinja", False),
+}
+# Flags the builder owns; in extra_args they are dropped (with their value) and never passed twice.
+_OWNED_VALUE_FLAGS = {"-m", "--model", "-a", "--alias", "--host", "--port"}
+_OWNED_BOOL_FLAGS = {"--metrics", "--slots", "--no-webui"}
+
+
+def _coerce(name: str, raw: str) -> Any:
+    annotation = LlamaCppSettings.model_fields[name].annotation
+    if annotation in (int, int | None):
+        return int(raw)
+    return raw
+
+
+@dataclass(frozen=True)
+class ParsedCommand:
+    """An argv read back into its parts."""
+
+    model_path: str | None
+    served_name: str | None
+    host: str | None
+    port: int | None
+    settings: LlamaCppSettings
+    extra_args: list[str] = field(default_factory=list)
+
+
+def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand:
+    values: dict[str, Any] = base.model_dump()
+    owned: dict[str, str] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if flag in _VALUE_FLAGS or flag in _OWNED_VALUE_FLAGS:
+            if eq:
+                raw = inline
+            elif i + 1 < len(args):
+                i += 1
+                raw = args[i]
+            else:
+                raise ValueError(f"{flag} needs a value")
+            if flag in _VALUE_FLAGS:
+                values[_VALUE_FLAGS[flag]] = _coerce(_VALUE_FLAGS[flag], raw)
+            else:
+                owned[flag] = raw
+        elif arg in _BOOL_FLAGS:
+            name, value = _BOOL_FLAGS[arg]
+            values[name] = value
+        elif arg in _OWNED_BOOL_FLAGS:
+            pass
+        else:
+            rest.append(arg)
+        i += 1
+
+    def pick(*names: str) -> str | None:
+        return next((owned[n] for n in names if n in owned), None)
+
+    port = pick("--port")
+    return ParsedCommand(
+        model_path=pick("-m", "--model"),
+        served_name=pick("-a", "--alias"),
+        host=pick("--host"),
+        port=int(port) if port is not None else None,
+        settings=LlamaCppSettings.model_validate(values),
+        extra_args=rest,
+    )
+
+
+def lift_extra_args(settings: LlamaCppSettings, extra_args: list[str]) -> tuple[LlamaCppSettings, list[str]]:
+    """Move flags that have a typed field out of ``extra_args`` into the settings (last wins)."""
+    parsed = _split(list(extra_args), settings)
+    return parsed.settings, parsed.extra_args
+
+
+def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, port: int,
+               extra_args: list[str] | None = None, host: str = "127.0.0.1") -> list[str]:
+    """The llama-server argv after the executable, in a fixed canonical order."""
+    settings, rest = lift_extra_args(settings, list(extra_args or []))
+    argv = ["--model", model_path, "--alias", served_name, "--host", host, "--port", str(port)]
+    for name, info in LlamaCppSettings.model_fields.items():
+        value = getattr(settings, name)
+        flag = (info.json_schema_extra or {})["flag"]  # type: ignore[index]
+        if isinstance(value, bool):
+            if name == "jinja":
+                argv.append("--jinja" if value else "--no-jinja")
+            elif value:
+                argv.append(flag)  # type: ignore[arg-type]
+        elif value is not None:
+            argv += [flag, str(value)]  # type: ignore[list-item]
+    argv += ["--metrics", "--slots", "--no-webui"]
+    return argv + rest
+
+
+def parse_args(argv: list[str]) -> ParsedCommand:
+    """Read an argv (with or without the executable in front) back into settings."""
+    args = list(argv)
+    if args and not args[0].startswith("-"):
+        args = args[1:]
+    return _split(args, LlamaCppSettings())
+
+
+def config_hash(settings: LlamaCppSettings, model_path: str, served_name: str,
+                extra_args: list[str] | None = None) -> str:
+    """A short hash of the canonical argv, port excluded: equal hashes run the same way."""
+    argv = build_args(settings, model_path, served_name, 0, extra_args)
+    digest = hashlib.sha256(json.dumps(argv).encode()).hexdigest()
+    return digest[:16]

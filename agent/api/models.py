@@ -1,0 +1,142 @@
+"""Pydantic contracts spoken on ``/agent/v1``. New fields are additive, with defaults."""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agent.api.llamacpp import LlamaCppSettings
+
+_LOGGER = logging.getLogger(__name__)
+
+API_PREFIX = "/agent/v1"
+INSTANCE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+
+
+class InstanceState(str, Enum):
+    """Lifecycle of one runtime process, as its supervisor sees it."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+class LaunchSpec(BaseModel):
+    """Everything an agent needs to start one runtime instance."""
+
+    instance_id: str = Field(pattern=INSTANCE_ID_PATTERN, description="The model id; one instance per id.")
+    runtime: Literal["llamacpp"] = "llamacpp"
+    model_path: str = Field(min_length=1, description="Path of the GGUF file on the agent's machine.")
+    served_name: str = Field(min_length=1, description="Name the runtime reports as its model alias.")
+    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+    extra_args: list[str] = Field(default_factory=list, description="Checked against a denylist.")
+    env: dict[str, str] = Field(default_factory=dict, description="Checked against an allowlist.")
+    startup_timeout_s: float = Field(default=120.0, gt=0, description="Silence allowed while loading.")
+
+
+class InstanceInfo(BaseModel):
+    """One instance as reported by the agent."""
+
+    instance_id: str
+    state: InstanceState
+    served_name: str = ""
+    model_path: str = ""
+    pid: int | None = None
+    port: int | None = None
+    endpoint: str | None = Field(default=None, description="http://127.0.0.1:PORT on the agent's host.")
+    api_key: str | None = Field(default=None, description="Per-instance runtime key; only sent over mTLS.")
+    started_at: float | None = None
+    error: str | None = None
+    last_log_lines: list[str] = Field(default_factory=list)
+    config_hash: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    adopted: bool = False
+    exit_code: int | None = None
+    stop_requested: bool = False
+
+
+class InstancesPage(BaseModel):
+    """Answer of the instances long-poll: every instance and the state version they belong to."""
+
+    version: int
+    instances: list[InstanceInfo]
+
+
+class GpuInfo(BaseModel):
+    index: int
+    name: str
+    uuid: str = ""
+    memory_total: int = 0
+    memory_used: int = 0
+    utilization_percent: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+
+
+class AgentStatus(BaseModel):
+    """What a node is and can do."""
+
+    node_id: str
+    hostname: str
+    os: str
+    arch: str
+    version: str
+    cpu_count: int
+    memory_total: int
+    memory_available: int
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    runtimes: dict[str, str | None] = Field(default_factory=dict, description="runtime -> executable or None")
+    features: list[str] = Field(default_factory=list)
+
+
+class InstanceSample(BaseModel):
+    """One instance's figures at one telemetry tick."""
+
+    rss_bytes: int | None = None
+    cpu_percent: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    requests_processing: float | None = None
+    requests_deferred: float | None = None
+    kv_cache_usage_ratio: float | None = None
+    slots_total: int | None = None
+    slots_busy: int | None = None
+
+
+class TelemetrySample(BaseModel):
+    seq: int
+    ts: float
+    cpu_percent: float
+    memory_total: int
+    memory_used: int
+    memory_available: int
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    instances: dict[str, InstanceSample] = Field(default_factory=dict)
+
+
+class TelemetryPage(BaseModel):
+    next_seq: int
+    samples: list[TelemetrySample]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+# Files of an agent's identity, under ``{agent_home}/identity/``. The daemon writes the CA
+# certificate (and, for its own local agent, the signed certificate) here; the key never leaves.
+IDENTITY_KEY_FILE = "agent.key"
+IDENTITY_CERT_FILE = "agent.crt"
+IDENTITY_CA_FILE = "ca.crt"

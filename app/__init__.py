@@ -1,0 +1,1 @@
+"""The MirbadLLM desktop app and tray icon (PySide6 + qasync)."""

@@ -1,0 +1,197 @@
+"""Pydantic contracts of the daemon's admin API. Storage shapes live in the daemon, not here."""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.api.llamacpp import LlamaCppSettings
+from agent.api.models import GpuInfo
+
+_LOGGER = logging.getLogger(__name__)
+
+MODEL_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+DEFAULT_PORT = 8484
+LOCAL_NODE = "local"
+
+
+class ModelState(str, Enum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+class ModelSource(BaseModel):
+    """Where a model file came from, so it can be fetched again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hf_repo: str | None = None
+    hf_file: str | None = None
+    revision: str | None = None
+    package: str | None = Field(default=None, description="Python package that ships the file.")
+
+
+class ModelDefinition(BaseModel):
+    """A model the user registered: what to run, where, and how."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=MODEL_ID_PATTERN, description="Stable id; lowercase letters, digits and '-'.")
+    served_name: str = Field(min_length=1, max_length=128, description="The `model` clients send.")
+    runtime: Literal["llamacpp"] = "llamacpp"
+    node: str = Field(default=LOCAL_NODE, description="Node id; 'local' for this machine.")
+    model_path: str = Field(min_length=1, description="GGUF path on the node.")
+    sources: ModelSource | None = None
+    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    auto_start: bool = False
+    start_on_request: bool = False
+    idle_unload_seconds: int | None = Field(default=None, ge=0)
+    memory_budget_gib: float | None = Field(default=None, gt=0)
+    startup_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    tags: list[str] = Field(default_factory=list)
+    description: str = ""
+
+
+class ModelStatus(BaseModel):
+    """A model's live state, as the daemon sees it."""
+
+    id: str
+    served_name: str
+    state: ModelState
+    node: str = LOCAL_NODE
+    endpoint: str | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    error: str | None = None
+    last_log_lines: list[str] = Field(default_factory=list)
+    restart_pending: bool = False
+    crash_count: int = 0
+    restarts_paused: bool = False
+    config_hash: str | None = None
+    running_config_hash: str | None = None
+
+
+class ModelView(BaseModel):
+    """A definition with its status, as the Models page lists it."""
+
+    definition: ModelDefinition
+    status: ModelStatus
+
+
+class RouterStats(BaseModel):
+    total: int = 0
+    failed: int = 0
+    in_flight: int = 0
+
+
+class HostSnapshot(BaseModel):
+    """A node's latest host figures."""
+
+    node: str = LOCAL_NODE
+    online: bool = True
+    cpu_percent: float | None = None
+    memory_total: int | None = None
+    memory_used: int | None = None
+    gpus: list[GpuInfo] = Field(default_factory=list)
+
+
+class DaemonInfo(BaseModel):
+    version: str
+    host: str
+    port: int
+    api_url: str
+    keys_required: bool
+    started_at: float
+    home: str
+
+
+class StatusResponse(BaseModel):
+    daemon: DaemonInfo
+    models: list[ModelStatus]
+    router: dict[str, RouterStats] = Field(default_factory=dict)
+    hosts: list[HostSnapshot] = Field(default_factory=list)
+    last_event_id: int = 0
+
+
+class Event(BaseModel):
+    """One thing that happened. Ids are monotonic within one daemon run (``boot_id``)."""
+
+    id: int
+    ts: float
+    type: str = Field(description="model.state | model.added | model.updated | model.removed | keys.changed | settings.changed")
+    model: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventsPage(BaseModel):
+    boot_id: str
+    last_id: int
+    events: list[Event]
+    reset: bool = Field(default=False, description="True when `since` is unknown: resync from /api/status.")
+
+
+class ApiKeyInfo(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    created_at: float
+    last_used_at: float | None = None
+
+
+class ApiKeyCreated(BaseModel):
+    info: ApiKeyInfo
+    key: str = Field(description="The secret itself; shown this once, never stored.")
+
+
+class ApiKeyCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+
+
+class DaemonSettings(BaseModel):
+    """Settings the app may change at run time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lan_access: bool = Field(default=False, description="Serve /v1 on every interface; requires API keys.")
+    require_api_keys: bool = Field(default=False, description="Require a key on /v1 even on loopback.")
+
+
+HistoryRange = Literal["5m", "1h", "24h", "7d"]
+
+
+class HistoryPoint(BaseModel):
+    ts: float
+    values: dict[str, float | None]
+
+
+class HistorySeries(BaseModel):
+    """A time series for charts: each point carries every metric of the subject."""
+
+    subject: str
+    range: HistoryRange
+    step_s: float
+    points: list[HistoryPoint]
+
+
+class RequestRecord(BaseModel):
+    """One access-log row."""
+
+    id: str
+    ts: float
+    model: str | None
+    node: str | None
+    path: str
+    status: int
+    queue_ms: float | None = None
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None

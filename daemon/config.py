@@ -1,0 +1,93 @@
+"""The daemon's configuration: one pydantic model, read from ``config.toml`` and the command line.
+
+Settings the app changes at run time (``DaemonSettings``) are written back to ``config.toml``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from daemon.api.models import DEFAULT_PORT, DaemonSettings
+from daemon.atomic import write_atomic
+
+_LOGGER = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class DaemonConfig(BaseModel):
+    host: str = Field(default="127.0.0.1", description="Address /v1 and /api listen on.")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port of /v1 and /api.")
+    lan_access: bool = Field(default=False, description="Listen on every interface (requires API keys).")
+    require_api_keys: bool = Field(default=False, description="Require an API key on /v1 even on loopback.")
+    local_agent: bool = Field(default=True, description="Run this machine's agent as a supervised child.")
+    llama_server: str | None = Field(default=None, description="llama-server binary for the local agent.")
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, description="Largest /v1 request body.")
+    event_ring: int = Field(default=2000, ge=10, description="Events kept for the long-poll feed.")
+    history_interval_s: float = Field(default=2.0, gt=0, description="Telemetry pull interval.")
+    telemetry_interval_s: float = Field(default=2.0, gt=0, description="Agent telemetry sampling interval.")
+    seed_demo_model: bool = Field(default=True, description="Register the demo model on first run.")
+
+    @property
+    def bind_host(self) -> str:
+        return "0.0.0.0" if self.lan_access and is_loopback(self.host) else self.host
+
+    @property
+    def loopback_only(self) -> bool:
+        return is_loopback(self.bind_host)
+
+    @property
+    def keys_required(self) -> bool:
+        """Keys are required when asked for, and always when /v1 is reachable beyond loopback."""
+        return self.require_api_keys or not self.loopback_only
+
+    def settings(self) -> DaemonSettings:
+        return DaemonSettings(lan_access=self.lan_access, require_api_keys=self.require_api_keys)
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_config(path: Path, **overrides: object) -> DaemonConfig:
+    """``config.toml`` values, then command-line overrides that are not None."""
+    values: dict[str, object] = {}
+    if path.exists():
+        try:
+            values = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SystemExit(f"cannot read {path}: {exc}; fix or remove it") from exc
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return DaemonConfig.model_validate(values)
+
+
+def save_settings(path: Path, settings: DaemonSettings) -> None:
+    """Write the run-time settings into ``config.toml``, keeping its other keys."""
+    values: dict[str, object] = {}
+    if path.exists():
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    values.update(settings.model_dump())
+    write_atomic(path, _to_toml(values).encode("utf-8"))
+
+
+def _to_toml(values: dict[str, object]) -> str:
+    lines = []
+    for key, value in sorted(values.items()):
+        if isinstance(value, bool):
+            lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, (int, float)):
+            lines.append(f"{key} = {value}")
+        elif isinstance(value, str):
+            escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'{key} = "{escaped}"')
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,59 @@
+"""A ring of events with monotonic ids, long-polled by the app (``GET /api/events?since=N``).
+
+Ids restart at 1 with each daemon run; ``boot_id`` changes with them, and a client asking for an
+id the ring no longer holds (or from another boot) is told to resync from ``/api/status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+from daemon.api.models import Event, EventsPage
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class EventBus:
+    def __init__(self, size: int = 2000) -> None:
+        self.boot_id = uuid.uuid4().hex
+        self._ring: deque[Event] = deque(maxlen=size)
+        self._last_id = 0
+        self._changed = asyncio.Condition()
+
+    @property
+    def last_id(self) -> int:
+        return self._last_id
+
+    def publish(self, type_: str, model: str | None = None, **data: Any) -> Event:
+        self._last_id += 1
+        event = Event(id=self._last_id, ts=time.time(), type=type_, model=model, data=data)
+        self._ring.append(event)
+        asyncio.get_running_loop().create_task(self._notify())
+        return event
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _page(self, since: int) -> EventsPage:
+        oldest = self._ring[0].id if self._ring else self._last_id + 1
+        reset = since > self._last_id or (since + 1 < oldest and since != 0 and bool(self._ring))
+        events = [e for e in self._ring if e.id > since] if not reset else []
+        return EventsPage(boot_id=self.boot_id, last_id=self._last_id, events=events, reset=reset)
+
+    async def wait(self, since: int, timeout: float) -> EventsPage:
+        """Events after ``since``, waiting up to ``timeout`` seconds for the first one."""
+        page = self._page(since)
+        if page.events or page.reset or timeout <= 0:
+            return page
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self._last_id > since), timeout)
+            except TimeoutError:
+                pass
+        return self._page(since)

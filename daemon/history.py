@@ -1,0 +1,162 @@
+"""Metrics history, the access log and the audit trail in SQLite (WAL), off the event loop.
+
+Raw samples (every telemetry tick) are kept for two hours; one-minute averages for eight days.
+Ranges of an hour or less are read from raw samples, longer ones from the averages; either way a
+series is bucketed to at most ~600 points so a chart stays light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from daemon.api.models import HistoryPoint, HistoryRange, HistorySeries, RequestRecord
+
+_LOGGER = logging.getLogger(__name__)
+
+MODEL_METRICS = ("gen_tps", "prompt_tps", "requests_running", "requests_waiting", "kv_cache_ratio",
+                 "rss_bytes", "cpu_percent", "gpu_mem_bytes", "gpu_util_percent")
+NODE_METRICS = ("cpu_percent", "mem_used_bytes", "mem_total_bytes", "gpu_mem_used_bytes",
+                "gpu_mem_total_bytes", "gpu_util_percent")
+RANGE_SECONDS: dict[str, int] = {"5m": 300, "1h": 3600, "24h": 86400, "7d": 7 * 86400}
+RAW_KEEP_S = 2 * 3600
+ROLLUP_KEEP_S = 8 * 86400
+REQUESTS_KEEP_S = 30 * 86400
+MAX_POINTS = 600
+_TABLES = {"model": MODEL_METRICS, "node": NODE_METRICS}
+
+
+def _schema() -> str:
+    parts = ["PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;"]
+    for kind, metrics in _TABLES.items():
+        cols = ", ".join(f"{m} REAL" for m in metrics)
+        parts.append(f"CREATE TABLE IF NOT EXISTS {kind}_raw (ts REAL, subject TEXT, {cols});")
+        parts.append(f"CREATE INDEX IF NOT EXISTS {kind}_raw_idx ON {kind}_raw(subject, ts);")
+        parts.append(f"CREATE TABLE IF NOT EXISTS {kind}_minute (ts REAL, subject TEXT, {cols},"
+                     " PRIMARY KEY (subject, ts));")
+    parts.append("CREATE TABLE IF NOT EXISTS requests (id TEXT, ts REAL, model TEXT, node TEXT, path TEXT,"
+                 " status INTEGER, queue_ms REAL, ttft_ms REAL, total_ms REAL, prompt_tokens INTEGER,"
+                 " completion_tokens INTEGER);")
+    parts.append("CREATE INDEX IF NOT EXISTS requests_ts ON requests(ts);")
+    parts.append("CREATE TABLE IF NOT EXISTS audit (ts REAL, actor TEXT, action TEXT, subject TEXT, detail TEXT);")
+    return "\n".join(parts)
+
+
+class History:
+    """All SQLite work runs on one dedicated thread; callers await it."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
+        self._db: sqlite3.Connection | None = None
+        self._pending_requests: list[tuple[Any, ...]] = []
+        self._last_rollup = 0.0
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def open(self) -> None:
+        await self._run(self._open)
+
+    def _open(self) -> None:
+        self._db = sqlite3.connect(self._path, check_same_thread=False)
+        self._db.executescript(_schema())
+
+    async def close(self) -> None:
+        await self.flush()
+        await self._run(self._close)
+        self._pool.shutdown(wait=True)
+
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # --- writes -------------------------------------------------------------------------------
+    async def add_samples(self, kind: str, ts: float, rows: dict[str, dict[str, float | None]]) -> None:
+        """One tick: ``rows`` maps a subject (model id or node id) to its metric values."""
+        metrics = _TABLES[kind]
+        values = [(ts, subject, *(row.get(m) for m in metrics)) for subject, row in rows.items()]
+        if values:
+            await self._run(self._insert_samples, kind, metrics, values)
+
+    def _insert_samples(self, kind: str, metrics: tuple[str, ...], values: list[tuple[Any, ...]]) -> None:
+        assert self._db is not None
+        marks = ", ".join("?" * (len(metrics) + 2))
+        with self._db:
+            self._db.executemany(f"INSERT INTO {kind}_raw VALUES ({marks})", values)
+
+    def record_request(self, record: RequestRecord) -> None:
+        """Queue one access-log row; written in batches by ``flush``."""
+        self._pending_requests.append((record.id, record.ts, record.model, record.node, record.path,
+                                       record.status, record.queue_ms, record.ttft_ms, record.total_ms,
+                                       record.prompt_tokens, record.completion_tokens))
+
+    async def audit(self, actor: str, action: str, subject: str = "", detail: str = "") -> None:
+        await self._run(self._audit, (time.time(), actor, action, subject, detail))
+
+    def _audit(self, row: tuple[Any, ...]) -> None:
+        assert self._db is not None
+        with self._db:
+            self._db.execute("INSERT INTO audit VALUES (?, ?, ?, ?, ?)", row)
+
+    async def flush(self) -> None:
+        rows, self._pending_requests = self._pending_requests, []
+        if rows:
+            await self._run(self._insert_requests, rows)
+
+    def _insert_requests(self, rows: list[tuple[Any, ...]]) -> None:
+        assert self._db is not None
+        with self._db:
+            self._db.executemany("INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+
+    async def maintain(self, now: float | None = None) -> None:
+        """Roll raw samples up into minute averages and drop what is past retention."""
+        await self._run(self._maintain, now or time.time())
+
+    def _maintain(self, now: float) -> None:
+        assert self._db is not None
+        with self._db:
+            for kind, metrics in _TABLES.items():
+                avgs = ", ".join(f"AVG({m})" for m in metrics)
+                # Whole minutes not yet rolled up (the current minute is still filling).
+                self._db.execute(
+                    f"INSERT OR REPLACE INTO {kind}_minute SELECT CAST(ts / 60 AS INTEGER) * 60, subject, {avgs}"
+                    f" FROM {kind}_raw WHERE ts < ? AND ts >= ? GROUP BY subject, CAST(ts / 60 AS INTEGER)",
+                    (now // 60 * 60, now // 60 * 60 - 3600))
+                self._db.execute(f"DELETE FROM {kind}_raw WHERE ts < ?", (now - RAW_KEEP_S,))
+                self._db.execute(f"DELETE FROM {kind}_minute WHERE ts < ?", (now - ROLLUP_KEEP_S,))
+            self._db.execute("DELETE FROM requests WHERE ts < ?", (now - REQUESTS_KEEP_S,))
+
+    # --- reads --------------------------------------------------------------------------------
+    async def series(self, kind: str, subject: str, range_: HistoryRange,
+                     now: float | None = None) -> HistorySeries:
+        return await self._run(self._series, kind, subject, range_, now or time.time())
+
+    def _series(self, kind: str, subject: str, range_: HistoryRange, now: float) -> HistorySeries:
+        assert self._db is not None
+        metrics = _TABLES[kind]
+        span = RANGE_SECONDS[range_]
+        table = f"{kind}_raw" if span <= 3600 else f"{kind}_minute"
+        step = max(span / MAX_POINTS, 2.0 if span <= 3600 else 60.0)
+        avgs = ", ".join(f"AVG({m})" for m in metrics)
+        rows = self._db.execute(
+            f"SELECT MIN(ts), {avgs} FROM {table} WHERE subject = ? AND ts >= ?"
+            f" GROUP BY CAST(ts / ? AS INTEGER) ORDER BY 1", (subject, now - span, step)).fetchall()
+        points = [HistoryPoint(ts=row[0], values=dict(zip(metrics, row[1:], strict=True))) for row in rows]
+        return HistorySeries(subject=subject, range=range_, step_s=step, points=points)
+
+    async def recent_requests(self, limit: int) -> list[RequestRecord]:
+        await self.flush()
+        rows = await self._run(self._recent, limit)
+        keys = RequestRecord.model_fields.keys()
+        return [RequestRecord.model_validate(dict(zip(keys, row, strict=True))) for row in rows]
+
+    def _recent(self, limit: int) -> list[tuple[Any, ...]]:
+        assert self._db is not None
+        return self._db.execute("SELECT * FROM requests ORDER BY ts DESC LIMIT ?", (limit,)).fetchall()

@@ -1,0 +1,103 @@
+"""API keys for ``/v1``: shown once at creation, stored as SHA-256 hashes, checked in constant time."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from daemon.api.models import ApiKeyCreated, ApiKeyInfo
+from daemon.atomic import write_json_atomic
+
+_LOGGER = logging.getLogger(__name__)
+
+KEY_PREFIX = "sk-mirbad-"
+
+
+class _StoredKey(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    sha256: str
+    created_at: float
+    last_used_at: float | None = None
+
+
+class _KeysFile(BaseModel):
+    version: int = 1
+    keys: list[_StoredKey] = []
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+class KeyStore:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._keys: dict[str, _StoredKey] = {}
+        self._dirty_use = False
+
+    def load(self) -> None:
+        if not self._path.exists():
+            return
+        try:
+            data = _KeysFile.model_validate(json.loads(self._path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError) as exc:
+            raise SystemExit(f"cannot read API keys from {self._path}: {exc}") from exc
+        self._keys = {k.id: k for k in data.keys}
+
+    def _save(self) -> None:
+        write_json_atomic(self._path, _KeysFile(keys=list(self._keys.values())).model_dump())
+
+    def create(self, name: str) -> ApiKeyCreated:
+        secret = KEY_PREFIX + secrets.token_urlsafe(32)
+        stored = _StoredKey(id=uuid.uuid4().hex[:12], name=name, prefix=secret[: len(KEY_PREFIX) + 4],
+                            sha256=_digest(secret).hex(), created_at=time.time())
+        self._keys[stored.id] = stored
+        self._save()
+        _LOGGER.info("API key %s (%s) created", stored.id, name)
+        return ApiKeyCreated(info=self._info(stored), key=secret)
+
+    def revoke(self, key_id: str) -> bool:
+        if self._keys.pop(key_id, None) is None:
+            return False
+        self._save()
+        _LOGGER.info("API key %s revoked", key_id)
+        return True
+
+    def list(self) -> list[ApiKeyInfo]:
+        return [self._info(k) for k in sorted(self._keys.values(), key=lambda k: k.created_at)]
+
+    def verify(self, secret: str | None) -> str | None:
+        """The id of the key matching ``secret``; every stored hash is compared, in constant time."""
+        if not secret:
+            return None
+        digest = _digest(secret)
+        found = None
+        for stored in self._keys.values():
+            if hmac.compare_digest(digest, bytes.fromhex(stored.sha256)):
+                found = stored
+        if found is not None:
+            found.last_used_at = time.time()
+            self._dirty_use = True
+            return found.id
+        return None
+
+    def flush_usage(self) -> None:
+        """Persist last-used times (batched: not on every request)."""
+        if self._dirty_use:
+            self._dirty_use = False
+            self._save()
+
+    @staticmethod
+    def _info(stored: _StoredKey) -> ApiKeyInfo:
+        return ApiKeyInfo(id=stored.id, name=stored.name, prefix=stored.prefix,
+                          created_at=stored.created_at, last_used_at=stored.last_used_at)

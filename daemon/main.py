@@ -1,0 +1,79 @@
+"""``mirbadllm daemon``: parse the command line, then run the daemon until SIGINT / SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from logging.handlers import RotatingFileHandler
+from pathlib import Path
+
+from daemon.api.locations import default_home
+from daemon.config import load_config
+from daemon.paths import DaemonPaths
+from daemon.server import Daemon, start_server
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mirbadllm daemon", description=__doc__)
+    parser.add_argument("--home", type=Path, default=None, help="data directory (default: MIRBADLLM_HOME "
+                        "or the platform's user data directory)")
+    parser.add_argument("--host", default=None, help="address of /v1 and /api (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="port of /v1 and /api (default 8484)")
+    parser.add_argument("--no-local-agent", action="store_true", help="run as a master only")
+    parser.add_argument("--llama-server", default=None, help="llama-server binary for the local agent")
+    parser.add_argument("--require-keys", action="store_true", default=None,
+                        help="require API keys on /v1 even on loopback")
+    parser.add_argument("--no-demo", action="store_true", help="do not register the demo model on first run")
+    parser.add_argument("--telemetry-interval", type=float, default=None, help="seconds between samples")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def setup_logging(paths: DaemonPaths, verbose: bool) -> None:
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(fmt)
+    file = RotatingFileHandler(paths.logs / "daemon.log", maxBytes=5_000_000, backupCount=3)
+    file.setFormatter(fmt)
+    root = logging.getLogger()
+    root.handlers[:] = [stream, file]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+async def serve(daemon: Daemon) -> None:
+    try:
+        runner = await start_server(daemon)
+    except OSError as exc:
+        raise SystemExit(f"cannot listen on {daemon.config.bind_host}:{daemon.config.port}: {exc}. "
+                         "Is another daemon running? Try --port.") from exc
+    _LOGGER.info("MirbadLLM daemon listening: %s (admin token in %s)", daemon.info().api_url,
+                 daemon.paths.admin_token)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    _LOGGER.info("shutting down (models keep running)")
+    await runner.cleanup()
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    paths = DaemonPaths((args.home or default_home()).expanduser().resolve())
+    paths.ensure()
+    setup_logging(paths, args.verbose)
+    config = load_config(paths.config, host=args.host, port=args.port, llama_server=args.llama_server,
+                         require_api_keys=args.require_keys,
+                         local_agent=False if args.no_local_agent else None,
+                         seed_demo_model=False if args.no_demo else None,
+                         telemetry_interval_s=args.telemetry_interval,
+                         history_interval_s=args.telemetry_interval)
+    asyncio.run(serve(Daemon(config, paths)))
+    return 0

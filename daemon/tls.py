@@ -1,0 +1,55 @@
+"""The daemon's side of mutual TLS: its CA, its client certificate, and the local agent's identity."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+
+from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
+from daemon.pki import CertificateAuthority, cert_pem
+
+_LOGGER = logging.getLogger(__name__)
+
+CLIENT_STEM = "daemon-client"
+
+
+def ensure_client_certificate(ca: CertificateAuthority, pki_dir: Path) -> tuple[Path, Path]:
+    key, cert = pki_dir / f"{CLIENT_STEM}.key", pki_dir / f"{CLIENT_STEM}.crt"
+    if not (key.exists() and cert.exists() and _issued_by(cert, ca)):
+        ca.issue_keypair(pki_dir, CLIENT_STEM, "mirbadllm-daemon", server=False, client=True)
+    return key, cert
+
+
+def client_ssl_context(ca_cert: Path, key: Path, cert: Path) -> ssl.SSLContext:
+    """TLS 1.3 only; the agent must present a certificate from our CA (names are not checked:
+    agents are identified by certificate, not by whatever address they are reached at)."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca_cert))
+    ctx.check_hostname = False
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+def ensure_local_agent_identity(ca: CertificateAuthority, identity_dir: Path) -> None:
+    """Give this machine's agent a certificate from our CA and pin our CA in it.
+
+    The local agent is enrolled by writing its files directly: same machine, same user.
+    """
+    identity_dir.mkdir(parents=True, exist_ok=True)
+    cert_path = identity_dir / IDENTITY_CERT_FILE
+    if not (cert_path.exists() and (identity_dir / IDENTITY_KEY_FILE).exists() and _issued_by(cert_path, ca)):
+        ca.issue_keypair(identity_dir, Path(IDENTITY_KEY_FILE).stem, "mirbadllm-local-agent",
+                         server=True, client=False, hosts=["127.0.0.1", "localhost", "::1"])
+    (identity_dir / IDENTITY_CA_FILE).write_bytes(cert_pem(ca.cert))
+
+
+def _issued_by(cert_path: Path, ca: CertificateAuthority) -> bool:
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        cert.verify_directly_issued_by(ca.cert)
+        return True
+    except (ValueError, TypeError, OSError, Exception):  # noqa: BLE001 - any failure: reissue
+        return False

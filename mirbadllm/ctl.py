@@ -1,0 +1,152 @@
+"""``mirbadllm ctl``: the daemon from a terminal, through the typed ``DaemonClient``.
+
+    mirbadllm ctl status
+    mirbadllm ctl models list | add ID PATH [--served-name N] [--ctx-size N] ... | start ID [--wait]
+                         | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
+    mirbadllm ctl keys list | create NAME | revoke ID
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from agent.api.llamacpp import LlamaCppSettings
+from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.locations import default_home, read_admin_token, read_daemon_url
+from daemon.api.models import ModelDefinition
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mirbadllm ctl", description="Control the MirbadLLM daemon.")
+    parser.add_argument("--home", type=Path, default=None, help="the daemon's data directory")
+    parser.add_argument("--url", default=None, help="the daemon's admin URL (default: from the home)")
+    groups = parser.add_subparsers(dest="group", required=True)
+    groups.add_parser("status", help="the daemon and every model")
+
+    models = groups.add_parser("models", help="list, add, start, stop, logs").add_subparsers(dest="action", required=True)
+    models.add_parser("list")
+    add = models.add_parser("add")
+    add.add_argument("id")
+    add.add_argument("model_path")
+    add.add_argument("--served-name")
+    add.add_argument("--ctx-size", type=int)
+    add.add_argument("--parallel", type=int)
+    add.add_argument("--n-gpu-layers", type=int)
+    add.add_argument("--embeddings", action="store_true")
+    add.add_argument("--auto-start", action="store_true")
+    add.add_argument("--start-on-request", action="store_true")
+    add.add_argument("--tag", action="append", default=[])
+    for name in ("start", "stop", "restart", "remove"):
+        sub = models.add_parser(name)
+        sub.add_argument("id")
+        if name == "start":
+            sub.add_argument("--wait", action="store_true", help="wait until ready or failed")
+    logs = models.add_parser("logs")
+    logs.add_argument("id")
+    logs.add_argument("--tail", type=int, default=100)
+    logs.add_argument("--follow", "-f", action="store_true")
+
+    keys = groups.add_parser("keys", help="API keys for /v1").add_subparsers(dest="action", required=True)
+    keys.add_parser("list")
+    create = keys.add_parser("create")
+    create.add_argument("name")
+    revoke = keys.add_parser("revoke")
+    revoke.add_argument("id")
+    return parser.parse_args(argv)
+
+
+def _fmt_model(view_status: object) -> str:
+    s = view_status
+    state = getattr(s, "state").value
+    extra = f"  pid {s.pid}" if getattr(s, "pid", None) else ""  # type: ignore[attr-defined]
+    extra += "  (restart pending)" if getattr(s, "restart_pending", False) else ""
+    error = f"\n    {s.error}" if getattr(s, "error", None) else ""  # type: ignore[attr-defined]
+    return f"{s.id:<24} {state:<9} {s.node:<10} {s.served_name}{extra}{error}"  # type: ignore[attr-defined]
+
+
+async def run(args: argparse.Namespace, client: DaemonClient) -> int:
+    if args.group == "status":
+        status = await client.status()
+        d = status.daemon
+        print(f"daemon {d.version}  {d.api_url}  keys {'required' if d.keys_required else 'not required'}")
+        for model in status.models:
+            print(_fmt_model(model))
+        return 0
+    if args.group == "models":
+        return await _models(args, client)
+    if args.action == "list":
+        for key in await client.list_keys():
+            print(f"{key.id}  {key.name:<20} {key.prefix}…")
+    elif args.action == "create":
+        created = await client.create_key(args.name)
+        print(f"API key '{created.info.name}' ({created.info.id}). Copy it now, it is not shown again:")
+        print(created.key)
+    else:
+        await client.revoke_key(args.id)
+        print(f"revoked {args.id}")
+    return 0
+
+
+async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
+    if args.action == "list":
+        for view in await client.list_models():
+            print(_fmt_model(view.status))
+    elif args.action == "add":
+        settings = LlamaCppSettings(ctx_size=args.ctx_size, parallel=args.parallel,
+                                    n_gpu_layers=args.n_gpu_layers, embeddings=args.embeddings)
+        definition = ModelDefinition(id=args.id, served_name=args.served_name or args.id,
+                                     model_path=str(Path(args.model_path).expanduser().resolve()),
+                                     settings=settings, auto_start=args.auto_start,
+                                     start_on_request=args.start_on_request, tags=args.tag)
+        view = await client.create_model(definition)
+        print(f"added {view.definition.id}")
+    elif args.action == "start":
+        status = await client.start_model(args.id, wait=args.wait)
+        print(_fmt_model(status))
+        return 0 if status.state.value in ("ready", "starting") else 1
+    elif args.action == "stop":
+        print(_fmt_model(await client.stop_model(args.id)))
+    elif args.action == "restart":
+        print(_fmt_model(await client.restart_model(args.id)))
+    elif args.action == "remove":
+        await client.delete_model(args.id)
+        print(f"removed {args.id}")
+    else:
+        async for line in client.logs(args.id, tail=args.tail, follow=args.follow):
+            print(line, flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    home = (args.home or default_home()).expanduser()
+    token = read_admin_token(home)
+    if token is None:
+        print(f"no admin token in {home}: is the daemon installed there? (--home DIR)", file=sys.stderr)
+        return 2
+    client = DaemonClient(args.url or read_daemon_url(home), token)
+
+    async def go() -> int:
+        try:
+            return await run(args, client)
+        except DaemonError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 1
+        except ValidationError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        return 130

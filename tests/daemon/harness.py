@@ -1,0 +1,76 @@
+"""A real daemon in the test's event loop, with its real local agent child and a (fake) runtime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.api.client import DaemonClient
+from daemon.api.models import ModelDefinition, ModelState, ModelStatus
+from daemon.config import DaemonConfig
+from daemon.paths import DaemonPaths
+from daemon.server import Daemon, start_server
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningDaemon:
+    daemon: Daemon
+    client: DaemonClient
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.daemon.config.port}"
+
+    @property
+    def v1(self) -> str:
+        return f"{self.url}/v1"
+
+    async def wait_state(self, model_id: str, *states: ModelState, timeout: float = 60) -> ModelStatus:
+        """Wait on the daemon's event feed until the model is in one of ``states``."""
+        since = 0
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            status = (await self.client.get_model(model_id)).status
+            if status.state in states:
+                return status
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{model_id} stayed {status.state.value} ({status.error}); wanted {states}")
+            page = await self.client.events(since, timeout=min(left, 5))
+            since = page.last_id
+
+
+@asynccontextmanager
+async def running_daemon(home: Path, llama_server: Path | str | None, **config: object) -> AsyncIterator[RunningDaemon]:
+    values: dict[str, object] = {"port": 0, "seed_demo_model": False, "telemetry_interval_s": 0.5,
+                                 "history_interval_s": 0.5, "llama_server": str(llama_server) if llama_server else None}
+    values.update(config)
+    daemon = Daemon(DaemonConfig.model_validate(values), DaemonPaths(home))
+    runner = await start_server(daemon)
+    client = DaemonClient(f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token)
+    try:
+        link = daemon.orchestrator.links.get("local")
+        if link is not None:
+            import asyncio
+
+            await asyncio.wait_for(link.first_sync.wait(), 60)
+        yield RunningDaemon(daemon, client)
+    finally:
+        for definition in daemon.registry.all():  # runtimes outlive the daemon by design: stop ours
+            try:
+                await daemon.orchestrator.stop(definition.id)
+            except Exception as exc:  # noqa: BLE001 - best effort at teardown
+                _LOGGER.warning("could not stop %s: %s", definition.id, exc)
+        await client.close()
+        await runner.cleanup()
+
+
+def model(model_id: str, path: str = "/models/fake.gguf", **fields: object) -> ModelDefinition:
+    return ModelDefinition.model_validate({"id": model_id, "served_name": model_id, "model_path": path, **fields})

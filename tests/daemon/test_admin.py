@@ -1,0 +1,117 @@
+"""The admin API through the real ``DaemonClient``: models CRUD, lifecycle, events, logs, keys."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.models import DaemonSettings, ModelState
+from tests.daemon.harness import model, running_daemon
+
+
+async def test_admin_needs_the_token(tmp_path: Path, fake_runtime: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        token_file = tmp_path / "home" / "admin-token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        wrong = DaemonClient(d.url, "not-the-token")
+        with pytest.raises(DaemonError) as caught:
+            await wrong.status()
+        assert caught.value.status == 401 and caught.value.code == "invalid_admin_token"
+        assert await wrong.healthz() is True  # /healthz needs no token
+        await wrong.close()
+
+
+async def test_model_lifecycle_events_and_logs(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        start_id = (await d.client.status()).last_event_id
+        view = await d.client.create_model(model("m", str(model_file), tags=["chat"]))
+        assert view.status.state == ModelState.STOPPED
+        with pytest.raises(DaemonError) as dup:
+            await d.client.create_model(model("m", str(model_file)))
+        assert dup.value.status == 409
+
+        status = await d.client.start_model("m", wait=True)
+        assert status.state == ModelState.READY and status.pid and status.endpoint
+        page = await d.client.events(start_id, timeout=0)
+        states = [e.data["state"] for e in page.events if e.type == "model.state"]
+        assert states[-2:] == ["starting", "ready"]
+        assert page.events[0].type == "model.added"
+
+        lines = [line async for line in d.client.logs("m", tail=50)]
+        assert any("listening" in line or "model loaded" in line for line in lines), lines
+
+        # A settings change on a running model shows as restart pending, until a restart.
+        changed = view.definition.model_copy(update={"settings": view.definition.settings.model_copy(update={"ctx_size": 4096})})
+        updated = await d.client.update_model(changed)
+        assert updated.status.restart_pending is True
+        old_pid = updated.status.pid
+        await d.client.restart_model("m")
+        status = await d.wait_state("m", ModelState.READY)
+        assert status.restart_pending is False and status.pid != old_pid
+
+        stopped = await d.client.stop_model("m")
+        assert stopped.state == ModelState.STOPPED
+        await d.client.delete_model("m")
+        assert await d.client.list_models() == []
+
+
+async def test_invalid_definitions_are_refused_with_the_field(tmp_path: Path, fake_runtime: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {d.daemon.admin_token}"}) as s:
+            bad = {"id": "Bad Id", "served_name": "x", "model_path": "/m.gguf", "settings": {"ctx_size": -5}}
+            async with s.post(f"{d.url}/api/models", json=bad) as r:
+                body = await r.json()
+            assert r.status == 422 and body["error"]["code"] == "invalid_model"
+            assert "id:" in body["error"]["message"] and "settings.ctx_size" in body["error"]["message"]
+        assert await d.client.list_models() == []
+
+
+async def test_a_failing_start_reports_the_runtime_error(tmp_path: Path, model_file: Path) -> None:
+    from tests.fakes import write_fake_runtime
+
+    broken = write_fake_runtime(tmp_path / "bin", exit_code=3)
+    async with running_daemon(tmp_path / "home", broken) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m")
+        status = await d.wait_state("m", ModelState.FAILED)
+        assert "exited" in status.error and "3" in status.error
+        assert status.last_log_lines
+
+
+async def test_keys_are_shown_once_and_lan_access_needs_one(tmp_path: Path, fake_runtime: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        with pytest.raises(DaemonError) as refused:
+            await d.client.put_settings(DaemonSettings(lan_access=True))
+        assert refused.value.code == "keys_required"
+        created = await d.client.create_key("laptop")
+        listed = await d.client.list_keys()
+        assert [k.name for k in listed] == ["laptop"]
+        assert created.key not in repr(listed) and listed[0].prefix == created.key[:14]
+        settings = await d.client.put_settings(DaemonSettings(require_api_keys=True))
+        assert settings.require_api_keys and (await d.client.status()).daemon.keys_required
+        assert "require_api_keys = true" in (tmp_path / "home" / "config.toml").read_text()
+
+
+async def test_history_records_model_and_node_samples(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+
+        async def has_points() -> bool:
+            series = await d.client.model_history("m", "5m")
+            return any(p.values.get("rss_bytes") for p in series.points)
+
+        for _ in range(200):
+            if await has_points():
+                break
+            await asyncio.sleep(0.1)
+        series = await d.client.model_history("m", "5m")
+        assert series.points and series.points[-1].values["rss_bytes"] > 0
+        node = await d.client.node_history("local", "5m")
+        assert node.points and node.points[-1].values["mem_total_bytes"] > 0
+        status = await d.client.status()
+        assert status.hosts and status.hosts[0].memory_total

@@ -1,0 +1,195 @@
+"""The /v1 router against a real daemon, its real agent child and the fake runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from daemon.api.models import ModelState
+from tests.daemon.harness import model, running_daemon
+
+
+async def _post(url: str, body: bytes | str, headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, data=body, headers={"Content-Type": "application/json", **(headers or {})}) as r:
+            return r.status, dict(r.headers), await r.json(content_type=None)
+
+
+async def test_error_matrix(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        await d.client.create_model(model("stopped-model", str(model_file)))
+        chat = json.dumps({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]})
+
+        status, _, body = await _post(f"{d.v1}/chat/completions", chat)
+        assert (status, body["error"]["code"]) == (404, "model_not_found")
+        assert body["error"]["type"] == "invalid_request_error" and "no-such-model" in body["error"]["message"]
+
+        status, headers, body = await _post(f"{d.v1}/chat/completions", chat.replace("no-such-model", "stopped-model"))
+        assert (status, body["error"]["code"]) == (503, "model_not_ready")
+        assert headers["Retry-After"] == "30" and "stopped" in body["error"]["message"]
+
+        status, _, body = await _post(f"{d.v1}/chat/completions", "{not json")
+        assert (status, body["error"]["code"]) == (400, "invalid_json")
+
+        status, _, body = await _post(f"{d.v1}/chat/completions", json.dumps({"messages": []}))
+        assert (status, body["error"]["code"]) == (400, "model_required")
+
+        status, _, body = await _post(f"{d.v1}/chat/completions", chat, headers={"Host": "evil.example"})
+        assert (status, body["error"]["code"]) == (403, "host_not_allowed")
+        status, _, _ = await _post(f"{d.v1}/chat/completions", chat, headers={"Host": "localhost:1234"})
+        assert status == 404  # a loopback name passes the Host check and reaches the router
+
+
+async def test_body_over_64_mib_is_refused_without_buffering(tmp_path: Path, fake_runtime: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        big = b'{"model": "x", "pad": "' + b"a" * (65 * 1024 * 1024) + b'"}'
+        status, _, body = await _post(f"{d.v1}/chat/completions", big)
+        assert (status, body["error"]["code"]) == (413, "request_too_large")
+
+        sent = 0
+
+        async def chunked():  # no Content-Length: the router must stop reading at the limit
+            nonlocal sent
+            yield b'{"model": "x", "pad": "'
+            for _ in range(80):
+                sent += 1
+                yield b"a" * (1024 * 1024)
+
+        async with aiohttp.ClientSession() as session:
+            try:
+                async with session.post(f"{d.v1}/chat/completions", data=chunked()) as r:
+                    assert r.status == 413
+                    assert (await r.json())["error"]["code"] == "request_too_large"
+            except aiohttp.ClientError:
+                pass  # the server may also close the connection while we are still sending
+        assert d.daemon.router.stats == {}  # nothing was routed
+
+
+async def test_start_on_request_starts_the_model_and_answers(tmp_path: Path, model_file: Path) -> None:
+    from tests.fakes import write_fake_runtime
+
+    slow = write_fake_runtime(tmp_path / "bin", load_seconds=1.0, tokens=4)
+    async with running_daemon(tmp_path / "home", slow) as d:
+        await d.client.create_model(model("lazy", str(model_file), start_on_request=True))
+        client = openai.AsyncOpenAI(base_url=d.v1, api_key="unused", max_retries=0)
+        first, second = await asyncio.gather(*[
+            client.chat.completions.create(model="lazy", messages=[{"role": "user", "content": "hi"}])
+            for _ in range(2)])
+        assert first.choices[0].message.content and second.choices[0].message.content
+        status = (await d.client.get_model("lazy")).status
+        assert status.state == ModelState.READY
+        records = await d.client.requests()
+        assert len([r for r in records if r.model == "lazy"]) == 2
+        assert all(r.status == 200 and r.queue_ms is not None for r in records)
+        await client.close()
+
+
+async def test_api_keys_required(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime, require_api_keys=True) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        created = await d.client.create_key("editor")
+        assert created.key.startswith("sk-mirbad-")
+        stored = (tmp_path / "home" / "keys.json").read_text()
+        assert created.key not in stored  # only the hash is kept
+
+        chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        status, _, body = await _post(f"{d.v1}/chat/completions", chat)  # no key at all
+        assert (status, body["error"]["code"]) == (401, "invalid_api_key")
+        client = openai.AsyncOpenAI(base_url=d.v1, api_key="sk-mirbad-wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as caught:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert caught.value.code == "invalid_api_key"
+        await client.close()
+
+        client = openai.AsyncOpenAI(base_url=d.v1, api_key=created.key, max_retries=0)
+        answer = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert answer.choices[0].message.content
+        assert [m.id for m in (await client.models.list()).data] == ["m"]
+        await d.client.revoke_key(created.info.id)
+        with pytest.raises(openai.AuthenticationError):
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        await client.close()
+
+
+async def test_stream_is_relayed_chunk_by_chunk(tmp_path: Path, model_file: Path) -> None:
+    from tests.fakes import write_fake_runtime
+
+    runtime = write_fake_runtime(tmp_path / "bin", token_delay_s=0.2, tokens=6)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        status = await d.client.start_model("m", wait=True)
+        assert status.state == ModelState.READY
+        client = openai.AsyncOpenAI(base_url=d.v1, api_key="unused", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        pieces = []
+        busy_while_streaming = None
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+                if busy_while_streaming is None:
+                    # The first token reached us while the runtime is still generating: not buffered.
+                    busy_while_streaming = await _slots_busy(d, "m")
+        assert len(pieces) >= 6
+        assert busy_while_streaming == 1
+        await client.close()
+
+
+async def _slots_busy(d, model_id: str) -> int:
+    inst = d.daemon.orchestrator.instance(d.daemon.registry.require(model_id))
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{inst.endpoint}/slots", headers={"Authorization": f"Bearer {inst.api_key}"}) as r:
+            return sum(1 for slot in await r.json() if slot.get("is_processing"))
+
+
+async def test_client_disconnect_frees_the_slot(tmp_path: Path, model_file: Path) -> None:
+    from tests.fakes import write_fake_runtime
+
+    runtime = write_fake_runtime(tmp_path / "bin", token_delay_s=0.2, tokens=200)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{d.v1}/chat/completions", json=body) as r:
+                await r.content.readline()
+                assert await _slots_busy(d, "m") == 1
+            # leaving the block closes the connection mid-stream
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 1.0
+        while await _slots_busy(d, "m") != 0:
+            assert loop.time() < deadline, "the runtime slot was still busy 1 s after the client left"
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0)
+        records = await d.client.requests()
+        assert records[0].status in (200, 499)
+
+
+async def test_request_id_metrics_and_models_list(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "M", "messages": [{"role": "user", "content": "hi"}]}  # names are case-insensitive
+            async with session.post(f"{d.v1}/chat/completions", json=body, headers={"X-Request-Id": "abc-123"}) as r:
+                assert r.status == 200 and r.headers["X-Request-Id"] == "abc-123"
+            async with session.post(f"{d.v1}/chat/completions", json=body, headers={"X-Request-Id": "bad id <script>"}) as r:
+                assert r.status == 200 and len(r.headers["X-Request-Id"]) == 32
+            async with session.get(f"{d.v1}/models") as r:
+                listed = await r.json()
+            assert listed["object"] == "list" and [m["id"] for m in listed["data"]] == ["m"]
+            async with session.get(f"{d.url}/metrics") as r:
+                text = await r.text()
+            assert 'mirbadllm_router_requests_total{model="m",status="200"} 2.0' in text
+            assert 'mirbadllm_model_ready{model="m"} 1.0' in text
+            async with session.options(f"{d.v1}/chat/completions", headers={"Origin": "http://evil.example"}) as r:
+                assert "Access-Control-Allow-Origin" not in r.headers
+        records = await d.client.requests()
+        assert records[0].id in ("abc-123",) or records[1].id == "abc-123"
+        assert all(r.completion_tokens for r in records)
