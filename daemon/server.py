@@ -34,7 +34,7 @@ from daemon.metrics import RouterMetrics
 from daemon.orchestrator import Orchestrator, OrchestratorError
 from daemon.paths import DaemonPaths
 from daemon.pki import CertificateAuthority
-from daemon.registry import Registry, RegistryError
+from daemon.registry import Registry, RegistryError, assemble_demo_gguf
 from daemon.router import REQUEST_ID, Router, request_id_for
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import client_ssl_context, ensure_client_certificate, ensure_local_agent_identity
@@ -81,7 +81,10 @@ class Daemon:
         self._spawn(admin_token.store_in_keychain(self.paths.home, self.admin_token))
         self.keys.load()
         if not self.registry.load() and self.config.seed_demo_model:
-            self.registry.seed_demo()
+            models_dir = self.paths.local_agent_home / "models"
+            gguf = await asyncio.get_running_loop().run_in_executor(None, assemble_demo_gguf, models_dir)
+            if gguf is not None:
+                self.registry.seed_demo(gguf)
         await self.history.open()
         await self.router.open()
         if self.config.local_agent:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemon.api.models import ModelDefinition
-from daemon.registry import Registry, RegistryError, definition_hash, find_demo_gguf
+from daemon.registry import Registry, RegistryError, assemble_demo_gguf, definition_hash
 
 
 def _model(model_id: str, **fields: object) -> ModelDefinition:
@@ -59,10 +59,11 @@ def test_unreadable_file_is_kept_aside(tmp_path: Path) -> None:
     assert (tmp_path / "models.json.invalid").read_text() == "{broken"
 
 
-def test_demo_model_is_found_when_installed() -> None:
-    found = find_demo_gguf()
-    if found is not None:
-        assert found.suffix == ".gguf" and found.stat().st_size > 100_000_000
+def test_demo_model_is_assembled_and_verified(tmp_path: Path) -> None:
+    found = assemble_demo_gguf(tmp_path / "models")
+    assert found is not None and found.parent == tmp_path / "models"
+    assert found.suffix == ".gguf" and found.read_bytes()[:4] == b"GGUF"
+    assert assemble_demo_gguf(tmp_path / "models") == found  # second time: reused after its checksum
 
 
 WRITER = """
