@@ -20,6 +20,8 @@ from daemon.registry import Registry, RegistryError, definition_hash
 
 _LOGGER = logging.getLogger(__name__)
 
+FIRST_CONTACT_S = 30.0
+
 
 class OrchestratorError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -89,11 +91,16 @@ class Orchestrator:
             self._changed.notify_all()
 
     # --- actions -------------------------------------------------------------------------------
-    def _link(self, definition: ModelDefinition) -> AgentLink:
+    async def _link(self, definition: ModelDefinition) -> AgentLink:
         link = self.links.get(definition.node)
         if link is None:
             raise OrchestratorError(409, "node_unknown", f"model '{definition.id}' is placed on unknown node "
                                     f"'{definition.node}'")
+        if not link.first_sync.is_set():  # the daemon just started: give its agent a moment
+            try:
+                await asyncio.wait_for(link.first_sync.wait(), FIRST_CONTACT_S)
+            except TimeoutError:
+                pass
         if not link.online:
             raise OrchestratorError(503, "node_offline", f"node '{definition.node}' is offline: {link.last_error}")
         return link
@@ -107,7 +114,7 @@ class Orchestrator:
 
     async def start(self, model_id: str) -> ModelStatus:
         definition = self.registry.require(model_id)
-        link = self._link(definition)
+        link = await self._link(definition)
         async with link.start_lane:
             current = self.status(definition)
             if current.state in (ModelState.STARTING, ModelState.READY):
@@ -122,7 +129,7 @@ class Orchestrator:
 
     async def stop(self, model_id: str) -> ModelStatus:
         definition = self.registry.require(model_id)
-        link = self._link(definition)
+        link = await self._link(definition)
         try:
             await link.client.stop(model_id)
         except AgentError as exc:

@@ -1,0 +1,131 @@
+"""Shared pieces of the benchmarks: a daemon in a subprocess, and timed OpenAI-style requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from daemon.api.client import DaemonClient  # noqa: E402
+from daemon.api.locations import read_admin_token  # noqa: E402
+from daemon.api.models import ModelDefinition, ModelState  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-pct * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+@dataclass
+class BenchDaemon:
+    process: subprocess.Popen[bytes]
+    home: Path
+    port: int
+    client: DaemonClient
+
+    @property
+    def v1(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def runtime(self, model_id: str) -> tuple[str, str]:
+        """(endpoint, instance key) of a local runtime, read from the agent's records."""
+        data = json.loads((self.home / "agent" / "processes.json").read_text())
+        record = next(r for r in data["processes"] if r["instance_id"] == model_id)
+        return f"http://127.0.0.1:{record['port']}", record["api_key"]
+
+    async def stop(self) -> None:
+        for view in await self.client.list_models():
+            if view.status.state != ModelState.STOPPED:
+                await self.client.stop_model(view.definition.id)
+        await self.client.close()
+        self.process.terminate()
+        self.process.wait(30)
+
+
+async def start_daemon(*extra: str, seed_demo: bool = True) -> BenchDaemon:
+    home = Path(tempfile.mkdtemp(prefix="mirbadllm-bench-"))
+    port = free_port()
+    argv = [sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home), "--port", str(port), *extra]
+    if not seed_demo:
+        argv.append("--no-demo")
+    log = open(home / "bench-daemon.log", "wb")  # noqa: SIM115 - lives as long as the daemon
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 120
+    token = None
+    while time.monotonic() < deadline:
+        token = read_admin_token(home)
+        if token:
+            client = DaemonClient(f"http://127.0.0.1:{port}", token)
+            if await client.healthz():
+                return BenchDaemon(proc, home, port, client)
+            await client.close()
+        if proc.poll() is not None:
+            break
+        await asyncio.sleep(0.2)
+    raise SystemExit(f"daemon did not start; see {home / 'bench-daemon.log'}")
+
+
+async def ensure_ready(d: BenchDaemon, definition: ModelDefinition | None, model_id: str) -> None:
+    if definition is not None:
+        await d.client.create_model(definition)
+    status = await d.client.start_model(model_id, wait=True)
+    if status.state != ModelState.READY:
+        raise SystemExit(f"{model_id} did not become ready: {status.error}")
+
+
+@dataclass
+class StreamResult:
+    ttft_s: float
+    total_s: float
+    tokens: int
+    events: int
+
+
+async def stream_chat(session: aiohttp.ClientSession, base: str, headers: dict[str, str], model: str,
+                      prompt: str, max_tokens: int) -> StreamResult:
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    ttft = None
+    events = tokens = 0
+    async with session.post(f"{base}/v1/chat/completions", json=body, headers=headers) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{resp.status}: {await resp.text()}")
+        async for line in resp.content:
+            if not line.startswith(b"data: "):
+                continue
+            events += 1
+            if line.startswith(b"data: [DONE]"):
+                break
+            chunk = json.loads(line[6:])
+            if ttft is None and chunk.get("choices") and chunk["choices"][0].get("delta", {}).get("content"):
+                ttft = time.perf_counter() - start
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    total = time.perf_counter() - start
+    return StreamResult(ttft if ttft is not None else total, total, tokens, events)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")

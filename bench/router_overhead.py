@@ -1,0 +1,128 @@
+"""What the /v1 router costs: the same requests sent straight to llama-server and through the daemon.
+
+Interleaved batches, so both paths see the same machine state. Part 1 uses the real llama-server
+with the Gemma 3 270M demo model (64 output tokens, 1 and 8 concurrent streams). Part 2 uses the
+fake runtime with no token delay, so the proxy's own cost stands out: added latency per request
+and the daemon's CPU time per forwarded SSE event.
+
+    .venv/bin/python bench/router_overhead.py [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+from _harness import ROOT, BenchDaemon, ensure_ready, median, percentile, start_daemon, stream_chat
+
+sys.path.insert(0, str(ROOT))
+from daemon.api.models import ModelDefinition  # noqa: E402
+from daemon.registry import DEMO_MODEL_ID  # noqa: E402
+from tests.fakes import write_fake_runtime  # noqa: E402
+
+TOKENS = 64
+
+
+async def batch(session: aiohttp.ClientSession, base: str, headers: dict[str, str], model: str,
+                concurrency: int, tag: str) -> tuple[list[float], list[float], float, int]:
+    start = time.perf_counter()
+    results = await asyncio.gather(*[
+        stream_chat(session, base, headers, model, f"Tell a short story about {tag} number {i}.", TOKENS)
+        for i in range(concurrency)])
+    wall = time.perf_counter() - start
+    return [r.ttft_s for r in results], [r.total_s for r in results], wall, sum(r.tokens for r in results)
+
+
+async def compare(d: BenchDaemon, model: str, concurrency: int, rounds: int) -> dict[str, float]:
+    endpoint, key = d.runtime(model)
+    direct = (endpoint, {"Authorization": f"Bearer {key}"})
+    routed = (f"http://127.0.0.1:{d.port}", {})
+    samples: dict[str, dict[str, list[float]]] = {p: {"ttft": [], "total": [], "tps": []} for p in ("direct", "routed")}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await batch(session, *direct, model, concurrency, "warm-up")  # untimed
+        await batch(session, *routed, model, concurrency, "warm-up")
+        for r in range(rounds):
+            order = [("direct", direct), ("routed", routed)] if r % 2 == 0 else [("routed", routed), ("direct", direct)]
+            for name, (base, headers) in order:
+                ttfts, totals, wall, tokens = await batch(session, base, headers, model, concurrency, f"{name}-{r}")
+                samples[name]["ttft"] += ttfts
+                samples[name]["total"] += totals
+                samples[name]["tps"].append(tokens / wall)
+    d_, r_ = samples["direct"], samples["routed"]
+    return {
+        "ttft_ratio": median(r_["ttft"]) / median(d_["ttft"]),
+        "tps_ratio": median(r_["tps"]) / median(d_["tps"]),
+        "ttft_direct_ms": median(d_["ttft"]) * 1000, "ttft_routed_ms": median(r_["ttft"]) * 1000,
+        "tps_direct": median(d_["tps"]), "tps_routed": median(r_["tps"]),
+    }
+
+
+async def proxy_cost(d: BenchDaemon, model: str, requests: int) -> dict[str, float]:
+    """Fast fake upstream: added latency per request, and daemon CPU per forwarded SSE event."""
+    endpoint, key = d.runtime(model)
+    direct = (endpoint, {"Authorization": f"Bearer {key}"})
+    routed = (f"http://127.0.0.1:{d.port}", {})
+    daemon_proc = psutil.Process(d.process.pid)
+    lat: dict[str, list[float]] = {"direct": [], "routed": []}
+    events = 0
+    cpu = 0.0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        for _ in range(20):  # warm-up
+            await stream_chat(session, *direct, model, "warm", TOKENS)
+            await stream_chat(session, *routed, model, "warm", TOKENS)
+        for i in range(requests):
+            result = await stream_chat(session, *direct, model, f"d{i}", TOKENS)
+            lat["direct"].append(result.total_s)
+            before = daemon_proc.cpu_times()
+            result = await stream_chat(session, *routed, model, f"r{i}", TOKENS)
+            after = daemon_proc.cpu_times()
+            lat["routed"].append(result.total_s)
+            cpu += (after.user - before.user) + (after.system - before.system)
+            events += result.events
+    added = sorted(r - dd for r, dd in zip(lat["routed"], lat["direct"], strict=True))
+    return {"added_p50_ms": percentile(added, 50) * 1000, "added_p99_ms": percentile(added, 99) * 1000,
+            "cpu_us_per_event": cpu / events * 1e6, "events": events}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--proxy-requests", type=int, default=300)
+    args = parser.parse_args()
+
+    print("Part 1: llama-server + Gemma 3 270M, 64 output tokens, interleaved direct/routed")
+    d = await start_daemon()
+    try:
+        await ensure_ready(d, None, DEMO_MODEL_ID)
+        for concurrency in (1, 8):
+            r = await compare(d, DEMO_MODEL_ID, concurrency, args.rounds)
+            print(f"  {concurrency} stream(s): TTFT p50 routed/direct = {r['ttft_ratio']:.3f} "
+                  f"({r['ttft_routed_ms']:.1f} / {r['ttft_direct_ms']:.1f} ms); "
+                  f"tokens/s routed/direct = {r['tps_ratio']:.3f} ({r['tps_routed']:.1f} / {r['tps_direct']:.1f})")
+    finally:
+        await d.stop()
+
+    print("Part 2: fast fake upstream (no token delay), sequential pairs")
+    fake = write_fake_runtime(Path(tempfile.mkdtemp()), token_delay_s=0, tokens=TOKENS)
+    d = await start_daemon("--llama-server", str(fake), seed_demo=False)
+    try:
+        model_file = d.home / "fake.gguf"
+        model_file.write_bytes(b"GGUF")
+        await ensure_ready(d, ModelDefinition(id="fake", served_name="fake", model_path=str(model_file)), "fake")
+        r = await proxy_cost(d, "fake", args.proxy_requests)
+        print(f"  added latency per request: p50 {r['added_p50_ms']:.2f} ms, p99 {r['added_p99_ms']:.2f} ms")
+        print(f"  daemon CPU per forwarded SSE event: {r['cpu_us_per_event']:.1f} µs ({r['events']} events)")
+    finally:
+        await d.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
