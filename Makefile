@@ -39,7 +39,7 @@ bench: $(VENV)/.test-installed
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check app daemon agent mirbadllm tests bench
-	$(PY) -m mypy daemon/api agent/api
+	$(PY) -m mypy --strict daemon/api agent/api
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -105,7 +105,7 @@ class Router:
         if not self.config.keys_required:
             return None
         header = request.headers.get("Authorization", "")
-        secret = header[7:].strip() if header.startswith("Bearer ") else None
+        secret = header[7:].strip() if header.startswith("Bearer ") else request.headers.get("x-api-key")
         if self.keys.verify(secret) is None:
             message = "Missing API key: send 'Authorization: Bearer <key>'." if not secret else "Invalid API key."
             return error_response(401, "invalid_api_key", message)
@@ -225,6 +225,9 @@ class Router:
                 response.headers.add(key, value)
         if upstream.content_length is not None:
             response.content_length = upstream.content_length
+        if upstream.content_type == "text/event-stream":
+            response.headers["Cache-Control"] = "no-cache"
+            response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
         await response.prepare(request)
         tail = b""
         async for chunk in upstream.content.iter_any():

@@ -169,9 +169,14 @@ def _middlewares(daemon: Daemon) -> list[Any]:
     @web.middleware
     async def host_check(request: web.Request, handler: Any) -> web.StreamResponse:
         # DNS rebinding: a page on evil.example that resolves to 127.0.0.1 must not drive us.
-        if daemon.config.loopback_only and _host_of(request.headers.get("Host", "")).lower() not in LOOPBACK_HOSTS:
-            return error_response(403, "host_not_allowed",
-                                  "Host header not allowed: use localhost, 127.0.0.1 or [::1].")
+        if daemon.config.loopback_only:
+            if _host_of(request.headers.get("Host", "")).lower() not in LOOPBACK_HOSTS:
+                return error_response(403, "host_not_allowed",
+                                      "Host header not allowed: use localhost, 127.0.0.1 or [::1].")
+            origin = request.headers.get("Origin")
+            if origin is not None and _host_of(origin.split("://", 1)[-1]).lower() not in LOOPBACK_HOSTS:
+                # A browser page from another site: no CORS, and no answer either.
+                return error_response(403, "origin_not_allowed", "Cross-origin requests are not allowed.")
         return await handler(request)
 
     @web.middleware

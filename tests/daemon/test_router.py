@@ -41,8 +41,13 @@ async def test_error_matrix(tmp_path: Path, fake_runtime: Path, model_file: Path
 
         status, _, body = await _post(f"{d.v1}/chat/completions", chat, headers={"Host": "evil.example"})
         assert (status, body["error"]["code"]) == (403, "host_not_allowed")
-        status, _, _ = await _post(f"{d.v1}/chat/completions", chat, headers={"Host": "localhost:1234"})
-        assert status == 404  # a loopback name passes the Host check and reaches the router
+        status, _, body = await _post(f"{d.v1}/chat/completions", chat, headers={"Origin": "http://evil.example"})
+        assert (status, body["error"]["code"]) == (403, "origin_not_allowed")
+        for host in ("localhost:1234", "127.0.0.1", "[::1]:8484"):
+            status, _, _ = await _post(f"{d.v1}/chat/completions", chat, headers={"Host": host})
+            assert status == 404  # a loopback name passes the Host check and reaches the router
+        status, _, _ = await _post(f"{d.v1}/chat/completions", chat, headers={"Origin": "http://localhost:3000"})
+        assert status == 404
 
 
 async def test_body_over_64_mib_is_refused_without_buffering(tmp_path: Path, fake_runtime: Path) -> None:
@@ -107,6 +112,8 @@ async def test_api_keys_required(tmp_path: Path, fake_runtime: Path, model_file:
         assert caught.value.code == "invalid_api_key"
         await client.close()
 
+        status, _, body = await _post(f"{d.v1}/chat/completions", chat, headers={"x-api-key": created.key})
+        assert status == 200 and body["choices"]
         client = openai.AsyncOpenAI(base_url=d.v1, api_key=created.key, max_retries=0)
         answer = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         assert answer.choices[0].message.content
@@ -138,6 +145,7 @@ async def test_stream_is_relayed_chunk_by_chunk(tmp_path: Path, model_file: Path
                     busy_while_streaming = await _slots_busy(d, "m")
         assert len(pieces) >= 6
         assert busy_while_streaming == 1
+        assert stream.response.headers["X-Accel-Buffering"] == "no"
         await client.close()
 
 
