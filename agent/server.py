@@ -1,0 +1,225 @@
+"""The agent's HTTP app: ``create_app(deps)`` with one route table, the routes of ``AgentClient``.
+
+Every error is ``{"error": {"code", "message"}}``. Background work (adopting recorded runtimes,
+telemetry, the proxy's session) lives in ``cleanup_ctx``. ``start_server`` runs the app with the
+settings the proxy relies on (handler cancellation when a client disconnects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import platform
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import psutil
+from aiohttp import web
+from pydantic import ValidationError
+
+from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
+from agent.deps import AgentDeps
+from agent.manager import AlreadyRunning, UnknownInstance
+from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
+from agent.runtimes.llamacpp import NoRuntime, SpecRejected
+
+_LOGGER = logging.getLogger(__name__)
+
+DEPS = web.AppKey("deps", AgentDeps)
+PROXY_SESSION = web.AppKey("proxy_session", aiohttp.ClientSession)
+MAX_BODY = 64 * 1024 * 1024
+MAX_LONG_POLL_S = 300.0
+SSE_KEEPALIVE_S = 15.0
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request,
+                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _error(exc.status, exc.code, exc.message)
+    except UnknownInstance as exc:
+        return _error(404, "instance_not_found", f"no instance {exc.args[0]!r} on this agent")
+    except AlreadyRunning as exc:
+        return _error(409, "already_running", str(exc))
+    except SpecRejected as exc:
+        return _error(422, "spec_rejected", str(exc))
+    except NoRuntime as exc:
+        return _error(503, "no_runtime", str(exc))
+    except UpstreamUnreachable as exc:
+        return _error(502, "runtime_unreachable", str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.text or exc.reason)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        _LOGGER.exception("%s %s failed", request.method, request.path)
+        return _error(500, "internal", "the agent failed on this request; see its log")
+
+
+def _number(request: web.Request, name: str, default: float, low: float, high: float) -> float:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"query parameter {name} must be a number, not {raw!r}") from None
+    return min(max(value, low), high)
+
+
+async def status(request: web.Request) -> web.Response:
+    deps = request.app[DEPS]
+    memory = psutil.virtual_memory()
+    gpus = await asyncio.get_running_loop().run_in_executor(None, deps.gpu_probe.sample)
+    body = AgentStatus(node_id=deps.identity.node_id, hostname=socket.gethostname(), os=platform.system(),
+                       arch=platform.machine(), version=deps.version, cpu_count=psutil.cpu_count() or 1,
+                       memory_total=memory.total, memory_available=memory.available, gpus=gpus,
+                       runtimes=deps.catalog.runtimes(), features=deps.features)
+    return web.json_response(body.model_dump(mode="json"))
+
+
+async def list_instances(request: web.Request) -> web.Response:
+    manager = request.app[DEPS].manager
+    if "since" not in request.query:
+        return web.json_response(manager.page().model_dump(mode="json"))
+    since = int(_number(request, "since", 0, -1, 2**62))
+    timeout = _number(request, "timeout", 0, 0, MAX_LONG_POLL_S)
+    page = await manager.wait_page(since, timeout)
+    return web.json_response(page.model_dump(mode="json"))
+
+
+async def get_instance(request: web.Request) -> web.Response:
+    info = request.app[DEPS].manager.info(request.match_info["id"])
+    return web.json_response(info.model_dump(mode="json"))
+
+
+async def start_instance(request: web.Request) -> web.Response:
+    try:
+        spec = LaunchSpec.model_validate(await request.json())
+    except (ValidationError, ValueError) as exc:
+        raise ApiError(422, "spec_rejected", f"not a valid launch spec: {exc}") from exc
+    info = await request.app[DEPS].manager.start(spec)
+    return web.json_response(info.model_dump(mode="json"), status=202)
+
+
+async def stop_instance(request: web.Request) -> web.Response:
+    timeout = _number(request, "timeout", 10.0, 0, 600)
+    info = await request.app[DEPS].manager.stop(request.match_info["id"], timeout)
+    return web.json_response(info.model_dump(mode="json"))
+
+
+async def instance_logs(request: web.Request) -> web.StreamResponse:
+    ring = request.app[DEPS].manager.get(request.match_info["id"]).logs
+    tail = int(_number(request, "tail", 200, 0, 100_000))
+    follow = request.query.get("follow", "0") not in ("0", "", "false")
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    position = ring.total
+    await _send_lines(response, ring.tail(tail))
+    while follow:
+        try:
+            await asyncio.wait_for(ring.wait_beyond(position), SSE_KEEPALIVE_S)
+        except TimeoutError:
+            await response.write(b": keepalive\n\n")
+            continue
+        lines, position = ring.since(position), ring.total
+        await _send_lines(response, lines)
+    await response.write_eof()
+    return response
+
+
+async def _send_lines(response: web.StreamResponse, lines: list[str]) -> None:
+    if lines:
+        await response.write("".join(f"data: {json.dumps(line)}\n\n" for line in lines).encode())
+
+
+async def telemetry(request: web.Request) -> web.Response:
+    since = int(_number(request, "since", 0, 0, 2**62))
+    return web.json_response(request.app[DEPS].telemetry.page(since).model_dump(mode="json"))
+
+
+async def proxy(request: web.Request) -> web.StreamResponse:
+    sup = request.app[DEPS].manager.get(request.match_info["id"])
+    run = sup.run
+    if run is None or sup.state is not InstanceState.READY:
+        raise ApiError(503, "instance_not_ready", f"instance {sup.instance_id} is {sup.state.value}")
+    session = request.app[PROXY_SESSION]
+    return await forward(request, run, request.match_info["path"], session)
+
+
+async def _adoption(app: web.Application) -> AsyncIterator[None]:
+    deps = app[DEPS]
+    if deps.adopt_on_start:
+        adopted = await deps.manager.adopt_recorded()
+        if adopted:
+            _LOGGER.info("adopted running instances: %s", ", ".join(adopted))
+    yield
+    await deps.manager.close()
+
+
+async def _telemetry(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(app[DEPS].telemetry.run(), name="telemetry")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
+    session = new_proxy_session()
+    app[PROXY_SESSION] = session
+    yield
+    await session.close()
+
+
+def create_app(deps: AgentDeps) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
+    app[DEPS] = deps
+    p = API_PREFIX
+    app.router.add_routes([
+        web.get(f"{p}/status", status),
+        web.get(f"{p}/instances", list_instances),                  # ?since=VERSION&timeout=S
+        web.get(f"{p}/instances/{{id}}", get_instance),
+        web.post(f"{p}/instances", start_instance),                 # body: LaunchSpec
+        web.post(f"{p}/instances/{{id}}/stop", stop_instance),      # ?timeout=S
+        web.get(f"{p}/instances/{{id}}/logs", instance_logs),       # ?tail=N&follow=0|1
+        web.get(f"{p}/telemetry", telemetry),                       # ?since=SEQ
+        web.route("*", f"{p}/proxy/{{id}}/{{path:.*}}", proxy),     # any method, streamed
+    ])
+    app.cleanup_ctx.extend([_adoption, _telemetry, _proxy_session])
+    return app
+
+
+async def start_server(app: web.Application, host: str, port: int,
+                       ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
+    """Serve ``app``; the runner (``await runner.cleanup()`` to stop) and the bound port."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    # The only way to learn the port when port=0 was asked for.
+    sockets = getattr(site._server, "sockets", None) or []
+    return runner, int(sockets[0].getsockname()[1]) if sockets else port

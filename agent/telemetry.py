@@ -1,0 +1,185 @@
+"""Telemetry: a sample every few seconds into a ring with sequence numbers.
+
+Each sample holds the host's CPU and memory, the GPUs, and per instance its process memory and
+CPU, plus for ready instances what llama-server's ``/metrics`` and ``/slots`` say (token counters
+turned into per-second rates between two samples). Blocking reads (psutil, NVML) run in an
+executor; HTTP reads have short timeouts so one stuck runtime cannot stall the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import aiohttp
+import psutil
+
+from agent.api.models import GpuInfo, InstanceSample, TelemetryPage, TelemetrySample
+from agent.gpu import GpuProbe
+from agent.manager import InstanceManager
+from agent.runtimes.run import RuntimeRun
+
+_LOGGER = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 2.0
+RING_SAMPLES = 1800
+SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
+_METRICS = {  # llama.cpp name -> InstanceSample field
+    "llamacpp:prompt_tokens_total": "prompt_tokens_total",
+    "llamacpp:tokens_predicted_total": "generation_tokens_total",
+    "llamacpp:requests_processing": "requests_processing",
+    "llamacpp:requests_deferred": "requests_deferred",
+    "llamacpp:kv_cache_usage_ratio": "kv_cache_usage_ratio",
+}
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Unlabelled samples of a Prometheus text exposition: name -> value."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) < 2 or "{" in parts[0]:
+            continue
+        try:
+            values[parts[0]] = float(parts[1])
+        except ValueError:
+            continue
+    return values
+
+
+def _rate(now: float | None, before: float | None, seconds: float) -> float | None:
+    if now is None or before is None or seconds <= 0 or now < before:  # a reset restarts counting
+        return None
+    return (now - before) / seconds
+
+
+@dataclass
+class _Previous:
+    pid: int
+    ts: float
+    prompt: float | None
+    generated: float | None
+
+
+@dataclass
+class _Host:
+    cpu_percent: float
+    memory_total: int
+    memory_available: int
+
+
+class TelemetryCollector:
+    """Samples the host and its instances into a ring; ``page(since)`` reads it."""
+
+    def __init__(self, manager: InstanceManager, gpu_probe: GpuProbe,
+                 interval_s: float = DEFAULT_INTERVAL_S, capacity: int = RING_SAMPLES) -> None:
+        self.manager = manager
+        self.gpu_probe = gpu_probe
+        self.interval_s = interval_s
+        self._ring: deque[TelemetrySample] = deque(maxlen=capacity)
+        self._next_seq = 1
+        self._processes: dict[tuple[int, float], psutil.Process] = {}
+        self._previous: dict[str, _Previous] = {}
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def page(self, since: int = 0) -> TelemetryPage:
+        """Samples with ``seq >= since``; all of them when ``since`` is ahead (the agent restarted)."""
+        if since > self._next_seq:
+            since = 0
+        return TelemetryPage(next_seq=self._next_seq, samples=[s for s in self._ring if s.seq >= since])
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.collect()
+            except Exception:
+                _LOGGER.exception("telemetry sample failed")
+            await asyncio.sleep(self.interval_s)
+
+    async def collect(self) -> TelemetrySample:
+        runs = self.manager.runs()
+        loop = asyncio.get_running_loop()
+        (host, instances), gpus = await asyncio.gather(
+            loop.run_in_executor(None, self._host_sample, runs),
+            loop.run_in_executor(None, self.gpu_probe.sample))
+        ready = self.manager.ready_runs()
+        scraped = await asyncio.gather(*(self._scrape(run) for run in ready.values()))
+        ts = time.time()
+        for instance_id, figures in zip(ready, scraped, strict=True):
+            instances.setdefault(instance_id, InstanceSample())
+            self._fill(instance_id, ready[instance_id], instances[instance_id], figures, ts)
+        sample = TelemetrySample(seq=self._next_seq, ts=ts, gpus=list(gpus), instances=instances,
+                                 cpu_percent=host.cpu_percent, memory_total=host.memory_total,
+                                 memory_used=host.memory_total - host.memory_available,
+                                 memory_available=host.memory_available)
+        self._next_seq += 1
+        self._ring.append(sample)
+        return sample
+
+    def _host_sample(self, runs: dict[str, RuntimeRun]) -> tuple[_Host, dict[str, InstanceSample]]:
+        memory = psutil.virtual_memory()
+        instances: dict[str, InstanceSample] = {}
+        alive: set[tuple[int, float]] = set()
+        for instance_id, run in runs.items():
+            key = (run.pid, run.process.create_time)
+            alive.add(key)
+            try:
+                proc = self._processes.get(key) or run.process.psutil_handle()
+                if proc is None:
+                    continue
+                self._processes[key] = proc
+                instances[instance_id] = InstanceSample(rss_bytes=proc.memory_info().rss,
+                                                        cpu_percent=proc.cpu_percent(None))
+            except psutil.Error:
+                continue
+        for key in set(self._processes) - alive:
+            del self._processes[key]
+        return _Host(psutil.cpu_percent(None), memory.total, memory.available), instances
+
+    async def _scrape(self, run: RuntimeRun) -> dict[str, float | int | None]:
+        session = self.manager.session()
+        figures: dict[str, float | int | None] = {}
+        try:
+            async with session.get(f"{run.endpoint}/metrics", headers=run.auth_headers(),
+                                   timeout=SCRAPE_TIMEOUT) as resp:
+                if resp.status == 200:
+                    metrics = parse_prometheus(await resp.text())
+                    figures.update({field: metrics.get(name) for name, field in _METRICS.items()})
+            async with session.get(f"{run.endpoint}/slots", headers=run.auth_headers(),
+                                   timeout=SCRAPE_TIMEOUT) as resp:
+                if resp.status == 200:
+                    slots = await resp.json()
+                    if isinstance(slots, list):
+                        figures["slots_total"] = len(slots)
+                        figures["slots_busy"] = sum(1 for s in slots if isinstance(s, dict)
+                                                    and s.get("is_processing"))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            _LOGGER.debug("cannot scrape %s: %s", run.endpoint, exc)
+        return figures
+
+    def _fill(self, instance_id: str, run: RuntimeRun, sample: InstanceSample,
+              figures: dict[str, float | int | None], ts: float) -> None:
+        for field, value in figures.items():
+            setattr(sample, field, value)
+        before = self._previous.get(instance_id)
+        if before is not None and before.pid == run.pid:
+            seconds = ts - before.ts
+            sample.prompt_tokens_per_s = _rate(sample.prompt_tokens_total, before.prompt, seconds)
+            sample.generation_tokens_per_s = _rate(sample.generation_tokens_total, before.generated, seconds)
+        self._previous[instance_id] = _Previous(run.pid, ts, sample.prompt_tokens_total,
+                                                sample.generation_tokens_total)
+
+
+def gpu_summary(gpus: list[GpuInfo]) -> str:
+    """'2 GPUs, 48.0 GiB' for log lines."""
+    total = sum(g.memory_total for g in gpus) / 2**30
+    return f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}, {total:.1f} GiB"

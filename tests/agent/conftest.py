@@ -1,0 +1,70 @@
+"""Fixtures of the agent tests: a model file, a port range, managers that clean up their runtimes."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from agent.manager import InstanceManager
+from agent.paths import AgentPaths
+from agent.records import ProcessRecords
+from agent.runtimes.catalog import RuntimeCatalog
+from agent.runtimes.llamacpp import LlamaCppDriver, port_is_free
+from agent.runtimes.run import RuntimeRun
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "models" / "tiny.gguf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"GGUF\x03\x00\x00\x00 not a real model")
+    return path
+
+
+# Each test gets the next block, from a random start, so tests of one run never share ports.
+_ALL_BASES = list(range(20000, 32000, 50))
+_START = random.randrange(len(_ALL_BASES))
+_BASES = itertools.cycle(_ALL_BASES[_START:] + _ALL_BASES[:_START])
+
+
+@pytest.fixture
+def port_base() -> int:
+    """A first runtime port away from the default 18080 (and below the ephemeral range), with the
+    next 20 ports free, so tests neither meet a real agent nor each other."""
+    for _ in range(240):
+        base = next(_BASES)
+        if all(port_is_free(port) for port in range(base, base + 20)):
+            return base
+    raise RuntimeError("no free block of 20 ports in 20000-32000")
+
+
+@pytest.fixture
+async def make_manager(tmp_path: Path, port_base: int) -> AsyncIterator[Callable[..., InstanceManager]]:
+    """``make_manager(exe)``: an InstanceManager on ``tmp_path/agent``; its runtimes die at teardown."""
+    made: list[InstanceManager] = []
+    runs: list[RuntimeRun] = []
+
+    def make(exe: Path | None, home: Path | None = None, environ: dict[str, str] | None = None,
+             ) -> InstanceManager:
+        paths = AgentPaths(home or tmp_path / "agent").ensure()
+        catalog = RuntimeCatalog(exe, environ=environ if environ is not None else {"PATH": ""},
+                                 distribution="no-such-distribution")
+        manager = InstanceManager(LlamaCppDriver(paths, catalog), ProcessRecords(paths.records_file), port_base)
+        made.append(manager)
+        return manager
+
+    yield make
+    for manager in made:
+        runs.extend(manager.runs().values())
+        await manager.close()
+    for run in runs:
+        run.process.signal_group(signal.SIGKILL)
+        await run.process.wait()

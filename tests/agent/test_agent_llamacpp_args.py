@@ -1,0 +1,69 @@
+"""The llama-server command line is a pure function of the settings: asserted exactly."""
+
+from __future__ import annotations
+
+from agent.api.llamacpp import (
+    LlamaCppSettings,
+    build_args,
+    config_hash,
+    lift_extra_args,
+    parse_args,
+)
+
+FULL = LlamaCppSettings(ctx_size=8192, parallel=2, n_gpu_layers=-1, threads=4, threads_batch=8,
+                        batch_size=1024, ubatch_size=256, flash_attn="on", cache_type_k="q8_0",
+                        cache_type_v="q8_0", mlock=True, no_mmap=True, embeddings=True, pooling="mean",
+                        seed=42, jinja=False)
+
+
+def test_defaults_pass_only_what_the_agent_owns() -> None:
+    assert build_args(LlamaCppSettings(), "/m/g.gguf", "gemma", 18080) == [
+        "--model", "/m/g.gguf", "--alias", "gemma", "--host", "127.0.0.1", "--port", "18080",
+        "--jinja", "--metrics", "--slots", "--no-webui"]
+
+
+def test_every_setting_in_canonical_order() -> None:
+    assert build_args(FULL, "/m/g.gguf", "gemma", 18081) == [
+        "--model", "/m/g.gguf", "--alias", "gemma", "--host", "127.0.0.1", "--port", "18081",
+        "--ctx-size", "8192", "--parallel", "2", "--n-gpu-layers", "-1", "--threads", "4",
+        "--threads-batch", "8", "--batch-size", "1024", "--ubatch-size", "256", "--flash-attn", "on",
+        "--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "--mlock", "--no-mmap", "--embeddings",
+        "--pooling", "mean", "--seed", "42", "--no-jinja", "--metrics", "--slots", "--no-webui"]
+
+
+def test_extra_args_are_lifted_last_one_wins_and_owned_flags_dropped() -> None:
+    settings = LlamaCppSettings(ctx_size=512)
+    extra = ["-c", "1024", "--ctx-size=2048", "--port", "9999", "--temp", "0.7", "-ngl", "5",
+             "--no-mmap", "--alias", "other", "--metrics"]
+    lifted, rest = lift_extra_args(settings, extra)
+    assert (lifted.ctx_size, lifted.n_gpu_layers, lifted.no_mmap) == (2048, 5, True)
+    assert rest == ["--temp", "0.7"]
+    assert build_args(settings, "/m.gguf", "m", 18080, extra) == [
+        "--model", "/m.gguf", "--alias", "m", "--host", "127.0.0.1", "--port", "18080",
+        "--ctx-size", "2048", "--n-gpu-layers", "5", "--no-mmap", "--jinja",
+        "--metrics", "--slots", "--no-webui", "--temp", "0.7"]
+
+
+def test_parse_args_reads_a_running_argv_back() -> None:
+    argv = ["/opt/llama-server"] + build_args(FULL, "/m/g.gguf", "gemma", 18090, ["--temp", "0.2"])
+    parsed = parse_args(argv)
+    assert parsed.settings == FULL
+    assert (parsed.model_path, parsed.served_name, parsed.host, parsed.port) == (
+        "/m/g.gguf", "gemma", "127.0.0.1", 18090)
+    assert parsed.extra_args == ["--temp", "0.2"]
+
+
+def test_parse_args_accepts_short_spellings() -> None:
+    parsed = parse_args(["-m", "/x.gguf", "-a", "x", "-c", "4096", "-np", "3", "-fa", "off", "--embedding"])
+    assert (parsed.settings.ctx_size, parsed.settings.parallel, parsed.settings.flash_attn) == (4096, 3, "off")
+    assert parsed.settings.embeddings is True
+
+
+def test_config_hash_ignores_the_port_and_tells_changes() -> None:
+    base = config_hash(LlamaCppSettings(ctx_size=2048), "/m.gguf", "m")
+    assert base == config_hash(LlamaCppSettings(ctx_size=2048), "/m.gguf", "m")
+    # The same setting spelled as an extra argument runs the same way.
+    assert base == config_hash(LlamaCppSettings(), "/m.gguf", "m", ["-c", "2048"])
+    assert base != config_hash(LlamaCppSettings(ctx_size=4096), "/m.gguf", "m")
+    assert base != config_hash(LlamaCppSettings(ctx_size=2048), "/m.gguf", "other")
+    assert base != config_hash(LlamaCppSettings(ctx_size=2048), "/m.gguf", "m", ["--temp", "0.1"])

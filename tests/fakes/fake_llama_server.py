@@ -1,0 +1,309 @@
+"""A fake ``llama-server``: launched with the same flags, speaking the same HTTP protocol.
+
+It accepts (and ignores) every flag ``build_args`` produces and honours ``--host``, ``--port``,
+``--alias``, ``--parallel``, ``--ctx-size`` and ``--embeddings``. With ``LLAMA_API_KEY`` in its
+environment it requires ``Authorization: Bearer <key>`` on all but the public endpoints, as
+llama-server does. Fault switches (environment):
+
+    FAKE_LOAD_SECONDS     answer /health 503 "Loading model" this long, printing progress lines
+    FAKE_LOAD_QUIET       print nothing while loading
+    FAKE_EXIT_CODE        print an error line and exit with this code at start
+    FAKE_CRASH_AFTER_S    exit with FAKE_CRASH_EXIT_CODE (default 1) this long after being ready
+    FAKE_STALL            answer /health, never answer a completion
+    FAKE_IGNORE_SIGTERM   ignore SIGTERM (only SIGKILL ends it)
+    FAKE_TOKEN_DELAY_S    pause between generated tokens
+    FAKE_TOKENS           tokens generated per answer (default 8; max_tokens caps it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+_LOGGER = logging.getLogger(__name__)
+
+PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models"}
+WORDS = ["Hello", " from", " the", " fake", " llama", " server", ".", " It", " streams", " tokens"]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def env_float(name: str, default: float = 0.0) -> float:
+    raw = os.environ.get(name, "")
+    return float(raw) if raw else default
+
+
+def error_body(code: int, message: str, kind: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message, "type": kind}}, status=code)
+
+
+class FakeServer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.alias = args.alias or os.path.basename(args.model or "model.gguf")
+        self.api_key = os.environ.get("LLAMA_API_KEY") or None
+        self.loading = True
+        self.stall = bool(os.environ.get("FAKE_STALL"))
+        self.token_delay = env_float("FAKE_TOKEN_DELAY_S")
+        self.tokens = int(env_float("FAKE_TOKENS", 8))
+        self.busy = [False] * args.parallel
+        self.free_slot = asyncio.Condition()
+        self.deferred = 0
+        self.counters = {"prompt_tokens": 0, "tokens_predicted": 0, "requests": 0}
+
+    # --- slots -------------------------------------------------------------------------------
+    async def acquire(self) -> int:
+        async with self.free_slot:
+            self.deferred += 1
+            try:
+                await self.free_slot.wait_for(lambda: not all(self.busy))
+            finally:
+                self.deferred -= 1
+            slot = self.busy.index(False)
+            self.busy[slot] = True
+            return slot
+
+    async def release(self, slot: int) -> None:
+        async with self.free_slot:
+            self.busy[slot] = False
+            self.free_slot.notify_all()
+
+    # --- middleware ----------------------------------------------------------------------------
+    @web.middleware
+    async def gate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        authorized = request.headers.get("Authorization", "") == f"Bearer {self.api_key}"
+        if self.api_key and request.path not in PUBLIC_PATHS and not authorized:
+            return error_body(401, "Invalid API Key", "authentication_error")
+        if self.loading and request.path not in ("/health", "/v1/health"):
+            return error_body(503, "Loading model", "unavailable_error")
+        return await handler(request)
+
+    # --- handlers ------------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        if self.loading:
+            return error_body(503, "Loading model", "unavailable_error")
+        return web.json_response({"status": "ok"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.alias, "object": "model", "created": int(time.time()), "owned_by": "llamacpp"}]})
+
+    async def slots(self, request: web.Request) -> web.Response:
+        return web.json_response([{"id": i, "n_ctx": self.args.ctx_size, "is_processing": busy}
+                                  for i, busy in enumerate(self.busy)])
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        processing = sum(self.busy)
+        lines = [
+            "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.",
+            "# TYPE llamacpp:prompt_tokens_total counter",
+            f"llamacpp:prompt_tokens_total {self.counters['prompt_tokens']}",
+            "# TYPE llamacpp:tokens_predicted_total counter",
+            f"llamacpp:tokens_predicted_total {self.counters['tokens_predicted']}",
+            "# TYPE llamacpp:requests_processing gauge",
+            f"llamacpp:requests_processing {processing}",
+            "# TYPE llamacpp:requests_deferred gauge",
+            f"llamacpp:requests_deferred {self.deferred}",
+            "# TYPE llamacpp:kv_cache_usage_ratio gauge",
+            f"llamacpp:kv_cache_usage_ratio {processing / max(1, len(self.busy)):.3f}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        if not self.args.embeddings:
+            return error_body(501, "This server does not support embeddings. Start it with `--embeddings`",
+                              "not_supported_error")
+        body = await request.json()
+        inputs = body.get("input", "")
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs)
+        data = []
+        for i, text in enumerate(inputs):
+            digest = hashlib.sha256(str(text).encode()).digest()
+            data.append({"object": "embedding", "index": i, "embedding": [b / 255.0 for b in digest[:8]]})
+        tokens = sum(len(str(t).split()) for t in inputs)
+        self.counters["prompt_tokens"] += tokens
+        return web.json_response({"object": "list", "model": self.alias, "data": data,
+                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.generate(request, chat=False)
+
+    async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_body(400, "invalid JSON body", "invalid_request_error")
+        if chat:
+            prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        else:
+            prompt = str(body.get("prompt", ""))
+        prompt_tokens = max(1, len(prompt.split()))
+        limit = body.get("max_tokens") or body.get("n_predict") or self.tokens
+        count = max(0, min(self.tokens, int(limit)))
+        slot = await self.acquire()
+        try:
+            self.counters["prompt_tokens"] += prompt_tokens
+            self.counters["requests"] += 1
+            if self.stall:
+                await asyncio.Future()  # never answers; a disconnect cancels this handler
+            if body.get("stream"):
+                return await self.stream(request, chat, prompt_tokens, count)
+            pieces = []
+            for i in range(count):
+                await self.tick()
+                pieces.append(WORDS[i % len(WORDS)])
+            return web.json_response(self.whole(chat, "".join(pieces), prompt_tokens, count))
+        finally:
+            await self.release(slot)
+
+    async def tick(self) -> None:
+        if self.token_delay:
+            await asyncio.sleep(self.token_delay)
+        self.counters["tokens_predicted"] += 1
+
+    def whole(self, chat: bool, text: str, prompt_tokens: int, count: int) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if count >= self.tokens else "stop"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()), "model": self.alias, "choices": [choice],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": count,
+                          "total_tokens": prompt_tokens + count}}
+
+    async def stream(self, request: web.Request, chat: bool, prompt_tokens: int, count: int) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        ident = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(piece: str | None, finish: str | None, **extra: Any) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["delta"] = {} if piece is None else {"content": piece}
+            else:
+                choice["text"] = piece or ""
+            event = {"id": ident, "object": kind, "created": int(time.time()), "model": self.alias,
+                     "choices": [choice], **extra}
+            return f"data: {json.dumps(event)}\n\n".encode()
+
+        if chat:
+            await response.write(f"data: {json.dumps({'id': ident, 'object': kind, 'model': self.alias, 'choices': [{'index': 0, 'finish_reason': None, 'delta': {'role': 'assistant', 'content': None}}]})}\n\n".encode())
+        for i in range(count):
+            await self.tick()
+            await response.write(chunk(WORDS[i % len(WORDS)], None))
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count, "total_tokens": prompt_tokens + count}
+        await response.write(chunk(None, "length" if count >= self.tokens else "stop", usage=usage))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.gate])
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/health", self.health)
+        app.router.add_get("/models", self.models)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/slots", self.slots)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/completions", self.completions)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_post("/embeddings", self.embeddings)
+        return app
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    parser.add_argument("-m", "--model", default=None)
+    parser.add_argument("-a", "--alias", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("-np", "--parallel", type=int, default=4)
+    parser.add_argument("-c", "--ctx-size", type=int, default=4096)
+    parser.add_argument("--embeddings", "--embedding", action="store_true")
+    args, _ignored = parser.parse_known_args(argv)
+    return args
+
+
+async def serve(args: argparse.Namespace) -> int:
+    fake = FakeServer(args)
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    if os.environ.get("FAKE_IGNORE_SIGTERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log("fake: ignoring SIGTERM as asked")
+    else:
+        loop.add_signal_handler(signal.SIGTERM, done.set)
+    loop.add_signal_handler(signal.SIGINT, done.set)
+    runner = web.AppRunner(fake.app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, args.host, args.port).start()
+    except OSError as exc:
+        log(f"error: couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port}: {exc}")
+        return 1
+    log(f"main: HTTP server is listening, hostname: {args.host}, port: {args.port}")
+    log(f"llama_model_loader: loading model from {args.model}")
+    load_for = env_float("FAKE_LOAD_SECONDS")
+    started = time.monotonic()
+    while time.monotonic() - started < load_for and not done.is_set():
+        if not os.environ.get("FAKE_LOAD_QUIET"):
+            log(f"llama_model_load: loading tensors ... {time.monotonic() - started:.1f} s")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), min(0.2, load_for))
+    if done.is_set():
+        log("main: interrupted while loading")
+        await runner.cleanup()
+        return 0
+    log("main: model loaded")
+    log(f"main: server is listening on http://{args.host}:{args.port} - starting the main loop")
+    log("srv  update_slots: all slots are idle")
+    fake.loading = False
+    crash_after = env_float("FAKE_CRASH_AFTER_S", -1.0)
+    if crash_after >= 0:
+        loop.call_later(crash_after, crash)
+    await done.wait()
+    log("srv  operator(): received SIGTERM, shutting down")
+    await runner.cleanup()
+    return 0
+
+
+def crash() -> None:
+    log("GGML_ASSERT: fake crash as asked (FAKE_CRASH_AFTER_S)")
+    os._exit(int(env_float("FAKE_CRASH_EXIT_CODE", 1)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(list(sys.argv[1:] if argv is None else argv))
+    log(f"build: fake llama-server (pid {os.getpid()})")
+    exit_code = os.environ.get("FAKE_EXIT_CODE")
+    if exit_code:
+        log(f"llama_model_load: error loading model: fake failure for {args.model}")
+        log("main: exiting due to model loading error")
+        return int(exit_code)
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
