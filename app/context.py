@@ -1,0 +1,83 @@
+"""``AppContext``: the view-models of one app session, built around one daemon client.
+
+Pages and the tray receive the context and pick what they render. ``act`` runs a user's action
+on the loop and turns a daemon error into a message for the status bar instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.viewmodels.access import AccessViewModel
+from app.viewmodels.app_settings import AppSettingsViewModel
+from app.viewmodels.charts import ChartsViewModel
+from app.viewmodels.fleet import FleetViewModel
+from app.viewmodels.logs import LogsViewModel
+from app.viewmodels.models_page import ModelsPageViewModel
+from app.viewmodels.observable import Emitter
+from app.viewmodels.playground import PlaygroundViewModel
+from daemon.api.client import DaemonError
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Message:
+    text: str
+    error: bool = False
+
+
+@dataclass
+class AppContext:
+    client: Any
+    home: Path
+    fleet: FleetViewModel
+    models: ModelsPageViewModel
+    logs: LogsViewModel
+    charts: ChartsViewModel
+    playground: PlaygroundViewModel
+    access: AccessViewModel
+    settings: AppSettingsViewModel
+    messages: Emitter[Message]
+
+    @classmethod
+    def create(cls, client: Any, home: Path, *, prefs_path: Path | None = None,
+               platform: str | None = None, host_refresh_s: float = 5.0) -> AppContext:
+        fleet = FleetViewModel(client, host_refresh_s=host_refresh_s)
+        return cls(client=client, home=home, fleet=fleet, models=ModelsPageViewModel(fleet),
+                   logs=LogsViewModel(client), charts=ChartsViewModel(client),
+                   playground=PlaygroundViewModel(fleet), access=AccessViewModel(fleet),
+                   settings=AppSettingsViewModel(home, prefs_path, platform), messages=Emitter())
+
+    def act(self, action: Awaitable[Any], done: str | None = None) -> asyncio.Future[Any]:
+        """Run a user's action; report its failure (or ``done``) as a message."""
+
+        async def run() -> Any:
+            try:
+                result = await action
+            except DaemonError as exc:
+                self.messages.emit(Message(exc.message, error=True))
+                return None
+            except ValueError as exc:
+                self.messages.emit(Message(str(exc), error=True))
+                return None
+            if done:
+                self.messages.emit(Message(done))
+            return result
+
+        return asyncio.ensure_future(run())
+
+    def start(self) -> None:
+        self.fleet.start()
+
+    async def close(self) -> None:
+        self.logs.stop()
+        self.charts.hide()
+        await self.playground.close()
+        await self.fleet.stop()
+        await self.client.close()

@@ -1,0 +1,272 @@
+"""``DemoDaemon``: an in-memory daemon with a believable fleet, for screenshots and ``--demo``.
+
+It answers the same calls as ``DaemonClient`` from seeded data (five models in every state, a host
+with a GPU, keys, history with live-looking curves, runtime logs), so the whole app can be shown
+and documented on a machine with no models. Started models become ready after a short delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agent.api.llamacpp import LlamaCppSettings
+from agent.api.models import GpuInfo
+from daemon.api.client import DaemonError
+from daemon.api.models import (
+    ApiKeyCreated,
+    ApiKeyInfo,
+    DaemonInfo,
+    DaemonSettings,
+    Event,
+    EventsPage,
+    HistoryPoint,
+    HistorySeries,
+    HostSnapshot,
+    ModelDefinition,
+    ModelSource,
+    ModelState,
+    ModelStatus,
+    ModelView,
+    RequestRecord,
+    RouterStats,
+    StatusResponse,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+GIB = 2**30
+_STEP_S = {"5m": 1.0, "1h": 10.0, "24h": 240.0, "7d": 1680.0}
+
+
+def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
+    def d(mid: str, name: str, path: str, tags: list[str], **settings: Any) -> ModelDefinition:
+        return ModelDefinition(id=mid, served_name=name, model_path=path, tags=tags,
+                               settings=LlamaCppSettings(**settings), auto_start=mid == "gemma3-270m",
+                               sources=ModelSource(hf_repo=f"example/{name}-GGUF"))
+    return [
+        (d("gemma3-270m", "gemma3-270m", "~/.mirbadllm/models/gemma-3-270m-it-Q4_K_M.gguf", ["chat", "small"],
+           ctx_size=8192, parallel=2), ModelState.READY, None),
+        (d("qwen25-coder-7b", "qwen2.5-coder-7b", "~/models/qwen2.5-coder-7b-instruct-q4_k_m.gguf", ["code", "chat"],
+           ctx_size=32768, n_gpu_layers=-1, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0"),
+         ModelState.READY, None),
+        (d("nomic-embed", "nomic-embed-text", "~/models/nomic-embed-text-v1.5.f16.gguf", ["embeddings"],
+           embeddings=True, pooling="mean"), ModelState.STARTING, None),
+        (d("llama31-8b", "llama3.1-8b", "~/models/Meta-Llama-3.1-8B-Instruct-Q6_K.gguf", ["chat"],
+           ctx_size=131072, n_gpu_layers=-1), ModelState.FAILED,
+         "llama-server exited 1: cudaMalloc failed: out of memory (needed 16.0 GiB for the KV cache)"),
+        (d("mistral-small", "mistral-small-24b", "~/models/Mistral-Small-24B-Instruct-Q4_K_M.gguf", ["chat", "large"],
+           ctx_size=16384), ModelState.STOPPED, None),
+    ]
+
+
+class DemoDaemon:
+    """Same surface as ``DaemonClient``; nothing leaves the process."""
+
+    def __init__(self) -> None:
+        self.base_url = "http://127.0.0.1:8484"
+        self.boot_id = uuid.uuid4().hex
+        self.settings = DaemonSettings(require_api_keys=False)
+        self.definitions: dict[str, ModelDefinition] = {}
+        self.statuses: dict[str, ModelStatus] = {}
+        now = time.time()
+        for n, (definition, state, error) in enumerate(_seed()):
+            running = state in (ModelState.READY, ModelState.STARTING)
+            self.definitions[definition.id] = definition
+            self.statuses[definition.id] = ModelStatus(
+                id=definition.id, served_name=definition.served_name, state=state,
+                endpoint=f"http://127.0.0.1:{18080 + n}" if running else None, pid=31200 + n if running else None,
+                started_at=now - 3600 * (n + 1) if running else None, error=error,
+                last_log_lines=["ggml_cuda_init: found 1 CUDA devices", "llama_kv_cache: cudaMalloc failed"] if error else [],
+                restart_pending=definition.id == "qwen25-coder-7b", crash_count=3 if error else 0,
+                restarts_paused=bool(error), config_hash="5f3a9c0e1b2d4e6f", running_config_hash="5f3a9c0e1b2d4e6f")
+        self.keys = {"k1": ApiKeyInfo(id="k1", name="laptop", prefix="sk-mb-3f9a", created_at=now - 86400 * 12,
+                                      last_used_at=now - 300),
+                     "k2": ApiKeyInfo(id="k2", name="open-webui", prefix="sk-mb-77c1", created_at=now - 86400 * 3)}
+        self._last_id = 40
+        self._events: list[Event] = []
+        self._changed = asyncio.Event()
+
+    def _publish(self, type_: str, model: str | None = None) -> None:
+        self._last_id += 1
+        self._events.append(Event(id=self._last_id, ts=time.time(), type=type_, model=model))
+        self._changed.set()
+
+    def _view(self, model_id: str) -> ModelView:
+        if model_id not in self.definitions:
+            raise DaemonError(404, "model_not_found", f"no model '{model_id}'")
+        return ModelView(definition=self.definitions[model_id], status=self.statuses[model_id])
+
+    def _set(self, model_id: str, state: ModelState, **kw: Any) -> ModelStatus:
+        self.statuses[model_id] = self.statuses[model_id].model_copy(update={"state": state, **kw})
+        self._publish("model.state", model_id)
+        return self.statuses[model_id]
+
+    async def close(self) -> None:
+        pass
+
+    async def healthz(self) -> bool:
+        return True
+
+    async def status(self) -> StatusResponse:
+        t = time.time()
+        info = DaemonInfo(version="0.1.0", host="127.0.0.1", port=8484, api_url="http://127.0.0.1:8484/v1",
+                          keys_required=self.settings.require_api_keys or self.settings.lan_access,
+                          started_at=t - 7200, home="~/.local/share/mirbadllm")
+        host = HostSnapshot(node="local", cpu_percent=31 + 6 * math.sin(t / 7), memory_total=64 * GIB,
+                            memory_used=int(27.4 * GIB),
+                            gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", memory_total=24 * GIB,
+                                          memory_used=int(15.2 * GIB), utilization_percent=58 + 20 * math.sin(t / 5),
+                                          temperature_c=64)])
+        router = {"gemma3-270m": RouterStats(total=1843, failed=2, in_flight=1),
+                  "qwen2.5-coder-7b": RouterStats(total=12055, failed=9, in_flight=3)}
+        return StatusResponse(daemon=info, models=list(self.statuses.values()), router=router, hosts=[host],
+                              last_event_id=self._last_id)
+
+    async def events(self, since: int, timeout: float = 30.0) -> EventsPage:
+        if since > self._last_id:
+            return EventsPage(boot_id=self.boot_id, last_id=self._last_id, events=[], reset=True)
+        if since == self._last_id:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                pass
+        return EventsPage(boot_id=self.boot_id, last_id=self._last_id,
+                          events=[e for e in self._events if e.id > since])
+
+    async def list_models(self) -> list[ModelView]:
+        return [self._view(i) for i in self.definitions]
+
+    async def get_model(self, model_id: str) -> ModelView:
+        return self._view(model_id)
+
+    async def create_model(self, definition: ModelDefinition) -> ModelView:
+        if definition.id in self.definitions:
+            raise DaemonError(409, "model_exists", f"a model '{definition.id}' already exists")
+        self.definitions[definition.id] = definition
+        self.statuses[definition.id] = ModelStatus(id=definition.id, served_name=definition.served_name,
+                                                   state=ModelState.STOPPED)
+        self._publish("model.added", definition.id)
+        return self._view(definition.id)
+
+    async def update_model(self, definition: ModelDefinition) -> ModelView:
+        self._view(definition.id)
+        self.definitions[definition.id] = definition
+        if self.statuses[definition.id].state == ModelState.READY:
+            self.statuses[definition.id] = self.statuses[definition.id].model_copy(update={"restart_pending": True})
+        self._publish("model.updated", definition.id)
+        return self._view(definition.id)
+
+    async def delete_model(self, model_id: str) -> None:
+        self._view(model_id)
+        del self.definitions[model_id], self.statuses[model_id]
+        self._publish("model.removed", model_id)
+
+    async def start_model(self, model_id: str, wait: bool = False) -> ModelStatus:
+        self._view(model_id)
+        asyncio.get_running_loop().call_later(2.0, lambda: self._set(model_id, ModelState.READY))
+        return self._set(model_id, ModelState.STARTING, pid=31299, started_at=time.time(), error=None,
+                         endpoint="http://127.0.0.1:18099", restarts_paused=False)
+
+    async def stop_model(self, model_id: str) -> ModelStatus:
+        self._view(model_id)
+        return self._set(model_id, ModelState.STOPPED, pid=None, started_at=None, endpoint=None,
+                         restart_pending=False)
+
+    async def restart_model(self, model_id: str) -> ModelStatus:
+        return await self.start_model(model_id)
+
+    async def logs(self, model_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
+        name = self._view(model_id).definition.served_name
+        for line in _demo_log(name)[-tail:] if tail else []:
+            yield line
+        n = 0
+        while follow:
+            await asyncio.sleep(1.5)
+            n += 1
+            yield (f"slot launch_slot_: id  {n % 2} | task {900 + n} | processing task")
+            yield (f"slot      release: id  {n % 2} | task {900 + n} | stop processing: n_past = {180 + n * 7}, "
+                   f"truncated = 0")
+
+    async def model_history(self, model_id: str, range_: str = "5m") -> HistorySeries:
+        self._view(model_id)
+        step = _STEP_S[range_]
+        end = time.time()
+        ready = self.statuses[model_id].state == ModelState.READY
+        points = [HistoryPoint(ts=end - (299 - i) * step, values=_demo_values(i, end - (299 - i) * step, ready))
+                  for i in range(300)]
+        return HistorySeries(subject=model_id, range=range_, step_s=step, points=points)  # type: ignore[arg-type]
+
+    async def node_history(self, node_id: str = "local", range_: str = "5m") -> HistorySeries:
+        return HistorySeries(subject=node_id, range=range_, step_s=_STEP_S[range_], points=[])  # type: ignore[arg-type]
+
+    async def list_keys(self) -> list[ApiKeyInfo]:
+        return list(self.keys.values())
+
+    async def create_key(self, name: str) -> ApiKeyCreated:
+        secret = "sk-mb-" + uuid.uuid4().hex + uuid.uuid4().hex[:8]
+        info = ApiKeyInfo(id=f"k{len(self.keys) + 1}", name=name, prefix=secret[:10], created_at=time.time())
+        self.keys[info.id] = info
+        self._publish("keys.changed")
+        return ApiKeyCreated(info=info, key=secret)
+
+    async def revoke_key(self, key_id: str) -> None:
+        self.keys.pop(key_id, None)
+        self._publish("keys.changed")
+
+    async def get_settings(self) -> DaemonSettings:
+        return self.settings
+
+    async def put_settings(self, settings: DaemonSettings) -> DaemonSettings:
+        self.settings = settings
+        self._publish("settings.changed")
+        return settings
+
+    async def requests(self, limit: int = 100) -> list[RequestRecord]:
+        return []
+
+
+def _demo_values(i: int, ts: float, ready: bool) -> dict[str, float | None]:
+    if not ready:
+        return {k: None for k in ("gen_tps", "prompt_tps", "requests_running", "requests_waiting",
+                                  "kv_cache_ratio", "rss_bytes", "cpu_percent", "gpu_mem_bytes", "gpu_util_percent")}
+    burst = max(0.0, math.sin(i / 9.0)) * (0.6 + 0.4 * math.sin(i / 23.0))
+    return {
+        "gen_tps": round(burst * 92 + (3 if burst else 0), 2),
+        "prompt_tps": round(max(0.0, math.sin(i / 9.0 + 0.4)) * 1450, 1),
+        "requests_running": float(round(burst * 3)),
+        "requests_waiting": float(max(0, round(burst * 5) - 3)),
+        "kv_cache_ratio": 0.12 + 0.5 * burst,
+        "rss_bytes": 1.9 * GIB + 0.05 * GIB * math.sin(i / 40),
+        "cpu_percent": 8 + 70 * burst,
+        "gpu_mem_bytes": 5.4 * GIB + 0.8 * GIB * burst,
+        "gpu_util_percent": 4 + 90 * burst,
+    }
+
+
+def _demo_log(name: str) -> list[str]:
+    return [
+        "build: 6543 (a1b2c3d4) with cc (Debian 12.2.0) for x86_64-linux-gnu",
+        "system info: n_threads = 16, n_threads_batch = 16, total_threads = 32",
+        "ggml_cuda_init: found 1 CUDA devices: Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9",
+        f"main: loading model '{name}'",
+        "llama_model_loader: loaded meta data with 41 key-value pairs and 339 tensors",
+        "load_tensors: offloaded 29/29 layers to GPU",
+        "llama_context: n_ctx = 32768, n_batch = 2048, n_ubatch = 512, flash_attn = 1",
+        "llama_kv_cache: CUDA0 KV buffer size = 1792.00 MiB",
+        "main: model loaded",
+        "main: server is listening on http://127.0.0.1:18081 - starting the main loop",
+        "srv  update_slots: all slots are idle",
+        "slot launch_slot_: id  0 | task 812 | processing task",
+        "slot update_slots: id  0 | task 812 | prompt done, n_past = 412, n_tokens = 412",
+        "slot      release: id  0 | task 812 | stop processing: n_past = 655, truncated = 0",
+        "slot print_timing: id  0 | task 812 | prompt eval time = 118.40 ms / 412 tokens (3479.7 tokens per second)",
+        "slot print_timing: id  0 | task 812 |        eval time = 2644.19 ms / 243 tokens (91.9 tokens per second)",
+        "srv  update_slots: all slots are idle",
+    ]

@@ -1,0 +1,150 @@
+"""``mirbadllm`` with no sub-command: the desktop app and its tray.
+
+One instance per user and data directory; it finds the daemon (starting it when needed), then
+runs every view-model and widget on one asyncio loop inside Qt's (``qasync.run``). Quitting the
+app leaves the daemon and its models running; "Stop all models and quit" stops them first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mirbadllm", description="The MirbadLLM desktop app and tray.")
+    parser.add_argument("--home", type=Path, help="the daemon's data directory (default: MIRBADLLM_HOME or the "
+                                                  "platform's user data directory)")
+    parser.add_argument("--no-daemon-start", action="store_true",
+                        help="connect to a running daemon only; never start one")
+    parser.add_argument("--minimized", action="store_true", help="start in the tray without opening the window")
+    parser.add_argument("--demo", action="store_true", help="show the app with an in-memory demo fleet")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import qasync
+    from PySide6.QtWidgets import QApplication
+
+    from app.preferences import load_preferences
+    from app.single_instance import SingleInstance
+    from app.ui import theme
+    from app.ui.icons import app_icon
+    from daemon.api.locations import default_home
+
+    home = (args.home or default_home()).expanduser()
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
+    app.setApplicationName("MirbadLLM")
+    app.setOrganizationName("MirbadLLM")
+    app.setDesktopFileName("mirbadllm")
+    app.setQuitOnLastWindowClosed(False)  # the tray lives on when the window closes
+    guard = SingleInstance(home)
+    if guard.ask_existing_to_raise():
+        print("MirbadLLM is already running: its window was brought forward.")
+        return 0
+    guard.listen()
+    theme.apply(app, load_preferences().theme)  # type: ignore[arg-type]
+    theme.follow_system(app)
+    app.setWindowIcon(app_icon())
+    try:
+        return int(qasync.run(run_app(app, args, home, guard)))
+    finally:
+        guard.close()
+
+
+def _quit_on_signals(quit_app) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl+C / SIGTERM quit cleanly. Python runs signal handlers only between bytecodes, so a
+    timer wakes the interpreter while Qt waits in C++."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_args: quit_app())
+    timer = QTimer(QApplication.instance())
+    timer.timeout.connect(lambda: None)
+    timer.start(300)
+
+
+async def _finished(dialog) -> int:  # type: ignore[no-untyped-def]
+    """Show a dialog and wait for it without a nested event loop."""
+    done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    dialog.finished.connect(lambda result: done.done() or done.set_result(result))
+    dialog.open()
+    return await done
+
+
+async def connect(home: Path, args: argparse.Namespace, url_override: str):  # type: ignore[no-untyped-def]
+    """A ``DaemonClient`` for a healthy daemon, or None when the user gave up."""
+    from PySide6.QtWidgets import QDialog
+
+    from app.bootstrap import BootstrapError, connect_daemon
+    from app.ui.dialogs import DaemonFailedDialog
+    from daemon.api.client import DaemonClient
+
+    while True:
+        try:
+            conn = await connect_daemon(home, url_override=url_override, allow_start=not args.no_daemon_start)
+        except BootstrapError as exc:
+            _LOGGER.error("%s %s", exc.message, exc.advice)
+            if await _finished(DaemonFailedDialog(exc)) == QDialog.DialogCode.Accepted:
+                continue
+            return None
+        if conn.started_by_us:
+            _LOGGER.info("started the daemon at %s", conn.url)
+        return DaemonClient(conn.url, conn.token)
+
+
+async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QSystemTrayIcon
+
+    from app.context import AppContext
+    from app.demo import DemoDaemon
+    from app.preferences import load_preferences
+    from app.ui import theme
+    from app.ui.main_window import MainWindow
+    from app.ui.tray import TrayController
+
+    client = DemoDaemon() if args.demo else await connect(home, args, load_preferences().daemon_url)
+    if client is None:
+        return 1
+    ctx = AppContext.create(client, home)
+    quit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    tray_available = QSystemTrayIcon.isSystemTrayAvailable()
+    window = MainWindow(ctx, apply_theme=lambda mode: theme.apply(app, mode), tray_available=tray_available)
+
+    def quit_app() -> None:
+        window.quitting = True
+        if not quit_code.done():
+            quit_code.set_result(0)
+
+    async def stop_all_then_quit() -> None:
+        await ctx.fleet.stop_all()
+        quit_app()
+
+    window.quit_requested = quit_app
+    _quit_on_signals(quit_app)
+    tray = TrayController(ctx, open_window=window.bring_to_front, quit_app=quit_app,
+                          stop_all_and_quit=lambda: ctx.act(stop_all_then_quit(), "Stopping every model"))
+    tray.show()
+    guard.activated.connect(window.bring_to_front)
+    app.aboutToQuit.connect(quit_app)
+    if not args.minimized or not tray_available:
+        window.show()
+    ctx.start()
+    code = await quit_code
+    tray.icon.hide()
+    window.close()
+    await ctx.close()
+    return code

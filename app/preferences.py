@@ -1,0 +1,61 @@
+"""The app's own preferences (theme, daemon address, …), one JSON file in the user config dir.
+
+These belong to the desktop app, not the daemon: the daemon's settings go through the admin API.
+Writes are atomic (temp file + ``os.replace``). ``MIRBADLLM_APP_CONFIG`` points tests elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+_LOGGER = logging.getLogger(__name__)
+
+CONFIG_ENV = "MIRBADLLM_APP_CONFIG"
+
+Theme = Literal["system", "light", "dark"]
+
+
+class AppPreferences(BaseModel):
+    theme: Theme = Field(default="system", description="light, dark, or follow the system.")
+    daemon_url: str = Field(default="", description="Admin URL of the daemon; empty: the one in {home}/daemon.json.")
+    notifications: bool = Field(default=True, description="Tell me when a model becomes ready or fails.")
+
+
+def preferences_path() -> Path:
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("mirbadllm", appauthor=False)) / "app.json"
+
+
+def load_preferences(path: Path | None = None) -> AppPreferences:
+    path = path or preferences_path()
+    try:
+        return AppPreferences.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return AppPreferences()
+    except (OSError, ValueError, ValidationError) as exc:
+        _LOGGER.warning("ignoring unreadable preferences %s: %s", path, exc)
+        return AppPreferences()
+
+
+def save_preferences(prefs: AppPreferences, path: Path | None = None) -> None:
+    path = path or preferences_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".app-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(prefs.model_dump_json(indent=2))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,151 @@
+"""The main window: a sidebar of pages (Overview, Models, Playground, Access, Settings) and a status bar.
+
+Closing the window hides it: the tray stays and the models keep running. Quitting is the tray's
+(or the File menu's) job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.context import AppContext, Message
+from app.ui import theme
+from app.ui.icons import app_icon, svg_icon
+from app.ui.pages.access import AccessPage
+from app.ui.pages.models import ModelsPage
+from app.ui.pages.overview import OverviewPage
+from app.ui.pages.playground import PlaygroundPage
+from app.ui.pages.settings import SettingsPage
+from app.ui.widgets import bind
+from app.viewmodels.fleet import FleetSnapshot, FleetState
+
+_LOGGER = logging.getLogger(__name__)
+
+PAGES = (("overview", "Overview"), ("models", "Models"), ("playground", "Playground"),
+         ("access", "Access"), ("settings", "Settings"))
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, ctx: AppContext, *, apply_theme: Callable[[str], object], tray_available: bool = True) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.quitting = False
+        self.quit_requested: Callable[[], None] = lambda: None  # main() wires the app's quit here
+        self.tray_available = tray_available
+        self.setWindowTitle("MirbadLLM")
+        self.setWindowIcon(app_icon())
+        self.resize(1280, 800)
+        self.setMinimumSize(1024, 680)
+
+        central = QWidget()
+        row = QHBoxLayout(central)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self._sidebar())
+        self.stack = QStackedWidget()
+        self.overview = OverviewPage(ctx, open_model=self.open_model)
+        self.models = ModelsPage(ctx)
+        self.playground = PlaygroundPage(ctx)
+        self.access = AccessPage(ctx)
+        self.settings = SettingsPage(ctx, apply_theme)
+        for widget in (self.overview, self.models, self.playground, self.access, self.settings):
+            self.stack.addWidget(widget)
+        row.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+        self.nav.setCurrentRow(0)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Quit), self).activated.connect(lambda: self.quit_requested())
+        for n, (key, _title) in enumerate(PAGES, 1):
+            QShortcut(QKeySequence(f"Ctrl+{n}"), self).activated.connect(lambda k=key: self.show_page(k))
+        ctx.messages.subscribe(self._message)
+        ctx.fleet.snapshot.subscribe(self._render_connection, now=True)
+        bind(self, theme.changed, lambda _name: self._recolor())
+
+    def _sidebar(self) -> QWidget:
+        side = QWidget()
+        side.setObjectName("Sidebar")
+        side.setFixedWidth(220)
+        layout = QVBoxLayout(side)
+        layout.setContentsMargins(0, 18, 0, 0)
+        brand = QHBoxLayout()
+        brand.setContentsMargins(18, 0, 12, 12)
+        logo = QLabel()
+        logo.setPixmap(app_icon().pixmap(28, 28))
+        name = QLabel("MirbadLLM")
+        name.setObjectName("Brand")
+        brand.addWidget(logo)
+        brand.addWidget(name, 1)
+        layout.addLayout(brand)
+        self.nav = QListWidget()
+        self.nav.setObjectName("SidebarList")
+        self.nav.setIconSize(QSize(20, 20))
+        for key, title in PAGES:
+            item = QListWidgetItem(svg_icon(f"nav-{key}"), title)
+            item.setData(Qt.ItemDataRole.UserRole, key)
+            self.nav.addItem(item)
+        self.nav.currentRowChanged.connect(lambda row: self.stack.setCurrentIndex(row))
+        layout.addWidget(self.nav, 1)
+        self.connection = QLabel()
+        self.connection.setObjectName("SidebarFooter")
+        self.connection.setWordWrap(True)
+        layout.addWidget(self.connection)
+        return side
+
+    def _recolor(self) -> None:
+        for row, (key, _title) in enumerate(PAGES):
+            self.nav.item(row).setIcon(svg_icon(f"nav-{key}"))
+        self._render_connection(self.ctx.fleet.snapshot.value)
+
+    def _render_connection(self, snap: FleetSnapshot) -> None:
+        if snap.connected and snap.daemon:
+            color = theme.color("ready")
+            text = f"Daemon {snap.daemon.version} · {snap.daemon.host}:{snap.daemon.port}"
+        elif snap.connected or (not snap.loaded and not snap.error):
+            color, text = theme.color("starting"), "Connecting…"
+        else:
+            color, text = theme.color("failed"), "Daemon unreachable — retrying"
+        self.connection.setText(f"<span style='color:{color}'>●</span>&nbsp; {text}")
+        self.connection.setToolTip(snap.summary)
+        if snap.state == FleetState.UNREACHABLE and snap.error:
+            self.statusBar().showMessage(snap.error)
+
+    def _message(self, message: Message) -> None:
+        self.statusBar().showMessage(("⚠ " if message.error else "") + message.text, 0 if message.error else 6000)
+
+    def show_page(self, key: str) -> None:
+        self.nav.setCurrentRow([k for k, _t in PAGES].index(key))
+
+    def open_model(self, model_id: str) -> None:
+        self.show_page("models")
+        self.models.select(model_id)
+
+    def bring_to_front(self) -> None:
+        self.show()
+        self.setWindowState((self.windowState() & ~Qt.WindowState.WindowMinimized) | Qt.WindowState.WindowActive)
+        self.raise_()
+        self.activateWindow()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.quitting:
+            event.accept()
+            return
+        if not self.tray_available:  # nowhere to live on: closing is quitting (models keep running)
+            event.accept()
+            self.quit_requested()
+            return
+        event.ignore()
+        self.hide()
+        self.ctx.messages.emit(Message("MirbadLLM is still in the tray; your models keep running."))

@@ -1,0 +1,184 @@
+"""The panel of one model: a header with its state and actions, and tabs Overview / Settings / Logs / Charts."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import format as fmt
+from app.context import AppContext
+from app.ui.pages.charts_tab import ChartsTab
+from app.ui.pages.logs_tab import LogsTab
+from app.ui.pages.settings_editor import SettingsEditor
+from app.ui.widgets import Card, StateBadge, button, label
+from daemon.api.models import ModelDefinition, ModelState, ModelView
+
+_LOGGER = logging.getLogger(__name__)
+
+OVERVIEW, SETTINGS, LOGS, CHARTS = range(4)
+
+
+class OverviewTab(QWidget):
+    FIELDS = (("state", "State"), ("node", "Node"), ("endpoint", "Endpoint"), ("pid", "PID"),
+              ("uptime", "Uptime"), ("config", "Config hash"), ("restart", "Restart pending"),
+              ("crashes", "Crashes"))
+
+    def __init__(self) -> None:
+        super().__init__()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(16, 16, 16, 16)
+        form = QFormLayout()
+        form.setHorizontalSpacing(24)
+        form.setVerticalSpacing(8)
+        self.values: dict[str, QLabel] = {}
+        for key, title in self.FIELDS:
+            value = label("—", selectable=True)
+            value.setObjectName(f"field-{key}")
+            self.values[key] = value
+            form.addRow(label(title, muted=True), value)
+        layout.addLayout(form)
+        self.error_card = Card("Last error", attention=True)
+        self.error = label("", wrap=True, selectable=True)
+        self.error.setObjectName("LastError")
+        self.error_lines = label("", role="code", wrap=True, selectable=True)
+        self.error_card.body.addWidget(self.error)
+        self.error_card.body.addWidget(self.error_lines)
+        layout.addWidget(self.error_card)
+        layout.addStretch(1)
+
+    def show_state(self, view: ModelView) -> None:
+        s = view.status
+        self.values["state"].setText(fmt.STATE_TEXT[s.state])
+        self.values["node"].setText(s.node)
+        self.values["endpoint"].setText(s.endpoint or "—")
+        self.values["pid"].setText(str(s.pid) if s.pid else "—")
+        self.values["uptime"].setText(fmt.uptime(s.started_at) if s.state == ModelState.READY else "—")
+        config = s.running_config_hash or s.config_hash
+        self.values["config"].setText(config or "—")
+        self.values["restart"].setText("Yes — settings changed since it started" if s.restart_pending else "No")
+        paused = " · automatic restarts paused" if s.restarts_paused else ""
+        self.values["crashes"].setText(f"{s.crash_count}{paused}")
+        self.error_card.setVisible(bool(s.error))
+        self.error.setText(s.error or "")
+        self.error_lines.setText("\n".join(s.last_log_lines[-8:]))
+        self.error_lines.setVisible(bool(s.last_log_lines))
+
+
+class ModelPanel(QWidget):
+    def __init__(self, ctx: AppContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.model_id: str | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 0, 0, 0)
+        head = QHBoxLayout()
+        self.title = label("", role="figure")
+        self.title.setStyleSheet("font-size: 20px;")
+        self.badge = StateBadge()
+        self.restart_badge = label("Restart needed")
+        self.restart_badge.setProperty("badge", "restart")
+        head.addWidget(self.title)
+        head.addWidget(self.badge)
+        head.addWidget(self.restart_badge)
+        head.addStretch(1)
+        self.start_button = button("Start", kind="primary", icon="action-start", color="#FFFFFF")
+        self.stop_button = button("Stop", icon="action-stop")
+        self.restart_button = button("Restart", icon="action-restart")
+        for b in (self.start_button, self.stop_button, self.restart_button):
+            head.addWidget(b)
+        self.start_button.clicked.connect(lambda: self._act("start_model", "Starting"))
+        self.stop_button.clicked.connect(lambda: self._act("stop_model", "Stopping"))
+        self.restart_button.clicked.connect(lambda: self._act("restart_model", "Restarting"))
+        layout.addLayout(head)
+        self.subtitle = label("", muted=True)
+        layout.addWidget(self.subtitle)
+        self.tabs = QTabWidget()
+        self.overview = OverviewTab()
+        self.settings = SettingsEditor(ctx)
+        self.logs = LogsTab(ctx)
+        self.charts = ChartsTab(ctx)
+        self.tabs.addTab(self.overview, "Overview")
+        self.tabs.addTab(self.settings, "Settings")
+        self.tabs.addTab(self.logs, "Logs")
+        self.tabs.addTab(self.charts, "Charts")
+        self.tabs.currentChanged.connect(lambda _i: self._follow())
+        layout.addWidget(self.tabs, 1)
+        self.placeholder = label("Select a model, or add one.", muted=True)
+        layout.addWidget(self.placeholder)
+        self._set_visible(False)
+
+    def _set_visible(self, on: bool) -> None:
+        for w in (self.title, self.badge, self.subtitle, self.tabs, self.start_button, self.stop_button,
+                  self.restart_button):
+            w.setVisible(on)
+        self.restart_badge.setVisible(False)
+        self.placeholder.setVisible(not on)
+
+    def _act(self, method: str, verb: str) -> None:
+        if self.model_id:
+            name = self.title.text()
+            self.ctx.act(getattr(self.ctx.fleet, method)(self.model_id), f"{verb} {name}")
+
+    def show_model(self, view: ModelView | None) -> None:
+        if view is None:
+            self.model_id = None
+            self._set_visible(False)
+            self._follow()
+            return
+        changed = view.definition.id != self.model_id
+        self.model_id = view.definition.id
+        self._set_visible(True)
+        for index in (OVERVIEW, LOGS, CHARTS):
+            self.tabs.setTabEnabled(index, True)
+        s = view.status
+        self.title.setText(view.definition.served_name)
+        self.badge.set_state(s.state)
+        self.restart_badge.setVisible(s.restart_pending)
+        self.subtitle.setText(f"{view.definition.model_path}  ·  node {view.definition.node}")
+        running = s.state in (ModelState.READY, ModelState.STARTING)
+        self.start_button.setEnabled(not running and s.state != ModelState.STOPPING)
+        self.stop_button.setEnabled(running)
+        self.restart_button.setEnabled(s.state in (ModelState.READY, ModelState.FAILED))
+        self.overview.show_state(view)
+        self.settings.show_view(view)
+        if changed:
+            self._follow()
+
+    def show_draft(self, draft: ModelDefinition) -> None:
+        self.model_id = None
+        self._set_visible(True)
+        for b in (self.start_button, self.stop_button, self.restart_button, self.badge):
+            b.setVisible(False)
+        self.title.setText("New model")
+        self.subtitle.setText("Fill in the file and the settings, then Save.")
+        self.settings.show_draft(draft)
+        for index in (OVERVIEW, LOGS, CHARTS):
+            self.tabs.setTabEnabled(index, False)
+        self.tabs.setCurrentIndex(SETTINGS)
+        self._follow()
+
+    def _follow(self) -> None:
+        """Only the visible tab streams: logs and charts stop when not looked at."""
+        visible = self.isVisible()
+        index = self.tabs.currentIndex()
+        self.ctx.logs.follow(self.model_id if visible and index == LOGS else None)
+        if visible and index == CHARTS and self.model_id:
+            self.ctx.charts.show(self.model_id)
+        else:
+            self.ctx.charts.hide()
+
+    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().showEvent(event)
+        self._follow()
+
+    def hideEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().hideEvent(event)
+        self._follow()

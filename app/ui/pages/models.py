@@ -1,0 +1,125 @@
+"""Models: the list (with state badges and a tag filter) and the panel of the selected model."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QListWidget,
+    QListWidgetItem,
+    QSizePolicy,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.context import AppContext
+from app.ui.pages.model_panel import ModelPanel
+from app.ui.widgets import StateBadge, button, label, page, page_header
+from app.viewmodels.models_page import ModelsPageState
+from daemon.api.models import ModelView
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class ModelRow(QWidget):
+    def __init__(self, view: ModelView) -> None:
+        super().__init__()
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        text = QVBoxLayout()
+        text.setSpacing(1)
+        name = label(view.definition.served_name)
+        name.setStyleSheet("font-weight: 600;")
+        tags = " · ".join(view.definition.tags) or view.definition.node
+        detail = label(f"{view.definition.id} · {tags}", muted=True)
+        for text_label in (name, detail):  # long names are clipped, never the badge
+            text_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            text.addWidget(text_label)
+        layout.addLayout(text, 1)
+        self.badge = StateBadge(view.status.state)
+        layout.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignVCenter)
+
+
+class ModelsPage(QWidget):
+    def __init__(self, ctx: AppContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        body, layout = page(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(body)
+        layout.addWidget(page_header("Models", "Each model is one runtime process; start, tune and watch it here."))
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 8, 0)
+        bar = QHBoxLayout()
+        self.tag_filter = QComboBox()
+        self.tag_filter.setObjectName("TagFilter")
+        self.tag_filter.currentIndexChanged.connect(self._tag_chosen)
+        self.add_button = button("Add model", kind="primary", icon="action-add", color="#FFFFFF")
+        self.add_button.clicked.connect(lambda: ctx.models.new_draft())
+        bar.addWidget(self.tag_filter, 1)
+        bar.addWidget(self.add_button)
+        left_layout.addLayout(bar)
+        self.list = QListWidget()
+        self.list.setObjectName("ModelList")
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.currentItemChanged.connect(self._item_chosen)
+        left_layout.addWidget(self.list, 1)
+        self.empty = label("No models yet. Add one to get started.", muted=True, wrap=True)
+        left_layout.addWidget(self.empty)
+        split.addWidget(left)
+        self.panel = ModelPanel(ctx)
+        split.addWidget(self.panel)
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([290, 900])
+        left.setMinimumWidth(260)
+        layout.addWidget(split, 1)
+        self._rendering = False
+        ctx.models.state.subscribe(self.show_state, now=True)
+
+    def show_state(self, state: ModelsPageState) -> None:
+        self._rendering = True
+        try:
+            tags = ("",) + state.tags
+            if tuple(self.tag_filter.itemData(i) for i in range(self.tag_filter.count())) != tags:
+                self.tag_filter.clear()
+                for tag in tags:
+                    self.tag_filter.addItem(f"Tag: {tag}" if tag else "All tags", tag)
+            self.tag_filter.setCurrentIndex(tags.index(state.tag))
+            self.list.clear()
+            for view in state.models:
+                item = QListWidgetItem()
+                item.setData(Qt.ItemDataRole.UserRole, view.definition.id)
+                row = ModelRow(view)
+                item.setSizeHint(QSize(0, row.sizeHint().height()))
+                self.list.addItem(item)
+                self.list.setItemWidget(item, row)
+                if view.definition.id == state.selected_id:
+                    self.list.setCurrentItem(item)
+            self.empty.setVisible(not state.models)
+        finally:
+            self._rendering = False
+        if state.draft is not None:
+            self.panel.show_draft(state.draft)
+        else:
+            self.panel.show_model(state.selected)
+
+    def _tag_chosen(self, index: int) -> None:
+        if not self._rendering and index >= 0:
+            self.ctx.models.set_tag(self.tag_filter.itemData(index) or "")
+
+    def _item_chosen(self, item: QListWidgetItem | None, _previous: QListWidgetItem | None) -> None:
+        if not self._rendering and item is not None:
+            self.ctx.models.select(item.data(Qt.ItemDataRole.UserRole))
+
+    def select(self, model_id: str) -> None:
+        self.ctx.models.set_tag("")
+        self.ctx.models.select(model_id)

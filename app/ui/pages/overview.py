@@ -1,0 +1,200 @@
+"""Overview: the endpoint to copy, how many models are ready, this machine's load, what needs attention."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import format as fmt
+from app.context import AppContext
+from app.ui.widgets import (
+    Card,
+    CopyField,
+    Gauge,
+    StateBadge,
+    button,
+    label,
+    page,
+    page_header,
+)
+from app.viewmodels.fleet import FLEET_STATE_TEXT, FleetSnapshot
+from daemon.api.models import HostSnapshot, ModelState, ModelView
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def attention(snapshot: FleetSnapshot) -> list[tuple[ModelView, str]]:
+    """Models the user should look at, with why: failed, paused restarts, pending restarts."""
+    items = []
+    for view in snapshot.models:
+        s = view.status
+        if s.state == ModelState.FAILED:
+            why = s.error or "failed without a message"
+            if s.restarts_paused:
+                why += f" — automatic restarts paused after {s.crash_count} crashes"
+            items.append((view, why))
+        elif s.restarts_paused:
+            items.append((view, f"automatic restarts paused after {s.crash_count} crashes"))
+        elif s.restart_pending:
+            items.append((view, "settings changed: restart to apply them"))
+    return items
+
+
+class OverviewPage(QScrollArea):
+    def __init__(self, ctx: AppContext, open_model: Callable[[str], None]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self._open_model = open_model
+        self.setWidgetResizable(True)
+        body, layout = page()
+        self.setWidget(body)
+        layout.addWidget(page_header("Overview", "One OpenAI-compatible endpoint for every model you run."))
+
+        endpoint = Card("Endpoint")
+        self.url = CopyField()
+        self.url.setObjectName("EndpointUrl")
+        self.endpoint_note = label("", muted=True, wrap=True)
+        endpoint.body.addWidget(self.url)
+        endpoint.body.addWidget(self.endpoint_note)
+        layout.addWidget(endpoint)
+
+        counts = QHBoxLayout()
+        counts.setSpacing(12)
+        self.figures: dict[str, QLabel] = {}
+        for key, title in (("ready", "Ready"), ("starting", "Starting"), ("failed", "Failed"), ("stopped", "Stopped")):
+            card = Card(title)
+            figure = label("0", role="figure")
+            figure.setObjectName(f"count-{key}")
+            figure.setProperty("state", key)
+            card.body.addWidget(figure)
+            self.figures[key] = figure
+            counts.addWidget(card)
+        layout.addLayout(counts)
+
+        row = QHBoxLayout()
+        row.setSpacing(12)
+        self.machine = Card("This machine")
+        self.gauges = QVBoxLayout()
+        self.gauges.setSpacing(10)
+        self.machine.body.addLayout(self.gauges)
+        self.machine.body.addStretch(1)
+        self._gauge_widgets: dict[str, Gauge] = {}
+        self.attention = Card("Needs attention")
+        self.attention_rows = QVBoxLayout()
+        self.attention.body.addLayout(self.attention_rows)
+        self.attention.body.addStretch(1)
+        row.addWidget(self.machine, 1)
+        row.addWidget(self.attention, 1)
+        layout.addLayout(row)
+        self.fleet_card = Card("Models")
+        self.fleet_rows = QGridLayout()
+        self.fleet_rows.setHorizontalSpacing(18)
+        self.fleet_rows.setVerticalSpacing(6)
+        self.fleet_card.body.addLayout(self.fleet_rows)
+        layout.addWidget(self.fleet_card)
+        layout.addStretch(1)
+        ctx.fleet.snapshot.subscribe(self.show_state, now=True)
+
+    def show_state(self, snap: FleetSnapshot) -> None:
+        self.url.set_value(snap.api_url)
+        if snap.connected:
+            keys = "API keys are required." if snap.keys_required else "No API key needed on this machine."
+            self.endpoint_note.setText(f"Any OpenAI client can use this base URL. {keys} "
+                                       f"Status: {FLEET_STATE_TEXT[snap.state]}.")
+        elif not snap.loaded and not snap.error:
+            self.endpoint_note.setText("Connecting to the daemon…")
+        else:
+            self.endpoint_note.setText(f"The daemon does not answer{': ' + snap.error if snap.error else ''}. "
+                                       "The app keeps trying.")
+        self.figures["ready"].setText(str(snap.count(ModelState.READY)))
+        self.figures["starting"].setText(str(snap.count(ModelState.STARTING, ModelState.STOPPING)))
+        self.figures["failed"].setText(str(snap.count(ModelState.FAILED)))
+        self.figures["stopped"].setText(str(snap.count(ModelState.STOPPED)))
+        self._render_host(snap.local_host)
+        self._render_attention(attention(snap))
+        self._render_fleet(snap)
+
+    def _render_fleet(self, snap: FleetSnapshot) -> None:
+        _clear(self.fleet_rows)
+        heads = ("Model", "State", "Node", "Uptime", "Requests", "In flight", "")
+        for col, text in enumerate(heads):
+            self.fleet_rows.addWidget(label(text, muted=True), 0, col)
+        for row, view in enumerate(snap.models, 1):
+            d, s = view.definition, view.status
+            stats = snap.router.get(d.served_name) or snap.router.get(d.id)
+            name = label(d.served_name)
+            name.setStyleSheet("font-weight: 600;")
+            self.fleet_rows.addWidget(name, row, 0)
+            self.fleet_rows.addWidget(StateBadge(s.state), row, 1)
+            self.fleet_rows.addWidget(label(s.node), row, 2)
+            self.fleet_rows.addWidget(label(fmt.uptime(s.started_at) if s.state == ModelState.READY else "—"), row, 3)
+            self.fleet_rows.addWidget(label(f"{stats.total:,}" if stats else "—"), row, 4)
+            self.fleet_rows.addWidget(label(str(stats.in_flight) if stats else "—"), row, 5)
+            open_button = button("Open", kind="flat")
+            open_button.clicked.connect(lambda _=False, mid=d.id: self._open_model(mid))
+            self.fleet_rows.addWidget(open_button, row, 6)
+        self.fleet_rows.setColumnStretch(0, 1)
+        if not snap.models:
+            self.fleet_rows.addWidget(label("No models yet: add one on the Models page.", muted=True), 1, 0, 1, 7)
+
+    def _gauge(self, key: str, title: str) -> Gauge:
+        if key not in self._gauge_widgets:
+            gauge = Gauge(title)
+            gauge.setObjectName(f"gauge-{key}")
+            self._gauge_widgets[key] = gauge
+            self.gauges.addWidget(gauge)
+        return self._gauge_widgets[key]
+
+    def _render_host(self, host: HostSnapshot | None) -> None:
+        if host is None:
+            self._gauge("cpu", "CPU").set_value(None, "—")
+            return
+        cpu = host.cpu_percent
+        self._gauge("cpu", "CPU").set_value(None if cpu is None else cpu / 100, fmt.percent(cpu))
+        total, used = host.memory_total, host.memory_used
+        self._gauge("mem", "Memory").set_value(used / total if total and used is not None else None,
+                                               f"{fmt.size(used)} of {fmt.size(total)}")
+        for gpu in host.gpus:
+            mem = self._gauge(f"gpu{gpu.index}-mem", f"GPU {gpu.index} memory · {gpu.name}")
+            mem.set_value(gpu.memory_used / gpu.memory_total if gpu.memory_total else None,
+                          f"{fmt.size(gpu.memory_used)} of {fmt.size(gpu.memory_total)}")
+            util = self._gauge(f"gpu{gpu.index}-util", f"GPU {gpu.index} utilisation")
+            util.set_value(None if gpu.utilization_percent is None else gpu.utilization_percent / 100,
+                           fmt.percent(gpu.utilization_percent))
+
+    def _render_attention(self, items: list[tuple[ModelView, str]]) -> None:
+        _clear(self.attention_rows)
+        if not items:
+            self.attention_rows.addWidget(label("Nothing needs your attention.", muted=True))
+            return
+        for view, why in items:
+            row = QWidget()
+            row.setObjectName(f"attention-{view.definition.id}")
+            grid = QGridLayout(row)
+            grid.setContentsMargins(0, 4, 0, 4)
+            name = label(view.definition.served_name)
+            name.setStyleSheet("font-weight: 600;")
+            grid.addWidget(name, 0, 0)
+            grid.addWidget(StateBadge(view.status.state), 0, 1)
+            open_button = button("Open", kind="flat")
+            open_button.clicked.connect(lambda _=False, mid=view.definition.id: self._open_model(mid))
+            grid.addWidget(open_button, 0, 2)
+            grid.addWidget(label(why, muted=True, wrap=True, selectable=True), 1, 0, 1, 3)
+            grid.setColumnStretch(0, 1)
+            self.attention_rows.addWidget(row)
+
+
+def _clear(layout: QGridLayout | QVBoxLayout) -> None:
+    while layout.count():
+        child = layout.takeAt(0)
+        if child.widget():
+            child.widget().deleteLater()

@@ -1,0 +1,252 @@
+"""The Settings tab: an editor generated from the typed settings, with pydantic's messages inline.
+
+Rows come from ``app.viewmodels.settings_form`` (one per ``LlamaCppSettings`` field and per
+definition field): the runtime's default is the placeholder, the unit sits beside the box, the
+flag and description are the tooltip. Save stays disabled while any value is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.context import AppContext
+from app.ui.widgets import Card, button, label, set_prop
+from app.viewmodels.settings_form import FieldSpec, SettingsForm
+from daemon.api.models import ModelDefinition, ModelView
+
+_LOGGER = logging.getLogger(__name__)
+
+GROUPS = ("Model", "llama.cpp runtime", "Lifecycle", "Advanced")
+
+
+def _ask(parent: QWidget, text: str) -> bool:
+    answer = QMessageBox.question(parent, "MirbadLLM", text)
+    return answer == QMessageBox.StandardButton.Yes
+
+
+class SettingsEditor(QWidget):
+    def __init__(self, ctx: AppContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.confirm: Callable[[QWidget, str], bool] = _ask  # tests answer for the user
+        self.form: SettingsForm | None = None
+        self.view: ModelView | None = None
+        self.editors: dict[str, QWidget] = {}
+        self.errors: dict[str, QLabel] = {}
+        self._loading = False
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 12, 12, 12)
+        notice = QHBoxLayout()
+        self.restart_note = label("Restart needed — the running process still uses the settings it started with.")
+        self.restart_note.setProperty("badge", "restart")
+        self.restart_note.setObjectName("RestartNeeded")
+        self.restart_now = button("Restart now", icon="action-restart")
+        self.restart_now.clicked.connect(self._restart)
+        notice.addWidget(self.restart_note)
+        notice.addWidget(self.restart_now)
+        notice.addStretch(1)
+        layout.addLayout(notice)
+        bar = QHBoxLayout()
+        self.summary = label("", role="error")
+        self.summary.setObjectName("FormSummary")
+        self.summary.setWordWrap(True)
+        bar.addWidget(self.summary, 1)
+        self.duplicate_button = button("Duplicate")
+        self.delete_button = button("Delete", kind="danger")
+        self.revert_button = button("Revert")
+        self.save_button = button("Save", kind="primary")
+        for b in (self.duplicate_button, self.delete_button, self.revert_button, self.save_button):
+            bar.addWidget(b)
+        self.duplicate_button.clicked.connect(self._duplicate)
+        self.delete_button.clicked.connect(self._delete)
+        self.revert_button.clicked.connect(self._revert)
+        self.save_button.clicked.connect(self.save)
+        layout.addLayout(bar)
+
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        inner = QWidget()
+        self.column = QVBoxLayout(inner)
+        self.column.setContentsMargins(0, 6, 10, 6)
+        self.column.setSpacing(12)
+        scroll.setWidget(inner)
+        layout.addWidget(scroll, 1)
+        self._build()
+
+    # --- construction ---------------------------------------------------------------------------
+    def _build(self) -> None:
+        specs = SettingsForm(ModelDefinition(id="x", served_name="x", model_path="x")).specs
+        cards = {g: Card(g) for g in GROUPS}
+        grids = {}
+        for group, card in cards.items():
+            grid = QGridLayout()
+            grid.setHorizontalSpacing(12)
+            grid.setVerticalSpacing(4)
+            grid.setColumnMinimumWidth(0, 190)
+            grid.setColumnStretch(1, 1)
+            grid.setColumnMinimumWidth(2, 50)
+            card.body.addLayout(grid)
+            grids[group] = grid
+        for spec in specs:
+            grid = grids[spec.group]
+            row = grid.rowCount()
+            title = label(spec.label)
+            tip = " ".join(p for p in (spec.help, f"({spec.flag})" if spec.flag else "") if p)
+            title.setToolTip(tip)
+            editor = self._editor(spec)
+            editor.setToolTip(tip)
+            editor.setObjectName(f"edit-{spec.key}")
+            self.editors[spec.key] = editor
+            flag = label(spec.flag, muted=True)
+            flag.setStyleSheet("font-size: 11px;")
+            grid.addWidget(title, row, 0)
+            grid.addWidget(editor, row, 1)
+            if spec.flag:
+                grid.addWidget(flag, row, 3)
+            grid.addWidget(label(spec.unit, muted=True), row, 2)
+            error = label("", role="field-error", wrap=True)
+            error.setObjectName(f"error-{spec.key}")
+            error.setVisible(False)
+            self.errors[spec.key] = error
+            grid.addWidget(error, row + 1, 1, 1, 3)
+        for name in GROUPS:
+            self.column.addWidget(cards[name])
+        self.column.addStretch(1)
+
+    def _editor(self, spec: FieldSpec) -> QWidget:
+        if spec.kind == "bool":
+            box = QCheckBox()
+            box.toggled.connect(lambda on, k=spec.key: self._changed(k, on))
+            return box
+        if spec.kind == "choice":
+            combo = QComboBox()
+            combo.addItem(spec.placeholder or "runtime default", "")
+            for choice in spec.choices:
+                combo.addItem(choice, choice)
+            combo.currentIndexChanged.connect(lambda _i, k=spec.key, c=combo: self._changed(k, c.currentData()))
+            return combo
+        if spec.kind == "env":
+            text = QPlainTextEdit()
+            text.setFixedHeight(64)
+            text.setPlaceholderText("NAME=value")
+            text.textChanged.connect(lambda k=spec.key, t=text: self._changed(k, t.toPlainText()))
+            return text
+        edit = QLineEdit()
+        edit.setPlaceholderText(spec.placeholder)
+        edit.textChanged.connect(lambda value, k=spec.key: self._changed(k, value))
+        return edit
+
+    # --- state in -------------------------------------------------------------------------------
+    def show_view(self, view: ModelView) -> None:
+        same = self.view is not None and self.form is not None and not self.form.is_new \
+            and self.view.definition.id == view.definition.id
+        self.view = view
+        self.restart_note.setVisible(view.status.restart_pending)
+        self.restart_now.setVisible(view.status.restart_pending)
+        if same and self.form is not None and (self.form.dirty or self.form.original == view.definition):
+            return  # never throw away what the user is typing
+        self._load(SettingsForm(view.definition))
+
+    def show_draft(self, draft: ModelDefinition) -> None:
+        if self.form is not None and self.form.is_new and self.form.original == draft:
+            return
+        self.view = None
+        self.restart_note.setVisible(False)
+        self.restart_now.setVisible(False)
+        self._load(SettingsForm(draft, is_new=True))
+
+    def _load(self, form: SettingsForm) -> None:
+        self.form = form
+        self._loading = True
+        try:
+            for key, editor in self.editors.items():
+                value = form.values.get(key)
+                if isinstance(editor, QCheckBox):
+                    editor.setChecked(bool(value))
+                elif isinstance(editor, QComboBox):
+                    editor.setCurrentIndex(max(0, editor.findData(value or "")))
+                elif isinstance(editor, QPlainTextEdit):
+                    editor.setPlainText(str(value or ""))
+                elif isinstance(editor, QLineEdit):
+                    editor.setText(str(value or ""))
+            self.editors["id"].setEnabled(form.is_new)
+        finally:
+            self._loading = False
+        self.duplicate_button.setEnabled(not form.is_new)
+        self.delete_button.setEnabled(not form.is_new)
+        self._validate()
+
+    # --- state out ------------------------------------------------------------------------------
+    def _changed(self, key: str, value: Any) -> None:
+        if self._loading or self.form is None:
+            return
+        self.form.set(key, value)
+        self._validate()
+
+    def _validate(self) -> ModelDefinition | None:
+        if self.form is None:
+            return None
+        definition, errors = self.form.validate()
+        for key, error in self.errors.items():
+            message = errors.get(key, "")
+            error.setText(message)
+            error.setVisible(bool(message))
+            set_prop(self.editors[key], "invalid", bool(message))
+        stray = [f"{k}: {v}" for k, v in errors.items() if k not in self.errors]
+        count = len(errors)
+        self.summary.setText(" ".join(stray) or (f"{count} value{'s' if count > 1 else ''} to fix" if count else ""))
+        self.save_button.setEnabled(definition is not None and self.form.dirty)
+        self.revert_button.setEnabled(self.form.dirty and not self.form.is_new)
+        return definition
+
+    def save(self) -> None:
+        definition = self._validate()
+        if definition is None or self.form is None:
+            return
+        is_new = self.form.is_new
+
+        async def run() -> None:
+            view = await self.ctx.fleet.save_model(definition, is_new=is_new)
+            self._load(SettingsForm(view.definition))
+            self.ctx.models.saved(view.definition.id)
+
+        self.ctx.act(run(), f"Saved {definition.served_name}")
+
+    def _revert(self) -> None:
+        if self.form is not None:
+            self._load(SettingsForm(self.form.original, is_new=self.form.is_new))
+
+    def _duplicate(self) -> None:
+        if self.form is not None and not self.form.is_new:
+            self.ctx.models.new_draft(self.form.original)
+
+    def _delete(self) -> None:
+        if self.form is None or self.form.is_new:
+            return
+        d = self.form.original
+        if self.confirm(self, f"Delete “{d.served_name}”? It is stopped first; the model file stays on disk."):
+            self.ctx.act(self.ctx.fleet.delete_model(d.id), f"Deleted {d.served_name}")
+
+    def _restart(self) -> None:
+        if self.view is not None:
+            self.ctx.act(self.ctx.fleet.restart_model(self.view.definition.id),
+                         f"Restarting {self.view.definition.served_name}")

@@ -1,0 +1,192 @@
+"""Small building blocks shared by the pages: cards, state badges, gauges, copyable fields."""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from typing import TypeVar
+
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.format import STATE_TEXT
+from app.ui import theme
+from app.ui.icons import svg_icon
+from app.viewmodels.observable import Emitter
+from daemon.api.models import ModelState
+
+_LOGGER = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def bind(widget: QObject, source: Emitter[T], callback: Callable[[T], None]) -> None:
+    """Subscribe ``callback`` for as long as ``widget`` lives (module-wide emitters outlive widgets)."""
+    unsubscribe = source.subscribe(callback)
+    widget.destroyed.connect(lambda *_args: unsubscribe())
+
+
+def set_prop(widget: QWidget, name: str, value: object) -> None:
+    """Set a dynamic property the style sheet keys on, and re-polish so it shows."""
+    if widget.property(name) == value:
+        return
+    widget.setProperty(name, value)
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
+
+
+def label(text: str = "", *, role: str | None = None, muted: bool = False, wrap: bool = False,
+          selectable: bool = False) -> QLabel:
+    lbl = QLabel(text)
+    if role:
+        lbl.setProperty("role", role)
+    if muted:
+        lbl.setProperty("muted", True)
+    lbl.setWordWrap(wrap)
+    if selectable:
+        lbl.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return lbl
+
+
+_THEMED: list[tuple[weakref.ref[QPushButton], str]] = []
+
+
+def _recolor(_name: str) -> None:
+    alive = []
+    for ref, icon in _THEMED:
+        btn = ref()
+        try:
+            if btn is not None:
+                btn.setIcon(svg_icon(icon))
+                alive.append((ref, icon))
+        except RuntimeError:  # the C++ side is gone
+            pass
+    _THEMED[:] = alive
+
+
+theme.changed.subscribe(_recolor)
+
+
+def button(text: str, *, kind: str | None = None, icon: str | None = None, color: str | None = None) -> QPushButton:
+    btn = QPushButton(text)
+    if kind:
+        btn.setProperty("kind", kind)
+    if icon:
+        btn.setIcon(svg_icon(icon, color))
+        if color is None:  # drawn in the text colour: follow the theme
+            _THEMED.append((weakref.ref(btn), icon))
+    btn.setCursor(Qt.CursorShape.PointingHandCursor)
+    return btn
+
+
+class Card(QFrame):
+    """A rounded surface; ``body`` is its vertical layout."""
+
+    def __init__(self, title: str = "", parent: QWidget | None = None, *, attention: bool = False) -> None:
+        super().__init__(parent)
+        self.setProperty("card", "attention" if attention else "true")
+        self.body = QVBoxLayout(self)
+        self.body.setContentsMargins(18, 14, 18, 16)
+        self.body.setSpacing(8)
+        if title:
+            self.body.addWidget(label(title.upper(), role="section"))
+
+
+class StateBadge(QLabel):
+    def __init__(self, state: ModelState | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
+        self.set_state(state)
+
+    def set_state(self, state: ModelState | None, text: str | None = None) -> None:
+        self.setText(text or (STATE_TEXT[state] if state else "—"))
+        set_prop(self, "badge", state.value if state else "unknown")
+
+
+class Gauge(QWidget):
+    """A label, a bar and the figure: CPU 37 %, Memory 12.0 of 32.0 GiB."""
+
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        top = QHBoxLayout()
+        self.title = label(title)
+        self.figure = label("—", muted=True)
+        top.addWidget(self.title)
+        top.addStretch(1)
+        top.addWidget(self.figure)
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        layout.addLayout(top)
+        layout.addWidget(self.bar)
+
+    def set_value(self, fraction: float | None, figure: str) -> None:
+        self.figure.setText(figure)
+        value = 0 if fraction is None else max(0.0, min(1.0, fraction))
+        self.bar.setValue(int(value * 1000))
+        set_prop(self.bar, "level", "critical" if value > 0.92 else "high" if value > 0.8 else "normal")
+
+
+class CopyField(QWidget):
+    """A read-only value with a Copy button (the API URL, a new key)."""
+
+    def __init__(self, value: str = "", parent: QWidget | None = None, *, monospace: bool = True) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.edit = QLineEdit(value)
+        self.edit.setReadOnly(True)
+        if monospace:
+            self.edit.setStyleSheet("font-family: 'DejaVu Sans Mono', 'Menlo', 'Consolas', monospace;")
+        self.copy_button = button("Copy", icon="action-copy")
+        self.copy_button.clicked.connect(self.copy)
+        layout.addWidget(self.edit, 1)
+        layout.addWidget(self.copy_button)
+
+    def set_value(self, value: str) -> None:
+        if self.edit.text() != value:
+            self.edit.setText(value)
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.edit.text())
+        self.copy_button.setText("Copied")
+
+
+def page_header(title: str, subtitle: str = "") -> QWidget:
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 6)
+    layout.setSpacing(2)
+    head = QLabel(title)
+    head.setObjectName("PageTitle")
+    layout.addWidget(head)
+    if subtitle:
+        sub = QLabel(subtitle)
+        sub.setObjectName("PageSubtitle")
+        sub.setWordWrap(True)
+        layout.addWidget(sub)
+    return box
+
+
+def page(parent: QWidget | None = None) -> tuple[QWidget, QVBoxLayout]:
+    widget = QWidget(parent)
+    widget.setObjectName("Page")
+    layout = QVBoxLayout(widget)
+    layout.setContentsMargins(28, 22, 28, 22)
+    layout.setSpacing(14)
+    return widget, layout

@@ -1,0 +1,112 @@
+"""The Access page: API keys (create, list, revoke), LAN access, and connection snippets.
+
+A created key's secret is handed to the caller once and never kept here: the list holds only
+``ApiKeyInfo``, which has no secret. Opening ``/v1`` to the LAN always turns on required keys,
+because the daemon refuses an open LAN endpoint without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.snippets import Snippet, snippets
+from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
+from app.viewmodels.observable import Observable
+from daemon.api.client import DaemonError
+from daemon.api.models import (
+    ApiKeyCreated,
+    ApiKeyInfo,
+    DaemonSettings,
+    Event,
+    ModelState,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+LAN_NEEDS_KEYS = ("Opening /v1 to your network turns on required API keys: every client, "
+                  "including ones on this machine, must then send a key.")
+
+
+@dataclass(frozen=True)
+class AccessState:
+    keys: tuple[ApiKeyInfo, ...] = ()
+    settings: DaemonSettings | None = None
+    api_url: str = ""
+    model: str = ""
+    error: str | None = None
+
+    @property
+    def keys_required(self) -> bool:
+        return bool(self.settings and (self.settings.require_api_keys or self.settings.lan_access))
+
+    @property
+    def snippets(self) -> tuple[Snippet, ...]:
+        return snippets(self.api_url, self.model, self.keys_required)
+
+
+class AccessViewModel:
+    def __init__(self, fleet: FleetViewModel) -> None:
+        self.fleet = fleet
+        self.client: Any = fleet.client
+        self.state: Observable[AccessState] = Observable(AccessState())
+        self._loaded = False
+        fleet.snapshot.subscribe(self._on_fleet, now=True)
+        fleet.events.subscribe(self._on_event)
+
+    def _on_fleet(self, snapshot: FleetSnapshot) -> None:
+        if snapshot.connected and snapshot.loaded and not self._loaded:
+            self._loaded = True  # first contact, or back after the daemon was away: read keys again
+            asyncio.ensure_future(self.refresh())
+        elif not snapshot.connected:
+            self._loaded = False
+        ready = [m.definition.served_name for m in snapshot.models if m.status.state == ModelState.READY]
+        names = ready or [m.definition.served_name for m in snapshot.models]
+        model = names[0] if names else ""
+        s = self.state.value
+        if s.api_url != snapshot.api_url or s.model != model:
+            self.state.set(replace(s, api_url=snapshot.api_url, model=model))
+
+    def _on_event(self, event: Event) -> None:
+        if event.type in ("keys.changed", "settings.changed"):
+            asyncio.ensure_future(self.refresh())
+
+    async def refresh(self) -> None:
+        try:
+            keys = await self.client.list_keys()
+            settings = await self.client.get_settings()
+        except DaemonError as exc:
+            self.state.set(replace(self.state.value, error=exc.message))
+            return
+        self.state.set(replace(self.state.value, keys=tuple(keys), settings=settings, error=None))
+
+    async def create_key(self, name: str) -> ApiKeyCreated:
+        created = await self.client.create_key(name.strip())
+        s = self.state.value
+        if all(k.id != created.info.id for k in s.keys):
+            self.state.set(replace(s, keys=s.keys + (created.info,)))
+        return created
+
+    async def revoke_key(self, key_id: str) -> None:
+        await self.client.revoke_key(key_id)
+        s = self.state.value
+        self.state.set(replace(s, keys=tuple(k for k in s.keys if k.id != key_id)))
+
+    async def set_lan_access(self, enabled: bool) -> DaemonSettings:
+        current = self.state.value.settings or DaemonSettings()
+        wanted = current.model_copy(update={"lan_access": enabled,
+                                            "require_api_keys": current.require_api_keys or enabled})
+        return await self._put(wanted)
+
+    async def set_require_keys(self, required: bool) -> DaemonSettings:
+        current = self.state.value.settings or DaemonSettings()
+        if not required and current.lan_access:
+            raise ValueError("Keys stay required while /v1 is open to the LAN; turn LAN access off first.")
+        return await self._put(current.model_copy(update={"require_api_keys": required}))
+
+    async def _put(self, settings: DaemonSettings) -> DaemonSettings:
+        saved = await self.client.put_settings(settings)
+        self.state.set(replace(self.state.value, settings=saved, error=None))
+        return saved

@@ -1,0 +1,76 @@
+"""The Models page's own state: which tag filters the list and which model's panel is open."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
+from app.viewmodels.observable import Observable
+from daemon.api.models import ModelDefinition, ModelView
+
+_LOGGER = logging.getLogger(__name__)
+
+ALL_TAGS = ""
+
+
+@dataclass(frozen=True)
+class ModelsPageState:
+    tag: str = ALL_TAGS
+    selected_id: str | None = None
+    tags: tuple[str, ...] = ()
+    models: tuple[ModelView, ...] = ()
+    draft: ModelDefinition | None = None  # a model being added, not yet saved
+
+    @property
+    def selected(self) -> ModelView | None:
+        return next((m for m in self.models if m.definition.id == self.selected_id), None)
+
+
+class ModelsPageViewModel:
+    def __init__(self, fleet: FleetViewModel) -> None:
+        self.fleet = fleet
+        self.state: Observable[ModelsPageState] = Observable(ModelsPageState())
+        fleet.snapshot.subscribe(self._on_fleet, now=True)
+
+    def _on_fleet(self, snapshot: FleetSnapshot) -> None:
+        self._derive(self.state.value, snapshot)
+
+    def _derive(self, state: ModelsPageState, snapshot: FleetSnapshot) -> None:
+        tag = state.tag if state.tag in snapshot.tags else ALL_TAGS
+        models = tuple(m for m in snapshot.models if not tag or tag in m.definition.tags)
+        selected = state.selected_id
+        if state.draft is None and (selected is None or not any(m.definition.id == selected for m in models)):
+            selected = models[0].definition.id if models else None
+        self.state.set(replace(state, tag=tag, tags=snapshot.tags, models=models, selected_id=selected))
+
+    def set_tag(self, tag: str) -> None:
+        self._derive(replace(self.state.value, tag=tag), self.fleet.snapshot.value)
+
+    def select(self, model_id: str | None) -> None:
+        self._derive(replace(self.state.value, selected_id=model_id, draft=None), self.fleet.snapshot.value)
+
+    def new_draft(self, source: ModelDefinition | None = None) -> ModelDefinition:
+        """A definition to edit before it exists: blank, or a duplicate of ``source``."""
+        taken = {m.definition.id for m in self.fleet.snapshot.value.models}
+        if source is None:
+            draft = ModelDefinition(id=_free_id("new-model", taken), served_name="new-model",
+                                    model_path="/path/to/model.gguf")
+        else:
+            new_id = _free_id(f"{source.id[:34]}-copy", taken)
+            draft = source.model_copy(update={"id": new_id, "served_name": f"{source.served_name}-copy",
+                                              "auto_start": False})
+        self.state.set(replace(self.state.value, draft=draft, selected_id=None))
+        return draft
+
+    def saved(self, model_id: str) -> None:
+        self.select(model_id)
+
+
+def _free_id(base: str, taken: set[str]) -> str:
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"

@@ -1,0 +1,164 @@
+"""Per-page view-models: settings form, models list, logs, charts, access keys and snippets."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fake_daemon import FakeDaemonClient, definition
+from helpers import until
+
+from agent.api.llamacpp import LlamaCppSettings
+from app.snippets import snippets
+from app.viewmodels.access import AccessViewModel
+from app.viewmodels.charts import CHARTS, ChartsViewModel
+from app.viewmodels.fleet import FleetViewModel
+from app.viewmodels.logs import LogsViewModel
+from app.viewmodels.models_page import ModelsPageViewModel
+from app.viewmodels.settings_form import SettingsForm, llamacpp_fields
+from daemon.api.models import DaemonSettings, HistoryPoint, ModelState
+
+
+# --- settings editor ------------------------------------------------------------------------------
+def test_every_llamacpp_setting_has_an_editor_row_with_its_flag_unit_and_default() -> None:
+    specs = {s.key: s for s in llamacpp_fields()}
+    assert set(specs) == {f"settings.{name}" for name in LlamaCppSettings.model_fields}
+    ctx = specs["settings.ctx_size"]
+    assert (ctx.kind, ctx.flag, ctx.unit, ctx.placeholder) == ("int", "--ctx-size", "tokens", "default: from model")
+    assert specs["settings.flash_attn"].choices == ("on", "off", "auto")
+    assert specs["settings.mlock"].kind == "bool"
+
+
+def test_bad_values_are_refused_with_pydantic_messages_per_field() -> None:
+    form = SettingsForm(definition("alpha"))
+    form.set("settings.ctx_size", "-5")
+    form.set("settings.threads", "many")
+    form.set("served_name", "")
+    result, errors = form.validate()
+    assert result is None
+    assert "greater than or equal to 0" in errors["settings.ctx_size"]
+    assert "valid integer" in errors["settings.threads"]
+    assert "at least 1 character" in errors["served_name"]
+
+
+def test_good_values_build_the_definition_and_blank_means_runtime_default() -> None:
+    form = SettingsForm(definition("alpha", settings=LlamaCppSettings(ctx_size=4096)))
+    assert form.values["settings.ctx_size"] == "4096" and not form.dirty
+    form.set("settings.ctx_size", "")
+    form.set("settings.parallel", "4")
+    form.set("settings.flash_attn", "on")
+    form.set("tags", "chat, code")
+    form.set("extra_args", "--top-k 40")
+    form.set("env", "CUDA_VISIBLE_DEVICES=0")
+    result, errors = form.validate()
+    assert errors == {} and result is not None and form.dirty
+    assert result.settings.ctx_size is None and result.settings.parallel == 4
+    assert result.settings.flash_attn == "on" and result.tags == ["chat", "code"]
+    assert result.extra_args == ["--top-k", "40"] and result.env == {"CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_new_model_id_is_checked_in_words() -> None:
+    form = SettingsForm(definition("alpha"), is_new=True)
+    form.set("id", "Bad Id")
+    assert "lowercase letters" in form.validate()[1]["id"]
+    form.set("env", "no equals sign")
+    assert "NAME=value" in form.validate()[1]["env"]
+
+
+# --- models page ----------------------------------------------------------------------------------
+async def test_models_page_filters_by_tag_and_keeps_a_selection(fake: FakeDaemonClient) -> None:
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    await fleet.resync()
+    page = ModelsPageViewModel(fleet)
+    assert page.state.value.selected_id == "alpha" and page.state.value.tags == ("chat", "code")
+    page.set_tag("code")
+    assert [m.definition.id for m in page.state.value.models] == ["beta"]
+    assert page.state.value.selected_id == "beta"
+    page.set_tag("")
+    draft = page.new_draft(fleet.snapshot.value.model("beta").definition)  # type: ignore[union-attr]
+    assert draft.id == "beta-copy" and draft.served_name == "Beta-7B-copy"
+    assert page.state.value.draft is draft and page.state.value.selected is None
+
+
+# --- logs -----------------------------------------------------------------------------------------
+async def test_logs_follow_pause_and_search(fake: FakeDaemonClient) -> None:
+    fake.log_lines["alpha"] = ["loading model", "server is listening"]
+    logs = LogsViewModel(fake, flush_s=0.001)
+    shown: list[str] = []
+    logs.appended.subscribe(shown.extend)
+    logs.follow("alpha")
+    await until(lambda: shown == ["loading model", "server is listening"])
+    assert fake.called("logs") == [("alpha", 500, True)]
+    logs.set_paused(True)
+    fake.add_log_line("alpha", "slot 0 processing task")
+    await until(lambda: len(logs.lines) == 3)
+    assert len(shown) == 2, "paused: nothing new is shown"
+    logs.set_paused(False)
+    assert shown[-1] == "slot 0 processing task"
+    logs.set_query("LISTEN")
+    assert logs.text() == "server is listening"
+    logs.stop()
+
+
+# --- charts ---------------------------------------------------------------------------------------
+async def test_charts_turn_history_into_columns_and_follow_the_range(fake: FakeDaemonClient) -> None:
+    fake.history["alpha"] = [HistoryPoint(ts=1.0, values={"gen_tps": 10.0, "kv_cache_ratio": 0.25}),
+                             HistoryPoint(ts=2.0, values={"gen_tps": None, "kv_cache_ratio": 0.5})]
+    charts = ChartsViewModel(fake)
+    charts.show("alpha")
+    await until(lambda: charts.state.value.ts == (1.0, 2.0))
+    cols = charts.state.value.columns
+    assert cols["gen_tps"][0] == 10.0 and math.isnan(cols["gen_tps"][1])
+    assert cols["kv_cache_ratio"] == (25.0, 50.0), "KV cache is shown in percent"
+    assert charts.state.value.latest("gen_tps") == 10.0
+    assert {k for spec in CHARTS for k, _ in spec.series} >= {"gen_tps", "prompt_tps", "requests_running",
+                                                             "requests_waiting", "rss_bytes", "gpu_mem_bytes",
+                                                             "gpu_util_percent"}
+    charts.set_range("24h")
+    await until(lambda: ("alpha", "24h") in fake.called("model_history"))
+    charts.hide()
+
+
+# --- access ---------------------------------------------------------------------------------------
+async def test_a_new_key_is_returned_once_and_the_list_never_holds_it(fake: FakeDaemonClient) -> None:
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    await fleet.resync()
+    access = AccessViewModel(fleet)
+    await access.refresh()
+    created = await access.create_key("laptop")
+    assert created.key.startswith("sk-mirbad-")
+    assert [k.name for k in access.state.value.keys] == ["laptop"]
+    assert created.key not in repr(access.state.value)
+    await access.revoke_key(created.info.id)
+    assert access.state.value.keys == () and fake.called("revoke_key") == [(created.info.id,)]
+
+
+async def test_lan_access_turns_on_required_keys(fake: FakeDaemonClient) -> None:
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    await fleet.resync()
+    access = AccessViewModel(fleet)
+    await access.refresh()
+    saved = await access.set_lan_access(True)
+    assert fake.called("put_settings")[-1] == (DaemonSettings(lan_access=True, require_api_keys=True),)
+    assert saved.require_api_keys and access.state.value.keys_required
+    with pytest.raises(ValueError, match="LAN access off first"):
+        await access.set_require_keys(False)
+    await access.set_lan_access(False)
+    assert access.state.value.settings == DaemonSettings(lan_access=False, require_api_keys=True)
+
+
+def test_snippets_carry_the_real_url_model_and_key_hint() -> None:
+    open_ = {s.title: s.text for s in snippets("http://192.168.1.5:8484/v1", "gemma3", False)}
+    assert set(open_) == {"curl", "Python (openai)", "JavaScript (openai)", "Continue", "aider", "Open WebUI"}
+    assert all("http://192.168.1.5:8484/v1" in text for text in open_.values())
+    assert "Authorization" not in open_["curl"] and '"gemma3"' in open_["curl"]
+    keyed = {s.title: s.text for s in snippets("http://127.0.0.1:8484/v1", "gemma3", True)}
+    assert "Bearer YOUR_API_KEY" in keyed["curl"] and 'api_key="YOUR_API_KEY"' in keyed["Python (openai)"]
+
+
+async def test_ready_models_feed_the_snippets(fake: FakeDaemonClient) -> None:
+    fake.set_state("beta", ModelState.READY)
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    await fleet.resync()
+    access = AccessViewModel(fleet)
+    assert access.state.value.model == "Beta-7B"

@@ -1,0 +1,118 @@
+"""The Playground streams a real SSE answer from an aiohttp server, piece by piece."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from fake_daemon import FakeDaemonClient
+from helpers import until
+
+from app.viewmodels.fleet import FleetViewModel
+from app.viewmodels.playground import PlaygroundViewModel
+from daemon.api.models import ModelState
+
+PIECES = ["Hel", "lo", " there", "!"]
+
+
+class Upstream:
+    """A /v1/chat/completions that streams PIECES, each released by the test."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.auth: list[str | None] = []
+        self.release = asyncio.Queue[str]()
+        self.refuse: tuple[int, str] | None = None
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.bodies.append(await request.json())
+        self.auth.append(request.headers.get("Authorization"))
+        if self.refuse:
+            status, message = self.refuse
+            return web.json_response({"error": {"message": message, "type": "x", "code": "x"}}, status=status)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in PIECES:
+            await self.release.get()
+            chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        usage = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                 "usage": {"completion_tokens": 4, "prompt_tokens": 9}}
+        await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        return resp
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
+    up = Upstream()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", up.chat)
+    server = TestServer(app)
+    await server.start_server()
+    yield up, f"http://127.0.0.1:{server.port}/v1"
+    await server.close()
+
+
+async def playground(fake: FakeDaemonClient, api_url: str) -> PlaygroundViewModel:
+    fake.set_state("beta", ModelState.READY)
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    await fleet.resync()
+    snap = fleet.snapshot.value
+    assert snap.daemon is not None
+    fleet.snapshot.set(replace(snap, daemon=snap.daemon.model_copy(update={"api_url": api_url})))
+    return PlaygroundViewModel(fleet)
+
+
+async def test_answer_arrives_in_pieces_with_ttft_and_rate(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
+    up, url = upstream
+    vm = await playground(fake, url)
+    assert vm.state.value.models == ("Beta-7B",) and vm.state.value.model == "Beta-7B"
+    vm.configure(system_prompt="Be brief.", temperature=0.2, max_tokens=64)
+    task = vm.send("Say hello")
+    seen: list[str] = []
+    for n, piece in enumerate(PIECES, 1):
+        up.release.put_nowait(piece)
+        want = "".join(PIECES[:n])
+        await until(lambda want=want: vm.state.value.messages[-1].content == want, what=f"piece {n}")
+        seen.append(vm.state.value.messages[-1].content)
+    assert seen == ["Hel", "Hello", "Hello there", "Hello there!"]
+    await task
+    answer = vm.state.value.messages[-1]
+    assert not vm.state.value.busy and not answer.streaming and answer.error is None
+    assert answer.stats is not None and answer.stats.tokens == 4 and answer.stats.ttft_ms is not None
+    assert answer.stats.tokens_per_s is not None and "TTFT" in answer.stats.describe()
+    body = up.bodies[0]
+    assert body["stream"] is True and body["model"] == "Beta-7B" and body["max_tokens"] == 64
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert body["messages"][1] == {"role": "user", "content": "Say hello"}
+    await vm.close()
+
+
+async def test_stop_ends_the_answer_where_it_is(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
+    up, url = upstream
+    vm = await playground(fake, url)
+    vm.send("Tell me a story")
+    up.release.put_nowait("x")
+    await until(lambda: vm.state.value.messages[-1].content == "Hel")
+    vm.stop()
+    await until(lambda: not vm.state.value.busy)
+    answer = vm.state.value.messages[-1]
+    assert answer.content == "Hel" and answer.stats and answer.stats.finish_reason == "stopped by you"
+    await vm.close()
+
+
+async def test_refusal_shows_the_openai_error_and_sends_the_key(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
+    up, url = upstream
+    up.refuse = (401, "invalid API key")
+    vm = await playground(fake, url)
+    vm.configure(api_key="sk-test")
+    await vm.send("hi")  # type: ignore[misc]
+    answer = vm.state.value.messages[-1]
+    assert answer.error == "invalid API key (401)"
+    assert up.auth == ["Bearer sk-test"]
+    await vm.close()
