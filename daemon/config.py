@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from daemon.api.models import DEFAULT_PORT, DaemonSettings
 from daemon.atomic import write_atomic
+from daemon.health import HealthPolicy
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class DaemonConfig(BaseModel):
     history_interval_s: float = Field(default=2.0, gt=0, description="Telemetry pull interval.")
     telemetry_interval_s: float = Field(default=2.0, gt=0, description="Agent telemetry sampling interval.")
     seed_demo_model: bool = Field(default=True, description="Register the demo model on first run.")
+    health: HealthPolicy = Field(default_factory=HealthPolicy, description="Crash restarts and probes.")
 
     @property
     def bind_host(self) -> str:

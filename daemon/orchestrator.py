@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 from daemon.events import EventBus
 from daemon.fleet import AgentLink
+from daemon.health import RestartBook
 from daemon.registry import Registry, RegistryError, definition_hash
 
 _LOGGER = logging.getLogger(__name__)
@@ -30,9 +32,11 @@ class OrchestratorError(Exception):
 
 
 class Orchestrator:
-    def __init__(self, registry: Registry, events: EventBus) -> None:
+    def __init__(self, registry: Registry, events: EventBus, book: RestartBook) -> None:
         self.registry = registry
         self.events = events
+        self.book = book
+        self.listeners: list[Callable[[str, ModelState | None, ModelStatus], None]] = []
         self.links: dict[str, AgentLink] = {}
         self._states: dict[str, ModelState] = {}
         self._changed = asyncio.Condition()
@@ -45,6 +49,9 @@ class Orchestrator:
         return link.instances.get(definition.id) if link is not None else None
 
     def status(self, definition: ModelDefinition) -> ModelStatus:
+        return self._decorate(self._status(definition))
+
+    def _status(self, definition: ModelDefinition) -> ModelStatus:
         link = self.links.get(definition.node)
         inst = link.instances.get(definition.id) if link is not None else None
         wanted_hash = definition_hash(definition)
@@ -67,6 +74,15 @@ class Orchestrator:
             restart_pending=running and inst.config_hash is not None and inst.config_hash != wanted_hash,
             config_hash=wanted_hash, running_config_hash=inst.config_hash if running else None)
 
+    def _decorate(self, status: ModelStatus) -> ModelStatus:
+        status.crash_count = self.book.crashes.get(status.id, 0)
+        status.restarts_paused = status.id in self.book.pauses
+        if status.restarts_paused and status.state != ModelState.READY:
+            pause = self.book.pauses[status.id]
+            status.error = (f"Crashed {pause.crashes} times, automatic restarts paused"
+                            + (f": {pause.last_error}" if pause.last_error else ""))
+        return status
+
     def status_by_id(self, model_id: str) -> ModelStatus:
         return self.status(self.registry.require(model_id))
 
@@ -84,6 +100,8 @@ class Orchestrator:
                 self._states[definition.id] = status.state
                 self.events.publish("model.state", definition.id, state=status.state.value,
                                     previous=previous.value if previous else None, error=status.error)
+                for listener in self.listeners:
+                    listener(definition.id, previous, status)
         asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
@@ -112,8 +130,12 @@ class Orchestrator:
                           extra_args=definition.extra_args, env=definition.env,
                           startup_timeout_s=definition.startup_timeout_s)
 
-    async def start(self, model_id: str) -> ModelStatus:
+    async def start(self, model_id: str, *, by_user: bool = True) -> ModelStatus:
+        """Start a model. A start by the user also clears its crash count and restart pause."""
         definition = self.registry.require(model_id)
+        if by_user:
+            self.book.clear(model_id)
+        self.book.want(model_id, True)
         link = await self._link(definition)
         async with link.start_lane:
             current = self.status(definition)
@@ -127,8 +149,10 @@ class Orchestrator:
         self.last_used[model_id] = time.monotonic()
         return self.status(definition)
 
-    async def stop(self, model_id: str) -> ModelStatus:
+    async def stop(self, model_id: str, *, keep_wanted: bool = False) -> ModelStatus:
         definition = self.registry.require(model_id)
+        if not keep_wanted:
+            self.book.want(model_id, False)
         link = await self._link(definition)
         try:
             await link.client.stop(model_id)

@@ -79,6 +79,10 @@ class Router:
         self.stats: dict[str, RouterStats] = {}
         self._session: aiohttp.ClientSession | None = None
 
+    def in_flight(self, served_name: str) -> int:
+        stats = self.stats.get(served_name)
+        return stats.in_flight if stats else 0
+
     async def open(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,

@@ -28,6 +28,7 @@ from daemon.config import DaemonConfig, save_settings
 from daemon.errors import error_response
 from daemon.events import EventBus
 from daemon.fleet import AgentLink, LocalAgentProcess
+from daemon.health import HealthMonitor, RestartBook
 from daemon.history import History
 from daemon.keys import KeyStore
 from daemon.metrics import RouterMetrics
@@ -58,8 +59,10 @@ class Daemon:
         self.keys = KeyStore(paths.keys)
         self.history = History(paths.history)
         self.metrics = RouterMetrics()
-        self.orchestrator = Orchestrator(self.registry, self.events)
+        self.orchestrator = Orchestrator(self.registry, self.events, RestartBook(paths.home))
         self.router = Router(self.orchestrator, self.keys, config, self.history, self.metrics)
+        self.health = HealthMonitor(self.orchestrator, config.health, self.router.in_flight)
+        self.orchestrator.listeners.append(self.health.observe)
         self.telemetry = TelemetryCollector(self.orchestrator.links, self.history, config.history_interval_s)
         self.admin_token = ""
         self.local_agent: LocalAgentProcess | None = None
@@ -80,6 +83,7 @@ class Daemon:
         self.admin_token = admin_token.load_or_create(self.paths.admin_token)
         self._spawn(admin_token.store_in_keychain(self.paths.home, self.admin_token))
         self.keys.load()
+        self.orchestrator.book.load()
         if not self.registry.load() and self.config.seed_demo_model:
             models_dir = self.paths.local_agent_home / "models"
             gguf = await asyncio.get_running_loop().run_in_executor(None, assemble_demo_gguf, models_dir)
@@ -91,6 +95,7 @@ class Daemon:
             await self._start_local_agent()
         self._spawn(self.telemetry.run())
         self._spawn(self.orchestrator.auto_start())
+        self._spawn(self.health.run())
         self._spawn(self._maintenance())
 
     async def _start_local_agent(self) -> None:

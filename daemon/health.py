@@ -1,0 +1,219 @@
+"""Models that look after themselves: crash restarts with backoff, pauses, stall probes, idle unload.
+
+``RestartBook`` is the persistent part: which models the user wants running (``running-models.json``)
+and which crashed too often (``restart-pauses.json``, so a pause survives a daemon restart).
+``HealthMonitor`` watches state changes and ticks once a second for the timed rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import aiohttp
+from pydantic import BaseModel
+
+from daemon.api.models import LOCAL_NODE, ModelState, ModelStatus
+from daemon.atomic import write_json_atomic
+
+if TYPE_CHECKING:
+    from daemon.orchestrator import Orchestrator
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class RestartPause(BaseModel):
+    model: str
+    node: str
+    crashes: int
+    last_error: str | None
+    since: float
+
+
+class HealthPolicy(BaseModel):
+    backoff_s: tuple[float, ...] = (10.0, 30.0, 60.0)
+    crash_limit: int = 3
+    healthy_reset_s: float = 600.0
+    probe_interval_s: float = 30.0
+    probe_timeout_s: float = 15.0
+    tick_s: float = 1.0
+
+    def delay_after(self, crashes: int) -> float:
+        return self.backoff_s[min(crashes, len(self.backoff_s)) - 1]
+
+
+class RestartBook:
+    """Crash counts, pauses and the models meant to be running; the last two on disk."""
+
+    def __init__(self, home: Path) -> None:
+        self._pauses_path = home / "restart-pauses.json"
+        self._running_path = home / "running-models.json"
+        self.crashes: dict[str, int] = {}
+        self.pauses: dict[str, RestartPause] = {}
+        self.wanted: set[str] = set()
+
+    def load(self) -> None:
+        try:
+            raw = json.loads(self._pauses_path.read_text(encoding="utf-8"))
+            self.pauses = {p["model"]: RestartPause.model_validate(p) for p in raw}
+            self.crashes = {m: p.crashes for m, p in self.pauses.items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            self.pauses = {}
+        try:
+            self.wanted = set(json.loads(self._running_path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            self.wanted = set()
+
+    def _save(self) -> None:
+        write_json_atomic(self._pauses_path, [p.model_dump() for p in self.pauses.values()])
+
+    def want(self, model_id: str, running: bool) -> None:
+        before = set(self.wanted)
+        (self.wanted.add if running else self.wanted.discard)(model_id)
+        if before != self.wanted:
+            write_json_atomic(self._running_path, sorted(self.wanted))
+
+    def clear(self, model_id: str) -> None:
+        self.crashes.pop(model_id, None)
+        if self.pauses.pop(model_id, None) is not None:
+            self._save()
+
+    def pause(self, status: ModelStatus) -> RestartPause:
+        pause = RestartPause(model=status.id, node=status.node, crashes=self.crashes.get(status.id, 0),
+                             last_error=status.error, since=time.time())
+        self.pauses[status.id] = pause
+        self._save()
+        return pause
+
+
+class HealthMonitor:
+    def __init__(self, orchestrator: "Orchestrator", policy: HealthPolicy,
+                 in_flight: Callable[[str], int], clock: Callable[[], float] = time.monotonic) -> None:
+        self.orch = orchestrator
+        self.policy = policy
+        self._in_flight = in_flight  # by served name
+        self._clock = clock
+        self._restarts: dict[str, asyncio.Task[None]] = {}
+        self._ready_since: dict[str, float] = {}
+        self._last_probe: dict[str, float] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._expected_stop: set[str] = set()
+
+    @property
+    def book(self) -> RestartBook:
+        return self.orch.book
+
+    # --- state changes -------------------------------------------------------------------------
+    def observe(self, model_id: str, previous: ModelState | None, status: ModelStatus) -> None:
+        now = self._clock()
+        if status.state == ModelState.READY:
+            self._ready_since.setdefault(model_id, now)
+        else:
+            self._ready_since.pop(model_id, None)
+        crashed = (previous in (ModelState.READY, ModelState.STARTING) and status.state == ModelState.FAILED) or \
+                  (previous == ModelState.READY and status.state == ModelState.STOPPED)
+        if status.state != ModelState.STARTING:
+            expected = model_id in self._expected_stop
+            self._expected_stop.discard(model_id)
+            if expected:
+                return
+        link = self.orch.links.get(status.node)
+        if crashed and model_id in self.book.wanted and link is not None and link.online:
+            self._on_crash(status)
+
+    def _on_crash(self, status: ModelStatus) -> None:
+        model_id = status.id
+        crashes = self.book.crashes.get(model_id, 0) + 1
+        self.book.crashes[model_id] = crashes
+        if crashes >= self.policy.crash_limit:
+            self.book.pause(status)
+            _LOGGER.error("%s crashed %d times in a row; automatic restarts paused", model_id, crashes)
+            self.orch.events.publish("model.restarts_paused", model_id, crashes=crashes, error=status.error)
+            return
+        delay = self.policy.delay_after(crashes)
+        _LOGGER.warning("%s crashed (%d in a row); restarting in %.0f s", model_id, crashes, delay)
+        self.orch.events.publish("model.crashed", model_id, crashes=crashes, restart_in_s=delay, error=status.error)
+        old = self._restarts.pop(model_id, None)
+        if old is not None:
+            old.cancel()
+        self._restarts[model_id] = asyncio.get_running_loop().create_task(self._restart_later(model_id, delay))
+
+    async def _restart_later(self, model_id: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        if model_id not in self.book.wanted or model_id in self.book.pauses:
+            return
+        if self.orch.registry.get(model_id) is None:
+            return
+        try:
+            _LOGGER.info("restarting %s after a crash", model_id)
+            await self.orch.start(model_id, by_user=False)
+        except Exception as exc:  # noqa: BLE001 - a failed restart is itself a crash to count
+            _LOGGER.error("automatic restart of %s failed: %s", model_id, exc)
+
+    # --- timed rules ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        self._session = aiohttp.ClientSession()
+        try:
+            while True:
+                await asyncio.sleep(self.policy.tick_s)
+                try:
+                    await self.tick()
+                except Exception:  # noqa: BLE001 - keep watching
+                    _LOGGER.exception("health tick failed")
+        finally:
+            await self._session.close()
+
+    async def tick(self) -> None:
+        now = self._clock()
+        for definition in self.orch.registry.all():
+            status = self.orch.status(definition)
+            if status.state != ModelState.READY:
+                continue
+            since = self._ready_since.get(definition.id, now)
+            if now - since >= self.policy.healthy_reset_s and self.book.crashes.get(definition.id):
+                _LOGGER.info("%s healthy for %.0f s: crash count cleared", definition.id, now - since)
+                self.book.clear(definition.id)
+            busy = self._in_flight(definition.served_name) > 0
+            last_used = self.orch.last_used.get(definition.id, since)
+            if definition.idle_unload_seconds and not busy and now - last_used >= definition.idle_unload_seconds:
+                _LOGGER.info("%s idle for %.0f s: unloading", definition.id, now - last_used)
+                self.orch.events.publish("model.unloaded", definition.id, idle_s=now - last_used)
+                await self.orch.stop(definition.id)  # no longer wanted: start_on_request brings it back
+                continue
+            if not busy and now - self._last_probe.get(definition.id, since) >= self.policy.probe_interval_s:
+                self._last_probe[definition.id] = now
+                await self._probe(definition.id, status)
+
+    async def _probe(self, model_id: str, status: ModelStatus) -> None:
+        """One token through the work path: /health can say ok while generation is wedged."""
+        definition = self.orch.registry.require(model_id)
+        instance = self.orch.instance(definition)
+        if instance is None or not instance.endpoint or definition.settings.embeddings:
+            return
+        if definition.node == LOCAL_NODE:
+            url, session = f"{instance.endpoint}/v1/completions", self._session
+            headers = {"Authorization": f"Bearer {instance.api_key}"} if instance.api_key else {}
+        else:
+            link = self.orch.links[definition.node]
+            url, session, headers = link.client.proxy_url(model_id, "/v1/completions"), link.client.session, {}
+        assert session is not None
+        body = {"model": definition.served_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.policy.probe_timeout_s)
+            async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
+                if resp.status < 500:
+                    return
+                reason = f"work-path probe answered {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            reason = f"work-path probe failed: {type(exc).__name__} {exc}".strip()
+        _LOGGER.error("%s is ready but does not generate (%s); restarting it", model_id, reason)
+        self.orch.events.publish("model.stalled", model_id, reason=reason)
+        stalled = status.model_copy(update={"state": ModelState.FAILED, "error": reason})
+        self._expected_stop.add(model_id)
+        await self.orch.stop(model_id, keep_wanted=True)
+        self._on_crash(stalled)
