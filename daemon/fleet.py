@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.api.client import AgentClient, AgentError
-from agent.api.models import InstanceInfo
+from agent.api.models import InstanceInfo, TelemetrySample
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ class AgentLink:
         self.node_id = node_id
         self.client = client
         self.instances: dict[str, InstanceInfo] = {}
+        self.latest_sample: TelemetrySample | None = None
         self.online = False
         self.last_error: str | None = None
         self._version: int | None = None

@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, RequestRecord, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import error_response
+from daemon.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.history import History
 from daemon.keys import KeyStore
 from daemon.metrics import RouterMetrics
@@ -77,6 +78,7 @@ class Router:
         self.history = history
         self.metrics = metrics
         self.stats: dict[str, RouterStats] = {}
+        self.gates = Gates()
         self._session: aiohttp.ClientSession | None = None
 
     def in_flight(self, served_name: str) -> int:
@@ -166,19 +168,43 @@ class Router:
             return None, error_response(404, "model_not_found", f"The model '{name}' does not exist.")
         return definition, None
 
-    async def _ready_target(self, definition: ModelDefinition,
-                            exchange: _Exchange) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
+    def _gate(self, definition: ModelDefinition) -> ModelGate:
+        slots = definition.settings.parallel
+        if slots is None:  # the runtime chose: use what its /slots reported, if anything yet
+            link = self.orchestrator.links.get(definition.node)
+            latest = link.latest_sample if link is not None else None
+            sample = latest.instances.get(definition.id) if latest is not None else None
+            slots = (sample.slots_total if sample is not None else None) or DEFAULT_SLOTS
+        return self.gates.for_model(definition.id, slots, definition.max_queue)
+
+    async def _admit(self, definition: ModelDefinition, gate: ModelGate,
+                     exchange: _Exchange) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
+        """Queue for the model (loading it when it allows that), then for a free slot."""
+        waited = time.perf_counter()
+        try:
+            async with gate.queued():
+                target = await self._ready_target(definition)
+                if not isinstance(target, web.Response):
+                    await gate.acquire_slot()
+        except QueueFull:
+            return error_response(503, "queue_full",
+                                  f"The model '{definition.served_name}' has {gate.waiting} requests waiting; "
+                                  "try again shortly.", headers={"Retry-After": "2"})
+        finally:
+            exchange.queue_s = time.perf_counter() - waited
+        return target
+
+    async def _ready_target(self, definition: ModelDefinition
+                            ) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
         status = orch.status(definition)
         if status.state != ModelState.READY and definition.start_on_request:
-            waited = time.perf_counter()
             try:
                 status = await orch.ensure_ready(definition.id)
             except Exception as exc:  # noqa: BLE001 - reported to the client below
                 status = orch.status(definition)
                 status.error = status.error or str(exc)
-            exchange.queue_s = time.perf_counter() - waited
         if status.state != ModelState.READY:
             detail = f": {status.error}" if status.error else ""
             retry = "5" if status.state == ModelState.STARTING else "30"
@@ -198,10 +224,18 @@ class Router:
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:
-        target = await self._ready_target(definition, exchange)
+        gate = self._gate(definition)
+        target = await self._admit(definition, gate, exchange)
         if isinstance(target, web.Response):
             exchange.status = target.status
             return target
+        try:
+            return await self._send(request, definition, body, exchange, target)
+        finally:
+            gate.release_slot()
+
+    async def _send(self, request: web.Request, definition: ModelDefinition, body: bytes, exchange: _Exchange,
+                    target: tuple[str, dict[str, str], aiohttp.ClientSession]) -> web.StreamResponse:
         base, auth, session = target
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
         headers.update(auth)

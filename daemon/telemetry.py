@@ -73,6 +73,7 @@ class TelemetryCollector:
                 rows = {iid: model_row(sample, iid) for iid in sample.instances}
                 await self._history.add_samples("model", sample.ts, rows)
                 self.latest[node_id] = sample
+                link.latest_sample = sample
 
     async def run(self) -> None:
         while True:

@@ -56,6 +56,7 @@ class ModelDefinition(BaseModel):
     idle_unload_seconds: int | None = Field(default=None, ge=0)
     memory_budget_gib: float | None = Field(default=None, gt=0)
     startup_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    max_queue: int = Field(default=64, ge=0, le=10_000, description="Requests that may wait for a slot or a load.")
     tags: list[str] = Field(default_factory=list)
     description: str = ""
 

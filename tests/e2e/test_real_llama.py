@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningDaemon]:
     """A daemon on a fresh home: it seeds the demo model and auto-starts it with llama-server."""
     home = tmp_path_factory.mktemp("e2e") / "home"
-    async with running_daemon(home, None, seed_demo_model=True) as d:
+    policy = {"backoff_s": [0.5, 1.0, 2.0], "probe_interval_s": 3600}
+    async with running_daemon(home, None, seed_demo_model=True, health=policy) as d:
         status = await d.wait_state(DEMO_MODEL_ID, ModelState.READY, ModelState.FAILED, timeout=240)
         assert status.state == ModelState.READY, status.error
         yield d
@@ -119,3 +120,33 @@ async def test_agent_restart_adopts_the_running_llama_server(demo: RunningDaemon
     chat = await client.chat.completions.create(
         model=DEMO_MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
     assert chat.choices[0].message.content is not None
+
+
+async def test_a_killed_llama_server_is_restarted(demo: RunningDaemon, client: openai.AsyncOpenAI) -> None:
+    before = (await demo.client.get_model(DEMO_MODEL_ID)).status
+    since = (await demo.client.status()).last_event_id
+    os.kill(before.pid, signal.SIGKILL)
+    crashed = False
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    while not crashed:
+        assert loop.time() < deadline, "no crash event for the killed llama-server"
+        page = await demo.client.events(since, timeout=5)
+        since = page.last_id
+        crashed = any(e.type == "model.crashed" and e.model == DEMO_MODEL_ID for e in page.events)
+    after = await demo.wait_state(DEMO_MODEL_ID, ModelState.READY, timeout=120)
+    assert after.pid != before.pid and after.crash_count == 1
+    chat = await client.chat.completions.create(
+        model=DEMO_MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert chat.choices[0].message.content is not None
+
+
+async def test_a_stopped_model_starts_on_the_first_request(demo: RunningDaemon, client: openai.AsyncOpenAI) -> None:
+    await demo.client.stop_model(DEMO_MODEL_ID)
+    assert (await demo.client.get_model(DEMO_MODEL_ID)).status.state == ModelState.STOPPED
+    chat = await client.chat.completions.create(
+        model=DEMO_MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert chat.choices[0].message.content is not None
+    assert (await demo.client.get_model(DEMO_MODEL_ID)).status.state == ModelState.READY
+    records = await demo.client.requests(limit=1)
+    assert records[0].status == 200 and records[0].queue_ms > 0  # it waited for the load

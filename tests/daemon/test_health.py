@@ -1,0 +1,142 @@
+"""Models that look after themselves: crash restarts, pauses that survive a restart, stall probes,
+idle unload and the bounded wait queue, against the real daemon and agent with the fake runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+
+from daemon.api.models import ModelState
+from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.fakes import write_fake_runtime
+
+FAST = {"health": {"backoff_s": [0.2, 0.4, 0.6], "crash_limit": 3, "tick_s": 0.1,
+                   "probe_interval_s": 3600, "healthy_reset_s": 3600}}
+
+
+async def _events_until(d: RunningDaemon, wanted: str, model_id: str, since: int = 0, timeout: float = 60) -> list:
+    seen = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        page = await d.client.events(since, timeout=max(0.1, min(5, deadline - loop.time())))
+        since = page.last_id
+        seen += [e for e in page.events if e.model == model_id]
+        if any(e.type == wanted for e in seen):
+            return seen
+        assert loop.time() < deadline, f"no {wanted} event; saw {[e.type for e in seen]}"
+
+
+async def test_crashes_restart_with_backoff_then_pause_until_a_manual_start(tmp_path: Path, model_file: Path) -> None:
+    crashing = write_fake_runtime(tmp_path / "bin", crash_after_s=0.3)
+    home = tmp_path / "home"
+    async with running_daemon(home, crashing, **FAST) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        first = await d.client.start_model("m", wait=True)
+        seen = await _events_until(d, "model.restarts_paused", "m")
+        crashes = [e for e in seen if e.type == "model.crashed"]
+        assert [e.data["crashes"] for e in crashes] == [1, 2]
+        assert [e.data["restart_in_s"] for e in crashes] == [0.2, 0.4]
+        status = (await d.client.get_model("m")).status
+        assert status.restarts_paused and status.crash_count == 3
+        assert status.state == ModelState.FAILED and "Crashed 3 times" in status.error
+        assert first.pid != status.pid or status.pid is None
+        pauses = json.loads((home / "restart-pauses.json").read_text())
+        assert pauses[0]["model"] == "m" and pauses[0]["crashes"] == 3
+
+    async with running_daemon(home, crashing, **FAST) as d:  # the pause survives a daemon restart
+        status = (await d.client.get_model("m")).status
+        assert status.restarts_paused and status.crash_count == 3
+        started = await d.client.start_model("m")  # by hand: clears the pause
+        assert not started.restarts_paused and started.crash_count == 0
+        assert json.loads((home / "restart-pauses.json").read_text()) == []
+        await d.client.stop_model("m")
+
+
+async def test_a_stop_by_hand_is_not_a_crash(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime, **FAST) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        since = (await d.client.status()).last_event_id
+        await d.client.stop_model("m")
+        page = await d.client.events(since, timeout=0.5)
+        assert [e.type for e in page.events if e.type.startswith("model.") and e.type != "model.state"] == []
+        assert (await d.client.get_model("m")).status.crash_count == 0
+
+
+async def test_a_stalled_runtime_is_found_by_the_work_path_probe(tmp_path: Path, model_file: Path) -> None:
+    stalled = write_fake_runtime(tmp_path / "bin", stall=True)
+    policy = {"health": {**FAST["health"], "probe_interval_s": 0.2, "probe_timeout_s": 0.5}}
+    async with running_daemon(tmp_path / "home", stalled, **policy) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        status = await d.client.start_model("m", wait=True)
+        assert status.state == ModelState.READY  # /health says ok...
+        seen = await _events_until(d, "model.crashed", "m")
+        stall = next(e for e in seen if e.type == "model.stalled")  # ...but nothing generates
+        assert "probe" in stall.data["reason"]
+
+
+async def test_idle_model_unloads_and_comes_back_on_request(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime, **FAST) as d:
+        await d.client.create_model(model("m", str(model_file), idle_unload_seconds=1, start_on_request=True))
+        await d.client.start_model("m", wait=True)
+        await _events_until(d, "model.unloaded", "m")
+        assert (await d.wait_state("m", ModelState.STOPPED)).crash_count == 0
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            async with session.post(f"{d.v1}/chat/completions", json=body) as r:
+                assert r.status == 200
+        assert (await d.client.get_model("m")).status.state == ModelState.READY
+
+
+async def test_queue_serves_slots_plus_queue_and_refuses_the_rest(tmp_path: Path, model_file: Path) -> None:
+    slow = write_fake_runtime(tmp_path / "bin", token_delay_s=0.05, tokens=20)
+    async with running_daemon(tmp_path / "home", slow) as d:
+        await d.client.create_model(model("m", str(model_file), settings={"parallel": 1}, max_queue=3))
+        await d.client.start_model("m", wait=True)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        async with aiohttp.ClientSession() as session:
+            async def one() -> tuple[int, str | None, str | None]:
+                async with session.post(f"{d.v1}/chat/completions", json=body) as r:
+                    data = await r.json()
+                    code = data.get("error", {}).get("code") if r.status != 200 else None
+                    return r.status, code, r.headers.get("Retry-After")
+            results = await asyncio.gather(*[one() for _ in range(10)])
+        served = [r for r in results if r[0] == 200]
+        refused = [r for r in results if r[0] == 503]
+        assert len(served) == 4 and len(refused) == 6  # 1 running + 3 queued
+        assert all(code == "queue_full" and retry for _, code, retry in refused)
+
+
+async def test_a_queued_client_that_leaves_frees_its_place(tmp_path: Path, model_file: Path) -> None:
+    slow = write_fake_runtime(tmp_path / "bin", token_delay_s=0.1, tokens=100)
+    async with running_daemon(tmp_path / "home", slow) as d:
+        await d.client.create_model(model("m", str(model_file), settings={"parallel": 1}, max_queue=1))
+        await d.client.start_model("m", wait=True)
+        gate = d.daemon.router.gates.for_model("m", 1, 1)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        async with aiohttp.ClientSession() as running:
+            async with running.post(f"{d.v1}/chat/completions", json=body) as first:
+                await first.content.readline()  # holds the only slot
+                queued = asyncio.ensure_future(_post_json(d, body))
+                await _until(lambda: gate.waiting == 1)
+                queued.cancel()  # the queued client goes away
+                await _until(lambda: gate.waiting == 0)
+                assert gate.running == 1
+
+
+async def _post_json(d: RunningDaemon, body: dict) -> int:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{d.v1}/chat/completions", json=body) as r:
+            return r.status
+
+
+async def _until(condition, timeout: float = 10) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
