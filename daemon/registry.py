@@ -39,9 +39,21 @@ def normalize(definition: ModelDefinition) -> ModelDefinition:
     return definition.model_copy(update={"settings": settings, "extra_args": rest})
 
 
+_HASHES: dict[int, tuple[ModelDefinition, str]] = {}
+
+
 def definition_hash(definition: ModelDefinition) -> str:
-    return config_hash(definition.settings, definition.model_path, definition.served_name,
-                       definition.extra_args)
+    """The config hash of a definition, memoised per definition object (they are replaced, not
+    mutated, on every change), because status is derived on the request path."""
+    cached = _HASHES.get(id(definition))
+    if cached is not None and cached[0] is definition:
+        return cached[1]
+    value = config_hash(definition.settings, definition.model_path, definition.served_name,
+                        definition.extra_args)
+    if len(_HASHES) > 4096:
+        _HASHES.clear()
+    _HASHES[id(definition)] = (definition, value)
+    return value
 
 
 class Registry:

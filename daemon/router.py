@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from agent.api.models import InstanceInfo, InstanceState
 from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, RequestRecord, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import error_response
@@ -198,6 +199,10 @@ class Router:
                             ) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
+        instance = orch.instance(definition)
+        link = orch.links.get(definition.node)
+        if instance is not None and instance.state == InstanceState.READY and link is not None and link.online:
+            return self._target(definition, instance)  # the hot path: no status to derive
         status = orch.status(definition)
         if status.state != ModelState.READY and definition.start_on_request:
             try:
@@ -213,6 +218,11 @@ class Router:
                                   headers={"Retry-After": retry})
         instance = orch.instance(definition)
         assert instance is not None
+        return self._target(definition, instance)
+
+    def _target(self, definition: ModelDefinition,
+                instance: InstanceInfo) -> tuple[str, dict[str, str], aiohttp.ClientSession]:
+        orch = self.orchestrator
         orch.last_used[definition.id] = time.monotonic()
         if definition.node == LOCAL_NODE and instance.endpoint:
             # Hot path: straight to the local runtime's loopback port with its instance key.
