@@ -139,7 +139,8 @@ class Registry:
         demo = ModelDefinition(
             id=DEMO_MODEL_ID, served_name=DEMO_MODEL_ID, model_path=str(gguf),
             sources=ModelSource(package=DEMO_PACKAGE), auto_start=True, start_on_request=True,
-            settings=LlamaCppSettings(ctx_size=8192, parallel=4),
+            # The GGUF carries no chat template; llama.cpp's built-in Gemma one fits it.
+            settings=LlamaCppSettings(ctx_size=8192, parallel=4, chat_template="gemma"),
             tags=["demo", "chat"], description="Gemma 3 270M, Q4_K_M: the small built-in demo model.",
         )
         self._models[demo.id] = demo

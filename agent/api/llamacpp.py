@@ -49,6 +49,9 @@ class LlamaCppSettings(BaseModel):
     embeddings: bool = Field(default=False, description="Serve embeddings only.", json_schema_extra={"flag": "--embeddings", "runtime_default": False, "unit": ""})
     pooling: Pooling | None = _setting("--pooling", "from model", "Embedding pooling.")
     seed: int | None = _setting("--seed", -1, "Sampling seed (-1: random).", "", ge=-1)
+    chat_template: str | None = _setting("--chat-template", "from model",
+                                         "Built-in chat template (gemma, chatml, llama3, ...) for a model without one.",
+                                         pattern=r"^[a-z0-9][a-z0-9_.-]{0,39}$")
     jinja: bool = Field(default=True, description="Use the model's Jinja chat template (tools need it).", json_schema_extra={"flag": "--jinja", "runtime_default": True, "unit": ""})
 
 
@@ -66,6 +69,7 @@ _VALUE_FLAGS: dict[str, str] = {
     "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v",
     "--pooling": "pooling",
     "-s": "seed", "--seed": "seed",
+    "--chat-template": "chat_template",
 }
 _BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--mlock": ("mlock", True),
