@@ -26,11 +26,15 @@ HOP_BY_HOP = frozenset({
 })
 
 
+# llama-server closes idle keep-alive connections after 5 s; ours go first so none is reused as it closes.
+RUNTIME_KEEPALIVE_S = 3.0
+
+
 def new_proxy_session() -> aiohttp.ClientSession:
     """Bytes pass through untouched: no decompression, no cookies, no overall timeout."""
     return aiohttp.ClientSession(auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
                                  timeout=UPSTREAM_TIMEOUT,
-                                 connector=aiohttp.TCPConnector(limit=0, force_close=False))
+                                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=RUNTIME_KEEPALIVE_S))
 
 
 def _forwardable(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> CIMultiDict[str]:

@@ -36,6 +36,7 @@ REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10, sock_read=None)
 USAGE_TAIL_BYTES = 16384
 REQUEST_ID = web.RequestKey("request_id", str)
+RUNTIME_KEEPALIVE_S = 3.0
 
 
 class BodyTooLarge(Exception):
@@ -87,7 +88,9 @@ class Router:
         return stats.in_flight if stats else 0
 
     async def open(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300)
+        # llama-server (cpp-httplib) closes idle keep-alive connections after 5 s: drop ours first,
+        # or a request sent on a connection the runtime is closing fails with "Server disconnected".
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=RUNTIME_KEEPALIVE_S, ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                               timeout=CONNECT_TIMEOUT)
 
@@ -199,6 +202,9 @@ class Router:
                             ) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
+        window = getattr(orch, "maintenance", {}).get(definition.id)  # a benchmark or tuning job (daemon.jobs)
+        if window is not None:
+            return window.refusal()  # 503 maintenance with Retry-After from the job's estimate
         instance = orch.instance(definition)
         link = orch.links.get(definition.node)
         if instance is not None and instance.state == InstanceState.READY and link is not None and link.online:
@@ -250,19 +256,34 @@ class Router:
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
         headers.update(auth)
         headers["X-Request-Id"] = request[REQUEST_ID]
-        try:
-            upstream_cm = session.request(request.method, base + request.path_qs, data=body, headers=headers,
-                                          timeout=CONNECT_TIMEOUT, allow_redirects=False)
-            upstream = await upstream_cm.__aenter__()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            exchange.status = 502
-            return error_response(502, "upstream_unreachable",
-                                  f"The runtime of '{definition.served_name}' could not be reached: {exc}")
+        upstream_cm = None
+        for attempt in range(2):
+            try:
+                upstream_cm = session.request(request.method, base + request.path_qs, data=body, headers=headers,
+                                              timeout=CONNECT_TIMEOUT, allow_redirects=False)
+                upstream = await upstream_cm.__aenter__()
+                break
+            except aiohttp.ServerDisconnectedError as exc:
+                # A pooled connection the runtime closed as we reused it: nothing was processed,
+                # so one retry on a fresh connection is safe.
+                if attempt == 0:
+                    _LOGGER.debug("upstream closed a pooled connection; retrying once: %s", exc)
+                    continue
+                return self._unreachable(definition, exchange, exc)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return self._unreachable(definition, exchange, exc)
+        assert upstream_cm is not None
         try:
             return await self._relay(request, upstream, exchange)
         finally:
             upstream.close()  # no-op once fully read; drops the connection (and the generation) if not
             await upstream_cm.__aexit__(None, None, None)
+
+    @staticmethod
+    def _unreachable(definition: ModelDefinition, exchange: _Exchange, exc: BaseException) -> web.Response:
+        exchange.status = 502
+        return error_response(502, "upstream_unreachable",
+                              f"The runtime of '{definition.served_name}' could not be reached: {exc}")
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
                      exchange: _Exchange) -> web.StreamResponse:

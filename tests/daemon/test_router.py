@@ -201,3 +201,17 @@ async def test_request_id_metrics_and_models_list(tmp_path: Path, fake_runtime: 
         records = await d.client.requests()
         assert records[0].id in ("abc-123",) or records[1].id == "abc-123"
         assert all(r.completion_tokens for r in records)
+
+
+async def test_a_pooled_connection_the_runtime_closed_is_not_a_502(tmp_path: Path, model_file: Path) -> None:
+    """llama-server drops idle keep-alive connections; reusing one as it closes must not fail."""
+    from tests.fakes import write_fake_runtime
+
+    runtime = write_fake_runtime(tmp_path / "bin", drop_reused=True)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        for _ in range(3):
+            status, _, answer = await _post(f"{d.v1}/chat/completions", body)
+            assert status == 200, answer  # each reuse is hung up on; the router retries once, fresh

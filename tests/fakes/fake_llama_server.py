@@ -13,6 +13,8 @@ llama-server does. Fault switches (environment):
     FAKE_IGNORE_SIGTERM   ignore SIGTERM (only SIGKILL ends it)
     FAKE_TOKEN_DELAY_S    pause between generated tokens
     FAKE_TOKENS           tokens generated per answer (default 8; max_tokens caps it)
+    FAKE_KEEPALIVE_S      close idle keep-alive connections after this long (llama-server: 5 s)
+    FAKE_DROP_REUSED      hang up, unanswered, on any /v1 request on a reused connection
 """
 
 from __future__ import annotations
@@ -216,8 +218,22 @@ class FakeServer:
         await response.write_eof()
         return response
 
+    @web.middleware
+    async def drop_reused(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """FAKE_DROP_REUSED: hang up on a request that arrives on a reused keep-alive connection,
+        unanswered, as llama-server does to a connection its keep-alive timer is closing."""
+        transport = request.transport
+        if os.environ.get("FAKE_DROP_REUSED") and transport is not None and request.path.startswith("/v1/"):
+            key = id(transport)
+            self.requests_on[key] = self.requests_on.get(key, 0) + 1
+            if self.requests_on[key] > 1:
+                transport.abort()
+                raise ConnectionResetError("dropped a reused connection")
+        return await handler(request)
+
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.gate])
+        self.requests_on: dict[int, int] = {}
+        app = web.Application(middlewares=[self.drop_reused, self.gate])
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/health", self.health)
         app.router.add_get("/models", self.models)
@@ -256,7 +272,8 @@ async def serve(args: argparse.Namespace) -> int:
     else:
         loop.add_signal_handler(signal.SIGTERM, done.set)
     loop.add_signal_handler(signal.SIGINT, done.set)
-    runner = web.AppRunner(fake.app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+    runner = web.AppRunner(fake.app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5,
+                           keepalive_timeout=env_float("FAKE_KEEPALIVE_S", 75.0))
     await runner.setup()
     try:
         await web.TCPSite(runner, args.host, args.port).start()
