@@ -263,10 +263,11 @@ class Router:
                                               timeout=CONNECT_TIMEOUT, allow_redirects=False)
                 upstream = await upstream_cm.__aenter__()
                 break
-            except aiohttp.ServerDisconnectedError as exc:
-                # A pooled connection the runtime closed as we reused it: nothing was processed,
-                # so one retry on a fresh connection is safe.
-                if attempt == 0:
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A pooled connection the runtime closed as we reused it (it hangs up, or the body
+                # cannot be written): no answer was produced, so one retry on a fresh connection
+                # is safe. Failing to connect at all (ClientConnectorError) is not retried.
+                if attempt == 0 and not isinstance(exc, aiohttp.ClientConnectorError):
                     _LOGGER.debug("upstream closed a pooled connection; retrying once: %s", exc)
                     continue
                 return self._unreachable(definition, exchange, exc)
