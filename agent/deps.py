@@ -9,12 +9,15 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.admission import Admission, AdmissionPolicy, MemoryProbe, PsutilMemoryProbe
 from agent.gpu import GpuProbe, NvmlProbe
 from agent.identity import AgentIdentity, load_or_create_identity
 from agent.manager import InstanceManager
+from agent.model_sources import ModelSources
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
 from agent.runtimes.catalog import RuntimeCatalog
@@ -23,7 +26,10 @@ from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
 
 _LOGGER = logging.getLogger(__name__)
 
-FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy"]
+FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair"]
+# Admission and getting models (agent.model_sources).
+SOURCES_FEATURES = ["admission", "fit", "gguf-inspect", "downloads-hf", "downloads-url", "imports-ollama",
+                    "imports-folder", "transfers-long-poll"]
 
 
 def agent_version() -> str:
@@ -42,19 +48,27 @@ class AgentDeps:
     telemetry: TelemetryCollector
     gpu_probe: GpuProbe
     adopt_on_start: bool = True
-    features: list[str] = field(default_factory=lambda: list(FEATURES))
+    features: list[str] = field(default_factory=lambda: FEATURES + SOURCES_FEATURES)
     version: str = field(default_factory=agent_version)
+    # Set by the agent's lifecycle: called once ``POST /unpair`` has been answered. None: refused.
+    on_unpair: Callable[[], None] | None = None
+    sources: ModelSources | None = None  # fit, downloads, imports; None in tests that need none
 
 
 def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None,
                telemetry_interval_s: float = DEFAULT_INTERVAL_S, gpu_probe: GpuProbe | None = None,
-               first_port: int = FIRST_PORT, adopt_on_start: bool = True) -> AgentDeps:
+               first_port: int = FIRST_PORT, adopt_on_start: bool = True,
+               memory_probe: MemoryProbe | None = None, admission_policy: AdmissionPolicy | None = None,
+               allow_private_sources: bool = False) -> AgentDeps:
     """The agent's parts for the home directory ``home`` (created where missing)."""
     paths = AgentPaths(Path(home)).ensure()
     identity = load_or_create_identity(paths)
     catalog = RuntimeCatalog(llama_server)
-    manager = InstanceManager(LlamaCppDriver(paths, catalog), ProcessRecords(paths.records_file), first_port)
     probe = gpu_probe if gpu_probe is not None else NvmlProbe()
+    admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe)
+    manager = InstanceManager(LlamaCppDriver(paths, catalog), ProcessRecords(paths.records_file), first_port,
+                              admission=admission)
+    sources = ModelSources(paths.models_dir, admission, manager.loading, allow_private=allow_private_sources)
     telemetry = TelemetryCollector(manager, probe, telemetry_interval_s)
     return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager,
-                     telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start)
+                     telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources)

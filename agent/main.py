@@ -1,9 +1,11 @@
 """``mirbadllm agent`` / ``python -m agent``: parse the command line and serve over mutual TLS.
 
 Once listening it prints one JSON line on stdout, ``{"event": "listening", "host", "port",
-"node_id"}``, so a parent (the daemon running its local agent) learns the port even with
-``--port 0``. Logs go to stderr. SIGINT/SIGTERM end the agent; runtimes keep serving and are
-adopted by the next agent on this home.
+"node_id", "paired"}``, so a parent (the daemon running its local agent) learns the port even with
+``--port 0``. An agent no daemon has paired yet serves only the pairing routes, advertises itself
+on the LAN and prints a pairing code (``{"event": "pairing", ...}``); see ``agent.lifecycle``.
+Logs go to stderr. SIGINT/SIGTERM end the agent; runtimes keep serving and are adopted by the
+next agent on this home.
 """
 
 from __future__ import annotations
@@ -11,22 +13,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 
-from agent.deps import build_deps
+from agent.admission import AdmissionPolicy
+from agent.deps import AgentDeps, agent_version, build_deps
+from agent.discovery import mdns_disabled_by_env
+from agent.enrollment import is_paired, paired_ssl_context, reset_identity
 from agent.identity import (
     IdentityError,
-    NotPairedError,
     load_or_create_identity,
     pin_ca,
-    server_ssl_context,
 )
+from agent.lifecycle import AgentLifecycle
 from agent.paths import AgentPaths, default_home
-from agent.server import create_app, start_server
+from agent.runtimes.llamacpp import FIRST_PORT
 from agent.telemetry import DEFAULT_INTERVAL_S
 
 _LOGGER = logging.getLogger(__name__)
@@ -49,31 +53,41 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--telemetry-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="S",
                         help=f"seconds between telemetry samples (default {DEFAULT_INTERVAL_S:g})")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument("--name", default=None, help="node name shown while pairing (default: the host name)")
+    parser.add_argument("--unpair", action="store_true",
+                        help="forget the pairing and the key first: a new identity, a new pairing code")
+    parser.add_argument("--no-pairing", action="store_true",
+                        help="refuse to start unless already paired (or --ca is given)")
+    parser.add_argument("--no-mdns", action="store_true",
+                        help="do not advertise on the LAN while unpaired (also MIRBADLLM_NO_MDNS=1)")
+    parser.add_argument("--first-port", type=int, default=FIRST_PORT, metavar="PORT",
+                        help=f"lowest port for runtimes, on 127.0.0.1 (default {FIRST_PORT})")
+    parser.add_argument("--mdns-interface", action="append", default=[], metavar="ADDRESS",
+                        help="advertise only on the interface with this IPv4 address (repeatable)")
+    parser.add_argument("--memory-reserve", type=float, default=1.0, metavar="GIB",
+                        help="system memory never promised to a model by admission (default 1.0 GiB)")
+    parser.add_argument("--allow-private-sources", action="store_true",
+                        help="let plain-URL downloads reach loopback and private addresses (your own mirror)")
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace, home: Path) -> int:
-    deps = build_deps(home, llama_server=args.llama_server, telemetry_interval_s=args.telemetry_interval)
-    ssl_context = server_ssl_context(deps.identity)
-    try:
-        runner, port = await start_server(create_app(deps), args.host, args.port, ssl_context)
-    except OSError as exc:  # the port is taken, most likely
-        print(f"mirbadllm agent: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    _LOGGER.info("agent %s listening on %s:%d (home %s)", deps.identity.node_id[:12], args.host, port, home)
-    print(json.dumps({"event": "listening", "host": args.host, "port": port,
-                      "node_id": deps.identity.node_id}), flush=True)
+    def build() -> AgentDeps:
+        return build_deps(home, llama_server=args.llama_server, telemetry_interval_s=args.telemetry_interval,
+                          first_port=args.first_port, allow_private_sources=args.allow_private_sources,
+                          admission_policy=AdmissionPolicy(reserve_bytes=int(args.memory_reserve * (1 << 30))))
+
+    lifecycle = AgentLifecycle(
+        AgentPaths(home), args.host, args.port, build,
+        name=args.name or socket.gethostname() or "mirbadllm-agent", version=agent_version(),
+        allow_pairing=not args.no_pairing, mdns=not (args.no_mdns or mdns_disabled_by_env()),
+        mdns_interfaces=args.mdns_interface)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        _LOGGER.info("agent stopping; runtimes keep running")
-        await runner.cleanup()
-    return 0
+    return await lifecycle.run(stop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,15 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     home = (args.home or default_home()).expanduser().absolute()
     paths = AgentPaths(home).ensure()
     try:
+        if args.unpair:
+            reset_identity(paths)
+            print("mirbadllm agent: unpaired; a new identity and pairing code follow.", file=sys.stderr)
         if args.ca is not None:
             pin_ca(paths, args.ca.read_bytes())
-        identity = load_or_create_identity(paths)
-        server_ssl_context(identity)
-    except NotPairedError:
-        print(f"mirbadllm agent: not paired. No CA is pinned in {paths.ca_file}, so no daemon could "
-              "connect. Pair this agent with a daemon, or start it with --ca FILE (the daemon's CA "
-              "certificate).", file=sys.stderr)
-        return 2
+        identity = load_or_create_identity(paths, common_name=args.name)
+        if is_paired(paths):
+            paired_ssl_context(identity)  # a broken identity fails here, with what to do
+        elif args.no_pairing:
+            print(f"mirbadllm agent: not paired. No CA is pinned in {paths.ca_file}, so no daemon could "
+                  "connect. Pair this agent with a daemon, or start it with --ca FILE (the daemon's CA "
+                  "certificate).", file=sys.stderr)
+            return 2
     except (IdentityError, OSError) as exc:
         print(f"mirbadllm agent: {exc}", file=sys.stderr)
         return 2

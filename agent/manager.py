@@ -10,15 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 
-from agent.api.models import InstanceInfo, InstancesPage, LaunchSpec
+from agent.api.models import InstanceInfo, InstancesPage, InstanceState, LaunchSpec
 from agent.records import ProcessRecords, find_live_process
 from agent.runtimes.llamacpp import LlamaCppDriver, check_spec, find_free_port
 from agent.runtimes.process import RuntimeProcess
 from agent.runtimes.run import RuntimeRun
 from agent.supervisor import AlreadyRunning, InstanceSupervisor
+
+if TYPE_CHECKING:
+    from agent.admission import Admission
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -32,8 +36,10 @@ class UnknownInstance(KeyError):
 class InstanceManager:
     """Holds the supervisors of one agent."""
 
-    def __init__(self, driver: LlamaCppDriver, records: ProcessRecords, first_port: int = 18080) -> None:
+    def __init__(self, driver: LlamaCppDriver, records: ProcessRecords, first_port: int = 18080,
+                 admission: Admission | None = None) -> None:
         self.driver = driver
+        self.admission = admission
         self.records = records
         self.first_port = first_port
         self._supervisors: dict[str, InstanceSupervisor] = {}
@@ -108,9 +114,14 @@ class InstanceManager:
             sup = self._supervisor(spec.instance_id)
             if sup.busy:
                 raise AlreadyRunning(f"instance {spec.instance_id} is {sup.state.value}; stop it first")
+            if self.admission is not None:  # memory admission; raises AgentProblem when refused
+                await self.admission.admit(spec, self.loading, self.wait_for)
             taken = [run.port for run in self.runs().values()]
             port = await asyncio.to_thread(find_free_port, taken, self.first_port)
             return await sup.start(spec, lambda ring: self.driver.launch(spec, port, ring))
+
+    def loading(self) -> list[tuple[str, InstanceState, int | None]]:
+        return [(i, s.state, s.run.pid if s.run is not None else None) for i, s in self._supervisors.items()]
 
     async def stop(self, instance_id: str, timeout: float = 10.0) -> InstanceInfo:
         return await self.get(instance_id).stop(timeout)

@@ -9,7 +9,9 @@ llama-server frees the slot.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
@@ -47,6 +49,25 @@ class UpstreamUnreachable(Exception):
     """The runtime refused or dropped the connection before answering."""
 
 
+@contextlib.asynccontextmanager
+async def _open(session: aiohttp.ClientSession, request: web.Request, url: str, headers: CIMultiDict[str],
+                body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+    """The runtime's answer; one retry on a fresh connection when a pooled one was closed under us
+    (nothing was processed then: llama-server hangs up on idle keep-alive connections)."""
+    for attempt in range(2):
+        try:
+            upstream = await session.request(request.method, url, params=request.query, headers=headers,
+                                             data=body or None, allow_redirects=False)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if attempt == 0 and not isinstance(exc, aiohttp.ClientConnectorError):
+                _LOGGER.debug("the runtime closed a pooled connection; retrying once: %s", exc)
+                continue
+            raise
+        async with upstream:  # as ``async with session.request(...)``: released, closed if unread
+            yield upstream
+        return
+
+
 async def forward(request: web.Request, run: RuntimeRun, path: str,
                   session: aiohttp.ClientSession) -> web.StreamResponse:
     """Send ``request`` to ``run`` at ``/path`` and stream the answer back."""
@@ -54,8 +75,7 @@ async def forward(request: web.Request, run: RuntimeRun, path: str,
     headers.update(run.auth_headers())
     body = await request.read()
     try:
-        async with session.request(request.method, f"{run.endpoint}/{path}", params=request.query,
-                                   headers=headers, data=body or None, allow_redirects=False) as upstream:
+        async with _open(session, request, f"{run.endpoint}/{path}", headers, body) as upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             response.headers.update(_forwardable(upstream.headers))
             if upstream.content_length is not None:

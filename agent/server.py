@@ -24,8 +24,11 @@ from pydantic import ValidationError
 from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
 from agent.deps import AgentDeps
 from agent.manager import AlreadyRunning, UnknownInstance
+from agent.model_sources import ModelSources
+from agent.problems import AgentProblem
 from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
 from agent.runtimes.llamacpp import NoRuntime, SpecRejected
+from agent.sources_api import routes as sources_routes
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -59,6 +62,9 @@ async def _errors(request: web.Request,
         return _error(409, "already_running", str(exc))
     except SpecRejected as exc:
         return _error(422, "spec_rejected", str(exc))
+    except AgentProblem as exc:  # admission, downloads, imports: with machine-readable details
+        return web.json_response({"error": {"code": exc.code, "message": exc.message, "details": exc.details}},
+                                 status=exc.status)
     except NoRuntime as exc:
         return _error(503, "no_runtime", str(exc))
     except UpstreamUnreachable as exc:
@@ -166,6 +172,18 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     return await forward(request, run, request.match_info["path"], session)
 
 
+async def unpair(request: web.Request) -> web.StreamResponse:
+    """The daemon removed this node: answer, then reset the identity and wait to be paired again."""
+    on_unpair = request.app[DEPS].on_unpair
+    if on_unpair is None:
+        raise ApiError(409, "cannot_unpair", "this agent is not run by `mirbadllm agent`; stop it instead")
+    response = web.json_response({"status": "unpairing"}, status=202)
+    await response.prepare(request)
+    await response.write_eof()  # sent before the server that carries it closes
+    on_unpair()
+    return response
+
+
 async def _adoption(app: web.Application) -> AsyncIterator[None]:
     deps = app[DEPS]
     if deps.adopt_on_start:
@@ -174,6 +192,8 @@ async def _adoption(app: web.Application) -> AsyncIterator[None]:
             _LOGGER.info("adopted running instances: %s", ", ".join(adopted))
     yield
     await deps.manager.close()
+    if deps.sources is not None:
+        await deps.sources.close()  # running transfers are cancelled and leave no partial files
 
 
 async def _telemetry(app: web.Application) -> AsyncIterator[None]:
@@ -191,6 +211,13 @@ async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
     await session.close()
 
 
+def _sources(request: web.Request) -> ModelSources:
+    sources = request.app[DEPS].sources
+    if sources is None:
+        raise ApiError(503, "no_sources", "this agent was built without downloads and admission")
+    return sources
+
+
 def create_app(deps: AgentDeps) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
     app[DEPS] = deps
@@ -204,6 +231,8 @@ def create_app(deps: AgentDeps) -> web.Application:
         web.get(f"{p}/instances/{{id}}/logs", instance_logs),       # ?tail=N&follow=0|1
         web.get(f"{p}/telemetry", telemetry),                       # ?since=SEQ
         web.route("*", f"{p}/proxy/{{id}}/{{path:.*}}", proxy),     # any method, streamed
+        *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources_api
+        web.post(f"{p}/unpair", unpair),                            # then waits to be paired again
     ])
     app.cleanup_ctx.extend([_adoption, _telemetry, _proxy_session])
     return app

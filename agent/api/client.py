@@ -10,6 +10,17 @@ Route table (``/agent/v1``):
     GET  /instances/{id}/logs             -> text/event-stream  # ?tail=N&follow=0|1
     GET  /telemetry                       -> TelemetryPage   # ?since=SEQ
     *    /proxy/{id}/{path}               -> the runtime's own answer, streamed
+    POST /unpair                          -> 202             # forget the pairing; a new code is shown
+    POST /fit                             -> FitReport       # body: FitRequest (a local path or an HF file)
+    POST /downloads                       -> TransferInfo    # body: DownloadRequest; 202
+    GET  /imports/ollama                  -> list[OllamaModelInfo]  # ?store=PATH
+    POST /imports/ollama                  -> TransferInfo    # body: OllamaImportRequest; 202
+    POST /imports/folder                  -> TransferInfo    # body: FolderImportRequest; 202
+    GET  /transfers                       -> TransfersPage   # ?since=VERSION&timeout=S (long-poll)
+    GET  /transfers/{id}                  -> TransferInfo
+    POST /transfers/{id}/cancel           -> TransferInfo
+
+An unpaired agent answers only the pairing routes; see ``agent.api.pairing``.
 """
 
 from __future__ import annotations
@@ -30,20 +41,32 @@ from agent.api.models import (
     LaunchSpec,
     TelemetryPage,
 )
+from agent.api.sources import (
+    DownloadRequest,
+    FitReport,
+    FitRequest,
+    FolderImportRequest,
+    OllamaImportRequest,
+    OllamaModelInfo,
+    TransferInfo,
+    TransfersPage,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
 _CALL_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
+_SLOW_CALL_TIMEOUT = aiohttp.ClientTimeout(total=180, connect=10)  # a fit may read a remote header
 
 
 class AgentError(Exception):
     """An agent answered with an error envelope, or could not be reached."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(f"agent {status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.details = details or {}
 
 
 class AgentClient:
@@ -116,6 +139,41 @@ class AgentClient:
     async def telemetry(self, since: int = 0) -> TelemetryPage:
         return TelemetryPage.model_validate(await self._call("GET", "/telemetry", params={"since": since}))
 
+    async def unpair(self) -> None:
+        """Tell the agent its node was removed: it resets its identity and waits to be paired again."""
+        await self._call("POST", "/unpair", timeout=aiohttp.ClientTimeout(total=10, connect=5))
+
+    async def fit(self, request: FitRequest) -> FitReport:
+        """Will this model fit this node? Reads a Hugging Face file's header by ranges, nothing more."""
+        data = await self._call("POST", "/fit", body=request.model_dump(mode="json"), timeout=_SLOW_CALL_TIMEOUT)
+        return FitReport.model_validate(data)
+
+    async def download(self, request: DownloadRequest) -> TransferInfo:
+        return TransferInfo.model_validate(await self._call("POST", "/downloads", body=request.model_dump(mode="json")))
+
+    async def ollama_models(self, store: str | None = None) -> list[OllamaModelInfo]:
+        data = await self._call("GET", "/imports/ollama", params={"store": store} if store else None)
+        return [OllamaModelInfo.model_validate(m) for m in data]
+
+    async def import_ollama(self, request: OllamaImportRequest) -> TransferInfo:
+        data = await self._call("POST", "/imports/ollama", body=request.model_dump(mode="json"))
+        return TransferInfo.model_validate(data)
+
+    async def import_folder(self, request: FolderImportRequest) -> TransferInfo:
+        data = await self._call("POST", "/imports/folder", body=request.model_dump(mode="json"))
+        return TransferInfo.model_validate(data)
+
+    async def transfers(self, since: int | None = None, timeout: float = 0) -> TransfersPage:
+        params: dict[str, Any] = {} if since is None else {"since": since, "timeout": timeout}
+        call_timeout = aiohttp.ClientTimeout(total=timeout + 30, connect=10)
+        return TransfersPage.model_validate(await self._call("GET", "/transfers", params=params, timeout=call_timeout))
+
+    async def transfer(self, transfer_id: str) -> TransferInfo:
+        return TransferInfo.model_validate(await self._call("GET", f"/transfers/{transfer_id}"))
+
+    async def cancel_transfer(self, transfer_id: str) -> TransferInfo:
+        return TransferInfo.model_validate(await self._call("POST", f"/transfers/{transfer_id}/cancel"))
+
     async def logs(self, instance_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
         """Log lines of an instance: the last ``tail`` lines, then new ones while ``follow``."""
         params = {"tail": tail, "follow": int(follow)}
@@ -147,6 +205,7 @@ async def iter_sse_data(stream: aiohttp.StreamReader) -> AsyncIterator[str]:
 def _error_from(status: int, text: str) -> AgentError:
     try:
         err = json.loads(text)["error"]
-        return AgentError(status, str(err.get("code", "error")), str(err.get("message", text)))
+        details = err.get("details") if isinstance(err.get("details"), dict) else None
+        return AgentError(status, str(err.get("code", "error")), str(err.get("message", text)), details)
     except (ValueError, KeyError, TypeError):
         return AgentError(status, "error", text[:500])

@@ -50,7 +50,8 @@ class LlamaCppSettings(BaseModel):
     pooling: Pooling | None = _setting("--pooling", "from model", "Embedding pooling.")
     seed: int | None = _setting("--seed", -1, "Sampling seed (-1: random).", "", ge=-1)
     chat_template: str | None = _setting("--chat-template", "from model",
-                                         "Built-in chat template (gemma, chatml, llama3, ...) for a model without one.",
+                                         "Built-in chat template (gemma, chatml, llama3, ...) for a model without "
+                                         "one; built-in templates run without Jinja, so this turns Jinja off.",
                                          pattern=r"^[a-z0-9][a-z0-9_.-]{0,39}$")
     jinja: bool = Field(default=True, description="Use the model's Jinja chat template (tools need it).", json_schema_extra={"flag": "--jinja", "runtime_default": True, "unit": ""})
 
@@ -160,7 +161,8 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
         flag = (info.json_schema_extra or {})["flag"]  # type: ignore[index]
         if isinstance(value, bool):
             if name == "jinja":
-                argv.append("--jinja" if value else "--no-jinja")
+                # With --jinja, llama-server would take a built-in template's *name* as the template.
+                argv.append("--jinja" if value and settings.chat_template is None else "--no-jinja")
             elif value:
                 argv.append(flag)  # type: ignore[arg-type]
         elif value is not None:

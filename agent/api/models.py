@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -37,6 +37,7 @@ class LaunchSpec(BaseModel):
     extra_args: list[str] = Field(default_factory=list, description="Checked against a denylist.")
     env: dict[str, str] = Field(default_factory=dict, description="Checked against an allowlist.")
     startup_timeout_s: float = Field(default=120.0, gt=0, description="Silence allowed while loading.")
+    force: bool = Field(default=False, description="Start even when admission says it will not fit.")
 
 
 class InstanceInfo(BaseModel):
@@ -129,6 +130,7 @@ class TelemetryPage(BaseModel):
 class ErrorBody(BaseModel):
     code: str
     message: str
+    details: dict[str, Any] | None = Field(default=None, description="Figures behind a refusal (admission).")
 
 
 class ErrorEnvelope(BaseModel):

@@ -16,8 +16,12 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from agent.api.launch_policy import ENV_ALLOWED_PREFIXES, ENV_ALLOWLIST, PolicyViolation
+from agent.api.launch_policy import check_env as policy_check_env
+from agent.api.launch_policy import check_extra_args as policy_check_extra_args
 from agent.api.llamacpp import build_args, config_hash, lift_extra_args
 from agent.api.models import LaunchSpec
+from agent.api.safe_names import UnsafeName, check_node_path
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord
@@ -35,15 +39,7 @@ API_KEY_ENV = "LLAMA_API_KEY"
 
 # Variables of the agent's own environment every runtime gets.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
-# Variables a launch spec may set: device selection and threading. Nothing that loads foreign code
-# (LD_PRELOAD, PYTHON*), overrides flags the agent owns (LLAMA_ARG_*) or reaches the network (HF_*).
-ENV_ALLOWLIST = frozenset({
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "GPU_DEVICE_ORDINAL", "HSA_OVERRIDE_GFX_VERSION", "ONEAPI_DEVICE_SELECTOR",
-    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY",
-    "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TZ",
-})
-ENV_ALLOWED_PREFIXES = ("GGML_",)
+# Variables a launch spec may set, and the argument rules: one owner, shared with the daemon.
 # Flags a spec may not pass in extra_args: they would change the key, the log file, serve files,
 # or download a model from the network. (--host/--port/--model/--alias are the builder's and are
 # dropped by build_args.)
@@ -67,34 +63,58 @@ def env_allowed(name: str) -> bool:
 
 
 def check_env(env: Mapping[str, str]) -> None:
-    for name, value in env.items():
-        if not env_allowed(name):
-            raise SpecRejected(
-                f"environment variable {name!r} is not allowed for a runtime; allowed are "
-                f"{', '.join(sorted(ENV_ALLOWLIST))} and names starting with {', '.join(ENV_ALLOWED_PREFIXES)}")
-        if "\0" in value:
-            raise SpecRejected(f"environment variable {name!r} contains a NUL byte")
+    try:
+        policy_check_env(env)
+    except PolicyViolation as exc:
+        raise SpecRejected(str(exc)) from exc
 
 
-def check_extra_args(extra_args: Iterable[str]) -> None:
+def real_inside(folder: str, path: str) -> bool:
+    """Whether ``path`` lies in ``folder`` on this disk, symlinks resolved."""
+    if not os.path.isabs(path):
+        return False
+    root = os.path.realpath(folder)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root and os.path.realpath(path) != root
+
+
+def check_extra_args(extra_args: Iterable[str], model_path: str = "/") -> None:
+    extra_args = list(extra_args)
     for arg in extra_args:
         flag = arg.split("=", 1)[0] if arg.startswith("--") else arg
         if flag in EXTRA_ARGS_DENYLIST:
             raise SpecRejected(f"extra argument {flag} is not allowed: the agent owns that setting")
         if "\0" in arg:
             raise SpecRejected("an extra argument contains a NUL byte")
+    try:
+        policy_check_extra_args(extra_args, model_path, inside=real_inside)
+    except PolicyViolation as exc:
+        raise SpecRejected(str(exc)) from exc
 
 
-def check_spec(spec: LaunchSpec) -> None:
-    """Refuse a spec that could never start, before anything is spawned."""
+def check_model_file(model_path: str, models_dir: Path | None) -> None:
+    """An absolute path to a file; one under the agent's models folder must not link out of it."""
+    try:
+        check_node_path(model_path)
+    except UnsafeName as exc:
+        raise SpecRejected(str(exc)) from exc
+    if not os.path.isfile(model_path):
+        raise SpecRejected(f"model file not found on this node: {model_path}")
+    if models_dir is not None:
+        root = os.path.abspath(models_dir)
+        if os.path.commonpath([root, os.path.abspath(model_path)]) == root \
+                and not real_inside(str(models_dir), model_path):
+            raise SpecRejected(f"model file {model_path} is a link that leads out of the models folder")
+
+
+def check_spec(spec: LaunchSpec, models_dir: Path | None = None) -> None:
+    """Refuse a spec that could never start, or reaches beyond its model, before anything is spawned."""
     check_env(spec.env)
-    check_extra_args(spec.extra_args)
+    check_extra_args(spec.extra_args, spec.model_path)
     try:
         lift_extra_args(spec.settings, list(spec.extra_args))
     except ValueError as exc:
         raise SpecRejected(f"extra_args: {exc}") from exc
-    if not os.path.isfile(spec.model_path):
-        raise SpecRejected(f"model file not found on this node: {spec.model_path}")
+    check_model_file(spec.model_path, models_dir)
 
 
 def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | None,
@@ -147,7 +167,7 @@ class LlamaCppDriver:
 
     def launch(self, spec: LaunchSpec, port: int, ring: LogRing) -> RuntimeRun:
         """Spawn llama-server for ``spec`` on ``port``; readiness is the run's to wait for."""
-        check_spec(spec)
+        check_spec(spec, self.paths.models_dir)
         exe = self.executable()
         argv = [str(exe.path)] + build_args(spec.settings, spec.model_path, spec.served_name, port,
                                             spec.extra_args)

@@ -17,6 +17,7 @@ from agent.records import ProcessRecords
 from agent.runtimes.catalog import RuntimeCatalog
 from agent.runtimes.llamacpp import LlamaCppDriver, port_is_free
 from agent.runtimes.run import RuntimeRun
+from tests.fakes.gguf_files import gguf_bytes
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ _LOGGER = logging.getLogger(__name__)
 def model_file(tmp_path: Path) -> Path:
     path = tmp_path / "models" / "tiny.gguf"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"GGUF\x03\x00\x00\x00 not a real model")
+    path.write_bytes(gguf_bytes())  # a tiny valid GGUF: the agent reads every header before a start
     return path
 
 

@@ -67,3 +67,15 @@ def test_config_hash_ignores_the_port_and_tells_changes() -> None:
     assert base != config_hash(LlamaCppSettings(ctx_size=4096), "/m.gguf", "m")
     assert base != config_hash(LlamaCppSettings(ctx_size=2048), "/m.gguf", "other")
     assert base != config_hash(LlamaCppSettings(ctx_size=2048), "/m.gguf", "m", ["--temp", "0.1"])
+
+
+def test_a_built_in_chat_template_turns_jinja_off() -> None:
+    # With --jinja, llama-server takes the template's name itself as a Jinja template and drops
+    # every message; built-in templates need --no-jinja.
+    from agent.api.llamacpp import LlamaCppSettings, build_args, parse_args
+
+    argv = build_args(LlamaCppSettings(chat_template="gemma"), "/m.gguf", "m", 18080)
+    assert argv[argv.index("--chat-template"):argv.index("--chat-template") + 3] == [
+        "--chat-template", "gemma", "--no-jinja"]
+    assert "--jinja" not in argv
+    assert parse_args(argv).settings.chat_template == "gemma"

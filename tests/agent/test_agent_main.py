@@ -14,11 +14,37 @@ from agent.main import main
 from tests.agent._support import issue_tls
 
 
-def test_without_a_pinned_ca_it_says_to_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--home", str(tmp_path / "agent"), "--port", "0"]) == 2
+def test_without_a_pinned_ca_and_no_pairing_it_says_to_pair(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--home", str(tmp_path / "agent"), "--port", "0", "--no-pairing"]) == 2
     err = capsys.readouterr().err
     assert "not paired" in err and "--ca FILE" in err
     assert (tmp_path / "agent" / "identity" / "agent.key").exists()
+
+
+async def test_an_unpaired_agent_prints_a_code_and_unpair_makes_a_new_identity(tmp_path: Path) -> None:
+    home = tmp_path / "agent"
+    events = []
+    for extra in ([], ["--unpair"]):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent", "--home", str(home), "--host", "127.0.0.1", "--port", "0",
+            "--no-mdns", "--name", "box", *extra, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            listening = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            pairing = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            assert (listening["event"], listening["paired"], pairing["event"]) == ("listening", False, "pairing")
+            assert pairing["fingerprint"] == listening["node_id"] and pairing["expires_in_s"] == 600
+            events.append(pairing)
+            proc.terminate()
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        stderr = (await proc.stderr.read()).decode() if proc.stderr else ""
+        assert f"Pairing code:  {pairing['code']}" in stderr and "Fingerprint:" in stderr
+    assert events[0]["fingerprint"] != events[1]["fingerprint"]  # --unpair: a new key, a new node
 
 
 async def test_runs_as_a_child_and_stops_on_sigterm(tmp_path: Path, fake_runtime) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,215 @@
+"""Admission: a model starts only when the node has the memory for it, unless the start is forced.
+
+Before a spawn the agent reads the model's GGUF header (a malformed one is refused outright),
+estimates what the instance needs (``agent.memory_estimate``) and compares it with what is free:
+system memory less a reserve, less what instances still loading will take; on discrete GPUs each
+GPU's free memory less its own reserve. On unified memory (Apple silicon, DGX Spark, Jetson)
+free memory only tells the truth once a load has finished, so starts go one at a time there.
+``report`` answers the same question for the "will it fit" API, with the largest context and
+GPU-layer count that would fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from stat import S_ISREG
+from typing import Protocol
+
+import psutil
+from pydantic import BaseModel, Field
+
+from agent.api.llamacpp import LlamaCppSettings
+from agent.api.models import GpuInfo, InstanceState, LaunchSpec
+from agent.api.sources import FitReport, GgufSummary, GpuBudget
+from agent.gguf_facts import shard_names, summarize
+from agent.gguf_reader import GgufError, read_header
+from agent.gpu import GpuProbe
+from agent.memory_estimate import (
+    Budget,
+    GiB,
+    MiB,
+    estimate,
+    fits,
+    max_ctx_size,
+    max_gpu_layers,
+    resolve_gpu_layers,
+)
+from agent.problems import InsufficientMemory, InvalidModelFile, StartInProgress
+
+_LOGGER = logging.getLogger(__name__)
+
+UNIFIED_GPU_NAMES = ("GB10", "Orin", "Thor", "Xavier")
+CACHE_SIZE = 64
+
+
+class AdmissionPolicy(BaseModel):
+    reserve_bytes: int = Field(default=GiB, ge=0, description="System memory never promised to a model.")
+    reserve_fraction: float = Field(default=0.0, ge=0, le=0.9, description="Or this share of it, if larger.")
+    gpu_reserve_bytes: int = Field(default=512 * MiB, ge=0, description="Kept free on each discrete GPU.")
+    unified_memory: bool | None = Field(default=None, description="None: detect (Apple silicon, GB10, Jetson).")
+    unified_wait_s: float = Field(default=20.0, ge=0, description="Wait for another load before refusing.")
+
+    def reserve(self, total: int) -> int:
+        return max(self.reserve_bytes, int(total * self.reserve_fraction))
+
+
+class MemoryProbe(Protocol):
+    def memory(self) -> tuple[int, int]:
+        """(total, available) system memory in bytes. Blocking."""
+        ...
+
+
+class PsutilMemoryProbe:
+    def memory(self) -> tuple[int, int]:
+        vm = psutil.virtual_memory()
+        return int(vm.total), int(vm.available)
+
+
+def is_unified(gpus: list[GpuInfo], policy: AdmissionPolicy) -> bool:
+    if policy.unified_memory is not None:
+        return policy.unified_memory
+    if platform.system() == "Darwin" and platform.machine() in ("arm64", "aarch64"):
+        return True
+    return any(marker in gpu.name for gpu in gpus for marker in UNIFIED_GPU_NAMES)
+
+
+def gib(value: int) -> str:
+    return f"{value / GiB:.2f} GiB"
+
+
+def inspect_file(path: str) -> GgufSummary:
+    """The summary of a local model (every shard of a split one); InvalidModelFile when malformed."""
+    try:
+        header = read_header(path)
+        extra = 0
+        names = shard_names(os.path.basename(path))
+        for name in names[1:]:
+            shard = os.path.join(os.path.dirname(path), name)
+            if not os.path.isfile(shard):
+                raise InvalidModelFile(f"{os.path.basename(path)} is split, and shard {name} is missing")
+            extra += read_header(shard).file_size
+    except GgufError as exc:
+        raise InvalidModelFile(f"{os.path.basename(path)} is not a usable GGUF file: {exc}") from exc
+    except OSError as exc:
+        raise InvalidModelFile(f"cannot read {os.path.basename(path)}: {exc.strerror or exc}") from exc
+    return summarize(header, extra)
+
+
+class ModelInspector:
+    """GGUF summaries of local files, cached by path, size and modification time."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int, int], GgufSummary] = {}
+
+    async def summary(self, path: str) -> GgufSummary:
+        try:
+            stat = Path(path).stat()
+        except OSError as exc:
+            raise InvalidModelFile(f"cannot read {os.path.basename(path)}: {exc.strerror or exc}") from exc
+        if not S_ISREG(stat.st_mode):  # a FIFO or a device would block or never end
+            raise InvalidModelFile(f"{os.path.basename(path)} is not a regular file")
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+        found = self._cache.get(key)
+        if found is None:
+            found = await asyncio.to_thread(inspect_file, path)
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = found
+        return found
+
+
+class Admission:
+    """The admission check of one agent; ``instances`` lists (id, state, pid) of its instances."""
+
+    def __init__(self, policy: AdmissionPolicy, memory: MemoryProbe, gpus: GpuProbe) -> None:
+        self.policy = policy
+        self.memory = memory
+        self.gpus = gpus
+        self.inspector = ModelInspector()
+        self._admitted: dict[str, int] = {}  # instance id -> host bytes it was admitted with
+
+    def _pending(self, loading: list[tuple[str, int | None]]) -> int:
+        """What instances still loading will take on top of what they hold now."""
+        total = 0
+        for instance_id, pid in loading:
+            rss = 0
+            if pid is not None:
+                try:
+                    rss = psutil.Process(pid).memory_info().rss
+                except psutil.Error:
+                    rss = 0
+            total += max(0, self._admitted.get(instance_id, 0) - rss)
+        return total
+
+    async def report(self, summary: GgufSummary, settings: LlamaCppSettings, *, source: str = "",
+                     loading: list[tuple[str, int | None]] | None = None) -> FitReport:
+        total, available = await asyncio.to_thread(self.memory.memory)
+        gpus = await asyncio.to_thread(self.gpus.sample)
+        unified = is_unified(gpus, self.policy)
+        reserve = self.policy.reserve(total)
+        pending = self._pending(loading or [])
+        budgets = [] if unified else [
+            GpuBudget(index=g.index, name=g.name, free_bytes=max(0, g.memory_total - g.memory_used),
+                      budget_bytes=max(0, g.memory_total - g.memory_used - self.policy.gpu_reserve_bytes))
+            for g in gpus]
+        budget = Budget(host=available - reserve - pending, gpus=tuple(b.budget_bytes for b in budgets))
+        layers = resolve_gpu_layers(summary, settings, budget)
+        est = estimate(summary, settings, layers, budget.shares)
+        for gpu_budget, need in zip(budgets, est.gpu_bytes, strict=False):
+            gpu_budget.needed_bytes = need
+        ok = fits(est, budget)
+        return FitReport(
+            summary=summary, estimate=est, memory_total=total, memory_available=available,
+            reserve_bytes=reserve, pending_bytes=pending, gpus=budgets, unified_memory=unified, fits=ok,
+            max_ctx_size=max_ctx_size(summary, settings, budget, layers),
+            max_gpu_layers=max_gpu_layers(summary, settings, budget) if budget.shares else None,
+            message=_message(est.host_bytes, est.gpu_bytes, budgets, available, reserve, pending, ok),
+            source=source)
+
+    async def admit(self, spec: LaunchSpec, loading: Callable[[], list[tuple[str, InstanceState, int | None]]],
+                    wait_for: Callable[[Callable[[], bool], float], object]) -> FitReport:
+        """Refuse ``spec`` unless it fits (or is forced); remember what it was admitted with."""
+        summary = await self.inspector.summary(spec.model_path)
+        if summary.is_projector:
+            raise InvalidModelFile(f"{os.path.basename(spec.model_path)} is a vision projector, not a model; "
+                                   "pass it to a model with --mmproj")
+
+        def others_loading() -> list[tuple[str, int | None]]:
+            return [(i, pid) for i, state, pid in loading()
+                    if state is InstanceState.STARTING and i != spec.instance_id]
+
+        gpus = await asyncio.to_thread(self.gpus.sample)
+        if is_unified(gpus, self.policy) and others_loading():
+            done = await wait_for(lambda: not others_loading(), self.policy.unified_wait_s)  # type: ignore[misc]
+            if not done and not spec.force:
+                raise StartInProgress("another model is still loading on this unified-memory node, and "
+                                      "free memory is only known once it has; try again when it is ready")
+        report = await self.report(summary, spec.settings, source=spec.model_path, loading=others_loading())
+        if not report.fits and not spec.force:
+            raise InsufficientMemory(
+                f"not enough memory to start {spec.instance_id}: {report.message}. Lower ctx_size "
+                f"(at most {report.max_ctx_size} fits), offload fewer layers, or start it with force.",
+                details={"needed_bytes": report.estimate.host_bytes, "available_bytes": report.memory_available,
+                         "reserve_bytes": report.reserve_bytes, "pending_bytes": report.pending_bytes,
+                         "gpu_needed_bytes": report.estimate.gpu_bytes,
+                         "gpu_budget_bytes": [g.budget_bytes for g in report.gpus],
+                         "max_ctx_size": report.max_ctx_size, "max_gpu_layers": report.max_gpu_layers})
+        if not report.fits:
+            _LOGGER.warning("starting %s although it may not fit (forced): %s", spec.instance_id, report.message)
+        self._admitted[spec.instance_id] = report.estimate.host_bytes
+        return report
+
+
+def _message(host: int, gpu: list[int], budgets: list[GpuBudget], available: int, reserve: int,
+             pending: int, ok: bool) -> str:
+    text = f"needs {gib(host)} of system memory; {gib(available)} available, {gib(reserve)} kept in reserve"
+    if pending:
+        text += f", {gib(pending)} promised to models still loading"
+    for need, budget in zip(gpu, budgets, strict=False):
+        text += f"; GPU {budget.index} needs {gib(need)} of {gib(budget.budget_bytes)} usable"
+    return text + (" — fits" if ok else " — does not fit")

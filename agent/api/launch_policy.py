@@ -1,0 +1,143 @@
+"""What a launch may carry: runtime arguments and environment variables, checked before a spawn.
+
+The daemon checks a definition with these rules when it is saved, judging paths by their text;
+the agent checks the launch spec again with the same rules, judging paths on disk (symlinks
+resolved). A refusal names the argument or variable and says why.
+
+Arguments: flags that open the runtime to the network, run tools or commands, write files, load
+code or download weights are refused outright; flags that read a file (a LoRA, a projector, a
+chat template...) may only read from the model's own folder; a value that starts with ``-``
+where a value is expected is refused (``--model=-oProxyCommand=x``), as is any NUL byte.
+Environment: only ``ENV_ALLOWLIST`` and ``GGML_*`` names, so nothing preloads code
+(``LD_PRELOAD``, ``DYLD_*``, ``PYTHON*``), re-enables a refused flag (``LLAMA_ARG_*``) or redirects
+the network (``HF_ENDPOINT``, ``*_PROXY``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+from agent.api.llamacpp import _VALUE_FLAGS
+from agent.api.safe_names import folder_of, lexically_inside
+
+_LOGGER = logging.getLogger(__name__)
+
+ENV_ALLOWLIST = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL", "HSA_OVERRIDE_GFX_VERSION", "ONEAPI_DEVICE_SELECTOR",
+    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY",
+    "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TZ",
+})
+ENV_ALLOWED_PREFIXES = ("GGML_",)
+_ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+MAX_ENV_VALUE = 4096
+MAX_ARG = 8192
+MAX_ARGS = 256
+
+_DENIED: dict[str, str] = {}
+for _reason, _flags in {
+    "opens the runtime to the network": ("--host", "--rpc", "--path", "--api-prefix", "--ui-mcp-proxy",
+                                         "--webui-mcp-proxy", "--webui", "--ui", "--props"),
+    "runs tools or commands": ("--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config",
+                               "--mcp-servers-json", "--video-ffmpeg-dir", "--trust-remote-code"),
+    "changes the runtime's credentials, which the agent owns": (
+        "--api-key", "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "-hft", "--hf-token"),
+    "writes files outside the model": ("--log-file", "--slot-save-path", "--log-prompts-dir",
+                                       "-lcd", "--lookup-cache-dynamic", "--media-path",
+                                       "--ui-config-file", "--webui-config-file"),
+    "downloads weights; add the model through MirbadLLM instead": (
+        "-mu", "--model-url", "-mmu", "--mmproj-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
+        "-hfv", "--hf-repo-v", "-hffv", "--hf-file-v", "-hfd", "-hfrd", "--hf-repo-draft",
+        "--spec-draft-hf", "-dr", "--docker-repo", "--models-dir", "--models-preset"),
+    "names the model, which the definition's model_path owns": ("-m", "--model"),
+}.items():
+    _DENIED.update(dict.fromkeys(_flags, _reason))
+DENIED_FLAGS: Mapping[str, str] = _DENIED
+# llama-server presets that fetch a model from the internet.
+_PRESET_DOWNLOAD_RE = re.compile(r"--(embd|fim|gpt|vision)-[a-z0-9.-]+-(default|spec)")
+
+# Flags whose value is a file the runtime reads: allowed only inside the model's folder.
+PATH_FLAGS = frozenset({
+    "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled", "-mm", "--mmproj",
+    "--chat-template-file", "--grammar-file", "-jf", "--json-schema-file", "-md", "--model-draft",
+    "--spec-draft-model", "-mv", "--model-vocoder", "-lcs", "--lookup-cache-static",
+})
+_SCALED_PATH_FLAGS = frozenset({"--lora-scaled", "--control-vector-scaled"})  # FNAME:SCALE,...
+_LIST_PATH_FLAGS = frozenset({"--lora", "--control-vector"})  # comma-separated files
+VALUE_FLAGS = frozenset(_VALUE_FLAGS) | PATH_FLAGS | {"--alias", "-a", "--port", "--temp", "--top-k",
+                                                      "--top-p", "--min-p", "-n", "--n-predict"}
+_NUMBER_RE = re.compile(r"-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+
+Inside = Callable[[str, str], bool]
+
+
+class PolicyViolation(ValueError):
+    """A runtime argument or environment variable that is not allowed; the message names it."""
+
+
+def env_allowed(name: str) -> bool:
+    return name in ENV_ALLOWLIST or name.startswith(ENV_ALLOWED_PREFIXES)
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    for name, value in env.items():
+        if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None or not env_allowed(name):
+            raise PolicyViolation(
+                f"environment variable {str(name)[:80]!r} is not allowed for a runtime; allowed are "
+                f"{', '.join(sorted(ENV_ALLOWLIST))} and names starting with {', '.join(ENV_ALLOWED_PREFIXES)}")
+        if "\0" in value or len(value) > MAX_ENV_VALUE:
+            raise PolicyViolation(f"environment variable {name!r} has a NUL byte or is too long")
+
+
+def _split_flag(arg: str) -> tuple[str, str | None]:
+    if arg.startswith("--") and "=" in arg:
+        flag, value = arg.split("=", 1)
+        return flag, value
+    return arg, None
+
+
+def _paths_in(flag: str, value: str) -> list[str]:
+    if flag in _SCALED_PATH_FLAGS:
+        return [item.rsplit(":", 1)[0] if re.search(r":[-+.\d]+$", item) else item
+                for item in value.split(",")]
+    if flag in _LIST_PATH_FLAGS:
+        return value.split(",")
+    return [value]
+
+
+def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside = lexically_inside) -> None:
+    """Refuse ``extra_args`` that reach beyond the model; ``inside(folder, path)`` judges paths."""
+    args = list(extra_args)
+    if len(args) > MAX_ARGS:
+        raise PolicyViolation(f"too many extra arguments ({len(args)}; at most {MAX_ARGS})")
+    folder = folder_of(model_path)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not isinstance(arg, str) or "\0" in arg or len(arg) > MAX_ARG:
+            raise PolicyViolation("an extra argument contains a NUL byte or is too long")
+        flag, inline = _split_flag(arg)
+        if flag in DENIED_FLAGS:
+            raise PolicyViolation(f"extra argument {flag} is not allowed: it {DENIED_FLAGS[flag]}")
+        if _PRESET_DOWNLOAD_RE.fullmatch(flag):
+            raise PolicyViolation(f"extra argument {flag} is not allowed: it downloads a model")
+        if flag in VALUE_FLAGS:
+            value = inline
+            if value is None:
+                if i + 1 >= len(args):
+                    raise PolicyViolation(f"extra argument {flag} needs a value")
+                i += 1
+                value = args[i]
+            if "\0" in value:
+                raise PolicyViolation(f"the value of {flag} contains a NUL byte")
+            if value.startswith("-") and (flag in PATH_FLAGS or not _NUMBER_RE.fullmatch(value)):
+                raise PolicyViolation(f"the value of {flag} may not start with '-': {value[:60]!r}")
+            if flag in PATH_FLAGS:
+                for path in _paths_in(flag, value):
+                    if not inside(folder, path):
+                        raise PolicyViolation(
+                            f"{flag} may only read files in the model's folder ({folder}); "
+                            f"{path[:200]!r} is outside it")
+        i += 1

@@ -1,0 +1,190 @@
+"""Contracts of getting models onto a node: GGUF facts, the memory estimate, downloads and imports.
+
+Spoken on ``/agent/v1`` (see ``AgentClient``) and reused by the daemon's admin API. New fields are
+additive, with defaults. Secrets (a Hugging Face token) travel in requests only and are never
+part of an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.api.llamacpp import LlamaCppSettings
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class GgufSummary(BaseModel):
+    """What a GGUF header says about a model, as far as memory and serving are concerned."""
+
+    architecture: str
+    name: str = ""
+    file_size: int
+    tensor_bytes: int = Field(description="Bytes of all tensors of the model (every shard).")
+    tensor_count: int
+    block_count: int = 0
+    context_length: int | None = None
+    embedding_length: int | None = None
+    feed_forward_length: int | None = None
+    head_count: int | None = None
+    head_count_kv: list[int] = Field(default_factory=list, description="KV heads of each layer.")
+    key_length: int | None = None
+    value_length: int | None = None
+    sliding_window: int | None = None
+    swa_layers: list[bool] = Field(default_factory=list, description="Per layer: uses the sliding window.")
+    vocab_size: int | None = None
+    file_type: int | None = None
+    split_count: int = 1
+    is_projector: bool = Field(default=False, description="A vision projector (mmproj), not a model.")
+    layer_bytes: list[int] = Field(default_factory=list, description="Weights of each repeating layer.")
+    output_bytes: int = Field(default=0, description="Output head and final norm.")
+    output_tied: bool = Field(default=False, description="The output head reuses the token embeddings.")
+    embedding_bytes: int = Field(default=0, description="Token embedding table (stays on the CPU).")
+    repack_bytes: int = Field(default=0, description="Weights llama.cpp repacks into a second copy on CPU.")
+
+
+class MemoryEstimate(BaseModel):
+    """Memory one llama-server instance will need, split by where it lives."""
+
+    ctx_size: int = Field(description="Total context of all slots, in tokens.")
+    parallel: int
+    n_gpu_layers: int = 0
+    weights_bytes: int
+    kv_cache_bytes: int
+    compute_bytes: int
+    overhead_bytes: int
+    host_bytes: int = Field(description="Needed in system memory.")
+    gpu_bytes: list[int] = Field(default_factory=list, description="Needed on each discrete GPU.")
+    total_bytes: int
+
+
+class GpuBudget(BaseModel):
+    index: int
+    name: str = ""
+    free_bytes: int
+    budget_bytes: int = Field(description="Free memory less the GPU reserve.")
+    needed_bytes: int = 0
+
+
+class HfFileRef(BaseModel):
+    """A file in a Hugging Face model repo; ``file`` may be a glob (``*Q4_K_M*.gguf``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(min_length=3, max_length=200)
+    file: str | None = Field(default=None, max_length=1024)
+    quant: str | None = Field(default=None, max_length=64, description="Pick files by quant: Q4_K_M.")
+    revision: str = Field(default="main", max_length=128)
+
+
+class FitRequest(BaseModel):
+    """Will this model fit this node? A local file, or a Hugging Face file read by ranges."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str | None = None
+    hf: HfFileRef | None = None
+    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+    token: str | None = Field(default=None, description="Hugging Face token; sent to the hub only.")
+
+
+class FitReport(BaseModel):
+    summary: GgufSummary
+    estimate: MemoryEstimate
+    memory_total: int
+    memory_available: int
+    reserve_bytes: int
+    pending_bytes: int = Field(default=0, description="Held for instances still loading.")
+    gpus: list[GpuBudget] = Field(default_factory=list)
+    unified_memory: bool = False
+    fits: bool
+    max_ctx_size: int = Field(description="Largest total context that fits (0: none).")
+    max_gpu_layers: int | None = Field(default=None, description="Most layers that fit on the GPUs.")
+    message: str = ""
+    source: str = ""
+
+
+class DownloadRequest(BaseModel):
+    """Fetch a model file onto the node: from Hugging Face (``hf``) or a plain ``url``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hf: HfFileRef | None = None
+    url: str | None = Field(default=None, max_length=4096)
+    target: str | None = Field(default=None, max_length=200, description="Folder under the models directory.")
+    with_projector: bool = Field(default=True, description="Also fetch the repo's vision projector.")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="Checksum of a plain URL's file.")
+    token: str | None = Field(default=None, description="Hugging Face token; sent to the hub host only.")
+
+
+class OllamaImportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=300, description="An Ollama name: llama3.2:3b.")
+    store: str | None = Field(default=None, description="Ollama's models folder; default ~/.ollama/models.")
+    copy_files: bool = Field(default=False, description="Copy instead of hard-linking.")
+    target: str | None = Field(default=None, max_length=200, description="Folder under the models directory.")
+
+
+class FolderImportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    folder: str = Field(min_length=1, max_length=4096)
+
+
+class OllamaModelInfo(BaseModel):
+    model: str
+    size: int = 0
+    has_projector: bool = False
+
+
+class ImportedModel(BaseModel):
+    """A model file now on the node, ready to register."""
+
+    name: str
+    model_path: str
+    projector_path: str | None = None
+    size: int = 0
+    sha256: str | None = None
+    hf_repo: str | None = None
+    hf_file: str | None = None
+    revision: str | None = None
+    origin: str = ""
+
+
+class TransferState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TransferKind = Literal["hf", "url", "ollama", "folder"]
+FINISHED_TRANSFERS = frozenset({TransferState.DONE, TransferState.FAILED, TransferState.CANCELLED})
+
+
+class TransferInfo(BaseModel):
+    """One download or import on a node, and how far it got."""
+
+    id: str
+    kind: TransferKind
+    label: str
+    state: TransferState = TransferState.QUEUED
+    stage: str = ""
+    bytes_done: int = 0
+    bytes_total: int | None = None
+    files: list[str] = Field(default_factory=list)
+    error: str | None = None
+    result: list[ImportedModel] = Field(default_factory=list)
+    created_at: float = 0.0
+    finished_at: float | None = None
+
+
+class TransfersPage(BaseModel):
+    version: int
+    transfers: list[TransferInfo]

@@ -1,0 +1,132 @@
+"""What pairing leaves on disk, and the TLS contexts of an agent before and after it.
+
+Paired means ``identity/ca.crt`` exists. A paired agent also pins the daemon's client certificate
+it received while pairing (``identity/daemon.crt``): its server context then trusts that one
+certificate as the only anchor (``VERIFY_X509_PARTIAL_CHAIN``), so a client certificate that the
+same CA signed for anyone else, an expired one, or one from another CA fails the handshake. The
+pinned certificate is checked against the pinned CA whenever the context is built. An agent whose
+identity the daemon wrote directly (its own machine's agent) has no such pin and trusts the CA.
+
+Unpairing removes every identity file; the next start makes a new key and a new self-signed
+certificate, so the old node id (and any certificate signed for the old key) is dead for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from agent.api.pairing import IDENTITY_DAEMON_FILE
+from agent.identity import (
+    AgentIdentity,
+    IdentityError,
+    install_certificate,
+    load_or_create_identity,
+    pin_ca,
+    server_ssl_context,
+)
+from agent.paths import AgentPaths
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def daemon_pin_file(paths: AgentPaths) -> Path:
+    return paths.identity_dir / IDENTITY_DAEMON_FILE
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def is_paired(paths: AgentPaths) -> bool:
+    return paths.ca_file.exists()
+
+
+def _cert(pem: str, what: str) -> x509.Certificate:
+    try:
+        return x509.load_pem_x509_certificate(pem.encode())
+    except ValueError as exc:
+        raise IdentityError(f"{what} is not a PEM certificate: {exc}") from exc
+
+
+def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+        return True
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+
+
+def _has_usage(cert: x509.Certificate, usage: x509.ObjectIdentifier) -> bool:
+    try:
+        return usage in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+
+
+def check_enrollment(ca_pem: str, agent_cert_pem: str, daemon_cert_pem: str) -> None:
+    """Refuse material that could not work: IdentityError says which part is wrong."""
+    ca = _cert(ca_pem, "the CA certificate")
+    try:
+        is_ca = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        raise IdentityError("the CA certificate is not a certificate authority")
+    if not _issued_by(_cert(agent_cert_pem, "the agent certificate"), ca):
+        raise IdentityError("the agent certificate was not signed by the CA it came with")
+    daemon = _cert(daemon_cert_pem, "the daemon's client certificate")
+    if not _issued_by(daemon, ca) or not _has_usage(daemon, ExtendedKeyUsageOID.CLIENT_AUTH):
+        raise IdentityError("the daemon's client certificate is not a client certificate from that CA")
+
+
+def install_enrollment(paths: AgentPaths, ca_pem: str, agent_cert_pem: str, daemon_cert_pem: str) -> AgentIdentity:
+    """Write what a daemon handed over while pairing; ``ca.crt`` last, as it means "paired"."""
+    check_enrollment(ca_pem, agent_cert_pem, daemon_cert_pem)
+    install_certificate(paths, agent_cert_pem.encode())  # also checks it is for our own key
+    _write(daemon_pin_file(paths), daemon_cert_pem.encode())
+    pin_ca(paths, ca_pem.encode())
+    return load_or_create_identity(paths)
+
+
+def reset_identity(paths: AgentPaths) -> None:
+    """Forget the pairing and the key: the next identity is a new node."""
+    for path in (paths.ca_file, daemon_pin_file(paths), paths.cert_file, paths.key_file):
+        path.unlink(missing_ok=True)
+    _LOGGER.info("identity in %s removed: this agent is unpaired", paths.identity_dir)
+
+
+def paired_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
+    """Mutual TLS 1.3: only the pinned daemon certificate gets in (or any the CA signed, unpinned)."""
+    pin = daemon_pin_file(identity.paths)
+    if not pin.exists():
+        return server_ssl_context(identity)
+    if identity.ca_cert is None:
+        raise IdentityError(f"{pin} exists but no CA is pinned; run `mirbadllm agent --unpair` and pair again")
+    pem = pin.read_text(encoding="utf-8")
+    if not _issued_by(_cert(pem, str(pin)), identity.ca_cert):
+        raise IdentityError(f"{pin} was not issued by the pinned CA; run `mirbadllm agent --unpair` and pair again")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=pem)
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the pinned leaf is the one trust anchor
+    ctx.load_cert_chain(certfile=str(identity.paths.cert_file), keyfile=str(identity.paths.key_file))
+    return ctx
+
+
+def pairing_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
+    """TLS 1.3 with the agent's own certificate and no client certificate: anyone may ask to pair."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(certfile=str(identity.paths.cert_file), keyfile=str(identity.paths.key_file))
+    return ctx
