@@ -19,6 +19,8 @@ from daemon.api.models import (
     StatusResponse,
 )
 from daemon.errors import error_response
+from daemon.jobs.api import JobsApi
+from daemon.sources import SourcesApi
 
 if TYPE_CHECKING:
     from daemon.server import Daemon
@@ -60,6 +62,8 @@ def _validation_message(exc: ValidationError) -> str:
 class AdminApi:
     def __init__(self, daemon: "Daemon") -> None:
         self.d = daemon
+        self.sources = SourcesApi(daemon)  # fit, downloads, imports, transfers: daemon.sources
+        self.jobs = JobsApi(daemon)
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -70,7 +74,7 @@ class AdminApi:
             web.get("/api/models/{id}", self.get_model),
             web.put("/api/models/{id}", self.update_model),
             web.delete("/api/models/{id}", self.delete_model),
-            web.post("/api/models/{id}/start", self.start_model),        # ?wait=0|1
+            web.post("/api/models/{id}/start", self.start_model),        # ?wait=0|1&force=0|1
             web.post("/api/models/{id}/stop", self.stop_model),
             web.post("/api/models/{id}/restart", self.restart_model),
             web.get("/api/models/{id}/logs", self.model_logs),           # ?tail=N&follow=0|1
@@ -82,6 +86,14 @@ class AdminApi:
             web.get("/api/settings", self.get_settings),
             web.put("/api/settings", self.put_settings),
             web.get("/api/requests", self.recent_requests),              # ?limit=N
+            *self.sources.routes(),                                      # /api/fit, downloads, imports, transfers
+            web.post("/api/jobs/benchmark", self.jobs.start_benchmark),    # body: BenchmarkRequest
+            web.post("/api/jobs/tune", self.jobs.start_tune),              # body: TuneRequest
+            web.post("/api/jobs/tune/plan", self.jobs.plan_tune),          # body: TuneRequest
+            web.get("/api/jobs", self.jobs.list_jobs),                     # ?model=ID&kind=benchmark|tune
+            web.get("/api/jobs/{id}", self.jobs.get_job),
+            web.post("/api/jobs/{id}/cancel", self.jobs.cancel_job),
+            web.post("/api/jobs/{id}/apply", self.jobs.apply_job),         # ?restart=0|1
         ]
 
     # --- status and events ---------------------------------------------------------------------
@@ -142,8 +154,9 @@ class AdminApi:
 
     async def start_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]
-        status = await self.d.orchestrator.start(model_id)
-        await self.d.history.audit("admin", "model.start", model_id)
+        force = request.query.get("force") in ("1", "true")  # past memory admission
+        status = await self.d.orchestrator.start(model_id, force=force)
+        await self.d.history.audit("admin", "model.start", model_id, "forced" if force else "")
         if request.query.get("wait") in ("1", "true"):
             definition = self.d.registry.require(model_id)
             status = await self.d.orchestrator.wait_settled(model_id, definition.startup_timeout_s + 5)

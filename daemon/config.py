@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from daemon.api.models import DEFAULT_PORT, DaemonSettings
 from daemon.atomic import write_atomic
 from daemon.health import HealthPolicy
+from daemon.node_monitor import NodePolicy
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class DaemonConfig(BaseModel):
     telemetry_interval_s: float = Field(default=2.0, gt=0, description="Agent telemetry sampling interval.")
     seed_demo_model: bool = Field(default=True, description="Register the demo model on first run.")
     health: HealthPolicy = Field(default_factory=HealthPolicy, description="Crash restarts and probes.")
+    nodes: NodePolicy = Field(default_factory=NodePolicy, description="LAN discovery and the node monitor.")
 
     @property
     def bind_host(self) -> str:

@@ -53,7 +53,8 @@ class EventBus:
             return page
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self._last_id > since), timeout)
+                async with asyncio.timeout(timeout):  # wait_for can swallow a cancel on 3.11
+                    await self._changed.wait_for(lambda: self._last_id > since)
             except TimeoutError:
                 pass
         return self._page(since)

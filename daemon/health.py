@@ -172,8 +172,8 @@ class HealthMonitor:
         now = self._clock()
         for definition in self.orch.registry.all():
             status = self.orch.status(definition)
-            if status.state != ModelState.READY:
-                continue
+            if status.state != ModelState.READY or definition.id in self.orch.maintenance:
+                continue  # a job owns a model under maintenance: no probes, no unloading
             since = self._ready_since.get(definition.id, now)
             if now - since >= self.policy.healthy_reset_s and self.book.crashes.get(definition.id):
                 _LOGGER.info("%s healthy for %.0f s: crash count cleared", definition.id, now - since)

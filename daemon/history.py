@@ -23,12 +23,14 @@ MODEL_METRICS = ("gen_tps", "prompt_tps", "requests_running", "requests_waiting"
                  "rss_bytes", "cpu_percent", "gpu_mem_bytes", "gpu_util_percent")
 NODE_METRICS = ("cpu_percent", "mem_used_bytes", "mem_total_bytes", "gpu_mem_used_bytes",
                 "gpu_mem_total_bytes", "gpu_util_percent")
+# One GPU of one node; the subject is "{node id}/{GPU UUID or index}" (daemon.telemetry.gpu_subject).
+GPU_METRICS = ("mem_used_bytes", "mem_total_bytes", "util_percent", "temperature_c", "power_w")
 RANGE_SECONDS: dict[str, int] = {"5m": 300, "1h": 3600, "24h": 86400, "7d": 7 * 86400}
 RAW_KEEP_S = 2 * 3600
 ROLLUP_KEEP_S = 8 * 86400
 REQUESTS_KEEP_S = 30 * 86400
 MAX_POINTS = 600
-_TABLES = {"model": MODEL_METRICS, "node": NODE_METRICS}
+_TABLES = {"model": MODEL_METRICS, "node": NODE_METRICS, "gpu": GPU_METRICS}
 
 
 def _schema() -> str:

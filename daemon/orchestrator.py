@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
@@ -37,6 +38,9 @@ class Orchestrator:
         self.events = events
         self.book = book
         self.listeners: list[Callable[[str, ModelState | None, ModelStatus], None]] = []
+        # Models a benchmark or tuning job owns right now (daemon.jobs fills it; the router and
+        # the health monitor leave them alone).
+        self.maintenance: dict[str, Any] = {}
         self.links: dict[str, AgentLink] = {}
         self._states: dict[str, ModelState] = {}
         self._changed = asyncio.Condition()
@@ -124,13 +128,13 @@ class Orchestrator:
         return link
 
     @staticmethod
-    def launch_spec(definition: ModelDefinition) -> LaunchSpec:
+    def launch_spec(definition: ModelDefinition, force: bool = False) -> LaunchSpec:
         return LaunchSpec(instance_id=definition.id, model_path=definition.model_path,
                           served_name=definition.served_name, settings=definition.settings,
                           extra_args=definition.extra_args, env=definition.env,
-                          startup_timeout_s=definition.startup_timeout_s)
+                          startup_timeout_s=definition.startup_timeout_s, force=force)
 
-    async def start(self, model_id: str, *, by_user: bool = True) -> ModelStatus:
+    async def start(self, model_id: str, *, by_user: bool = True, force: bool = False) -> ModelStatus:
         """Start a model. A start by the user also clears its crash count and restart pause."""
         definition = self.registry.require(model_id)
         if by_user:
@@ -142,7 +146,7 @@ class Orchestrator:
             if current.state in (ModelState.STARTING, ModelState.READY):
                 return current
             try:
-                await link.client.start(self.launch_spec(definition))
+                await link.client.start(self.launch_spec(definition, force))
             except AgentError as exc:
                 raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
             await link.refresh()
@@ -176,7 +180,8 @@ class Orchestrator:
 
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(done), timeout)
+                async with asyncio.timeout(timeout):  # wait_for can swallow a cancel on 3.11
+                    await self._changed.wait_for(done)
             except TimeoutError:
                 pass
         return self.status_by_id(model_id)

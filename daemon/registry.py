@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from agent.api.llamacpp import LlamaCppSettings, config_hash, lift_extra_args
 from daemon.api.models import ModelDefinition, ModelSource
 from daemon.atomic import write_json_atomic
+from daemon.validation import DefinitionRejected, check_definition
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -40,6 +41,18 @@ def normalize(definition: ModelDefinition) -> ModelDefinition:
 
 
 _HASHES: dict[int, tuple[ModelDefinition, str]] = {}
+
+
+def checked(definition: ModelDefinition) -> ModelDefinition:
+    """Refused (422) if it reaches beyond its model (see ``daemon.validation``), else normalized.
+
+    Checked before normalizing: ``--host`` or ``--model`` in extra_args is refused, not dropped.
+    """
+    try:
+        check_definition(definition)
+    except DefinitionRejected as exc:
+        raise RegistryError(422, "invalid_model", str(exc)) from exc
+    return normalize(definition)
 
 
 def definition_hash(definition: ModelDefinition) -> str:
@@ -113,7 +126,7 @@ class Registry:
         async with self._lock:
             if definition.id in self._models:
                 raise RegistryError(409, "model_exists", f"a model with id '{definition.id}' already exists")
-            definition = normalize(definition)
+            definition = checked(definition)
             self._check_unique(definition)
             self._models[definition.id] = definition
             self._save()
@@ -122,7 +135,7 @@ class Registry:
     async def update(self, definition: ModelDefinition) -> ModelDefinition:
         async with self._lock:
             self.require(definition.id)
-            definition = normalize(definition)
+            definition = checked(definition)
             self._check_unique(definition)
             self._models[definition.id] = definition
             self._save()

@@ -202,9 +202,10 @@ class Router:
                             ) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
-        window = getattr(orch, "maintenance", {}).get(definition.id)  # a benchmark or tuning job (daemon.jobs)
+        window = orch.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
         if window is not None:
-            return window.refusal()  # 503 maintenance with Retry-After from the job's estimate
+            refusal: web.Response = window.refusal()  # 503 maintenance, Retry-After from the job's estimate
+            return refusal
         instance = orch.instance(definition)
         link = orch.links.get(definition.node)
         if instance is not None and instance.state == InstanceState.READY and link is not None and link.online:

@@ -30,8 +30,11 @@ from daemon.events import EventBus
 from daemon.fleet import AgentLink, LocalAgentProcess
 from daemon.health import HealthMonitor, RestartBook
 from daemon.history import History
+from daemon.jobs.manager import JobManager
 from daemon.keys import KeyStore
 from daemon.metrics import RouterMetrics
+from daemon.node_manager import NodeManager
+from daemon.nodes_api import NodesApi
 from daemon.orchestrator import Orchestrator, OrchestratorError
 from daemon.paths import DaemonPaths
 from daemon.pki import CertificateAuthority
@@ -64,6 +67,9 @@ class Daemon:
         self.health = HealthMonitor(self.orchestrator, config.health, self.router.in_flight)
         self.orchestrator.listeners.append(self.health.observe)
         self.telemetry = TelemetryCollector(self.orchestrator.links, self.history, config.history_interval_s)
+        self.nodes = NodeManager(self)  # paired nodes join orchestrator.links under their node ids
+        self.jobs = JobManager(self.orchestrator, self.events, self.router.in_flight, self.telemetry, paths.home)
+        self.orchestrator.maintenance = self.jobs.maintenance  # read by the router and the health monitor
         self.admin_token = ""
         self.local_agent: LocalAgentProcess | None = None
         self.runner: web.AppRunner | None = None
@@ -97,6 +103,8 @@ class Daemon:
         self._spawn(self.orchestrator.auto_start())
         self._spawn(self.health.run())
         self._spawn(self._maintenance())
+        await self.nodes.start()
+        self._spawn(self.jobs.recover())
 
     async def _start_local_agent(self) -> None:
         ca = CertificateAuthority.load_or_create(self.paths.pki)
@@ -123,6 +131,8 @@ class Daemon:
                 await self.history.maintain()
 
     async def stop(self) -> None:
+        await self.jobs.close()  # a running job restores its model while the links still work
+        await self.nodes.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -229,6 +239,7 @@ def create_app(daemon: Daemon) -> web.Application:
         web.get("/v1/models", daemon.router.list_models),
         web.route("*", "/v1/{path:.*}", daemon.router.proxy),
         *admin.routes(),
+        *NodesApi(daemon).routes(),
     ])
 
     async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from agent.api.client import AgentError
-from agent.api.models import TelemetrySample
+from agent.api.models import GpuInfo, TelemetrySample
 from daemon.api.models import HostSnapshot
 from daemon.fleet import AgentLink
 from daemon.history import History
@@ -34,6 +34,18 @@ def node_row(sample: TelemetrySample) -> dict[str, float | None]:
         "gpu_mem_total_bytes": sum(g.memory_total for g in gpus) if gpus else None,
         "gpu_util_percent": (sum(g.utilization_percent or 0 for g in gpus) / len(gpus)) if gpus else None,
     }
+
+
+def gpu_subject(node_id: str, gpu: GpuInfo) -> str:
+    """The history subject of one GPU: its node and its UUID (its index when it reports none)."""
+    return f"{node_id}/{gpu.uuid or gpu.index}"
+
+
+def gpu_rows(node_id: str, sample: TelemetrySample) -> dict[str, dict[str, float | None]]:
+    return {gpu_subject(node_id, g): {
+        "mem_used_bytes": g.memory_used, "mem_total_bytes": g.memory_total,
+        "util_percent": g.utilization_percent, "temperature_c": g.temperature_c, "power_w": g.power_w,
+    } for g in sample.gpus}
 
 
 class TelemetryCollector:
@@ -70,6 +82,7 @@ class TelemetryCollector:
             self._next_seq[node_id] = page.next_seq
             for sample in page.samples:
                 await self._history.add_samples("node", sample.ts, {node_id: node_row(sample)})
+                await self._history.add_samples("gpu", sample.ts, gpu_rows(node_id, sample))
                 rows = {iid: model_row(sample, iid) for iid in sample.instances}
                 await self._history.add_samples("model", sample.ts, rows)
                 self.latest[node_id] = sample

@@ -4,6 +4,8 @@
     mirbadllm ctl models list | add ID PATH [--served-name N] [--ctx-size N] ... | start ID [--wait]
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
     mirbadllm ctl keys list | create NAME | revoke ID
+    mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
+    mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelDefinition
+from mirbadllm import ctl_jobs, ctl_nodes
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add.add_argument("--auto-start", action="store_true")
     add.add_argument("--start-on-request", action="store_true")
     add.add_argument("--tag", action="append", default=[])
+    add.add_argument("--node", default="local", help="node id to place it on (see `ctl nodes list`)")
     for name in ("start", "stop", "restart", "remove"):
         sub = models.add_parser(name)
         sub.add_argument("id")
@@ -54,6 +58,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     logs.add_argument("--tail", type=int, default=100)
     logs.add_argument("--follow", "-f", action="store_true")
 
+    ctl_nodes.add_parser(groups)
+    ctl_jobs.add_parser(groups)
     keys = groups.add_parser("keys", help="API keys for /v1").add_subparsers(dest="action", required=True)
     keys.add_parser("list")
     create = keys.add_parser("create")
@@ -82,6 +88,10 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return 0
     if args.group == "models":
         return await _models(args, client)
+    if args.group == "nodes":
+        return await ctl_nodes.run(args, client)
+    if args.group in ("bench", "tune", "jobs"):
+        return await ctl_jobs.run(args, client)
     if args.action == "list":
         for key in await client.list_keys():
             print(f"{key.id}  {key.name:<20} {key.prefix}…")
@@ -105,7 +115,7 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
         definition = ModelDefinition(id=args.id, served_name=args.served_name or args.id,
                                      model_path=str(Path(args.model_path).expanduser().resolve()),
                                      settings=settings, auto_start=args.auto_start,
-                                     start_on_request=args.start_on_request, tags=args.tag)
+                                     start_on_request=args.start_on_request, tags=args.tag, node=args.node)
         view = await client.create_model(definition)
         print(f"added {view.definition.id}")
     elif args.action == "start":

@@ -9,18 +9,41 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/models/{id}                 -> ModelView
     PUT    /api/models/{id}                 -> ModelView        # body: ModelDefinition
     DELETE /api/models/{id}                 -> 204              # stops it first
-    POST   /api/models/{id}/start           -> ModelStatus      # ?wait=0|1
+    POST   /api/models/{id}/start           -> ModelStatus      # ?wait=0|1&force=0|1 (force: past admission)
     POST   /api/models/{id}/stop            -> ModelStatus
     POST   /api/models/{id}/restart         -> ModelStatus
     GET    /api/models/{id}/logs            -> text/event-stream  # ?tail=N&follow=0|1
     GET    /api/models/{id}/history         -> HistorySeries    # ?range=5m|1h|24h|7d
     GET    /api/nodes/{id}/history          -> HistorySeries    # ?range=5m|1h|24h|7d
+    GET    /api/nodes                       -> list[NodeView]   # paired nodes and this machine
+    GET    /api/nodes/discovered            -> list[DiscoveredNode]  # agents waiting to be paired
+    POST   /api/nodes/discovered            -> NodeAddResult    # body: NodeAddressRequest (manual add)
+    POST   /api/nodes/pair                  -> NodeView         # body: NodePairRequest; 201
+    GET    /api/nodes/{id}                  -> NodeView
+    DELETE /api/nodes/{id}                  -> 204              # stops its models, unpairs the agent
+    GET    /api/nodes/{id}/gpus/{gpu}/history -> HistorySeries  # ?range=5m|1h|24h|7d; gpu: UUID or index
     GET    /api/keys                        -> list[ApiKeyInfo]
     POST   /api/keys                        -> ApiKeyCreated    # body: ApiKeyCreate; 201
     DELETE /api/keys/{id}                   -> 204
     GET    /api/settings                    -> DaemonSettings
     PUT    /api/settings                    -> DaemonSettings
     GET    /api/requests                    -> list[RequestRecord]  # ?limit=N
+    GET    /api/fit                         -> FitReport        # ?node=ID&path=P | &hf_repo=R&hf_file=F&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
+    POST   /api/fit                         -> FitReport        # body: FitQuery
+    POST   /api/downloads                   -> Transfer         # body: DownloadQuery; 202
+    GET    /api/imports/ollama              -> list[OllamaModelInfo]  # ?node=ID&store=PATH
+    POST   /api/imports/ollama              -> Transfer         # body: OllamaImportQuery; 202
+    POST   /api/imports/folder              -> Transfer         # body: FolderImportQuery; 202
+    GET    /api/transfers                   -> list[Transfer]   # events: transfer.state, transfer.progress
+    GET    /api/transfers/{id}              -> Transfer
+    POST   /api/transfers/{id}/cancel       -> Transfer
+    POST   /api/jobs/benchmark              -> JobView          # body: BenchmarkRequest; 202, 409 job_conflict
+    POST   /api/jobs/tune                   -> JobView          # body: TuneRequest; 202, 409 job_conflict
+    POST   /api/jobs/tune/plan              -> TuningPlan       # body: TuneRequest
+    GET    /api/jobs                        -> list[JobView]    # ?model=ID&kind=benchmark|tune
+    GET    /api/jobs/{id}                   -> JobView          # with its result
+    POST   /api/jobs/{id}/cancel            -> JobView          # returns once the model is restored
+    POST   /api/jobs/{id}/apply             -> ModelView        # ?restart=0|1; 409 no_winner
     GET    /healthz                         -> {"status": "ok"}  (no token)
 """
 
@@ -34,6 +57,8 @@ from typing import Any
 import aiohttp
 
 from agent.api.client import iter_sse_data
+from agent.api.sources import FitReport, OllamaModelInfo
+from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.models import (
     ApiKeyCreate,
     ApiKeyCreated,
@@ -47,6 +72,14 @@ from daemon.api.models import (
     ModelView,
     RequestRecord,
     StatusResponse,
+)
+from daemon.api.nodes import DiscoveredNode, NodeAddressRequest, NodeAddResult, NodeView
+from daemon.api.sources import (
+    DownloadQuery,
+    FitQuery,
+    FolderImportQuery,
+    OllamaImportQuery,
+    Transfer,
 )
 
 _LOGGER = logging.getLogger(__name__)
@@ -132,10 +165,11 @@ class DaemonClient:
     async def delete_model(self, model_id: str) -> None:
         await self._call("DELETE", f"/api/models/{model_id}")
 
-    async def start_model(self, model_id: str, wait: bool = False) -> ModelStatus:
+    async def start_model(self, model_id: str, wait: bool = False, force: bool = False) -> ModelStatus:
+        """Start a model; ``force`` starts it even when memory admission says it will not fit."""
         timeout = aiohttp.ClientTimeout(total=3700 if wait else 60, connect=5)
-        data = await self._call("POST", f"/api/models/{model_id}/start", params={"wait": int(wait)},
-                                timeout=timeout)
+        params = {"wait": int(wait), **({"force": 1} if force else {})}
+        data = await self._call("POST", f"/api/models/{model_id}/start", params=params, timeout=timeout)
         return ModelStatus.model_validate(data)
 
     async def stop_model(self, model_id: str) -> ModelStatus:
@@ -185,6 +219,92 @@ class DaemonClient:
 
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
         return [RequestRecord.model_validate(r) for r in await self._call("GET", "/api/requests", params={"limit": limit})]
+
+    # --- getting models: fit, downloads, imports, transfers (daemon.sources) -------------------
+    async def fit(self, query: FitQuery) -> FitReport:
+        """Will it fit? For a file on the node or a Hugging Face file (only its header is read)."""
+        timeout = aiohttp.ClientTimeout(total=200, connect=5)
+        data = await self._call("POST", "/api/fit", body=query.model_dump(mode="json"), timeout=timeout)
+        return FitReport.model_validate(data)
+
+    async def download(self, query: DownloadQuery) -> Transfer:
+        return Transfer.model_validate(await self._call("POST", "/api/downloads", body=query.model_dump(mode="json")))
+
+    async def ollama_models(self, node: str = "local", store: str | None = None) -> list[OllamaModelInfo]:
+        params = {"node": node, **({"store": store} if store else {})}
+        return [OllamaModelInfo.model_validate(m) for m in await self._call("GET", "/api/imports/ollama", params=params)]
+
+    async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
+        data = await self._call("POST", "/api/imports/ollama", body=query.model_dump(mode="json"))
+        return Transfer.model_validate(data)
+
+    async def import_folder(self, query: FolderImportQuery) -> Transfer:
+        data = await self._call("POST", "/api/imports/folder", body=query.model_dump(mode="json"))
+        return Transfer.model_validate(data)
+
+    async def transfers(self) -> list[Transfer]:
+        return [Transfer.model_validate(t) for t in await self._call("GET", "/api/transfers")]
+
+    async def transfer(self, transfer_id: str) -> Transfer:
+        return Transfer.model_validate(await self._call("GET", f"/api/transfers/{transfer_id}"))
+
+    async def cancel_transfer(self, transfer_id: str) -> Transfer:
+        return Transfer.model_validate(await self._call("POST", f"/api/transfers/{transfer_id}/cancel"))
+
+    # --- nodes ---------------------------------------------------------------------------------
+    async def list_nodes(self) -> list[NodeView]:
+        return [NodeView.model_validate(n) for n in await self._call("GET", "/api/nodes")]
+
+    async def get_node(self, node_id: str) -> NodeView:
+        return NodeView.model_validate(await self._call("GET", f"/api/nodes/{node_id}"))
+
+    async def discovered_nodes(self) -> list[DiscoveredNode]:
+        return [DiscoveredNode.model_validate(n) for n in await self._call("GET", "/api/nodes/discovered")]
+
+    async def add_node_address(self, address: str) -> NodeAddResult:
+        body = NodeAddressRequest(address=address).model_dump()
+        return NodeAddResult.model_validate(await self._call("POST", "/api/nodes/discovered", body=body))
+
+    async def pair_node(self, address: str, code: str, fingerprint: str) -> NodeView:
+        """Pair the agent at ``address`` whose certificate has ``fingerprint`` (the one the user
+        compared), proving ``code`` to it. The daemon never stores or logs the code."""
+        body = {"address": address, "code": code, "fingerprint": fingerprint}
+        timeout = aiohttp.ClientTimeout(total=90, connect=5)
+        return NodeView.model_validate(await self._call("POST", "/api/nodes/pair", body=body, timeout=timeout))
+
+    async def remove_node(self, node_id: str) -> None:
+        await self._call("DELETE", f"/api/nodes/{node_id}", timeout=aiohttp.ClientTimeout(total=120, connect=5))
+
+    async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
+        data = await self._call("GET", f"/api/nodes/{node_id}/gpus/{gpu}/history", params={"range": range_})
+        return HistorySeries.model_validate(data)
+
+    # --- jobs: benchmarks and tuning ------------------------------------------------------------
+    async def start_benchmark(self, request: BenchmarkRequest) -> JobView:
+        data = await self._call("POST", "/api/jobs/benchmark", body=request.model_dump(mode="json"))
+        return JobView.model_validate(data)
+
+    async def start_tune(self, request: TuneRequest) -> JobView:
+        return JobView.model_validate(await self._call("POST", "/api/jobs/tune", body=request.model_dump(mode="json")))
+
+    async def plan_tune(self, request: TuneRequest) -> TuningPlan:
+        data = await self._call("POST", "/api/jobs/tune/plan", body=request.model_dump(mode="json"))
+        return TuningPlan.model_validate(data)
+
+    async def list_jobs(self, model: str | None = None, kind: str | None = None) -> list[JobView]:
+        params = {k: v for k, v in (("model", model), ("kind", kind)) if v}
+        return [JobView.model_validate(j) for j in await self._call("GET", "/api/jobs", params=params)]
+
+    async def get_job(self, job_id: str) -> JobView:
+        return JobView.model_validate(await self._call("GET", f"/api/jobs/{job_id}"))
+
+    async def cancel_job(self, job_id: str) -> JobView:
+        timeout = aiohttp.ClientTimeout(total=400, connect=5)  # the model is restored before the answer
+        return JobView.model_validate(await self._call("POST", f"/api/jobs/{job_id}/cancel", timeout=timeout))
+
+    async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
+        data = await self._call("POST", f"/api/jobs/{job_id}/apply", params={"restart": int(restart)})
+        return ModelView.model_validate(data)
 
 
 def _error_from(status: int, text: str) -> DaemonError:

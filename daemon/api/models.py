@@ -127,7 +127,10 @@ class Event(BaseModel):
 
     id: int
     ts: float
-    type: str = Field(description="model.state | model.added | model.updated | model.removed | keys.changed | settings.changed")
+    type: str = Field(description="model.state | model.added | model.updated | model.removed | keys.changed | settings.changed"
+                                  " | job.started | job.progress | job.finished (data.job: a JobView)"
+                                  " | node.state | node.paired | node.removed | node.discovered | node.vanished"
+                                  " (data.node: a node id)")
     model: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
 

@@ -1,0 +1,92 @@
+"""Pydantic contracts of the nodes part of the admin API (``/api/nodes``).
+
+A node is a machine with an agent. ``local`` is this machine's own agent; every other node has
+the SHA-256 of its (daemon-signed) agent certificate as its id, and is reached at an address over
+mutual TLS. Storage shapes (``nodes.json``) live in ``daemon.nodes``, not here.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+
+from agent.api.models import GpuInfo
+
+_LOGGER = logging.getLogger(__name__)
+
+NODE_ID_PATTERN = r"^(local|[0-9a-f]{64})$"
+
+
+class NodeState(str, Enum):
+    """What the node monitor last concluded."""
+
+    UNKNOWN = "unknown"      # not probed yet
+    ONLINE = "online"
+    DEGRADED = "degraded"    # answers, but slowly, or missed a probe, or its instance feed fails
+    OFFLINE = "offline"      # missed enough probes in a row; its models answer 503
+
+
+class NodeView(BaseModel):
+    """A paired node (or this machine) as the Nodes page shows it."""
+
+    id: str
+    name: str
+    local: bool = False
+    address: str | None = Field(default=None, description="host:port of its agent; None for this machine")
+    state: NodeState = NodeState.UNKNOWN
+    reason: str | None = Field(default=None, description="Why it is degraded or offline.")
+    hostname: str = ""
+    os: str = ""
+    arch: str = ""
+    version: str = ""
+    cpu_count: int | None = None
+    cpu_percent: float | None = None
+    memory_total: int | None = None
+    memory_used: int | None = None
+    memory_available: int | None = Field(default=None, description="Bytes free for a new model.")
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list, description="Ids of the models placed on it.")
+    latency_ms: float | None = Field(default=None, description="Round trip of the last status probe.")
+    last_seen: float | None = None
+    paired_at: float | None = None
+    fingerprint: str | None = Field(default=None, description="The fingerprint compared while pairing.")
+
+
+class DiscoveredNode(BaseModel):
+    """An agent waiting to be paired, seen on the LAN (mDNS) or added by address."""
+
+    name: str
+    address: str = Field(description="host:port to pair with")
+    host: str
+    port: int
+    fingerprint: str = Field(description="SHA-256 of its self-signed certificate: compare it.")
+    short_fingerprint: str = Field(description="What the agent prints: the first 20 hex digits.")
+    version: str = ""
+    hostname: str = ""
+    source: Literal["mdns", "manual"] = "mdns"
+    seen_at: float = 0.0
+
+
+class NodeAddressRequest(BaseModel):
+    """Look for an agent at an address (when multicast does not reach it)."""
+
+    address: str = Field(min_length=1, max_length=255, description="host, host:port or [v6]:port")
+
+
+class NodeAddResult(BaseModel):
+    """What was at that address: an agent waiting to be paired, or a node already paired."""
+
+    discovered: DiscoveredNode | None = None
+    node: NodeView | None = None
+
+
+class NodePairRequest(BaseModel):
+    """Pair the agent at ``address``. The code is only used to compute a proof; it is never stored,
+    sent or logged. ``fingerprint`` is the one the user compared with what the agent printed."""
+
+    address: str = Field(min_length=1, max_length=255)
+    code: SecretStr = Field(description="The agent's pairing code, e.g. ABCD-EFGH.")
+    fingerprint: str = Field(pattern=r"^[0-9a-fA-F]{64}$")

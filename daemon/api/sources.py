@@ -1,0 +1,64 @@
+"""Contracts of the daemon's model-source API: will it fit, downloads, imports and their transfers.
+
+The node's agent does the work (``agent.api.sources``); these add which node, and what to
+register once a transfer is done. Progress reaches the app as events: ``transfer.state`` and
+``transfer.progress`` (data: a ``Transfer``), then ``model.added`` for each registered model.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import BaseModel, Field
+
+from agent.api.sources import (
+    DownloadRequest,
+    FitRequest,
+    FolderImportRequest,
+    ImportedModel,
+    OllamaImportRequest,
+    TransferInfo,
+)
+from daemon.api.models import LOCAL_NODE, MODEL_ID_PATTERN
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class FitQuery(FitRequest):
+    """``FitRequest`` on a node."""
+
+    node: str = Field(default=LOCAL_NODE, max_length=200)
+
+
+class Registration(BaseModel):
+    """What to register once files are in place; by default every model found, named after it."""
+
+    register_models: bool = Field(default=True, description="Add the models found to the registry.")
+    model_id: str | None = Field(default=None, pattern=MODEL_ID_PATTERN, description="Id of the one model.")
+    served_name: str | None = Field(default=None, min_length=1, max_length=128)
+    tags: list[str] = Field(default_factory=list)
+
+
+class DownloadQuery(DownloadRequest, Registration):
+    node: str = Field(default=LOCAL_NODE, max_length=200)
+
+
+class OllamaImportQuery(OllamaImportRequest, Registration):
+    node: str = Field(default=LOCAL_NODE, max_length=200)
+
+
+class FolderImportQuery(FolderImportRequest, Registration):
+    node: str = Field(default=LOCAL_NODE, max_length=200)
+
+
+class Transfer(TransferInfo):
+    """A transfer as the daemon tracks it: the agent's view, its node, the models it registered."""
+
+    node: str = LOCAL_NODE
+    agent_id: str = ""
+    registered: list[str] = Field(default_factory=list, description="Ids of the models registered.")
+    register_error: str | None = None
+
+
+__all__ = ["DownloadQuery", "FitQuery", "FolderImportQuery", "ImportedModel", "OllamaImportQuery",
+           "Registration", "Transfer"]

@@ -1,0 +1,150 @@
+"""Handlers of ``/api/jobs`` (the routes are listed in ``daemon.admin``'s one table).
+
+    POST /api/jobs/benchmark        body BenchmarkRequest -> JobView (202); 409 job_conflict | model_not_ready
+    POST /api/jobs/tune             body TuneRequest -> JobView (202); 409 job_conflict
+    POST /api/jobs/tune/plan        body TuneRequest -> TuningPlan
+    GET  /api/jobs                  ?model=ID&kind=benchmark|tune -> list[JobView] (no results)
+    GET  /api/jobs/{id}             -> JobView with its result
+    POST /api/jobs/{id}/cancel      -> JobView (after the model is restored)
+    POST /api/jobs/{id}/apply       ?restart=0|1 -> ModelView; 409 no_winner
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from agent.api.client import AgentError
+from daemon.api.jobs import BenchmarkRequest, PlanStep, TuneRequest, TuningPlan
+from daemon.errors import error_response
+from daemon.jobs.manager import JobError, JobManager
+from daemon.jobs.planner import (
+    DIMENSIONS,
+    Machine,
+    count_candidates,
+    dimensions_for,
+    estimate_eta,
+)
+from daemon.jobs.presets import preset_for_model
+from daemon.jobs.tuning import CONFIRM_SLOTS
+
+if TYPE_CHECKING:
+    from daemon.server import Daemon
+
+_LOGGER = logging.getLogger(__name__)
+
+MAX_BODY = 256 * 1024
+Handler = Callable[["JobsApi", web.Request], Awaitable[web.StreamResponse]]
+
+
+def _answers(handler: Handler) -> Callable[[JobsApi, web.Request], Awaitable[web.StreamResponse]]:
+    """Job errors (and a bad body) become the usual error envelope."""
+    @functools.wraps(handler)
+    async def wrapped(self: JobsApi, request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(self, request)
+        except JobError as exc:
+            return error_response(exc.status, exc.code, exc.message)
+        except ValidationError as exc:
+            where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+            return error_response(422, "invalid_job", where)
+        except ValueError as exc:
+            return error_response(400, "invalid_job", str(exc))
+        except AgentError as exc:
+            return error_response(502, exc.code, f"the node's agent failed: {exc.message}")
+    return wrapped
+
+
+def _json(value: BaseModel | list[Any], status: int = 200) -> web.Response:
+    if isinstance(value, list):
+        text = json.dumps([v.model_dump(mode="json") for v in value])
+    else:
+        text = value.model_dump_json()
+    return web.Response(text=text, status=status, content_type="application/json")
+
+
+async def _body(request: web.Request) -> Any:
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise ValueError("request body too large")
+    return await request.json()
+
+
+class JobsApi:
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+
+    @property
+    def jobs(self) -> JobManager:
+        return self.d.jobs
+
+    @_answers
+    async def start_benchmark(self, request: web.Request) -> web.StreamResponse:
+        body = BenchmarkRequest.model_validate(await _body(request))
+        view = await self.jobs.start_benchmark(body)
+        await self.d.history.audit("admin", "job.benchmark", body.model, view.id)
+        return _json(view, status=202)
+
+    @_answers
+    async def start_tune(self, request: web.Request) -> web.StreamResponse:
+        body = TuneRequest.model_validate(await _body(request))
+        view = await self.jobs.start_tune(body)
+        await self.d.history.audit("admin", "job.tune", body.model, view.id)
+        return _json(view, status=202)
+
+    @_answers
+    async def plan_tune(self, request: web.Request) -> web.StreamResponse:
+        return _json(await self.plan(TuneRequest.model_validate(await _body(request))))
+
+    async def plan(self, body: TuneRequest) -> TuningPlan:
+        definition = self.d.registry.require(body.model)
+        preset = preset_for_model(body.preset, definition.settings.embeddings)
+        link = self.d.orchestrator.links.get(definition.node)
+        if link is None or not link.online:
+            raise JobError(503, "node_offline", f"node '{definition.node}' is not reachable")
+        status = await link.client.status()
+        machine = Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus))
+        dims = dimensions_for(body.search, body.dimensions, machine)
+        steps = [PlanStep(dimension=d, values=[label for label, _ in DIMENSIONS[d].variants(
+            definition.settings, machine, body.values.get(d))], goal=DIMENSIONS[d].goal,
+            tradeoff=DIMENSIONS[d].tradeoff) for d in dims]
+        candidates = 1 + count_candidates(dims, definition.settings, machine, body.values, body.max_candidates)
+        start_s, bench_s = self.jobs.pace_hint(definition.id, preset.id)
+        notes = [(f"{definition.id} is stopped during the run and restarted with its saved settings after it; "
+                  "its /v1 requests are refused (503 maintenance) meanwhile.")]
+        if body.search == "full" and not machine.has_gpu:
+            notes.append("GPU layers are not searched: this node has no GPU.")
+        eta = estimate_eta(candidates, CONFIRM_SLOTS, start_s, bench_s, body.suite.repetitions,
+                           body.confirm_repetitions)
+        return TuningPlan(model=definition.id, preset=preset.id, search=body.search, steps=steps,
+                          candidates=candidates, confirmations=CONFIRM_SLOTS, start_s=start_s,
+                          benchmark_s=bench_s, eta_s=eta, notes=notes)
+
+    @_answers
+    async def list_jobs(self, request: web.Request) -> web.StreamResponse:
+        kind = request.query.get("kind")
+        if kind not in (None, "benchmark", "tune"):
+            raise ValueError("kind must be benchmark or tune")
+        return _json(await self.jobs.list(request.query.get("model"), kind))
+
+    @_answers
+    async def get_job(self, request: web.Request) -> web.StreamResponse:
+        return _json(self.jobs.get(request.match_info["id"]))
+
+    @_answers
+    async def cancel_job(self, request: web.Request) -> web.StreamResponse:
+        view = await self.jobs.cancel(request.match_info["id"])
+        await self.d.history.audit("admin", "job.cancel", view.model, view.id)
+        return _json(view)
+
+    @_answers
+    async def apply_job(self, request: web.Request) -> web.StreamResponse:
+        restart = request.query.get("restart") in ("1", "true")
+        view = await self.jobs.apply(request.match_info["id"], restart)
+        await self.d.history.audit("admin", "job.apply", view.definition.id, request.match_info["id"])
+        return _json(view)

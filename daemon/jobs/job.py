@@ -1,0 +1,128 @@
+"""One job in progress (``Job``), its maintenance window, and the headline figures of a result.
+
+``Job`` is the daemon's mutable record; ``view()`` makes the immutable ``JobView`` the API and the
+event bus carry. ``MaintenanceWindow`` is what the router consults: while one is open for a model,
+``/v1`` answers 503 ``maintenance`` with a ``Retry-After`` from the job's estimate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from daemon.api.jobs import (
+    BenchmarkResult,
+    JobKind,
+    JobState,
+    JobView,
+    PresetId,
+    ScorePoint,
+    SearchMode,
+    TuningResult,
+)
+from daemon.errors import error_response
+
+_LOGGER = logging.getLogger(__name__)
+
+_VERB = {"benchmark": "benchmarked", "tune": "tuned"}
+
+
+@dataclass
+class MaintenanceWindow:
+    """A model closed to ``/v1`` while a job runs on it; ``until`` is a monotonic estimate."""
+
+    job_id: str
+    kind: JobKind
+    model: str
+    until: float
+
+    def retry_after_s(self, now: float | None = None) -> int:
+        left = self.until - (time.monotonic() if now is None else now)
+        return max(1, math.ceil(left))
+
+    def refusal(self) -> web.Response:
+        seconds = self.retry_after_s()
+        return error_response(503, "maintenance",
+                              f"The model '{self.model}' is being {_VERB[self.kind]} (job {self.job_id}); "
+                              f"try again in about {seconds} s.", headers={"Retry-After": str(seconds)})
+
+
+@dataclass
+class Job:
+    id: str
+    kind: JobKind
+    model: str
+    node: str
+    preset: PresetId
+    stamp: str
+    search: SearchMode | None = None
+    started_at: float = field(default_factory=time.time)
+    state: JobState = JobState.DRAINING
+    finished_at: float | None = None
+    progress: float = 0.0
+    phase: str = "waiting for requests in flight"
+    message: str = ""
+    candidate: str | None = None
+    candidates_done: int = 0
+    candidates_total: int = 0
+    eta_s: float | None = None
+    scores: list[ScorePoint] = field(default_factory=list)
+    noisy: list[str] = field(default_factory=list)
+    error: str | None = None
+    result: BenchmarkResult | TuningResult | None = None
+    task: asyncio.Task[Any] | None = None
+    cancel_requested: bool = False
+
+    def flag(self, reasons: list[str]) -> None:
+        for reason in reasons:
+            if reason not in self.noisy:
+                self.noisy.append(reason)
+
+    def view(self, with_result: bool = False) -> JobView:
+        return JobView(
+            id=self.id, kind=self.kind, model=self.model, node=self.node, preset=self.preset, search=self.search,
+            state=self.state, started_at=self.started_at, finished_at=self.finished_at,
+            progress=min(1.0, max(0.0, self.progress)), phase=self.phase, message=self.message,
+            candidate=self.candidate, candidates_done=self.candidates_done, candidates_total=self.candidates_total,
+            eta_s=self.eta_s, scores=list(self.scores), noisy=list(self.noisy), error=self.error,
+            summary=summarize(self.result) if self.result is not None else {},
+            result=self.result if with_result else None)
+
+
+_BENCH_HEADLINES = ("single_tps", "top_agg_tps", "single_ttft_p50_ms", "top_ttft_p95_ms", "long_ttft_ms",
+                    "long_prefill_tps", "cached_ttft_ms", "max_agg_tps", "emb_single_tps", "emb_top_tps",
+                    "tool_valid", "objective_score", "error_rate")
+
+
+def summarize(result: BenchmarkResult | TuningResult) -> dict[str, float]:
+    """The few figures a history table shows for a stored result."""
+    if isinstance(result, BenchmarkResult):
+        return {k: result.metrics[k] for k in _BENCH_HEADLINES if k in result.metrics}
+    out: dict[str, float] = {"candidates": float(sum(1 for c in result.candidates if c.status != "duplicate"))}
+    if result.gain is not None:
+        out["gain"] = result.gain
+    out["winner"] = float(result.winner) if result.winner is not None else -1.0
+    return out
+
+
+def view_of_result(result: BenchmarkResult | TuningResult, job_id: str, with_result: bool) -> JobView:
+    """A stored result as a finished job."""
+    return JobView(id=job_id, kind=result.kind, model=result.model, node=result.node, preset=result.preset,
+                   search=result.search if isinstance(result, TuningResult) else None, state=result.state,
+                   started_at=result.started_at, finished_at=result.finished_at, progress=1.0,
+                   phase=result.state.value, message=getattr(result, "decision", "") or "",
+                   noisy=list(result.noisy), error=result.error, summary=summarize(result),
+                   scores=_scores(result), result=result if with_result else None)
+
+
+def _scores(result: BenchmarkResult | TuningResult) -> list[ScorePoint]:
+    if isinstance(result, BenchmarkResult):
+        return []
+    return [ScorePoint(label=f"#{c.index} {c.effective_config}", score=c.score)
+            for c in result.candidates if c.status in ("measured", "rejected")]

@@ -1,0 +1,161 @@
+"""The bodies of the two jobs: settle the node, measure, and (for tuning) put the model back.
+
+Both first wait for the model's in-flight requests (flagging the run as noisy when they do not
+finish in time) and note other load on the machine. A benchmark measures the model's own running
+process; a tuning run stops the model, measures candidates as separate instances, and restarts the
+model with its saved settings at the end, on cancel and on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.api.client import AgentError
+from agent.api.llamacpp import parse_args
+from agent.api.models import InstanceState, TelemetrySample
+from daemon.api.jobs import (
+    BenchmarkRequest,
+    BenchmarkResult,
+    JobState,
+    TuneRequest,
+    TuningResult,
+)
+from daemon.api.models import ModelDefinition, ModelState
+from daemon.jobs.benchmark import measure
+from daemon.jobs.instances import NodeAccess, NodeTrouble, job_instances
+from daemon.jobs.job import Job, MaintenanceWindow
+from daemon.jobs.load import drain, other_models_busy, outside_load
+from daemon.jobs.planner import Machine, count_candidates, dimensions_for, estimate_eta
+from daemon.jobs.presets import preset_for_model
+from daemon.jobs.store import JobStore
+from daemon.jobs.tuning import CONFIRM_SLOTS, TuningFailed, TuningRun
+from daemon.orchestrator import Orchestrator, OrchestratorError
+from daemon.registry import RegistryError
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class JobFailed(Exception):
+    """The job cannot be done; the message says why and what to do."""
+
+
+@dataclass
+class JobContext:
+    orchestrator: Orchestrator
+    access: NodeAccess
+    window: MaintenanceWindow
+    in_flight: Callable[[str], int]
+    latest: Callable[[], TelemetrySample | None]
+    publish: Callable[[], None]
+    store: JobStore
+    cpu_count: int = 1
+
+    def watch(self, job: Job, model_id: str) -> Callable[[], None]:
+        """A check to call between workloads: other models serving make the figures noisy."""
+        def check() -> None:
+            sample = self.latest()
+            if sample is not None:
+                job.flag(other_models_busy(sample, job_instances(model_id, sample.instances)))
+        return check
+
+    def set_eta(self, job: Job, seconds: float) -> None:
+        job.eta_s = max(0.0, seconds)
+        self.window.until = time.monotonic() + job.eta_s
+
+
+async def settle(ctx: JobContext, job: Job, definition: ModelDefinition, timeout_s: float) -> None:
+    """Drain the model's requests (noisy after ``timeout_s``), then note outside load."""
+    job.state, job.phase = JobState.DRAINING, "waiting for requests in flight to finish"
+    ctx.publish()
+    if not await drain(lambda: ctx.in_flight(definition.served_name), ctx.latest, definition.id, timeout_s):
+        job.flag(["noisy: in-flight requests at start"])
+    sample = ctx.latest()
+    if sample is not None:
+        job.flag(outside_load(sample, ctx.cpu_count) + other_models_busy(sample, {definition.id}))
+    job.state, job.phase = JobState.RUNNING, "measuring"
+    ctx.publish()
+
+
+async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
+                        request: BenchmarkRequest) -> BenchmarkResult:
+    preset = preset_for_model(request.preset, definition.settings.embeddings)
+    await settle(ctx, job, definition, request.suite.drain_timeout_s)
+    instance = ctx.orchestrator.instance(definition)
+    if instance is None or instance.state != InstanceState.READY:
+        raise JobFailed(f"'{definition.id}' is not ready any more; start it and run the benchmark again")
+    began = time.monotonic()
+
+    def progress(text: str, fraction: float) -> None:
+        job.message, job.progress = text, fraction * 0.98
+        ctx.orchestrator.last_used[definition.id] = time.monotonic()  # a benchmark is use, not idleness
+        if fraction > 0:
+            ctx.set_eta(job, (time.monotonic() - began) * (1 - fraction) / fraction)
+        ctx.publish()
+
+    target = ctx.access.target(instance, definition.served_name, request.suite.request_timeout_s)
+    outcome, _plan, slots = await measure(target, preset, request.suite, fallback_slots=definition.settings.parallel,
+                                          progress=progress)
+    ctx.watch(job, definition.id)()
+    argv = list(instance.argv)
+    settings = parse_args(argv).settings if argv else definition.settings
+    return BenchmarkResult(
+        model=definition.id, served_name=definition.served_name, node=definition.node, preset=preset.id,
+        stamp=job.stamp, started_at=job.started_at, finished_at=time.time(), settings=settings, argv=argv,
+        config_hash=instance.config_hash, slots=slots, levels=outcome.levels, prefill=outcome.prefill,
+        tool_calls=outcome.tool_calls, objective=outcome.objective, metrics=outcome.metrics,
+        repetitions=outcome.repetitions, noisy=list(job.noisy), request_errors=outcome.errors,
+        duration_s=time.monotonic() - began)
+
+
+async def run_tune(ctx: JobContext, job: Job, definition: ModelDefinition, request: TuneRequest,
+                   pace_hint: tuple[float, float]) -> TuningResult:
+    preset = preset_for_model(request.preset, definition.settings.embeddings)
+    status = await ctx.access.link.client.status()
+    machine = Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus))
+    dims = dimensions_for(request.search, request.dimensions, machine)
+    run = TuningRun(job, request, definition, ctx.access, machine, preset, dims, ctx.publish,
+                    ctx.watch(job, definition.id), pace_hint)
+    job.result = run.result
+    planned = 1 + count_candidates(dims, definition.settings, machine, request.values, request.max_candidates)
+    job.candidates_total = planned + CONFIRM_SLOTS
+    ctx.set_eta(job, estimate_eta(planned, CONFIRM_SLOTS, *pace_hint, request.suite.repetitions,
+                                  request.confirm_repetitions))
+    await settle(ctx, job, definition, request.suite.drain_timeout_s)
+    was_running = ctx.orchestrator.status(definition).state in (ModelState.READY, ModelState.STARTING)
+    ctx.store.mark_active({"model": definition.id, "node": definition.node, "was_running": was_running,
+                           "job": job.id})
+    try:
+        if was_running:
+            job.phase = "stopping the model for the run"
+            ctx.publish()
+            await ctx.orchestrator.stop(definition.id)
+        await run.run()
+    except (TuningFailed, NodeTrouble, AgentError, OrchestratorError) as exc:
+        run.result.state, run.result.error = JobState.FAILED, str(exc)
+    except asyncio.CancelledError:
+        run.result.state, run.result.decision = JobState.CANCELLED, "cancelled: the saved settings are kept"
+        raise
+    finally:
+        job.state, job.phase = JobState.RESTORING, "restoring the saved settings"
+        ctx.publish()
+        run.result.restore_note = await restore(ctx.orchestrator, definition, was_running)
+        ctx.store.clear_active()
+    return run.result
+
+
+async def restore(orchestrator: Orchestrator, definition: ModelDefinition, was_running: bool) -> str | None:
+    """Start the model again with its saved settings when it ran before; a note when it did not come back."""
+    if not was_running:
+        return None
+    try:
+        await orchestrator.start(definition.id, by_user=False)
+        status = await orchestrator.wait_settled(definition.id, definition.startup_timeout_s + 5)
+    except (OrchestratorError, RegistryError) as exc:
+        return f"the model did not come back with its saved settings: {exc}"
+    if status.state != ModelState.READY:
+        return f"the model did not come back with its saved settings: {status.state.value} {status.error or ''}".strip()
+    return None

@@ -1,0 +1,246 @@
+"""The fleet beyond this machine: paired nodes, their links and monitor, discovery, pairing, removal.
+
+Each paired node gets an ``AgentClient`` whose pooled keep-alive mTLS session pins that node's
+certificate (``daemon.nodes.node_ssl_context``) and a ``NodeLink`` in ``Orchestrator.links`` under
+its node id, so placement (``ModelDefinition.node``), the router's proxy path and the telemetry
+collector reach it exactly as they reach the local agent. ``NodeMonitor`` decides online /
+degraded / offline. ``Discovery`` lists agents waiting to be paired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from cryptography import x509
+
+from agent.api.client import AgentClient, AgentError
+from agent.api.pairing import short_fingerprint
+from daemon.admin import Invalid
+from daemon.api.models import LOCAL_NODE, ModelState
+from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodePairRequest, NodeView
+from daemon.discovery import Discovery, mdns_disabled_by_env
+from daemon.node_monitor import NodeHealth, NodeLink, NodeMonitor
+from daemon.nodes import (
+    NodeRecord,
+    NodeStore,
+    format_address,
+    issued_by,
+    node_ssl_context,
+    parse_address,
+)
+from daemon.pairing import PairingFailed, pair, probe
+from daemon.pki import CertificateAuthority, fingerprint
+from daemon.tls import ensure_client_certificate
+
+if TYPE_CHECKING:
+    from daemon.server import Daemon
+
+_LOGGER = logging.getLogger(__name__)
+
+FIRST_CONTACT_S = 10.0
+
+
+class NodeManager:
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        self.policy = daemon.config.nodes
+        self.store = NodeStore(daemon.paths.nodes)
+        self.monitor = NodeMonitor(daemon.orchestrator.links, self.policy, daemon.events)
+        self.discovery = Discovery(self._discovery_event, interfaces=self.policy.mdns_interfaces)
+        self.ca: CertificateAuthority | None = None
+        self._client: tuple[Any, Any] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pairing = asyncio.Lock()
+
+    @property
+    def links(self) -> dict[str, Any]:
+        return self.d.orchestrator.links
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.ca = CertificateAuthority.load_or_create(self.d.paths.pki)
+        self._client = ensure_client_certificate(self.ca, self.d.paths.pki)  # (key, cert)
+        self.store.load()
+        for record in self.store.all():
+            self._attach(record)
+        if self.policy.discovery and not mdns_disabled_by_env():
+            await self.discovery.start()
+        self._tasks.append(asyncio.get_running_loop().create_task(self.monitor.run(), name="node-monitor"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self.discovery.stop()
+        for link in list(self.links.values()):
+            if isinstance(link, NodeLink):
+                await link.stop()
+
+    def _attach(self, record: NodeRecord) -> NodeLink | None:
+        assert self.ca is not None and self._client is not None
+        cert = x509.load_pem_x509_certificate(record.certificate_pem.encode())
+        if fingerprint(cert) != record.id or not issued_by(record.certificate_pem, self.ca.cert):
+            _LOGGER.error("node %s in nodes.json does not hold a certificate this daemon signed; ignored",
+                          record.id[:12])
+            return None
+        key, client_cert = self._client
+        client = AgentClient(record.url, node_ssl_context(record.certificate_pem, client_cert, key))
+        link = NodeLink(record.id, client, self.d.orchestrator.on_instances)
+        self.links[record.id] = link
+        link.start()
+        return link
+
+    async def _detach(self, node_id: str) -> None:
+        link = self.links.pop(node_id, None)
+        if isinstance(link, NodeLink):
+            await link.stop()
+        if link is not None:
+            await link.client.close()
+        self.monitor.forget(node_id)
+
+    # --- views ---------------------------------------------------------------------------------
+    def views(self) -> list[NodeView]:
+        local = [self.view(LOCAL_NODE)] if LOCAL_NODE in self.links else []
+        return local + sorted((self.view(r.id) for r in self.store.all()), key=lambda v: v.name.lower())
+
+    def view(self, node_id: str) -> NodeView:
+        record = self.store.get(node_id)
+        if record is None and not (node_id == LOCAL_NODE and node_id in self.links):
+            raise Invalid(404, "node_not_found", f"no paired node with id '{node_id}'")
+        health = self.monitor.health.get(node_id) or NodeHealth()
+        status, sample = health.status, self.d.telemetry.latest.get(node_id)
+        view = NodeView(
+            id=node_id, name=record.name if record else (status.hostname if status else socket.gethostname()),
+            local=record is None, address=record.address if record else None, state=health.state,
+            reason=health.reason, latency_ms=health.latency_ms, last_seen=health.last_seen,
+            models=[d.id for d in self.d.registry.all() if d.node == node_id],
+            paired_at=record.paired_at if record else None,
+            fingerprint=record.pairing_fingerprint if record else None)
+        if status is not None:
+            view = view.model_copy(update={
+                "hostname": status.hostname, "os": status.os, "arch": status.arch, "version": status.version,
+                "cpu_count": status.cpu_count, "memory_total": status.memory_total,
+                "memory_available": status.memory_available, "gpus": status.gpus})
+        if sample is not None:
+            view = view.model_copy(update={
+                "cpu_percent": sample.cpu_percent, "memory_total": sample.memory_total,
+                "memory_used": sample.memory_used, "memory_available": sample.memory_available,
+                "gpus": sample.gpus or view.gpus})
+        return view
+
+    def discovered(self) -> list[DiscoveredNode]:
+        return self.discovery.listing({r.pairing_fingerprint for r in self.store.all()})
+
+    def _discovery_event(self, type_: str, entry: DiscoveredNode) -> None:
+        self.d.events.publish(type_, None, name=entry.name, address=entry.address,
+                              fingerprint=entry.fingerprint, source=entry.source)
+
+    # --- actions -------------------------------------------------------------------------------
+    def _address(self, text: str) -> tuple[str, int]:
+        try:
+            return parse_address(text)
+        except ValueError as exc:
+            raise Invalid(422, "invalid_address", str(exc)) from exc
+
+    async def add_address(self, address: str) -> NodeAddResult:
+        """Look at an address: an agent waiting to be paired becomes a discovered entry; a node of
+        ours that moved gets its new address; a node this daemon removed is refused."""
+        assert self.ca is not None and self._client is not None
+        host, port = self._address(address)
+        key, cert = self._client
+        try:
+            found = await probe(host, port, self.ca, {r.id for r in self.store.all()}, (str(cert), str(key)))
+        except PairingFailed as exc:
+            raise Invalid(exc.status, exc.code, exc.message) from exc
+        where = format_address(host, port)
+        if found.kind == "unpaired" and found.info is not None:
+            entry = DiscoveredNode(name=found.info.name, address=where, host=host, port=port,
+                                   fingerprint=found.fingerprint, short_fingerprint=short_fingerprint(found.fingerprint),
+                                   version=found.info.version, hostname=found.info.hostname, source="manual",
+                                   seen_at=time.time())
+            self.discovery.put(entry)
+            return NodeAddResult(discovered=entry)
+        if found.kind == "ours":
+            record = self.store.get(found.fingerprint)
+            assert record is not None
+            if (record.host, record.port) != (host, port):
+                _LOGGER.info("node %s moved from %s to %s", record.name, record.address, where)
+                record = record.model_copy(update={"host": host, "port": port})
+                await self.store.put(record)
+                await self._detach(record.id)
+                self._attach(record)
+                await self.d.history.audit("admin", "node.address", record.id, where)
+            return NodeAddResult(node=self.view(record.id))
+        if found.kind == "removed":
+            raise Invalid(409, "node_removed", f"The agent at {where} holds a certificate from this daemon for a "
+                          "node that was removed; it is refused. Run `mirbadllm agent --unpair` on that "
+                          "machine, then pair it again.")
+        raise Invalid(409, "not_pairable", f"The agent at {where} is not waiting to be paired: it is paired with "
+                      "another daemon, or it is not a MirbadLLM agent.")
+
+    async def pair(self, request: NodePairRequest) -> NodeView:
+        assert self.ca is not None and self._client is not None
+        host, port = self._address(request.address)
+        client_cert_pem = self._client[1].read_text(encoding="utf-8")
+        async with self._pairing:
+            try:
+                paired = await pair(host, port, request.code.get_secret_value(), request.fingerprint, self.ca,
+                                    client_cert_pem)
+            except PairingFailed as exc:
+                _LOGGER.warning("pairing with %s failed: %s", format_address(host, port), exc.code)
+                raise Invalid(exc.status, exc.code, exc.message) from exc
+            record = NodeRecord(id=paired.node_id, name=paired.info.name, host=host, port=port,
+                                certificate_pem=paired.certificate_pem,
+                                pairing_fingerprint=request.fingerprint.lower(), hostname=paired.info.hostname,
+                                os=paired.info.os, version=paired.info.version, paired_at=time.time())
+            await self.store.put(record)
+            self.discovery.drop(record.pairing_fingerprint)
+            link = self._attach(record)
+        _LOGGER.info("paired node %r (%s) at %s", record.name, record.id[:12], record.address)
+        self.d.events.publish("node.paired", None, node=record.id, name=record.name, address=record.address)
+        await self.d.history.audit("admin", "node.pair", record.id, f"{record.name} at {record.address}")
+        if link is not None:
+            with contextlib.suppress(TimeoutError):  # it is switching to mutual TLS: give it a moment
+                await asyncio.wait_for(link.first_sync.wait(), FIRST_CONTACT_S)
+            await self.monitor.check(record.id, link)
+        return self.view(record.id)
+
+    async def remove(self, node_id: str) -> bool:
+        """Stop the node's models, tell its agent to unpair, forget it. True if the agent was told."""
+        if node_id == LOCAL_NODE:
+            raise Invalid(409, "cannot_remove_local", "This machine's own agent cannot be removed; run the "
+                          "daemon with --no-local-agent instead.")
+        record = self.store.get(node_id)
+        if record is None:
+            raise Invalid(404, "node_not_found", f"no paired node with id '{node_id}'")
+        link = self.links.get(node_id)
+        told = False
+        if link is not None and link.online:
+            for definition in self.d.registry.all():
+                if definition.node == node_id and \
+                        self.d.orchestrator.status(definition).state != ModelState.STOPPED:
+                    try:
+                        await self.d.orchestrator.stop(definition.id)
+                    except Exception as exc:  # noqa: BLE001 - removal goes on regardless
+                        _LOGGER.warning("could not stop %s on the removed node: %s", definition.id, exc)
+            try:
+                await link.client.unpair()
+                told = True
+            except AgentError as exc:
+                _LOGGER.warning("could not tell node %s to unpair (%s): run `mirbadllm agent --unpair` there",
+                                record.name, exc.message)
+        await self._detach(node_id)
+        await self.store.remove(node_id)
+        self.d.orchestrator.on_instances(node_id, {})
+        _LOGGER.info("removed node %r (%s)", record.name, node_id[:12])
+        self.d.events.publish("node.removed", None, node=node_id, name=record.name, agent_unpaired=told)
+        await self.d.history.audit("admin", "node.remove", node_id, record.name)
+        return told

@@ -1,0 +1,152 @@
+"""Paired nodes on disk (``nodes.json``, atomic writes) and the TLS context that reaches each one.
+
+A node record pins the exact agent certificate the daemon signed while pairing. The context for
+that node trusts that one certificate and nothing else (``VERIFY_X509_PARTIAL_CHAIN`` with the
+leaf as the only anchor): a certificate this CA signed for another node, or for a node since
+removed, fails the handshake. Removing a node is deleting its record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from pydantic import BaseModel, ValidationError
+
+from daemon.atomic import write_json_atomic
+
+_LOGGER = logging.getLogger(__name__)
+
+DEFAULT_AGENT_PORT = 9443
+
+
+class NodeRecord(BaseModel):
+    """Storage shape of one paired node."""
+
+    id: str
+    name: str
+    host: str
+    port: int
+    certificate_pem: str
+    pairing_fingerprint: str = ""
+    hostname: str = ""
+    os: str = ""
+    version: str = ""
+    paired_at: float = 0.0
+
+    @property
+    def address(self) -> str:
+        return format_address(self.host, self.port)
+
+    @property
+    def url(self) -> str:
+        return f"https://{format_address(self.host, self.port)}"
+
+
+class _NodesFile(BaseModel):
+    version: int = 1
+    nodes: list[NodeRecord] = []
+
+
+def parse_address(text: str, default_port: int = DEFAULT_AGENT_PORT) -> tuple[str, int]:
+    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address → (host, port)."""
+    raw = text.strip()
+    if raw.startswith("https://"):
+        raw = raw[len("https://"):].rstrip("/")
+    host, port = raw, default_port
+    if raw.startswith("["):
+        end = raw.find("]")
+        if end < 0:
+            raise ValueError(f"'{text}' is not an address: a '[' without ']'")
+        host, rest = raw[1:end], raw[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"'{text}' is not an address")
+            port = _port(rest[1:], text)
+    elif raw.count(":") == 1:
+        host, port_text = raw.split(":")
+        port = _port(port_text, text)
+    if not host or any(ch in host for ch in "/ @?#"):
+        raise ValueError(f"'{text}' is not an address: give host or host:port")
+    return host, port
+
+
+def _port(text: str, whole: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"'{whole}' has no valid port")
+    return int(text)
+
+
+def format_address(host: str, port: int) -> str:
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            return f"[{host}]:{port}"
+    except ValueError:
+        pass
+    return f"{host}:{port}"
+
+
+def issued_by(cert_pem: str, ca: x509.Certificate) -> bool:
+    try:
+        x509.load_pem_x509_certificate(cert_pem.encode()).verify_directly_issued_by(ca)
+        return True
+    except Exception:  # noqa: BLE001 - unreadable, foreign or forged: all mean "not ours"
+        return False
+
+
+def node_ssl_context(node_cert_pem: str, client_cert: Path, client_key: Path) -> ssl.SSLContext:
+    """Mutual TLS 1.3 to one node: our client certificate, and only its pinned certificate trusted."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False  # a node is its certificate, whatever address it is reached at
+    ctx.load_verify_locations(cadata=node_cert_pem)
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    ctx.load_cert_chain(str(client_cert), str(client_key))
+    return ctx
+
+
+class NodeStore:
+    """The paired nodes by id, written atomically on every change."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._nodes: dict[str, NodeRecord] = {}
+        self._lock = asyncio.Lock()
+
+    def load(self) -> None:
+        if not self._path.exists():
+            return
+        try:
+            data = _NodesFile.model_validate(json.loads(self._path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError) as exc:
+            backup = self._path.with_suffix(".json.invalid")
+            self._path.replace(backup)
+            _LOGGER.error("nodes.json was unreadable (%s); kept it as %s: pair the nodes again", exc, backup)
+            return
+        self._nodes = {n.id: n for n in data.nodes}
+
+    def _save(self) -> None:
+        write_json_atomic(self._path, _NodesFile(nodes=list(self._nodes.values())).model_dump(mode="json"))
+
+    def all(self) -> list[NodeRecord]:
+        return list(self._nodes.values())
+
+    def get(self, node_id: str) -> NodeRecord | None:
+        return self._nodes.get(node_id)
+
+    async def put(self, record: NodeRecord) -> None:
+        async with self._lock:
+            self._nodes[record.id] = record
+            self._save()
+
+    async def remove(self, node_id: str) -> NodeRecord | None:
+        async with self._lock:
+            record = self._nodes.pop(node_id, None)
+            if record is not None:
+                self._save()
+            return record

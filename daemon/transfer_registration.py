@@ -1,0 +1,61 @@
+"""Registering the models a finished download or import put on a node.
+
+Each model found gets an id (the one asked for, else one made from its file name, made unique),
+a served name, and ``--mmproj`` when it came with a vision projector. The registry checks every
+definition as it would one typed by the user (``daemon.validation``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from daemon.api.models import ModelDefinition, ModelSource
+from daemon.api.sources import Transfer
+from daemon.registry import RegistryError
+
+if TYPE_CHECKING:
+    from daemon.server import Daemon
+
+_LOGGER = logging.getLogger(__name__)
+
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
+def model_id_from(name: str, taken: set[str]) -> str:
+    """A free id matching ``^[a-z0-9][a-z0-9-]{0,39}$`` made from ``name``."""
+    base = _SLUG_RE.sub("-", name.lower()).strip("-")[:36].strip("-") or "model"
+    candidate, n = base, 2
+    while candidate in taken:
+        candidate = f"{base}-{n}"
+        n += 1
+    return candidate
+
+
+async def register_models(d: Daemon, transfer: Transfer, query: Any) -> tuple[list[str], str | None]:
+    """Register every model of ``transfer``; the ids registered and what went wrong, if anything."""
+    ids: list[str] = []
+    problems: list[str] = []
+    for n, imported in enumerate(transfer.result):
+        taken = {m.id for m in d.registry.all()}
+        wanted = query.model_id if n == 0 and query.model_id and query.model_id not in taken else imported.name
+        model_id = model_id_from(wanted, taken)
+        served = query.served_name if n == 0 and query.served_name else model_id
+        if d.registry.by_served_name(served) is not None:
+            served = model_id
+        source = ModelSource(hf_repo=imported.hf_repo, hf_file=imported.hf_file, revision=imported.revision) \
+            if imported.hf_repo else None
+        definition = ModelDefinition(
+            id=model_id, served_name=served, node=transfer.node, model_path=imported.model_path, sources=source,
+            extra_args=["--mmproj", imported.projector_path] if imported.projector_path else [],
+            tags=list(query.tags), description=f"Added from {imported.origin}"[:500])
+        try:
+            await d.registry.add(definition)
+        except RegistryError as exc:
+            problems.append(f"{model_id}: {exc.message}")
+            continue
+        ids.append(model_id)
+        d.events.publish("model.added", model_id)
+        await d.history.audit("admin", "model.add", model_id, f"from transfer {transfer.id}")
+    return ids, "; ".join(problems) or None

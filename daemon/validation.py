@@ -1,0 +1,63 @@
+"""Hostile definitions refused when they are saved, before any node is asked to run them.
+
+``check_definition`` applies the rules the agents apply again at start (``agent.api.launch_policy``
+and ``agent.api.safe_names``), judging paths by their text because the files live on the node:
+an absolute model path without ``..``, UNC or NUL; runtime arguments that stay inside the model's
+folder and open nothing to the network; environment variables from the allowlist only; sources
+whose repo, revision and file name cannot escape a folder. The registry calls it on add and update.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from agent.api.launch_policy import PolicyViolation, check_env, check_extra_args
+from agent.api.safe_names import (
+    UnsafeName,
+    check_hf_repo,
+    check_hf_revision,
+    check_node_path,
+    check_relative_name,
+)
+from daemon.api.models import ModelDefinition
+
+_LOGGER = logging.getLogger(__name__)
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+MAX_TAGS = 32
+
+
+class DefinitionRejected(ValueError):
+    """A definition the daemon will not store; the message names the field and the reason."""
+
+
+def check_definition(definition: ModelDefinition) -> None:
+    """Raise ``DefinitionRejected`` naming the first field that reaches beyond its model."""
+    if _CONTROL_RE.search(definition.served_name):
+        raise DefinitionRejected("served_name contains a control character")
+    try:
+        check_node_path(definition.model_path)
+    except UnsafeName as exc:
+        raise DefinitionRejected(str(exc)) from exc
+    try:
+        check_extra_args(definition.extra_args, definition.model_path)
+    except PolicyViolation as exc:
+        raise DefinitionRejected(f"extra_args: {exc}") from exc
+    try:
+        check_env(definition.env)
+    except PolicyViolation as exc:
+        raise DefinitionRejected(f"env: {exc}") from exc
+    source = definition.sources
+    if source is not None:
+        try:
+            if source.hf_repo is not None:
+                check_hf_repo(source.hf_repo)
+            if source.revision is not None:
+                check_hf_revision(source.revision)
+            if source.hf_file is not None:
+                check_relative_name(source.hf_file, "sources.hf_file")
+        except UnsafeName as exc:
+            raise DefinitionRejected(f"sources: {exc}") from exc
+    if len(definition.tags) > MAX_TAGS or any(_CONTROL_RE.search(t) or len(t) > 64 for t in definition.tags):
+        raise DefinitionRejected(f"tags: at most {MAX_TAGS}, each up to 64 printable characters")

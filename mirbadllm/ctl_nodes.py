@@ -1,0 +1,114 @@
+"""``mirbadllm ctl nodes``: the machines of the fleet from a terminal, through ``DaemonClient``.
+
+    mirbadllm ctl nodes list
+    mirbadllm ctl nodes discovered
+    mirbadllm ctl nodes add ADDRESS                       # when multicast does not reach the agent
+    mirbadllm ctl nodes pair ADDRESS CODE [--fingerprint FP] [--yes]
+    mirbadllm ctl nodes remove NODE                       # id, id prefix or name
+
+Without ``--fingerprint`` the agent's fingerprint is looked up (discovered list, else the address)
+and shown for the user to compare with what the agent printed before anything is sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.nodes import DiscoveredNode, NodeView
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    nodes = groups.add_parser("nodes", help="machines: list, discovered, add, pair, remove")
+    actions = nodes.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="paired nodes and this machine")
+    actions.add_parser("discovered", help="agents waiting to be paired")
+    add = actions.add_parser("add", help="look for an agent at an address")
+    add.add_argument("address", help="host, host:port or [v6]:port (default port 9443)")
+    pair = actions.add_parser("pair", help="pair the agent at ADDRESS with the code it prints")
+    pair.add_argument("address")
+    pair.add_argument("code", help="the pairing code the agent prints, e.g. ABCD-EFGH")
+    pair.add_argument("--fingerprint", help="the agent's full fingerprint (default: look it up and ask)")
+    pair.add_argument("--yes", "-y", action="store_true", help="do not ask to compare the fingerprint")
+    remove = actions.add_parser("remove", help="stop its models, unpair it and forget it")
+    remove.add_argument("node", help="node id, a unique id prefix, or its name")
+
+
+def _size(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def fmt_node(node: NodeView) -> str:
+    ident = "local" if node.local else node.id[:12]
+    where = node.address or "this machine"
+    gpus = f"  {len(node.gpus)} GPU" if node.gpus else ""
+    models = f"  models: {', '.join(node.models)}" if node.models else ""
+    reason = f"\n    {node.reason}" if node.reason else ""
+    return (f"{ident:<13} {node.name:<20} {node.state.value:<9} {where:<22} "
+            f"{_size(node.memory_available)} free{gpus}{models}{reason}")
+
+
+def fmt_discovered(entry: DiscoveredNode) -> str:
+    return f"{entry.name:<20} {entry.address:<22} {entry.short_fingerprint}  ({entry.source})"
+
+
+async def resolve(client: DaemonClient, wanted: str) -> NodeView:
+    nodes = await client.list_nodes()
+    exact = [n for n in nodes if wanted in (n.id, n.name)]
+    found = exact or [n for n in nodes if len(wanted) >= 6 and n.id.startswith(wanted.lower())]
+    if len(found) != 1:
+        raise DaemonError(404 if not found else 409, "node_not_found" if not found else "ambiguous",
+                          f"{'no' if not found else 'more than one'} node matches '{wanted}'")
+    return found[0]
+
+
+async def _fingerprint(client: DaemonClient, address: str) -> DiscoveredNode:
+    entry = next((d for d in await client.discovered_nodes() if address in (d.address, d.host)), None)
+    if entry is not None:
+        return entry
+    result = await client.add_node_address(address)
+    if result.discovered is None:
+        assert result.node is not None
+        raise DaemonError(409, "already_paired", f"{address} is node '{result.node.name}', already paired")
+    return result.discovered
+
+
+async def run(args: argparse.Namespace, client: DaemonClient,
+              ask: Callable[[str], str] = input) -> int:
+    if args.action == "list":
+        for node in await client.list_nodes():
+            print(fmt_node(node))
+    elif args.action == "discovered":
+        entries = await client.discovered_nodes()
+        for entry in entries:
+            print(fmt_discovered(entry))
+        if not entries:
+            print("no agent waiting to be paired was seen; `mirbadllm ctl nodes add ADDRESS` looks at one")
+    elif args.action == "add":
+        result = await client.add_node_address(args.address)
+        if result.discovered is not None:
+            print(f"agent '{result.discovered.name}' waits to be paired at {result.discovered.address}; "
+                  f"fingerprint {result.discovered.short_fingerprint}")
+        elif result.node is not None:
+            print(f"already paired: {fmt_node(result.node)}")
+    elif args.action == "pair":
+        address, fingerprint = args.address, args.fingerprint
+        if fingerprint is None:
+            entry = await _fingerprint(client, address)
+            address, fingerprint = entry.address, entry.fingerprint
+            print(f"The agent '{entry.name}' at {entry.address} shows fingerprint {entry.short_fingerprint}")
+            if not args.yes and ask("Is it the one the agent printed? [y/N] ").strip().lower() not in ("y", "yes"):
+                print("not paired", file=sys.stderr)
+                return 1
+        node = await client.pair_node(address, args.code, fingerprint)
+        print(f"paired: {fmt_node(node)}")
+    else:
+        node = await resolve(client, args.node)
+        await client.remove_node(node.id)
+        print(f"removed {node.name} ({node.id[:12]})")
+    return 0
