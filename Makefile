@@ -36,6 +36,7 @@ screenshots: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	$(PY) bench/router_overhead.py
+	$(PY) bench/admission_estimate.py
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check app daemon agent mirbadllm tests bench

@@ -19,7 +19,10 @@ from app.viewmodels.charts import ChartsViewModel
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.logs import LogsViewModel
 from app.viewmodels.models_page import ModelsPageViewModel
+from app.viewmodels.node_charts import NodeChartsViewModel
+from app.viewmodels.nodes import NodesViewModel
 from app.viewmodels.observable import Emitter
+from app.viewmodels.pairing import PairingWizard
 from app.viewmodels.playground import PlaygroundViewModel
 from daemon.api.client import DaemonError
 
@@ -44,6 +47,9 @@ class AppContext:
     access: AccessViewModel
     settings: AppSettingsViewModel
     messages: Emitter[Message]
+    nodes: NodesViewModel
+    node_charts: NodeChartsViewModel
+    pairing: PairingWizard
 
     @classmethod
     def create(cls, client: Any, home: Path, *, prefs_path: Path | None = None,
@@ -52,7 +58,9 @@ class AppContext:
         return cls(client=client, home=home, fleet=fleet, models=ModelsPageViewModel(fleet),
                    logs=LogsViewModel(client), charts=ChartsViewModel(client),
                    playground=PlaygroundViewModel(fleet), access=AccessViewModel(fleet),
-                   settings=AppSettingsViewModel(home, prefs_path, platform), messages=Emitter())
+                   settings=AppSettingsViewModel(home, prefs_path, platform), messages=Emitter(),
+                   nodes=NodesViewModel(client, fleet, refresh_s=host_refresh_s),
+                   node_charts=NodeChartsViewModel(client), pairing=PairingWizard(client))
 
     def act(self, action: Awaitable[Any], done: str | None = None) -> asyncio.Future[Any]:
         """Run a user's action; report its failure (or ``done``) as a message."""
@@ -78,6 +86,8 @@ class AppContext:
     async def close(self) -> None:
         self.logs.stop()
         self.charts.hide()
+        self.nodes.close()
+        self.node_charts.hide()
         await self.playground.close()
         await self.fleet.stop()
         await self.client.close()

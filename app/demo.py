@@ -134,7 +134,8 @@ class DemoDaemon:
         if since == self._last_id:
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                async with asyncio.timeout(timeout):  # wait_for can swallow a cancel on 3.11
+                    await self._changed.wait()
             except TimeoutError:
                 pass
         return EventsPage(boot_id=self.boot_id, last_id=self._last_id,

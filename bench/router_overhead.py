@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from daemon.api.models import ModelDefinition  # noqa: E402
 from daemon.registry import DEMO_MODEL_ID  # noqa: E402
 from tests.fakes import write_fake_runtime  # noqa: E402
+from tests.fakes.gguf_files import gguf_bytes  # noqa: E402
 
 TOKENS = 64
 
@@ -115,7 +116,7 @@ async def main() -> None:
     d = await start_daemon("--llama-server", str(fake), seed_demo=False)
     try:
         model_file = d.home / "fake.gguf"
-        model_file.write_bytes(b"GGUF")
+        model_file.write_bytes(gguf_bytes())  # a tiny valid header: the agent refuses malformed ones
         await ensure_ready(d, ModelDefinition(id="fake", served_name="fake", model_path=str(model_file)), "fake")
         r = await proxy_cost(d, "fake", args.proxy_requests)
         print(f"  added latency per request: p50 {r['added_p50_ms']:.2f} ms, p99 {r['added_p99_ms']:.2f} ms")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.fakes import write_fake_runtime
+
+# No test announces or browses mDNS on the machine's real network: a test that needs it opts in
+# on interfaces it created itself (tests/fleet). Child processes inherit this.
+os.environ.setdefault("MIRBADLLM_NO_MDNS", "1")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The main window: a sidebar of pages (Overview, Models, Playground, Access, Settings) and a status bar.
+"""The main window: a sidebar of pages (Overview, Models, Nodes, Playground, Access, Settings) and a status bar.
 
 Closing the window hides it: the tray stays and the models keep running. Quitting is the tray's
 (or the File menu's) job.
@@ -24,9 +24,11 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext, Message
 from app.ui import theme
+from app.ui.add_model_dialog import AddModelDialog
 from app.ui.icons import app_icon, svg_icon
 from app.ui.pages.access import AccessPage
 from app.ui.pages.models import ModelsPage
+from app.ui.pages.nodes import NodesPage
 from app.ui.pages.overview import OverviewPage
 from app.ui.pages.playground import PlaygroundPage
 from app.ui.pages.settings import SettingsPage
@@ -35,7 +37,7 @@ from app.viewmodels.fleet import FleetSnapshot, FleetState
 
 _LOGGER = logging.getLogger(__name__)
 
-PAGES = (("overview", "Overview"), ("models", "Models"), ("playground", "Playground"),
+PAGES = (("overview", "Overview"), ("models", "Models"), ("nodes", "Nodes"), ("playground", "Playground"),
          ("access", "Access"), ("settings", "Settings"))
 
 
@@ -59,10 +61,12 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget()
         self.overview = OverviewPage(ctx, open_model=self.open_model)
         self.models = ModelsPage(ctx)
+        self.models.open_wizard = self.open_add_model
+        self.nodes = NodesPage(ctx)
         self.playground = PlaygroundPage(ctx)
         self.access = AccessPage(ctx)
         self.settings = SettingsPage(ctx, apply_theme)
-        for widget in (self.overview, self.models, self.playground, self.access, self.settings):
+        for widget in (self.overview, self.models, self.nodes, self.playground, self.access, self.settings):
             self.stack.addWidget(widget)
         row.addWidget(self.stack, 1)
         self.setCentralWidget(central)
@@ -70,6 +74,7 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence(QKeySequence.StandardKey.Quit), self).activated.connect(lambda: self.quit_requested())
         for n, (key, _title) in enumerate(PAGES, 1):
             QShortcut(QKeySequence(f"Ctrl+{n}"), self).activated.connect(lambda k=key: self.show_page(k))
+        QShortcut(QKeySequence("Ctrl+Shift+N"), self).activated.connect(self.open_add_model)
         ctx.messages.subscribe(self._message)
         ctx.fleet.snapshot.subscribe(self._render_connection, now=True)
         bind(self, theme.changed, lambda _name: self._recolor())
@@ -127,6 +132,13 @@ class MainWindow(QMainWindow):
 
     def show_page(self, key: str) -> None:
         self.nav.setCurrentRow([k for k, _t in PAGES].index(key))
+
+    def open_add_model(self) -> AddModelDialog:
+        """The add-model wizard (Hugging Face, a file, Ollama); open(), never a nested event loop."""
+        dialog = AddModelDialog(self.ctx, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     def open_model(self, model_id: str) -> None:
         self.show_page("models")

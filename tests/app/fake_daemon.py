@@ -10,6 +10,7 @@ app asked the daemon to do. State changes publish events exactly as the daemon's
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agent.api.models import GpuInfo
+from agent.api.pairing import normalize_code, short_fingerprint
 from daemon.api.client import DaemonError
 from daemon.api.models import (
     ApiKeyCreated,
@@ -35,6 +37,7 @@ from daemon.api.models import (
     RequestRecord,
     StatusResponse,
 )
+from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeState, NodeView
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -69,6 +72,11 @@ class FakeDaemonClient:
         self._last_id = 0
         self._changed = asyncio.Event()
         self.closed = False
+        # Nodes: this machine, and agents waiting to be paired with the code each one "prints".
+        self.nodes: list[NodeView] = [NodeView(id="local", name="workstation", local=True, state=NodeState.ONLINE,
+                                               memory_total=32 * 2**30, memory_available=20 * 2**30)]
+        self.discovered: list[DiscoveredNode] = []
+        self.agent_codes: dict[str, str] = {}
         for d in models or []:
             self.definitions[d.id] = d
             self.statuses[d.id] = ModelStatus(id=d.id, served_name=d.served_name, state=ModelState.STOPPED)
@@ -131,7 +139,8 @@ class FakeDaemonClient:
         if self._last_id <= since:
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                async with asyncio.timeout(timeout):  # wait_for can swallow a cancel on 3.11
+                    await self._changed.wait()
             except TimeoutError:
                 pass
         if self.unreachable:
@@ -258,3 +267,64 @@ class FakeDaemonClient:
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
         self._record("requests", limit)
         return []
+
+    # --- nodes ----------------------------------------------------------------------------------
+    def add_waiting_agent(self, name: str, code: str, address: str = "10.20.0.2:9443") -> DiscoveredNode:
+        fp = hashlib.sha256(name.encode()).hexdigest()
+        host, port = address.rsplit(":", 1)
+        entry = DiscoveredNode(name=name, address=address, host=host, port=int(port), fingerprint=fp,
+                               short_fingerprint=short_fingerprint(fp), source="mdns")
+        self.discovered.append(entry)
+        self.agent_codes[fp] = code
+        self.publish("node.discovered", name=name)
+        return entry
+
+    async def list_nodes(self) -> list[NodeView]:
+        self._record("list_nodes")
+        return list(self.nodes)
+
+    async def get_node(self, node_id: str) -> NodeView:
+        self._record("get_node", node_id)
+        found = [n for n in self.nodes if n.id == node_id]
+        if not found:
+            raise DaemonError(404, "node_not_found", f"no paired node with id '{node_id}'")
+        return found[0]
+
+    async def discovered_nodes(self) -> list[DiscoveredNode]:
+        self._record("discovered_nodes")
+        return list(self.discovered)
+
+    async def add_node_address(self, address: str) -> NodeAddResult:
+        self._record("add_node_address", address)
+        found = [d for d in self.discovered if d.address == address]
+        if not found:
+            raise DaemonError(502, "node_unreachable", f"No MirbadLLM agent answers at {address}")
+        return NodeAddResult(discovered=found[0])
+
+    async def pair_node(self, address: str, code: str, fingerprint: str) -> NodeView:
+        self._record("pair_node", address, fingerprint)  # never the code, like the daemon
+        entry = next((d for d in self.discovered if d.fingerprint == fingerprint), None)
+        if entry is None:
+            raise DaemonError(502, "node_unreachable", f"No agent waiting to be paired answers at {address}")
+        if normalize_code(code) != normalize_code(self.agent_codes[fingerprint]):
+            raise DaemonError(403, "wrong_code", "Wrong pairing code (4 tries left).")
+        self.discovered.remove(entry)
+        node = NodeView(id=hashlib.sha256(fingerprint.encode()).hexdigest(), name=entry.name, address=address,
+                        state=NodeState.ONLINE, memory_total=64 * 2**30, memory_available=48 * 2**30,
+                        fingerprint=fingerprint, paired_at=time.time(),
+                        gpus=[GpuInfo(index=0, name="RTX 6000", uuid="GPU-remote-0", memory_total=48 * 2**30,
+                                      memory_used=8 * 2**30, utilization_percent=12.0, temperature_c=48.0,
+                                      power_w=95.0)])
+        self.nodes.append(node)
+        self.publish("node.paired", node=node.id)
+        return node
+
+    async def remove_node(self, node_id: str) -> None:
+        self._record("remove_node", node_id)
+        await self.get_node(node_id)
+        self.nodes = [n for n in self.nodes if n.id != node_id]
+        self.publish("node.removed", node=node_id)
+
+    async def gpu_history(self, node_id: str, gpu: str, range_: str = "5m") -> HistorySeries:
+        self._record("gpu_history", node_id, gpu, range_)
+        return HistorySeries(subject=f"{node_id}/{gpu}", range=range_, step_s=1.0, points=[])  # type: ignore[arg-type]

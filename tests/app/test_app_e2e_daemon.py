@@ -26,6 +26,7 @@ from app.ui.main_window import MainWindow
 from app.ui.tray import TrayController
 from daemon.api.client import DaemonClient
 from daemon.api.models import ModelDefinition
+from tests.fakes.gguf_files import gguf_bytes
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 
@@ -90,7 +91,7 @@ def test_tray_starts_a_model_and_the_playground_streams_it(daemon_home: Path, tm
     assert conn.started_by_us and (daemon_home / "logs" / "daemon-launch.log").exists()
     client = DaemonClient(conn.url, conn.token)
     model_file = tmp_path / "tiny.gguf"
-    model_file.write_bytes(b"GGUF" + bytes(64))
+    model_file.write_bytes(gguf_bytes())  # the agent refuses a malformed header before a start
     run(qtbot, client.create_model(ModelDefinition(id="tiny", served_name="tiny-chat", model_path=str(model_file))))
 
     ctx = AppContext.create(client, daemon_home, prefs_path=tmp_path / "app.json", platform="linux")

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import gguf_bytes
 
 
 @pytest.fixture
 def model_file(tmp_path: Path) -> Path:
     path = tmp_path / "models" / "fake.gguf"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"GGUF fake model for tests")
+    path.write_bytes(gguf_bytes())  # a tiny valid GGUF: the agent reads every header before a start
     return path
 
 

@@ -13,7 +13,8 @@ _LOGGER = logging.getLogger(__name__)
 FAKE_LLAMA_SERVER = Path(__file__).with_name("fake_llama_server.py")
 
 SWITCHES = {"load_seconds", "load_quiet", "exit_code", "crash_after_s", "crash_exit_code", "stall",
-            "ignore_sigterm", "token_delay_s", "tokens", "keepalive_s", "drop_reused"}
+            "ignore_sigterm", "token_delay_s", "tokens", "keepalive_s", "drop_reused",
+            "fast_when", "fast_factor", "fast_once", "fail_when"}
 
 
 def write_fake_runtime(directory: Path, name: str = "llama-server", **switches: object) -> Path:

@@ -15,6 +15,11 @@ llama-server does. Fault switches (environment):
     FAKE_TOKENS           tokens generated per answer (default 8; max_tokens caps it)
     FAKE_KEEPALIVE_S      close idle keep-alive connections after this long (llama-server: 5 s)
     FAKE_DROP_REUSED      hang up, unanswered, on any /v1 request on a reused connection
+    FAKE_FAST_WHEN        argv words ("--threads 1"): when the argv holds them in a row, generate
+                          FAKE_FAST_FACTOR (default 10) times faster — a planted best configuration
+    FAKE_FAST_ONCE        a file path: be fast only on the first such start (it creates the file),
+                          a configuration that is faster by luck, not by design
+    FAKE_FAIL_WHEN        argv words: when the argv holds them in a row, fail to load and exit 1
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ class FakeServer:
         self.loading = True
         self.stall = bool(os.environ.get("FAKE_STALL"))
         self.token_delay = env_float("FAKE_TOKEN_DELAY_S")
+        if planted_fast(args.argv):
+            self.token_delay /= env_float("FAKE_FAST_FACTOR", 10.0)
+            log(f"fake: this configuration is planted fast ({os.environ['FAKE_FAST_WHEN']})")
         self.tokens = int(env_float("FAKE_TOKENS", 8))
         self.busy = [False] * args.parallel
         self.free_slot = asyncio.Condition()
@@ -259,7 +267,28 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-c", "--ctx-size", type=int, default=4096)
     parser.add_argument("--embeddings", "--embedding", action="store_true")
     args, _ignored = parser.parse_known_args(argv)
+    args.argv = list(argv)
     return args
+
+
+def argv_holds(argv: list[str], wanted: str) -> bool:
+    """True when the words of ``wanted`` appear in ``argv`` one after the other."""
+    words = wanted.split()
+    return bool(words) and any(argv[i:i + len(words)] == words for i in range(len(argv)))
+
+
+def planted_fast(argv: list[str]) -> bool:
+    if not argv_holds(argv, os.environ.get("FAKE_FAST_WHEN", "")):
+        return False
+    once = os.environ.get("FAKE_FAST_ONCE")
+    if not once:
+        return True
+    try:
+        with open(once, "x", encoding="utf-8") as marker:  # only the first start gets lucky
+            marker.write(str(os.getpid()))
+        return True
+    except FileExistsError:
+        return False
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -315,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(list(sys.argv[1:] if argv is None else argv))
     log(f"build: fake llama-server (pid {os.getpid()})")
     exit_code = os.environ.get("FAKE_EXIT_CODE")
+    if argv_holds(args.argv, os.environ.get("FAKE_FAIL_WHEN", "")):
+        exit_code = exit_code or "1"
     if exit_code:
         log(f"llama_model_load: error loading model: fake failure for {args.model}")
         log("main: exiting due to model loading error")

@@ -1,4 +1,5 @@
-"""The panel of one model: a header with its state and actions, and tabs Overview / Settings / Logs / Charts."""
+"""The panel of one model: a header with its state and actions, and tabs Overview / Settings / Logs / Charts /
+Benchmarks."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.context import AppContext
+from app.ui.pages.benchmarks_tab import BenchmarksTab
 from app.ui.pages.charts_tab import ChartsTab
 from app.ui.pages.logs_tab import LogsTab
 from app.ui.pages.settings_editor import SettingsEditor
@@ -24,6 +26,7 @@ from daemon.api.models import ModelDefinition, ModelState, ModelView
 _LOGGER = logging.getLogger(__name__)
 
 OVERVIEW, SETTINGS, LOGS, CHARTS = range(4)
+BENCHMARKS = 4
 
 
 class OverviewTab(QWidget):
@@ -109,6 +112,8 @@ class ModelPanel(QWidget):
         self.tabs.addTab(self.settings, "Settings")
         self.tabs.addTab(self.logs, "Logs")
         self.tabs.addTab(self.charts, "Charts")
+        self.benchmarks = BenchmarksTab(ctx)
+        self.tabs.addTab(self.benchmarks, "Benchmarks")
         self.tabs.currentChanged.connect(lambda _i: self._follow())
         layout.addWidget(self.tabs, 1)
         self.placeholder = label("Select a model, or add one.", muted=True)
@@ -136,13 +141,14 @@ class ModelPanel(QWidget):
         changed = view.definition.id != self.model_id
         self.model_id = view.definition.id
         self._set_visible(True)
-        for index in (OVERVIEW, LOGS, CHARTS):
+        for index in (OVERVIEW, LOGS, CHARTS, BENCHMARKS):
             self.tabs.setTabEnabled(index, True)
+        self.benchmarks.show_model(view.definition.id)
         s = view.status
         self.title.setText(view.definition.served_name)
         self.badge.set_state(s.state)
         self.restart_badge.setVisible(s.restart_pending)
-        self.subtitle.setText(f"{view.definition.model_path}  ·  node {view.definition.node}")
+        self.subtitle.setText(f"{view.definition.model_path}  ·  node {self.ctx.nodes.name_of(view.definition.node)}")
         running = s.state in (ModelState.READY, ModelState.STARTING)
         self.start_button.setEnabled(not running and s.state != ModelState.STOPPING)
         self.stop_button.setEnabled(running)
@@ -160,7 +166,7 @@ class ModelPanel(QWidget):
         self.title.setText("New model")
         self.subtitle.setText("Fill in the file and the settings, then Save.")
         self.settings.show_draft(draft)
-        for index in (OVERVIEW, LOGS, CHARTS):
+        for index in (OVERVIEW, LOGS, CHARTS, BENCHMARKS):
             self.tabs.setTabEnabled(index, False)
         self.tabs.setCurrentIndex(SETTINGS)
         self._follow()
@@ -170,6 +176,7 @@ class ModelPanel(QWidget):
         visible = self.isVisible()
         index = self.tabs.currentIndex()
         self.ctx.logs.follow(self.model_id if visible and index == LOGS else None)
+        self.benchmarks.set_active(visible and index == BENCHMARKS)
         if visible and index == CHARTS and self.model_id:
             self.ctx.charts.show(self.model_id)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
@@ -64,7 +65,13 @@ class ModelsPage(QWidget):
         self.tag_filter.currentIndexChanged.connect(self._tag_chosen)
         self.add_button = button("Add model", kind="primary", icon="action-add", color="#FFFFFF")
         self.add_button.clicked.connect(lambda: ctx.models.new_draft())
+        self.open_wizard: Callable[[], None] = lambda: None  # the main window opens the add-model wizard
+        self.get_button = button("Get a model…")
+        self.get_button.setObjectName("GetModel")
+        self.get_button.setToolTip("Download from Hugging Face, import from Ollama, or add a file on a node")
+        self.get_button.clicked.connect(lambda: self.open_wizard())
         bar.addWidget(self.tag_filter, 1)
+        bar.addWidget(self.get_button)
         bar.addWidget(self.add_button)
         left_layout.addLayout(bar)
         self.list = QListWidget()

@@ -27,7 +27,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
-from app.ui.widgets import Card, button, label, set_prop
+from app.ui.widgets import Card, bind, button, label, set_prop
+from app.viewmodels.nodes import node_choices
 from app.viewmodels.settings_form import FieldSpec, SettingsForm
 from daemon.api.models import ModelDefinition, ModelView
 
@@ -91,6 +92,7 @@ class SettingsEditor(QWidget):
         scroll.setWidget(inner)
         layout.addWidget(scroll, 1)
         self._build()
+        bind(self, ctx.nodes.state, lambda _s: self._fill_nodes(self.form.values.get("node") if self.form else None))
 
     # --- construction ---------------------------------------------------------------------------
     def _build(self) -> None:
@@ -133,6 +135,10 @@ class SettingsEditor(QWidget):
         self.column.addStretch(1)
 
     def _editor(self, spec: FieldSpec) -> QWidget:
+        if spec.key == "node":  # a picker of the paired nodes, each with its free memory
+            picker = QComboBox()
+            picker.currentIndexChanged.connect(lambda _i, c=picker: self._changed("node", c.currentData()))
+            return picker
         if spec.kind == "bool":
             box = QCheckBox()
             box.toggled.connect(lambda on, k=spec.key: self._changed(k, on))
@@ -174,8 +180,22 @@ class SettingsEditor(QWidget):
         self.restart_now.setVisible(False)
         self._load(SettingsForm(draft, is_new=True))
 
+    def _fill_nodes(self, current: str | None) -> None:
+        picker = self.editors.get("node")
+        if not isinstance(picker, QComboBox):
+            return
+        loading, self._loading = self._loading, True
+        try:
+            picker.clear()
+            for node_id, text in node_choices(self.ctx.nodes.state.value.nodes, current):
+                picker.addItem(text, node_id)
+            picker.setCurrentIndex(max(0, picker.findData(current)))
+        finally:
+            self._loading = loading
+
     def _load(self, form: SettingsForm) -> None:
         self.form = form
+        self._fill_nodes(form.values.get("node"))
         self._loading = True
         try:
             for key, editor in self.editors.items():

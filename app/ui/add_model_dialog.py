@@ -1,0 +1,218 @@
+"""The add-model wizard: a local file, a Hugging Face file or an Ollama model, with "will it fit"
+before anything is downloaded and the transfer's progress until the model is registered."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QProgressBar,
+    QRadioButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.context import AppContext, Message
+from app.ui.widgets import Card, button, label
+from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
+
+_LOGGER = logging.getLogger(__name__)
+
+SOURCES: tuple[tuple[SourceKind, str], ...] = (("hf", "Hugging Face"), ("file", "A file on the node"),
+                                               ("ollama", "An Ollama model"))
+
+
+class AddModelDialog(QDialog):
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.ctx = ctx
+        self.vm = AddModelViewModel(ctx.client, ctx.fleet.events)
+        self.setWindowTitle("Add a model")
+        self.setMinimumSize(640, 520)
+        self._rendering = False
+        self._announced: tuple[str, ...] = ()
+        layout = QVBoxLayout(self)
+        layout.setSpacing(10)
+        title = label("Add a model", role="figure")
+        title.setStyleSheet("font-size: 18px;")
+        layout.addWidget(title)
+        layout.addLayout(self._source_row())
+        self.pages = QStackedWidget()
+        for kind, _text in SOURCES:
+            self.pages.addWidget({"hf": self._hf_page, "file": self._file_page, "ollama": self._ollama_page}[kind]())
+        layout.addWidget(self.pages)
+        layout.addWidget(self._common_card())
+        layout.addWidget(self._progress_card(), 1)
+        self.error = label("", role="error", wrap=True)
+        self.error.setObjectName("AddModelError")
+        layout.addWidget(self.error)
+        layout.addLayout(self._buttons())
+        self._unsubscribe = self.vm.state.subscribe(self.show_state)
+        self.show_state(self.vm.state.value)
+
+    # --- building ------------------------------------------------------------------------------
+    def _field(self, name: str, placeholder: str, object_name: str) -> QLineEdit:
+        edit = QLineEdit()
+        edit.setObjectName(object_name)
+        edit.setPlaceholderText(placeholder)
+        edit.textEdited.connect(lambda text, n=name: self.vm.set_field(n, text))
+        return edit
+
+    def _source_row(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.source_buttons = QButtonGroup(self)
+        for n, (kind, text) in enumerate(SOURCES):
+            radio = QRadioButton(text)
+            radio.setObjectName(f"Source-{kind}")
+            self.source_buttons.addButton(radio, n)
+            row.addWidget(radio)
+        row.addStretch(1)
+        self.source_buttons.idClicked.connect(lambda n: self.vm.set_source(SOURCES[n][0]))
+        return row
+
+    def _hf_page(self) -> QWidget:
+        page = QWidget()
+        form = QFormLayout(page)
+        self.hf_repo = self._field("hf_repo", "bartowski/Llama-3.2-3B-Instruct-GGUF", "HfRepo")
+        self.hf_file = self._field("hf_file", "Q4_K_M, or a file name such as *Q4_K_M.gguf", "HfFile")
+        form.addRow("Repository", self.hf_repo)
+        form.addRow("Quant or file", self.hf_file)
+        return page
+
+    def _file_page(self) -> QWidget:
+        page = QWidget()
+        row = QHBoxLayout(page)
+        self.path = self._field("path", "/path/to/model.gguf (on the node)", "ModelPath")
+        browse = button("Browse…")
+        browse.clicked.connect(self._browse)
+        row.addWidget(self.path, 1)
+        row.addWidget(browse)
+        return page
+
+    def _ollama_page(self) -> QWidget:
+        page = QWidget()
+        form = QFormLayout(page)
+        store_row = QHBoxLayout()
+        self.ollama_store = self._field("ollama_store", "default: ~/.ollama/models on the node", "OllamaStore")
+        self.list_button = button("List models")
+        self.list_button.clicked.connect(lambda: asyncio.ensure_future(self.vm.load_ollama_models()))
+        store_row.addWidget(self.ollama_store, 1)
+        store_row.addWidget(self.list_button)
+        form.addRow("Ollama folder", store_row)
+        self.ollama_model = QComboBox()
+        self.ollama_model.setObjectName("OllamaModel")
+        self.ollama_model.setEditable(True)
+        self.ollama_model.currentTextChanged.connect(self._ollama_chosen)
+        form.addRow("Model", self.ollama_model)
+        return page
+
+    def _common_card(self) -> QWidget:
+        card = Card("Model")
+        form = QFormLayout()
+        self.node = self._field("node", "local", "Node")
+        self.model_id = self._field("model_id", "made from the file name", "ModelId")
+        self.ctx_size = self._field("ctx_size", "the model's own (tokens, all slots)", "CtxSize")
+        form.addRow("Node", self.node)
+        form.addRow("Model id", self.model_id)
+        form.addRow("Context size", self.ctx_size)
+        card.body.addLayout(form)
+        row = QHBoxLayout()
+        self.fit_button = button("Will it fit?")
+        self.fit_button.setObjectName("CheckFit")
+        self.fit_button.clicked.connect(lambda: asyncio.ensure_future(self.vm.check_fit()))
+        row.addWidget(self.fit_button)
+        row.addStretch(1)
+        card.body.addLayout(row)
+        self.fit_text = label("", wrap=True, selectable=True)
+        self.fit_text.setObjectName("FitText")
+        card.body.addWidget(self.fit_text)
+        return card
+
+    def _progress_card(self) -> QWidget:
+        card = Card("Progress")
+        self.progress = QProgressBar()
+        self.progress.setObjectName("TransferProgress")
+        self.progress.setRange(0, 1000)
+        self.progress_text = label("", muted=True, wrap=True)
+        self.progress_text.setObjectName("TransferText")
+        card.body.addWidget(self.progress)
+        card.body.addWidget(self.progress_text)
+        card.body.addStretch(1)
+        return card
+
+    def _buttons(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.cancel_button = button("Cancel download")
+        self.cancel_button.setObjectName("CancelTransfer")
+        self.cancel_button.clicked.connect(lambda: asyncio.ensure_future(self.vm.cancel()))
+        close = button("Close")
+        close.clicked.connect(self.accept)
+        self.add_button = button("Add", kind="primary")
+        self.add_button.setObjectName("AddModel")
+        self.add_button.clicked.connect(self._add)
+        row.addWidget(self.cancel_button)
+        row.addStretch(1)
+        row.addWidget(close)
+        row.addWidget(self.add_button)
+        return row
+
+    # --- state ---------------------------------------------------------------------------------
+    def show_state(self, s: AddModelState) -> None:
+        self._rendering = True
+        try:
+            index = [kind for kind, _t in SOURCES].index(s.source)
+            self.source_buttons.button(index).setChecked(True)
+            self.pages.setCurrentIndex(index)
+            names = tuple(m.model for m in s.ollama_models)
+            if tuple(self.ollama_model.itemText(i) for i in range(self.ollama_model.count())) != names:
+                self.ollama_model.clear()
+                self.ollama_model.addItems(list(names))
+            if s.ollama_model and self.ollama_model.currentText() != s.ollama_model:
+                self.ollama_model.setCurrentText(s.ollama_model)
+        finally:
+            self._rendering = False
+        self.fit_button.setEnabled(s.can_check and not s.checking)
+        self.fit_button.setText("Checking…" if s.checking else "Will it fit?")
+        self.fit_text.setText(s.fit_text or ("Reads only the file's header: nothing is downloaded."
+                                             if s.source == "hf" else ""))
+        self.add_button.setEnabled(s.can_add)
+        self.add_button.setText("Download and add" if s.source == "hf" else "Import and add"
+                                if s.source == "ollama" else "Add")
+        self.cancel_button.setVisible(s.running)
+        progress = s.progress
+        self.progress.setVisible(s.transfer is not None)
+        self.progress.setRange(0, 0 if progress is None and s.running else 1000)
+        self.progress.setValue(int((progress or (1.0 if s.done_ids else 0.0)) * 1000))
+        self.progress_text.setText(s.progress_text)
+        self.error.setText(s.error or "")
+        self.error.setVisible(bool(s.error))
+        if s.done_ids and s.done_ids != self._announced:
+            self._announced = s.done_ids
+            self.ctx.messages.emit(Message(f"Added {', '.join(s.done_ids)}"))
+
+    def _ollama_chosen(self, text: str) -> None:
+        if not self._rendering:
+            self.vm.set_field("ollama_model", text)
+
+    def _browse(self) -> None:
+        path, _filter = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
+        if path:
+            self.path.setText(path)
+            self.vm.set_field("path", path)
+
+    def _add(self) -> None:
+        asyncio.ensure_future(self.vm.add())
+
+    def done(self, result: int) -> None:
+        self._unsubscribe()
+        self.vm.close()
+        super().done(result)

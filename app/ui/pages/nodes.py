@@ -1,0 +1,331 @@
+"""Nodes: this machine and the paired ones (state, load, GPUs, models, charts), agents waiting to be
+paired, the pairing wizard and removing a node."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QButtonGroup,
+    QComboBox,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QScrollArea,
+    QSizePolicy,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from agent.api.pairing import short_fingerprint
+from app import format as fmt
+from app.context import AppContext
+from app.ui.charts import LiveChart
+from app.ui.pages.pair_dialog import PairDialog
+from app.ui.widgets import Card, StateBadge, button, label, page, page_header, set_prop
+from app.viewmodels.charts import RANGES
+from app.viewmodels.node_charts import GPU_CHARTS, NODE_CHARTS, NodeChartsState
+from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState
+from daemon.api.nodes import NodeView
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def _ask(parent: QWidget, text: str) -> bool:
+    return QMessageBox.question(parent, "MirbadLLM", text) == QMessageBox.StandardButton.Yes
+
+
+def node_badge(node: NodeView) -> StateBadge:
+    badge = StateBadge()
+    badge.setText(STATE_TEXT[node.state])
+    set_prop(badge, "badge", BADGE[node.state])
+    return badge
+
+
+class NodeRow(QWidget):
+    def __init__(self, node: NodeView) -> None:
+        super().__init__()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(12, 8, 12, 8)
+        text = QVBoxLayout()
+        text.setSpacing(1)
+        name = label("This machine" if node.local else node.name)
+        name.setStyleSheet("font-weight: 600;")
+        detail = label(node.address or node.hostname or "local", muted=True)
+        for part in (name, detail):
+            part.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            text.addWidget(part)
+        row.addLayout(text, 1)
+        row.addWidget(node_badge(node), 0, Qt.AlignmentFlag.AlignVCenter)
+
+
+class NodePanel(QScrollArea):
+    FIELDS = (("address", "Address"), ("system", "System"), ("cpu", "CPU"), ("memory", "Memory"),
+              ("latency", "Status round trip"), ("paired", "Paired"), ("fingerprint", "Fingerprint"),
+              ("id", "Node id"))
+
+    def __init__(self, ctx: AppContext, confirm: Callable[[QWidget, str], bool]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.confirm = confirm
+        self.node: NodeView | None = None
+        self.setWidgetResizable(True)
+        inner = QWidget()
+        col = QVBoxLayout(inner)
+        col.setContentsMargins(8, 0, 4, 0)
+        head = QHBoxLayout()
+        self.title = label("", role="figure")
+        self.title.setStyleSheet("font-size: 20px;")
+        self.badge = StateBadge()
+        self.remove_button = button("Remove node", kind="danger")
+        self.remove_button.setObjectName("RemoveNode")
+        self.remove_button.clicked.connect(self._remove)
+        head.addWidget(self.title)
+        head.addWidget(self.badge)
+        head.addStretch(1)
+        head.addWidget(self.remove_button)
+        col.addLayout(head)
+        self.reason = label("", role="error", wrap=True)
+        self.reason.setObjectName("NodeReason")
+        col.addWidget(self.reason)
+        details = Card("Machine")
+        form = QFormLayout()
+        form.setHorizontalSpacing(24)
+        self.values: dict[str, QLabel] = {}
+        for key, title in self.FIELDS:
+            value = label("—", selectable=True)
+            value.setObjectName(f"node-{key}")
+            self.values[key] = value
+            form.addRow(label(title, muted=True), value)
+        details.body.addLayout(form)
+        col.addWidget(details)
+        self.gpu_card = Card("GPUs")
+        self.gpus = QTableWidget(0, 6)
+        self.gpus.setObjectName("GpuTable")
+        self.gpus.setHorizontalHeaderLabels(["GPU", "UUID", "Memory", "Utilisation", "Temperature", "Power"])
+        self.gpus.verticalHeader().setVisible(False)
+        self.gpus.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.gpus.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.gpus.horizontalHeader().setStretchLastSection(True)
+        self.gpu_card.body.addWidget(self.gpus)
+        col.addWidget(self.gpu_card)
+        self.models_card = Card("Models placed here")
+        self.models = label("", wrap=True)
+        self.models.setObjectName("NodeModels")
+        self.models_card.body.addWidget(self.models)
+        col.addWidget(self.models_card)
+        col.addWidget(self._charts_card())
+        col.addStretch(1)
+        self.setWidget(inner)
+        ctx.node_charts.state.subscribe(self.show_charts)
+
+    def _charts_card(self) -> Card:
+        card = Card("Charts")
+        bar = QHBoxLayout()
+        self.range_buttons = QButtonGroup(self)
+        for key, text in RANGES:
+            b = button(text)
+            b.setCheckable(True)
+            b.setObjectName(f"node-range-{key}")
+            b.clicked.connect(lambda _=False, k=key: self.ctx.node_charts.set_range(k))
+            self.range_buttons.addButton(b)
+            bar.addWidget(b)
+        bar.addStretch(1)
+        self.gpu_pick = QComboBox()
+        self.gpu_pick.setObjectName("GpuPick")
+        self.gpu_pick.activated.connect(lambda _i: self.ctx.node_charts.set_gpu(self.gpu_pick.currentData()))
+        bar.addWidget(self.gpu_pick)
+        card.body.addLayout(bar)
+        grid = QGridLayout()
+        self.charts: list[LiveChart] = []
+        for i, spec in enumerate(NODE_CHARTS + GPU_CHARTS):
+            chart = LiveChart(spec.title, spec.unit, [legend for _key, legend in spec.series])
+            chart.setMinimumHeight(160)
+            grid.addWidget(chart, i // 2, i % 2)
+            self.charts.append(chart)
+        card.body.addLayout(grid)
+        return card
+
+    def show_node(self, node: NodeView | None) -> None:
+        self.node = node
+        if node is None:
+            self.title.setText("No node selected")
+            self.remove_button.setVisible(False)
+            return
+        self.title.setText("This machine" if node.local else node.name)
+        self.badge.setText(STATE_TEXT[node.state])
+        set_prop(self.badge, "badge", BADGE[node.state])
+        self.remove_button.setVisible(not node.local)
+        self.reason.setText(node.reason or "")
+        self.reason.setVisible(bool(node.reason))
+        v = self.values
+        v["address"].setText(node.address or "this machine")
+        v["system"].setText(" · ".join(p for p in (node.hostname, node.os, node.arch, node.version and
+                                                   f"agent {node.version}") if p) or "—")
+        v["cpu"].setText(f"{node.cpu_count or '—'} cores · {fmt.percent(node.cpu_percent)} busy")
+        v["memory"].setText(f"{fmt.size(node.memory_available)} free of {fmt.size(node.memory_total)}")
+        v["latency"].setText(f"{node.latency_ms:.0f} ms" if node.latency_ms is not None else "—")
+        v["paired"].setText(fmt.when(node.paired_at) if node.paired_at else "—")
+        v["fingerprint"].setText(short_fingerprint(node.fingerprint) if node.fingerprint else "—")
+        v["id"].setText(node.id)
+        self._render_gpus(node)
+        names = {m.definition.id: m for m in self.ctx.fleet.snapshot.value.models}
+        self.models.setText("\n".join(
+            f"{names[m].definition.served_name} — {fmt.STATE_TEXT[names[m].status.state]}" if m in names else m
+            for m in node.models) or "No model is placed on this node.")
+        gpus = [(f"GPU {g.index} · {g.name}", g.uuid or str(g.index)) for g in node.gpus]
+        if [self.gpu_pick.itemData(i) for i in range(self.gpu_pick.count())] != [None] + [k for _t, k in gpus]:
+            self.gpu_pick.clear()
+            self.gpu_pick.addItem("No GPU charts", None)
+            for text, key in gpus:
+                self.gpu_pick.addItem(text, key)
+
+    def _render_gpus(self, node: NodeView) -> None:
+        self.gpu_card.setVisible(bool(node.gpus))
+        self.gpus.setRowCount(len(node.gpus))
+        for row, g in enumerate(node.gpus):
+            cells = (f"{g.index} · {g.name}", g.uuid or "—", f"{fmt.size(g.memory_used)} of {fmt.size(g.memory_total)}",
+                     fmt.percent(g.utilization_percent),
+                     f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—",
+                     f"{g.power_w:.0f} W" if g.power_w is not None else "—")
+            for col, text in enumerate(cells):
+                self.gpus.setItem(row, col, QTableWidgetItem(text))
+        rows = sum(self.gpus.rowHeight(r) for r in range(self.gpus.rowCount()))
+        self.gpus.setFixedHeight(self.gpus.horizontalHeader().height() + rows + 2 * self.gpus.frameWidth() + 2)
+
+    def show_charts(self, s: NodeChartsState) -> None:
+        for b in self.range_buttons.buttons():
+            b.setChecked(b.objectName() == f"node-range-{s.range}")
+        for chart, spec in zip(self.charts, NODE_CHARTS + GPU_CHARTS):
+            gpu = spec in GPU_CHARTS
+            ts, columns = (s.gpu_ts, s.gpu_columns) if gpu else (s.ts, s.columns)
+            chart.setVisible(not gpu or s.gpu is not None)
+            chart.set_data(ts, [columns.get(key, ()) or (float("nan"),) * len(ts) for key, _legend in spec.series])
+
+    def _remove(self) -> None:
+        node = self.node
+        if node is None or node.local:
+            return
+        if self.confirm(self, f"Remove “{node.name}”? Its models are stopped, its agent forgets this daemon "
+                              "and shows a new pairing code; its certificate is refused from now on."):
+            self.ctx.act(self.ctx.nodes.remove(node.id), f"Removed {node.name}")
+
+
+class NodesPage(QWidget):
+    def __init__(self, ctx: AppContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.vm = ctx.nodes
+        self.confirm: Callable[[QWidget, str], bool] = _ask  # tests answer for the user
+        self.dialog: PairDialog | None = None
+        body, layout = page(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(body)
+        layout.addWidget(page_header("Nodes", "Machines that run models for this daemon. Start `mirbadllm agent` "
+                                     "on another computer, then pair it here."))
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()
+        left_col = QVBoxLayout(left)
+        left_col.setContentsMargins(0, 0, 8, 0)
+        self.pair_button = button("Pair a node", kind="primary", icon="action-add", color="#FFFFFF")
+        self.pair_button.setObjectName("PairNode")
+        self.pair_button.clicked.connect(lambda: self.open_pairing())
+        left_col.addWidget(self.pair_button)
+        self.list = QListWidget()
+        self.list.setObjectName("NodeList")
+        self.list.currentItemChanged.connect(self._item_chosen)
+        left_col.addWidget(self.list, 1)
+        self.waiting = Card("Waiting to be paired")
+        self.waiting_rows = QVBoxLayout()
+        self.waiting.body.addLayout(self.waiting_rows)
+        left_col.addWidget(self.waiting)
+        split.addWidget(left)
+        self.panel = NodePanel(ctx, lambda parent, text: self.confirm(parent, text))
+        split.addWidget(self.panel)
+        split.setSizes([300, 900])
+        left.setMinimumWidth(260)
+        layout.addWidget(split, 1)
+        self._rendering = False
+        self.vm.state.subscribe(self.show_state, now=True)
+
+    def show_state(self, s: NodesState) -> None:
+        self._rendering = True
+        try:
+            self.list.clear()
+            for node in s.nodes:
+                item = QListWidgetItem()
+                item.setData(Qt.ItemDataRole.UserRole, node.id)
+                row = NodeRow(node)
+                item.setSizeHint(QSize(0, row.sizeHint().height()))
+                self.list.addItem(item)
+                self.list.setItemWidget(item, row)
+                if node.id == s.selected_id:
+                    self.list.setCurrentItem(item)
+        finally:
+            self._rendering = False
+        self._render_waiting(s)
+        self.panel.show_node(s.selected)
+        if self.dialog is not None:
+            self.dialog.show_discovered(s.discovered)
+        self._follow()
+
+    def _render_waiting(self, s: NodesState) -> None:
+        while self.waiting_rows.count():
+            child = self.waiting_rows.takeAt(0)
+            if child.widget():
+                child.widget().deleteLater()
+        self.waiting.setVisible(bool(s.discovered))
+        for entry in s.discovered:
+            row = QWidget()
+            line = QHBoxLayout(row)
+            line.setContentsMargins(0, 2, 0, 2)
+            line.addWidget(label(f"{entry.name}\n{entry.address}\n{entry.short_fingerprint}", wrap=True), 1)
+            pair = button("Pair")
+            pair.setObjectName(f"pair-{entry.fingerprint[:12]}")
+            pair.clicked.connect(lambda _=False, e=entry: self.open_pairing(e))
+            line.addWidget(pair)
+            self.waiting_rows.addWidget(row)
+
+    def open_pairing(self, entry: object = None) -> PairDialog:
+        dialog = PairDialog(self.ctx, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show_discovered(self.vm.state.value.discovered)
+        dialog.finished.connect(lambda _r: setattr(self, "dialog", None))
+        self.dialog = dialog
+        if entry is not None:
+            self.ctx.pairing.choose(entry)  # type: ignore[arg-type]
+        dialog.open()  # not exec(): a nested loop would re-enter asyncio
+        return dialog
+
+    def _item_chosen(self, item: QListWidgetItem | None, _previous: QListWidgetItem | None) -> None:
+        if not self._rendering and item is not None:
+            self.vm.select(item.data(Qt.ItemDataRole.UserRole))
+
+    def _follow(self) -> None:
+        node = self.vm.state.value.selected if self.isVisible() else None
+        if node is None:
+            self.ctx.node_charts.hide()
+        else:
+            self.ctx.node_charts.show(node.id, self.panel.gpu_pick.currentData())
+
+    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().showEvent(event)
+        self.vm.show()
+        self._follow()
+
+    def hideEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().hideEvent(event)
+        self.vm.hide()
+        self.ctx.node_charts.hide()

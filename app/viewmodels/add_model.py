@@ -1,0 +1,215 @@
+"""The add-model wizard's state: where the model comes from, will it fit, and the transfer's progress.
+
+Qt-free. A local file is registered directly; a Hugging Face file is downloaded and an Ollama
+model imported on the chosen node, and the daemon registers them when the transfer is done. The
+fit estimate comes from the node before anything is downloaded (only the file's header is read).
+Progress arrives as daemon events (``transfer.state``, ``transfer.progress``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from agent.api.llamacpp import LlamaCppSettings
+from agent.api.sources import FitReport, HfFileRef, OllamaModelInfo
+from app.viewmodels.observable import Observable
+from daemon.api.client import DaemonError
+from daemon.api.models import Event, ModelDefinition
+from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
+
+_LOGGER = logging.getLogger(__name__)
+
+SourceKind = Literal["file", "hf", "ollama"]
+GiB = 1 << 30
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+FIELDS = ("node", "path", "hf_repo", "hf_file", "ollama_store", "ollama_model", "model_id", "ctx_size")
+
+
+def slug(text: str) -> str:
+    return _SLUG_RE.sub("-", text.lower()).strip("-")[:40].strip("-") or "model"
+
+
+def gib(value: int) -> str:
+    return f"{value / GiB:.2f} GiB"
+
+
+def describe_fit(report: FitReport) -> str:
+    """One or two sentences a person can act on."""
+    est = report.estimate
+    head = "Fits" if report.fits else "Does not fit"
+    text = (f"{head}: needs {gib(est.host_bytes)} of memory (weights {gib(est.weights_bytes)}, KV cache "
+            f"{gib(est.kv_cache_bytes)}) with {est.ctx_size} tokens of context; {gib(report.memory_available)} "
+            f"available, {gib(report.reserve_bytes)} kept in reserve.")
+    for gpu in report.gpus:
+        text += f" GPU {gpu.index}: {gib(gpu.needed_bytes)} of {gib(gpu.budget_bytes)}."
+    text += f" Largest context that fits: {report.max_ctx_size} tokens."
+    if report.max_gpu_layers is not None:
+        text += f" GPU layers that fit: {report.max_gpu_layers}."
+    return text
+
+
+@dataclass(frozen=True)
+class AddModelState:
+    source: SourceKind = "hf"
+    node: str = "local"
+    path: str = ""
+    hf_repo: str = ""
+    hf_file: str = ""  # a file name, a glob (*Q4_K_M*.gguf) or a quant (Q4_K_M)
+    ollama_store: str = ""
+    ollama_model: str = ""
+    ollama_models: tuple[OllamaModelInfo, ...] = ()
+    model_id: str = ""
+    ctx_size: int | None = None
+    checking: bool = False
+    fit: FitReport | None = None
+    fit_text: str = ""
+    transfer: Transfer | None = None
+    busy: bool = False
+    error: str | None = None
+    done_ids: tuple[str, ...] = ()
+
+    @property
+    def can_check(self) -> bool:
+        if self.source == "file":
+            return bool(self.path.strip())
+        return self.source == "hf" and bool(self.hf_repo.strip() and self.hf_file.strip())
+
+    @property
+    def running(self) -> bool:
+        return self.transfer is not None and self.transfer.state.value in ("queued", "running")
+
+    @property
+    def can_add(self) -> bool:
+        ready = {"file": bool(self.path.strip()), "hf": self.can_check,
+                 "ollama": bool(self.ollama_model.strip())}[self.source]
+        return ready and not self.busy and not self.running
+
+    @property
+    def progress(self) -> float | None:
+        t = self.transfer
+        if t is None or not t.bytes_total:
+            return None
+        return min(1.0, t.bytes_done / t.bytes_total)
+
+    @property
+    def progress_text(self) -> str:
+        t = self.transfer
+        if t is None:
+            return ""
+        parts = [t.state.value.capitalize() + (f" ({t.stage})" if t.stage and t.state.value == "running" else "")]
+        if t.bytes_total:
+            parts.append(f"{t.bytes_done / GiB:.2f} of {gib(t.bytes_total)}")
+        if t.error:
+            parts.append(t.error)
+        if self.done_ids:
+            parts.append("added " + ", ".join(self.done_ids))
+        return " — ".join(parts)
+
+
+class AddModelViewModel:
+    def __init__(self, client: Any, events: Any | None = None) -> None:
+        """``events``: an ``Emitter[Event]`` (the fleet's), for transfer progress."""
+        self.client = client
+        self.state: Observable[AddModelState] = Observable(AddModelState())
+        self._unsubscribe = events.subscribe(self.on_event) if events is not None else (lambda: None)
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    def _set(self, **changes: Any) -> None:
+        self.state.set(replace(self.state.value, **changes))
+
+    def set_source(self, source: SourceKind) -> None:
+        self._set(source=source, fit=None, fit_text="", error=None)
+
+    def set_field(self, name: str, value: Any) -> None:
+        if name not in FIELDS:
+            raise ValueError(f"no field {name!r}")
+        if name == "ctx_size":
+            value = int(value) if str(value).strip() else None
+        self._set(**{name: value, "fit": None, "fit_text": "", "error": None})
+
+    def _hf_ref(self) -> HfFileRef:
+        s = self.state.value
+        wanted = s.hf_file.strip()
+        looks_like_file = wanted.lower().endswith(".gguf") or any(c in wanted for c in "*?[")
+        return HfFileRef(repo=s.hf_repo.strip(), file=wanted if looks_like_file else None,
+                         quant=None if looks_like_file else wanted)
+
+    def _settings(self) -> LlamaCppSettings:
+        return LlamaCppSettings(ctx_size=self.state.value.ctx_size)
+
+    async def check_fit(self) -> FitReport | None:
+        s = self.state.value
+        if not s.can_check:
+            return None
+        self._set(checking=True, error=None)
+        try:
+            if s.source == "file":
+                query = FitQuery(node=s.node, model_path=s.path.strip(), settings=self._settings())
+            else:
+                query = FitQuery(node=s.node, hf=self._hf_ref(), settings=self._settings())
+            report = await self.client.fit(query)
+        except (DaemonError, ValueError) as exc:
+            self._set(checking=False, error=getattr(exc, "message", str(exc)))
+            return None
+        self._set(checking=False, fit=report, fit_text=describe_fit(report))
+        return report
+
+    async def load_ollama_models(self) -> None:
+        s = self.state.value
+        try:
+            models = await self.client.ollama_models(s.node, s.ollama_store.strip() or None)
+        except DaemonError as exc:
+            self._set(error=exc.message, ollama_models=())
+            return
+        first = models[0].model if models and not s.ollama_model else s.ollama_model
+        self._set(ollama_models=tuple(models), ollama_model=first, error=None)
+
+    async def add(self) -> None:
+        s = self.state.value
+        if not s.can_add:
+            return
+        self._set(busy=True, error=None, done_ids=(), transfer=None)
+        model_id = s.model_id.strip() or None
+        try:
+            if s.source == "file":
+                name = model_id or slug(os.path.basename(s.path.strip()).removesuffix(".gguf"))
+                view = await self.client.create_model(ModelDefinition(
+                    id=name, served_name=name, node=s.node, model_path=s.path.strip(), settings=self._settings()))
+                self._set(busy=False, done_ids=(view.definition.id,))
+                return
+            if s.source == "hf":
+                transfer = await self.client.download(DownloadQuery(node=s.node, hf=self._hf_ref(), model_id=model_id))
+            else:
+                transfer = await self.client.import_ollama(OllamaImportQuery(
+                    node=s.node, model=s.ollama_model.strip(), store=s.ollama_store.strip() or None,
+                    model_id=model_id))
+        except (DaemonError, ValueError) as exc:
+            self._set(busy=False, error=getattr(exc, "message", str(exc)))
+            return
+        self._set(busy=False, transfer=transfer)
+
+    async def cancel(self) -> None:
+        t = self.state.value.transfer
+        if t is not None and self.state.value.running:
+            try:
+                self._set(transfer=await self.client.cancel_transfer(t.id))
+            except DaemonError as exc:
+                self._set(error=exc.message)
+
+    def on_event(self, event: Event) -> None:
+        t = self.state.value.transfer
+        if t is None or event.data.get("id") != t.id:
+            return
+        if event.type == "transfer.state":
+            transfer = Transfer.model_validate(event.data)
+            self._set(transfer=transfer, done_ids=tuple(transfer.registered),
+                      error=transfer.error or transfer.register_error)
+        elif event.type == "transfer.progress":
+            self._set(transfer=t.model_copy(update={k: event.data[k] for k in ("stage", "bytes_done", "bytes_total")
+                                                    if k in event.data}))

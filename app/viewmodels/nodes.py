@@ -1,0 +1,134 @@
+"""The Nodes page, Qt-free: paired nodes and agents waiting to be paired, one node selected.
+
+``NodesViewModel`` refreshes from ``DaemonClient.list_nodes`` / ``discovered_nodes`` whenever the
+event feed says a node changed (``node.*`` events) and on a slow timer for the gauges. The model
+editor's node picker reads ``node_choices``: every node with its free memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app import format as fmt
+from app.viewmodels.fleet import FleetViewModel
+from app.viewmodels.observable import Observable
+from daemon.api.client import DaemonError
+from daemon.api.models import Event
+from daemon.api.nodes import DiscoveredNode, NodeState, NodeView
+
+_LOGGER = logging.getLogger(__name__)
+
+LOCAL = "local"
+STATE_TEXT = {NodeState.ONLINE: "Online", NodeState.DEGRADED: "Degraded", NodeState.OFFLINE: "Offline",
+              NodeState.UNKNOWN: "Checking…"}
+BADGE = {NodeState.ONLINE: "ready", NodeState.DEGRADED: "starting", NodeState.OFFLINE: "failed",
+         NodeState.UNKNOWN: "unknown"}
+
+
+@dataclass(frozen=True)
+class NodesState:
+    loaded: bool = False
+    nodes: tuple[NodeView, ...] = ()
+    discovered: tuple[DiscoveredNode, ...] = ()
+    selected_id: str | None = None
+    error: str | None = None
+
+    @property
+    def selected(self) -> NodeView | None:
+        return next((n for n in self.nodes if n.id == self.selected_id), None)
+
+    def node(self, node_id: str) -> NodeView | None:
+        return next((n for n in self.nodes if n.id == node_id), None)
+
+
+def node_label(node: NodeView) -> str:
+    """``gpu-box — 40.1 GiB free`` (plus the state when it is not online)."""
+    name = "This machine" if node.local else node.name
+    parts = [f"{name} — {fmt.size(node.memory_available)} free"]
+    if node.gpus:
+        free = sum(g.memory_total - g.memory_used for g in node.gpus)
+        parts.append(f"GPU {fmt.size(free)} free")
+    if node.state not in (NodeState.ONLINE, NodeState.UNKNOWN):
+        parts.append(STATE_TEXT[node.state].lower())
+    return " · ".join(parts)
+
+
+def node_choices(nodes: tuple[NodeView, ...], current: str | None = None) -> list[tuple[str, str]]:
+    """(node id, label) for the model editor's picker; an unknown current placement stays listed."""
+    choices = [(n.id, node_label(n)) for n in nodes]
+    if not any(n.local for n in nodes):
+        choices.insert(0, (LOCAL, "This machine"))
+    if current and all(node_id != current for node_id, _label in choices):
+        choices.append((current, f"{current[:12]}… — not paired"))
+    return choices
+
+
+class NodesViewModel:
+    def __init__(self, client: Any, fleet: FleetViewModel, *, refresh_s: float = 5.0) -> None:
+        self.client = client
+        self.state: Observable[NodesState] = Observable(NodesState())
+        self._refresh_s = refresh_s
+        self._task: asyncio.Task[None] | None = None
+        self._pending: asyncio.Task[None] | None = None
+        fleet.events.subscribe(self._on_event)
+        fleet.snapshot.subscribe(lambda snap: self._kick() if snap.connected and not self.state.value.loaded
+                                 else None)
+
+    # --- state in -------------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        try:
+            nodes = tuple(await self.client.list_nodes())
+            discovered = tuple(await self.client.discovered_nodes())
+        except DaemonError as exc:
+            self.state.set(replace(self.state.value, error=exc.message))
+            return
+        current = self.state.value
+        selected = current.selected_id if any(n.id == current.selected_id for n in nodes) else \
+            (nodes[0].id if nodes else None)
+        self.state.set(NodesState(loaded=True, nodes=nodes, discovered=discovered, selected_id=selected))
+
+    def _on_event(self, event: Event) -> None:
+        if event.type.startswith("node.") or event.type in ("model.added", "model.removed", "model.updated"):
+            self._kick()
+
+    def _kick(self) -> None:
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.ensure_future(self.refresh())
+
+    def show(self) -> None:
+        """Keep the gauges fresh while the page is on screen."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    def hide(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self._refresh_s)
+
+    # --- actions --------------------------------------------------------------------------------
+    def select(self, node_id: str | None) -> None:
+        self.state.set(replace(self.state.value, selected_id=node_id))
+
+    async def remove(self, node_id: str) -> None:
+        await self.client.remove_node(node_id)
+        await self.refresh()
+
+    def name_of(self, node_id: str) -> str:
+        node = self.state.value.node(node_id)
+        if node is None:
+            return "this machine" if node_id == LOCAL else f"{node_id[:12]}…"
+        return "this machine" if node.local else node.name
+
+    def close(self) -> None:
+        self.hide()
+        for task in (self._pending,):
+            if task is not None:
+                task.cancel()

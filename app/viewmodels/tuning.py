@@ -1,0 +1,170 @@
+"""The tuning wizard, Qt-free: preset → quick or full search → plan with ETA → progress → results.
+
+Progress comes from the event feed (each ``job.progress`` carries the job's view: its phase, the
+candidate being tried and why, the scores so far, an ETA from the run's own pace). The results
+compare the baseline with the best as re-measured in the confirmation stage; Apply writes the
+winner's settings and may restart the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from enum import IntEnum
+from typing import Any
+
+from app.viewmodels.benchmarks import ComparisonRow, compare
+from app.viewmodels.observable import Emitter, Observable
+from daemon.api.client import DaemonError
+from daemon.api.jobs import (
+    PRESETS,
+    CandidateResult,
+    JobView,
+    PresetId,
+    PresetInfo,
+    SearchMode,
+    TuneRequest,
+    TuningPlan,
+    TuningResult,
+)
+from daemon.api.models import Event
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class Step(IntEnum):
+    PRESET = 0
+    SEARCH = 1
+    PLAN = 2
+    PROGRESS = 3
+    RESULTS = 4
+
+
+SEARCH_TEXT: dict[str, str] = {
+    "quick": "Quick: CPU threads, parallel slots and flash attention — the settings that matter most.",
+    "full": "Full: also batch sizes, KV-cache types and GPU layers. Takes a few times longer.",
+}
+
+
+@dataclass(frozen=True)
+class WizardState:
+    model_id: str
+    step: Step = Step.PRESET
+    preset: PresetId = "interactive"
+    search: SearchMode = "quick"
+    plan: TuningPlan | None = None
+    job: JobView | None = None
+    result: TuningResult | None = None
+    applied: bool = False
+    busy: bool = False
+    error: str | None = None
+
+    @property
+    def presets(self) -> tuple[PresetInfo, ...]:
+        return PRESETS
+
+    def pair(self) -> tuple[CandidateResult | None, CandidateResult | None]:
+        """(baseline, best) as the results page compares them: re-measured ones when confirmed."""
+        r = self.result
+        if r is None or not r.candidates:
+            return None, None
+        pool = r.confirmation or r.candidates
+        baseline = next((c for c in pool if c.index == 0), r.candidates[0])
+        ranked = [c for c in pool if c.index != 0 and c.score is not None and c.status == "measured"]
+        best = next((c for c in pool if c.index == r.winner), None) if r.winner is not None else \
+            max(ranked, key=lambda c: c.score or 0.0, default=None)
+        return baseline, best
+
+    def rows(self) -> tuple[ComparisonRow, ...]:
+        baseline, best = self.pair()
+        if baseline is None or best is None:
+            return ()
+        return compare(baseline.metrics, best.metrics)
+
+    @property
+    def headline(self) -> str:
+        r = self.result
+        if r is None:
+            return ""
+        if r.winner is not None and r.gain is not None:
+            return f"Found settings {100 * (r.gain - 1):.0f} % better than the saved ones."
+        return "No change: the saved settings are already the best found."
+
+
+class TuningWizardViewModel:
+    def __init__(self, client: Any, events: Emitter[Event], model_id: str) -> None:
+        self.client = client
+        self.state: Observable[WizardState] = Observable(WizardState(model_id=model_id))
+        self._unsubscribe = events.subscribe(self._on_event)
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    def _update(self, **changes: Any) -> None:
+        self.state.set(replace(self.state.value, **changes))
+
+    def request(self) -> TuneRequest:
+        s = self.state.value
+        return TuneRequest(model=s.model_id, preset=s.preset, search=s.search)
+
+    def choose_preset(self, preset: PresetId) -> None:
+        self._update(preset=preset, plan=None)
+
+    def choose_search(self, search: SearchMode) -> None:
+        self._update(search=search, plan=None)
+
+    def go(self, step: Step) -> None:
+        if step <= Step.PLAN and self.state.value.job is None:
+            self._update(step=step, error=None)
+
+    async def make_plan(self) -> None:
+        self._update(busy=True, error=None)
+        try:
+            plan = await self.client.plan_tune(self.request())
+        except DaemonError as exc:
+            self._update(busy=False, error=exc.message)
+            return
+        self._update(busy=False, plan=plan, step=Step.PLAN)
+
+    async def start(self) -> None:
+        self._update(busy=True, error=None)
+        try:
+            job = await self.client.start_tune(self.request())
+        except DaemonError as exc:
+            self._update(busy=False, error=exc.message)
+            return
+        self._update(busy=False, job=job, step=Step.PROGRESS)
+
+    async def cancel(self) -> None:
+        job = self.state.value.job
+        if job is not None and not job.state.finished:
+            self._update(busy=True)
+            view = await self.client.cancel_job(job.id)
+            await self._show_result(view)
+
+    async def apply(self, restart: bool) -> None:
+        job = self.state.value.job
+        if job is None:
+            return
+        try:
+            await self.client.apply_job(job.id, restart=restart)
+        except DaemonError as exc:
+            self._update(error=exc.message)
+            return
+        self._update(applied=True, error=None)
+
+    async def _show_result(self, view: JobView) -> None:
+        full = view if view.result is not None else await self.client.get_job(view.id)
+        result = full.result if isinstance(full.result, TuningResult) else None
+        self._update(job=full, result=result, step=Step.RESULTS, busy=False, error=full.error)
+
+    def _on_event(self, event: Event) -> None:
+        job = self.state.value.job
+        data = event.data.get("job")
+        if job is None or not isinstance(data, dict) or data.get("id") != job.id:
+            return
+        view = JobView.model_validate(data)
+        self._update(job=view)
+        if event.type == "job.finished":
+            asyncio.ensure_future(self._show_result(view))

@@ -1,0 +1,97 @@
+"""``FakeSourcesClient``: the fake daemon plus the model-source calls (fit, downloads, imports).
+
+A download or import answers with a queued transfer; the test moves it along with
+``advance(...)``, which publishes ``transfer.progress`` / ``transfer.state`` events exactly as the
+daemon does, and registers the model when the transfer is done.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fake_daemon import FakeDaemonClient, definition
+
+from agent.api.llamacpp import LlamaCppSettings
+from agent.api.sources import (
+    FitReport,
+    GgufSummary,
+    MemoryEstimate,
+    OllamaModelInfo,
+    TransferState,
+)
+from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
+
+_LOGGER = logging.getLogger(__name__)
+
+GiB = 1 << 30
+
+
+def report(fits: bool = True, ctx: int = 4096) -> FitReport:
+    summary = GgufSummary(architecture="llama", file_size=2 * GiB, tensor_bytes=2 * GiB, tensor_count=200,
+                          block_count=28, context_length=131072)
+    estimate = MemoryEstimate(ctx_size=ctx, parallel=4, weights_bytes=2 * GiB, kv_cache_bytes=GiB // 2,
+                              compute_bytes=GiB // 8, overhead_bytes=GiB // 32, host_bytes=3 * GiB,
+                              total_bytes=3 * GiB)
+    return FitReport(summary=summary, estimate=estimate, memory_total=32 * GiB, memory_available=20 * GiB,
+                     reserve_bytes=GiB, fits=fits, max_ctx_size=65536)
+
+
+class FakeSourcesClient(FakeDaemonClient):
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.fit_report = report()
+        self.ollama = [OllamaModelInfo(model="llama3.2:3b", size=2 * GiB), OllamaModelInfo(model="qwen3:4b")]
+        self.transfers: dict[str, Transfer] = {}
+        self.queries: dict[str, Any] = {}
+
+    async def fit(self, query: FitQuery) -> FitReport:
+        self._record("fit", query)
+        settings: LlamaCppSettings = query.settings
+        return self.fit_report.model_copy(update={"estimate": self.fit_report.estimate.model_copy(
+            update={"ctx_size": settings.ctx_size or self.fit_report.estimate.ctx_size})})
+
+    async def ollama_models(self, node: str = "local", store: str | None = None) -> list[OllamaModelInfo]:
+        self._record("ollama_models", node, store)
+        return list(self.ollama)
+
+    def _start(self, kind: str, label: str, query: Any) -> Transfer:
+        transfer = Transfer(id=f"x{len(self.transfers) + 1}", kind=kind, label=label, node=query.node)  # type: ignore[arg-type]
+        self.transfers[transfer.id], self.queries[transfer.id] = transfer, query
+        self.publish("transfer.state", None, **transfer.model_dump(mode="json"))
+        return transfer
+
+    async def download(self, query: DownloadQuery) -> Transfer:
+        self._record("download", query)
+        return self._start("hf", f"{query.hf.repo if query.hf else query.url}", query)
+
+    async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
+        self._record("import_ollama", query)
+        return self._start("ollama", f"Ollama {query.model}", query)
+
+    async def transfer(self, transfer_id: str) -> Transfer:
+        return self.transfers[transfer_id]
+
+    async def cancel_transfer(self, transfer_id: str) -> Transfer:
+        self._record("cancel_transfer", transfer_id)
+        return self.advance(transfer_id, state=TransferState.CANCELLED, stage="cancelled")
+
+    def advance(self, transfer_id: str, **changes: Any) -> Transfer:
+        """Move a transfer on and publish the event the daemon would."""
+        old = self.transfers[transfer_id]
+        new = old.model_copy(update=changes)
+        if new.state == TransferState.DONE and old.state != TransferState.DONE:
+            model_id = self.queries[transfer_id].model_id or "downloaded"
+            self.definitions[model_id] = definition(model_id)
+            from daemon.api.models import ModelState, ModelStatus
+
+            self.statuses[model_id] = ModelStatus(id=model_id, served_name=model_id, state=ModelState.STOPPED)
+            new.registered = [model_id]
+            self.publish("model.added", model_id)
+        self.transfers[transfer_id] = new
+        if new.state != old.state:
+            self.publish("transfer.state", None, **new.model_dump(mode="json"))
+        else:
+            self.publish("transfer.progress", None, id=new.id, node=new.node, state=new.state.value,
+                         stage=new.stage, bytes_done=new.bytes_done, bytes_total=new.bytes_total)
+        return new

@@ -1,0 +1,112 @@
+"""The Benchmarks tab and the tuning wizard, offscreen, over the fake daemon with jobs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_daemon import definition
+from fake_jobs import FakeJobsClient, benchmark_view, tuning_result
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication, QLabel, QTableWidget
+
+from app.context import AppContext
+from app.ui import theme
+from app.ui.main_window import MainWindow
+from app.ui.pages.model_panel import BENCHMARKS
+from daemon.api.jobs import ScorePoint
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def fake() -> FakeJobsClient:
+    client = FakeJobsClient([definition("alpha")])
+    client.jobs = {v.id: v for v in (
+        benchmark_view("alpha", "0001", 1000.0, single_tps=40.0, top_agg_tps=100.0, objective_score=0.75),
+        benchmark_view("alpha", "0002", 2000.0, single_tps=50.0, top_agg_tps=90.0, objective_score=0.75))}
+    return client
+
+
+@pytest.fixture
+def window(fake: FakeJobsClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
+           tmp_path: Path) -> Iterator[MainWindow]:
+    if theme.current_name() != "light" or not qapp.styleSheet():
+        theme.apply(qapp, "light")
+    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx.fleet.feed._poll_timeout = 5
+    ctx.start()
+    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
+    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
+    win.resize(1280, 800)
+    win.show()
+    yield win
+    win.quitting = True
+    win.close()
+    win.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    ctx.logs.stop()
+    ctx.charts.hide()
+
+
+def cells(table: QTableWidget) -> list[list[str]]:
+    return [[table.item(r, c).text() if table.item(r, c) else "" for c in range(table.columnCount())]
+            for r in range(table.rowCount())]
+
+
+def test_the_benchmarks_tab_lists_runs_compares_them_and_follows_a_new_one(
+        window: MainWindow, fake: FakeJobsClient, qtbot: Any) -> None:
+    window.show_page("models")
+    panel = window.models.panel
+    panel.tabs.setCurrentIndex(BENCHMARKS)
+    tab = panel.benchmarks
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 2)
+    assert [row[1:4] for row in cells(tab.table)] == [["interactive", "50.0", "90.0"],
+                                                     ["interactive", "40.0", "100"]]
+    assert cells(tab.compare_table)[0] == ["Tokens/s, one request", "40.0 tok/s", "50.0 tok/s", "+25 %"]
+    assert tab.chart.points == 2
+    tab.run_button.click()
+    qtbot.waitUntil(lambda: len(fake.called("start_benchmark")) == 1)
+    assert fake.called("start_benchmark")[0][0].preset == "interactive"
+    job_id = next(j for j in fake.jobs if j.endswith("0003"))
+    fake.advance(job_id, progress=0.5, phase="measuring", message="repetition 1: 4 at once", eta_s=30.0)
+    qtbot.waitUntil(lambda: tab.progress.value() == 500)
+    assert tab.progress.isVisible() and "repetition 1" in tab.status.text() and not tab.run_button.isEnabled()
+    fake.finish(job_id, single_tps=60.0)
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 3)
+    assert tab.run_button.isEnabled() and not tab.progress.isVisible()
+
+
+def test_the_tuning_wizard_plans_shows_progress_and_applies_the_winner(
+        window: MainWindow, fake: FakeJobsClient, qtbot: Any) -> None:
+    window.show_page("models")
+    panel = window.models.panel
+    panel.tabs.setCurrentIndex(BENCHMARKS)
+    panel.benchmarks.tune_button.click()
+    wizard = panel.benchmarks.wizard
+    qtbot.waitUntil(wizard.isVisible)
+    wizard.preset_group.buttons()[1].click()  # Agents & tools
+    wizard.next.click()
+    wizard.next.click()  # quick search → the plan
+    qtbot.waitUntil(lambda: "threads=1, threads=2" in wizard.plan_text.text())
+    assert "4 min 30 s" in wizard.plan_text.text() and fake.called("plan_tune")[0][0].preset == "agents"
+    wizard.next.click()  # Start tuning
+    qtbot.waitUntil(lambda: len(fake.called("start_tune")) == 1)
+    job_id = next(j for j in fake.jobs if j.startswith("tune."))
+    fake.advance(job_id, progress=0.3, phase="measuring alpha-tune-2", candidates_done=1, candidates_total=6,
+                 candidate="threads: threads=2 — Match the cores.", scores=[ScorePoint(label="#0", score=1.0)])
+    qtbot.waitUntil(lambda: "candidate 1 of 6" in wizard.phase.text())
+    assert wizard.candidate.text().startswith("threads: threads=2") and wizard.chart.scores == (("#0", 1.0),)
+    assert wizard.cancel.isVisible()
+    fake.finish(job_id, tuning_result("alpha", "0004", winner=True))
+    qtbot.waitUntil(lambda: wizard.headline.text() == "Found settings 28 % better than the saved ones.")
+    assert cells(wizard.results)[0] == ["Tokens/s, one request", "40.0 tok/s", "60.0 tok/s", "+50 %"]
+    assert wizard.apply.isVisible()
+    wizard.apply.click()
+    qtbot.waitUntil(lambda: fake.called("apply_job") == [(job_id, True)])
+    qtbot.waitUntil(lambda: not wizard.apply.isEnabled())
+    assert any("beats the baseline" in w.text() for w in wizard.findChildren(QLabel))
+    wizard.close()

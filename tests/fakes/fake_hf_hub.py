@@ -1,0 +1,184 @@
+"""A fake Hugging Face hub and its CDN: enough of the protocol for ``huggingface_hub`` and our fetch.
+
+The hub answers ``HEAD/GET /{repo}/resolve/{revision}/{path}``: an LFS file is a 302 to the CDN
+with ``X-Linked-Etag`` (its SHA-256), ``X-Linked-Size`` and ``X-Repo-Commit``, as the real hub
+does; a small file is served directly with its git SHA-1 as ``ETag``. ``GET /api/models/{repo}/
+tree/{revision}`` lists the files. The CDN is a second server on another origin (``localhost``
+rather than ``127.0.0.1``): it serves ``Range`` requests and records every request's headers,
+so a test sees whether a token leaked there. Per-file switches make it lie or fail:
+
+    serve=bytes        send these bytes instead (their hash differs from the advertised one)
+    etag="..."         advertise this ETag instead of the real digest
+    cut_at=N           close the connection after N bytes (``cut_times`` times, then behave)
+    chunk_delay=S      pause between 64 KiB chunks (a slow download, for cancel tests)
+    location="..."     redirect here instead of the CDN
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+_LOGGER = logging.getLogger(__name__)
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+CHUNK = 64 * 1024
+
+
+@dataclass
+class HubFile:
+    data: bytes
+    lfs: bool = True
+    serve: bytes | None = None
+    etag: str | None = None
+    cut_at: int | None = None
+    cut_times: int = 1
+    chunk_delay: float = 0.0
+    location: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def git_sha1(self) -> str:
+        return hashlib.sha1(f"blob {len(self.data)}\0".encode() + self.data).hexdigest()
+
+
+@dataclass
+class Seen:
+    server: str
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass
+class FakeHub:
+    repos: dict[str, dict[str, HubFile]] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+    token: str | None = None  # when set, the hub answers 401 without it
+    auth_realm: str | None = None  # a 401 carries WWW-Authenticate with this realm
+    hub_url: str = ""
+    cdn_url: str = ""
+    _runners: list[web.AppRunner] = field(default_factory=list)
+
+    def add(self, repo: str, path: str, data: bytes, **switches: object) -> HubFile:
+        item = HubFile(data, **switches)  # type: ignore[arg-type]
+        self.repos.setdefault(repo, {})[path] = item
+        return item
+
+    def requests(self, server: str, method: str | None = None) -> list[Seen]:
+        return [s for s in self.seen if s.server == server and (method is None or s.method == method)]
+
+    # --- the hub -------------------------------------------------------------------------------
+    def _record(self, server: str, request: web.Request) -> None:
+        self.seen.append(Seen(server, request.method, request.path, dict(request.headers)))
+
+    def _denied(self, request: web.Request) -> web.Response | None:
+        if self.token is None or request.headers.get("Authorization") == f"Bearer {self.token}":
+            return None
+        headers = {"WWW-Authenticate": f'Bearer realm="{self.auth_realm}"'} if self.auth_realm else {}
+        return web.json_response({"error": "Invalid credentials"}, status=401, headers=headers)
+
+    async def resolve(self, request: web.Request) -> web.StreamResponse:
+        self._record("hub", request)
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
+        repo = f"{request.match_info['owner']}/{request.match_info['name']}"
+        item = self.repos.get(repo, {}).get(request.match_info["path"])
+        if item is None:
+            return web.json_response({"error": "Entry not found"}, status=404,
+                                     headers={"X-Error-Code": "EntryNotFound"})
+        headers = {"X-Repo-Commit": COMMIT}
+        if not item.lfs:
+            headers["ETag"] = f'"{item.etag or item.git_sha1}"'
+            return await self._send(request, item, headers)
+        etag = item.etag if item.etag is not None else item.sha256
+        headers.update({"X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(len(item.data)),
+                        "ETag": f'"{etag}"', "Content-Length": "0",
+                        "Location": item.location or f"{self.cdn_url}/cdn/{repo}/{request.match_info['path']}"})
+        return web.Response(status=302, headers=headers)
+
+    async def tree(self, request: web.Request) -> web.Response:
+        self._record("hub", request)
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
+        repo = f"{request.match_info['owner']}/{request.match_info['name']}"
+        if repo not in self.repos:
+            return web.json_response({"error": "Repository not found"}, status=404,
+                                     headers={"X-Error-Code": "RepoNotFound"})
+        files = [{"type": "file", "path": path, "size": len(item.data), "oid": item.git_sha1,
+                  **({"lfs": {"oid": item.sha256, "size": len(item.data), "pointerSize": 134}} if item.lfs else {})}
+                 for path, item in self.repos[repo].items()]
+        return web.json_response(files)
+
+    # --- the CDN -------------------------------------------------------------------------------
+    async def cdn(self, request: web.Request) -> web.StreamResponse:
+        self._record("cdn", request)
+        repo = f"{request.match_info['owner']}/{request.match_info['name']}"
+        item = self.repos.get(repo, {}).get(request.match_info["path"])
+        if item is None:
+            return web.Response(status=404)
+        return await self._send(request, item, {"ETag": f'"{item.sha256}"'})
+
+    async def _send(self, request: web.Request, item: HubFile, headers: dict[str, str]) -> web.StreamResponse:
+        body = item.serve if item.serve is not None else item.data
+        start, status = 0, 200
+        wanted = request.headers.get("Range", "")
+        if wanted.startswith("bytes="):
+            first, _, last = wanted[6:].partition("-")
+            start = int(first)
+            end = int(last) + 1 if last else len(body)
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(body)}"
+            body, status = body[start:end], 206
+        headers["Accept-Ranges"] = "bytes"
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = len(body)
+        await response.prepare(request)
+        if request.method == "HEAD":
+            return response
+        cut = item.cut_at - start if item.cut_at is not None and item.cut_times > 0 and item.cut_at > start else None
+        for offset in range(0, len(body), CHUNK):
+            piece = body[offset:offset + CHUNK]
+            if cut is not None and offset + len(piece) > cut:
+                await response.write(piece[: max(0, cut - offset)])
+                item.cut_times -= 1
+                assert request.transport is not None
+                request.transport.close()  # the connection drops mid-body
+                return response
+            await response.write(piece)
+            if item.chunk_delay:
+                await asyncio.sleep(item.chunk_delay)
+        await response.write_eof()
+        return response
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> FakeHub:
+        hub = web.Application()
+        hub.router.add_route("*", "/{owner}/{name}/resolve/{revision}/{path:.+}", self.resolve)
+        hub.router.add_get("/api/models/{owner}/{name}/tree/{revision}", self.tree)
+        hub.router.add_get("/api/models/{owner}/{name}/tree/{revision}/{sub:.*}", self.tree)
+        cdn = web.Application()
+        cdn.router.add_get("/cdn/{owner}/{name}/{path:.+}", self.cdn)
+        ports = []
+        for app in (hub, cdn):
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self._runners.append(runner)
+            ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        self.hub_url = f"http://127.0.0.1:{ports[0]}"
+        self.cdn_url = f"http://localhost:{ports[1]}"  # another origin, as the real CDN is
+        return self
+
+    async def close(self) -> None:
+        for runner in self._runners:
+            await runner.cleanup()

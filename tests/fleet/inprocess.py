@@ -1,0 +1,83 @@
+"""An agent's whole lifecycle in the test's own event loop, with fakes at the seams (GPU probe)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.api.models import GpuInfo
+from agent.deps import AgentDeps, build_deps
+from agent.lifecycle import AgentLifecycle
+from agent.paths import AgentPaths
+from daemon.pairing import Paired, pair
+from daemon.pki import CertificateAuthority
+from tests.fakes import FakeGpuProbe
+from tests.fleet.agents import eventually
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass
+class InProcessAgent:
+    home: Path
+    lifecycle: AgentLifecycle
+    stop_event: asyncio.Event
+    task: asyncio.Task[int]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    banner: list[str] = field(default_factory=list)
+    deps: list[AgentDeps] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.lifecycle.port}"
+
+    def last(self, kind: str) -> dict[str, Any]:
+        return [e for e in self.events if e["event"] == kind][-1]
+
+    async def wait_event(self, kind: str, after: int = 0, **match: Any) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            return next((e for e in self.events[after:] if e["event"] == kind
+                         and all(e.get(k) == v for k, v in match.items())), None)
+
+        return await eventually(found, what=f"agent event {kind} {match}")  # type: ignore[no-any-return]
+
+    async def pair_with(self, ca: CertificateAuthority, client_cert_pem: str) -> Paired:
+        pairing = await self.wait_event("pairing")
+        paired = await pair("127.0.0.1", self.lifecycle.port, pairing["code"], pairing["fingerprint"], ca,
+                            client_cert_pem)
+        await self.wait_event("listening", paired=True)
+        return paired
+
+    async def close(self) -> None:
+        self.stop_event.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, 20)
+        for deps in self.deps:
+            for instance_id in list(deps.manager.runs()):
+                await deps.manager.stop(instance_id, timeout=2)
+            await deps.manager.close()
+
+
+async def start_inprocess_agent(home: Path, *, name: str = "inproc", llama_server: Path | None = None,
+                                gpus: list[GpuInfo] | None = None, first_port: int = 41000) -> InProcessAgent:
+    paths = AgentPaths(home).ensure()
+    made: list[AgentDeps] = []
+
+    def build() -> AgentDeps:
+        deps = build_deps(home, llama_server=llama_server, telemetry_interval_s=0.2,
+                          gpu_probe=FakeGpuProbe(list(gpus or [])), first_port=first_port)
+        made.append(deps)
+        return deps
+
+    events: list[dict[str, Any]] = []
+    banner: list[str] = []
+    lifecycle = AgentLifecycle(paths, "127.0.0.1", 0, build, name=name, version="test", mdns=False,
+                               emit=events.append, banner=banner.append)
+    stop = asyncio.Event()
+    agent = InProcessAgent(home, lifecycle, stop, asyncio.ensure_future(lifecycle.run(stop)), events, banner, made)
+    await agent.wait_event("listening")
+    return agent
