@@ -170,7 +170,7 @@ class Router:
         definition = self.orchestrator.registry.by_served_name(name)
         if definition is None:
             return None, error_response(404, "model_not_found", f"The model '{name}' does not exist.")
-        return definition, None
+        return definition, _check_limits(payload)
 
     def _gate(self, definition: ModelDefinition) -> ModelGate:
         slots = definition.settings.parallel
@@ -301,11 +301,24 @@ class Router:
             response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
         await response.prepare(request)
         tail = b""
-        async for chunk in upstream.content.iter_any():
-            if exchange.first_byte is None:
-                exchange.first_byte = time.perf_counter()
-            await response.write(chunk)
-            tail = (tail + chunk)[-USAGE_TAIL_BYTES:] if len(chunk) < USAGE_TAIL_BYTES else chunk[-USAGE_TAIL_BYTES:]
+        try:
+            async for chunk in upstream.content.iter_any():
+                if exchange.first_byte is None:
+                    exchange.first_byte = time.perf_counter()
+                await response.write(chunk)
+                tail = (tail + chunk)[-USAGE_TAIL_BYTES:] if len(chunk) < USAGE_TAIL_BYTES else chunk[-USAGE_TAIL_BYTES:]
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            # The runtime died mid-answer. Tell an SSE client in its own terms, then cut the
+            # connection without a final chunk so no client mistakes the answer for complete.
+            _LOGGER.warning("runtime stream broke after %d bytes: %s", len(tail), exc)
+            exchange.status = 502
+            if upstream.content_type == "text/event-stream":
+                error = {"error": {"message": "The model's runtime stopped in the middle of the answer.",
+                                   "type": "server_error", "code": "upstream_broken"}}
+                await response.write(f"data: {json.dumps(error)}\n\n".encode())
+            if request.transport is not None:
+                request.transport.abort()
+            return response
         exchange.tail = tail
         await response.write_eof()
         return response
@@ -318,6 +331,21 @@ class Router:
             id=request[REQUEST_ID], ts=time.time(), model=definition.id, node=definition.node,
             path=request.path, status=exchange.status, queue_ms=exchange.queue_s * 1000, ttft_ms=ttft,
             total_ms=(now - exchange.started) * 1000, prompt_tokens=prompt, completion_tokens=completion))
+
+
+# Sampling fields a runtime would try to honour at any size; refused before anything is queued.
+LIMITS: dict[str, int] = {"n": 16, "best_of": 16, "max_tokens": 1 << 22, "max_completion_tokens": 1 << 22,
+                          "n_predict": 1 << 22, "logprobs": 20, "top_logprobs": 20}
+
+
+def _check_limits(payload: dict[str, object]) -> web.Response | None:
+    for field, cap in LIMITS.items():
+        value = payload.get(field)
+        if value is None or isinstance(value, bool):
+            continue
+        if not isinstance(value, int) or value > cap or (value < 0 and field != "n_predict"):
+            return error_response(400, "invalid_value", f"'{field}' must be an integer of at most {cap}.")
+    return None
 
 
 def _usage_from_tail(tail: bytes) -> tuple[int | None, int | None]:

@@ -140,3 +140,42 @@ async def _until(condition, timeout: float = 10) -> None:
     while not condition():
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+async def test_streams_end_promptly_when_the_runtime_dies_and_it_comes_back(tmp_path: Path, model_file: Path) -> None:
+    import os
+    import signal
+
+    slow = write_fake_runtime(tmp_path / "bin", token_delay_s=0.1, tokens=500)
+    async with running_daemon(tmp_path / "home", slow, **FAST) as d:
+        await d.client.create_model(model("m", str(model_file), settings={"parallel": 5}))
+        before = await d.client.start_model("m", wait=True)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        loop = asyncio.get_running_loop()
+        ended_at: list[float] = []
+
+        async def stream(session: aiohttp.ClientSession, started: asyncio.Event) -> None:
+            try:
+                async with session.post(f"{d.v1}/chat/completions", json=body) as r:
+                    await r.content.readline()
+                    started.set()
+                    async for _ in r.content:
+                        pass
+            except aiohttp.ClientError:
+                pass  # a broken stream is an acceptable, prompt ending
+            ended_at.append(loop.time())
+
+        async with aiohttp.ClientSession() as session:
+            flags = [asyncio.Event() for _ in range(5)]
+            tasks = [asyncio.ensure_future(stream(session, f)) for f in flags]
+            await asyncio.gather(*(f.wait() for f in flags))
+            killed_at = loop.time()
+            os.kill(before.pid, signal.SIGKILL)
+            await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        assert len(ended_at) == 5 and max(ended_at) - killed_at < 2.0  # no client hangs on a dead runtime
+        await _events_until(d, "model.crashed", "m")
+        after = await d.wait_state("m", ModelState.READY)
+        assert after.pid != before.pid and after.crash_count == 1
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{d.v1}/chat/completions", json={**body, "stream": False, "max_tokens": 2}) as r:
+                assert r.status == 200

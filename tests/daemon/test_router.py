@@ -39,6 +39,11 @@ async def test_error_matrix(tmp_path: Path, fake_runtime: Path, model_file: Path
         status, _, body = await _post(f"{d.v1}/chat/completions", json.dumps({"messages": []}))
         assert (status, body["error"]["code"]) == (400, "model_required")
 
+        for field, value in (("n", 100000), ("max_tokens", 10**9), ("max_tokens", "lots"), ("logprobs", 10**6)):
+            bad = json.dumps({"model": "stopped-model", "messages": [], field: value})
+            status, _, body = await _post(f"{d.v1}/chat/completions", bad)
+            assert (status, body["error"]["code"]) == (400, "invalid_value") and field in body["error"]["message"]
+
         status, _, body = await _post(f"{d.v1}/chat/completions", chat, headers={"Host": "evil.example"})
         assert (status, body["error"]["code"]) == (403, "host_not_allowed")
         status, _, body = await _post(f"{d.v1}/chat/completions", chat, headers={"Origin": "http://evil.example"})
