@@ -34,6 +34,7 @@ from daemon.api.client import DaemonClient  # noqa: E402
 from daemon.api.locations import read_admin_token  # noqa: E402
 from daemon.api.models import ModelDefinition  # noqa: E402
 from tests.fakes import write_fake_runtime  # noqa: E402
+from tests.fakes.gguf_files import gguf_bytes  # noqa: E402
 
 
 def launch_once(home: Path, marker: Path) -> tuple[float, subprocess.Popen[bytes]]:
@@ -114,7 +115,7 @@ async def measure_process(args: argparse.Namespace) -> tuple[BenchDaemon, list[f
     fake = write_fake_runtime(Path(tempfile.mkdtemp()), token_delay_s=0.01, tokens=400)
     d = await start_daemon("--llama-server", str(fake), seed_demo=False)
     model_file = d.home / "fake.gguf"
-    model_file.write_bytes(b"GGUF")
+    model_file.write_bytes(gguf_bytes())  # a tiny valid GGUF: agents read the header before a start
     await ensure_ready(d, ModelDefinition(id="chat", served_name="chat", model_path=str(model_file)), "chat")
     await d.client.close()
     marker = d.home / "shown"
