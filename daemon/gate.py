@@ -1,5 +1,7 @@
-"""Per-model admission on the router: as many requests run as the model has slots, a bounded
-FIFO queue waits behind them (also while a model loads on demand), and the rest get 503.
+"""Per-model admission on the router: a model holds its slots plus ``max_queue`` requests; the
+rest get 503. Up to twice its slots are forwarded to the runtime, whose own FIFO backlog then
+starts the next request the moment a slot frees (a hand-off through the daemon cost about 3 % of
+throughput at 8 streams on 4 slots); the others wait here, FIFO, also while a model loads on demand.
 
 A client that disconnects while queued is cancelled by aiohttp, and leaves the queue with it.
 """
@@ -24,14 +26,14 @@ class ModelGate:
     def __init__(self, slots: int, queue_limit: int) -> None:
         self.slots = slots
         self.queue_limit = queue_limit
-        self.waiting = 0
-        self.running = 0
-        self._free = asyncio.Semaphore(slots)  # FIFO: waiters are woken in arrival order
+        self.waiting = 0  # admitted, held here
+        self.running = 0  # forwarded to the runtime (in a slot or in its backlog)
+        self._free = asyncio.Semaphore(2 * slots)  # FIFO: waiters are woken in arrival order
 
     @asynccontextmanager
     async def queued(self) -> AsyncIterator[None]:
-        """Hold a place in the queue (while the model loads, or before a slot frees)."""
-        if self.waiting >= self.queue_limit and (self._free.locked() or self.waiting > 0):
+        """Hold a place in the queue (while the model loads, or before the runtime can take it)."""
+        if self.waiting + self.running >= self.slots + self.queue_limit:
             raise QueueFull
         self.waiting += 1
         try:

@@ -114,23 +114,35 @@ async def test_queue_serves_slots_plus_queue_and_refuses_the_rest(tmp_path: Path
 async def test_a_queued_client_that_leaves_frees_its_place(tmp_path: Path, model_file: Path) -> None:
     slow = write_fake_runtime(tmp_path / "bin", token_delay_s=0.1, tokens=100)
     async with running_daemon(tmp_path / "home", slow) as d:
-        await d.client.create_model(model("m", str(model_file), settings={"parallel": 1}, max_queue=1))
+        await d.client.create_model(model("m", str(model_file), settings={"parallel": 1}, max_queue=2))
         await d.client.start_model("m", wait=True)
-        gate = d.daemon.router.gates.for_model("m", 1, 1)
+        gate = d.daemon.router.gates.for_model("m", 1, 2)
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
         async with aiohttp.ClientSession() as running:
             async with running.post(f"{d.v1}/chat/completions", json=body) as first:
-                await first.content.readline()  # holds the only slot
-                queued = asyncio.ensure_future(_post_json(d, body))
+                await first.content.readline()
+                # One slot: the runtime takes a second request into its own backlog...
+                second = asyncio.ensure_future(_post_json(d, body))
+                await _until(lambda: gate.running == 2)
+                queued = asyncio.ensure_future(_post_json(d, body))  # ...the third waits in the daemon
                 await _until(lambda: gate.waiting == 1)
                 queued.cancel()  # the queued client goes away
                 await _until(lambda: gate.waiting == 0)
-                assert gate.running == 1
+                assert gate.running == 2
+                status = await _post_json(d, {**body, "stream": False, "max_tokens": 1}, wait=False)
+                assert status is None  # its place is free again: the next one is queued, not refused
+                second.cancel()
 
 
-async def _post_json(d: RunningDaemon, body: dict) -> int:
+async def _post_json(d: RunningDaemon, body: dict, wait: bool = True) -> int | None:
+    """The status of a request; with ``wait=False``, None if it is still queued after 0.5 s."""
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{d.v1}/chat/completions", json=body) as r:
+        request = asyncio.ensure_future(session.post(f"{d.v1}/chat/completions", json=body))
+        done, _ = await asyncio.wait([request], timeout=None if wait else 0.5)
+        if not done:
+            request.cancel()
+            return None
+        async with request.result() as r:
             return r.status
 
 
