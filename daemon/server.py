@@ -87,7 +87,7 @@ class Daemon:
     async def start(self) -> None:
         self.paths.ensure()
         self.admin_token = admin_token.load_or_create(self.paths.admin_token)
-        self._spawn(admin_token.store_in_keychain(self.paths.home, self.admin_token))
+        self.spawn(admin_token.store_in_keychain(self.paths.home, self.admin_token))
         self.keys.load()
         self.orchestrator.book.load()
         if not self.registry.load() and self.config.seed_demo_model:
@@ -99,12 +99,12 @@ class Daemon:
         await self.router.open()
         if self.config.local_agent:
             await self._start_local_agent()
-        self._spawn(self.telemetry.run())
-        self._spawn(self.orchestrator.auto_start())
-        self._spawn(self.health.run())
-        self._spawn(self._maintenance())
+        self.spawn(self.telemetry.run())
+        self.spawn(self.orchestrator.auto_start())
+        self.spawn(self.health.run())
+        self.spawn(self._maintenance())
         await self.nodes.start()
-        self._spawn(self.jobs.recover())
+        self.spawn(self.jobs.recover())
 
     async def _start_local_agent(self) -> None:
         ca = CertificateAuthority.load_or_create(self.paths.pki)
@@ -113,13 +113,14 @@ class Daemon:
         self.local_agent = LocalAgentProcess(self.paths.local_agent_home, self.paths.logs / "agent.log",
                                              self.config.llama_server, self.config.telemetry_interval_s)
         await self.local_agent.spawn()
-        self._spawn(self.local_agent.supervise())
+        self.spawn(self.local_agent.supervise())
         client = AgentClient(self.local_agent.url, client_ssl_context(self.paths.pki / "ca.crt", key, cert))
         link = AgentLink("local", client, self.orchestrator.on_instances)
         self.orchestrator.links["local"] = link
-        self._spawn(link.run())
+        self.spawn(link.run())
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
+        """Run a background task that stops with the daemon."""
         self._tasks.append(asyncio.get_running_loop().create_task(coro))
 
     async def _maintenance(self) -> None:

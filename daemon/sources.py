@@ -204,7 +204,7 @@ class SourcesApi:
         await self.d.history.audit("admin", f"transfer.{info.kind}", transfer_id, info.label)
         if node not in self._watching:
             self._watching.add(node)
-            self.d._spawn(self._watch(node))  # cancelled with the daemon's other tasks
+            self.d.spawn(self._watch(node))  # cancelled with the daemon's other tasks
         return transfer
 
     async def _watch(self, node: str) -> None:

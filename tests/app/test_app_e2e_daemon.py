@@ -10,11 +10,11 @@ import asyncio
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
@@ -50,23 +50,13 @@ def _stop_daemon(home: Path) -> None:
             os.killpg(pid, sig)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if _gone(pid):
-                return
-            time.sleep(0.05)  # teardown of a real process, not a test's wait
-
-
-def _gone(pid: int) -> bool:
-    try:  # our own child (the launcher spawned it): reap it, or it lingers as a zombie
-        return os.waitpid(pid, os.WNOHANG)[0] == pid
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+        try:
+            psutil.Process(pid).wait(wait_s)  # not our child: psutil waits on the pid itself
+            return
+        except psutil.NoSuchProcess:
+            return
+        except psutil.TimeoutExpired:
+            continue
 
 
 @pytest.fixture
