@@ -22,6 +22,7 @@ SWA_PERIODS = {"gemma2": 2, "gemma3": 6, "gemma-embedding": 6, "cohere2": 4, "gp
 REPACKED_TYPES = frozenset({2, 12, 20})  # Q4_0, Q4_K, IQ4_NL
 _LAYER_RE = re.compile(r"blk\.(\d+)\.")
 PROJECTOR_ARCHS = frozenset({"clip", "mmproj"})
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"  # the default template; named ones are tokenizer.chat_template.NAME
 
 
 def _int(value: Any) -> int | None:
@@ -97,7 +98,13 @@ def summarize(header: GgufHeader, extra_shard_bytes: int = 0) -> GgufSummary:
         split_count=max(1, _int(meta.get("split.count")) or 1),
         is_projector=arch in PROJECTOR_ARCHS or str(meta.get("general.type") or "") == "mmproj",
         layer_bytes=layer_bytes, output_bytes=output, output_tied=not has_output and layers > 0,
-        embedding_bytes=embedding, repack_bytes=repack)
+        embedding_bytes=embedding, repack_bytes=repack, has_chat_template=has_chat_template(header))
+
+
+def has_chat_template(header: GgufHeader) -> bool:
+    """Whether the file carries its own chat template; a base model has none and only continues text."""
+    template = header.metadata.get(CHAT_TEMPLATE_KEY)
+    return isinstance(template, str) and bool(template.strip())
 
 
 def _first(value: Any) -> int | None:

@@ -1,6 +1,7 @@
 """The daemon's configuration: one pydantic model, read from ``config.toml`` and the command line.
 
-Settings the app changes at run time (``DaemonSettings``) are written back to ``config.toml``.
+Settings the app changes at run time (``DaemonSettings``) are written back to ``config.toml`` with
+tomlkit, so the user's comments, layout, tables and lists survive; only those keys change.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import tomllib
 from pathlib import Path
 
+import tomlkit
 from pydantic import BaseModel, Field
 
 from daemon.api.models import DEFAULT_PORT, DaemonSettings
@@ -76,22 +78,8 @@ def load_config(path: Path, **overrides: object) -> DaemonConfig:
 
 
 def save_settings(path: Path, settings: DaemonSettings) -> None:
-    """Write the run-time settings into ``config.toml``, keeping its other keys."""
-    values: dict[str, object] = {}
-    if path.exists():
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
-    values.update(settings.model_dump())
-    write_atomic(path, _to_toml(values).encode("utf-8"))
-
-
-def _to_toml(values: dict[str, object]) -> str:
-    lines = []
-    for key, value in sorted(values.items()):
-        if isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, (int, float)):
-            lines.append(f"{key} = {value}")
-        elif isinstance(value, str):
-            escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-            lines.append(f'{key} = "{escaped}"')
-    return "\n".join(lines) + "\n"
+    """Write the run-time settings into ``config.toml``, keeping everything else in it as it was."""
+    document = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+    for key, value in settings.model_dump().items():
+        document[key] = value
+    write_atomic(path, tomlkit.dumps(document).encode("utf-8"))

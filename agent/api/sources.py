@@ -45,6 +45,9 @@ class GgufSummary(BaseModel):
     output_tied: bool = Field(default=False, description="The output head reuses the token embeddings.")
     embedding_bytes: int = Field(default=0, description="Token embedding table (stays on the CPU).")
     repack_bytes: int = Field(default=0, description="Weights llama.cpp repacks into a second copy on CPU.")
+    has_chat_template: bool | None = Field(
+        default=None, description="The header carries `tokenizer.chat_template` (None: not known, an older agent). "
+                                  "Without one, a model is a base model that continues text.")
 
 
 class MemoryEstimate(BaseModel):
