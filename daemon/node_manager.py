@@ -14,7 +14,7 @@ import contextlib
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cryptography import x509
 
@@ -179,12 +179,22 @@ class NodeManager:
                 self._attach(record)
                 await self.d.history.audit("admin", "node.address", record.id, where)
             return NodeAddResult(node=self.view(record.id))
-        if found.kind == "removed":
-            raise Invalid(409, "node_removed", f"The agent at {where} holds a certificate from this daemon for a "
-                          "node that was removed; it is refused. Run `mirbadllm agent --unpair` on that "
-                          "machine, then pair it again.")
-        raise Invalid(409, "not_pairable", f"The agent at {where} is not waiting to be paired: it is paired with "
-                      "another daemon, or it is not a MirbadLLM agent.")
+        _refuse(found.kind, where)
+
+    async def _refuse_if_paired(self, host: str, port: int) -> None:
+        """Pairing found no pairing endpoint: if an agent answers there anyway it is paired already
+        (ours, removed, or another daemon's), a conflict with its state (409), not a bad gateway."""
+        assert self.ca is not None and self._client is not None
+        key, cert = self._client
+        try:
+            found = await probe(host, port, self.ca, {r.id for r in self.store.all()}, (str(cert), str(key)))
+        except PairingFailed:
+            return  # nothing answers: the caller's 502 stands
+        if found.kind == "ours":
+            raise Invalid(409, "already_paired", f"The agent at {format_address(host, port)} is already paired "
+                          "with this daemon.")
+        if found.kind != "unpaired":
+            _refuse(found.kind, format_address(host, port))
 
     async def pair(self, request: NodePairRequest) -> NodeView:
         assert self.ca is not None and self._client is not None
@@ -196,6 +206,8 @@ class NodeManager:
                                     client_cert_pem)
             except PairingFailed as exc:
                 _LOGGER.warning("pairing with %s failed: %s", format_address(host, port), exc.code)
+                if exc.code == "node_unreachable":
+                    await self._refuse_if_paired(host, port)  # an agent answers, but only over mutual TLS
                 raise Invalid(exc.status, exc.code, exc.message) from exc
             record = NodeRecord(id=paired.node_id, name=paired.info.name, host=host, port=port,
                                 certificate_pem=paired.certificate_pem,
@@ -244,3 +256,13 @@ class NodeManager:
         self.d.events.publish("node.removed", None, node=node_id, name=record.name, agent_unpaired=told)
         await self.d.history.audit("admin", "node.remove", node_id, record.name)
         return told
+
+
+def _refuse(kind: str, where: str) -> NoReturn:
+    """The 409 for an agent at ``where`` that cannot be paired: a removed node of ours, or another's."""
+    if kind == "removed":
+        raise Invalid(409, "node_removed", f"The agent at {where} holds a certificate from this daemon for a "
+                      "node that was removed; it is refused. Run `mirbadllm agent --unpair` on that "
+                      "machine, then pair it again.")
+    raise Invalid(409, "not_pairable", f"The agent at {where} is not waiting to be paired: it is paired with "
+                  "another daemon, or it is not a MirbadLLM agent.")

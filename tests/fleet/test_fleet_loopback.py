@@ -102,7 +102,9 @@ async def test_a_removed_node_that_was_not_told_is_refused_until_unpaired(agents
         assert "--unpair" in refused.value.message
         with pytest.raises(DaemonError) as not_pairing:
             await rd.client.pair_node(back.address, "ABCD-EFGH", old_id)
-        assert not_pairing.value.status in (409, 502)
+        # It answers, over mutual TLS only: a conflict with its state (409), not a bad gateway (502).
+        assert (not_pairing.value.status, not_pairing.value.code) == (409, "node_removed")
+        assert "--unpair" in not_pairing.value.message
 
         await back.terminate()
         fresh = await agents("gamma", home=gamma.home, port=gamma.port, extra=["--unpair"])
