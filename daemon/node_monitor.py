@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from agent.api.client import AgentError
 from agent.api.models import AgentStatus
+from daemon.api.models import LOCAL_NODE
 from daemon.api.nodes import NodeState
 from daemon.events import EventBus
 from daemon.fleet import AgentLink
@@ -102,7 +103,14 @@ class NodeMonitor:
             await asyncio.sleep(self.policy.interval_s)
 
     async def check_all(self) -> None:
-        await asyncio.gather(*(self.check(node_id, link) for node_id, link in list(self.links.items())))
+        await asyncio.gather(*(self.check(node_id, link) for node_id, link in list(self.links.items())
+                               if not self._booting(node_id, link)))
+
+    @staticmethod
+    def _booting(node_id: str, link: AgentLink) -> bool:
+        """The local agent is a child the daemon just spawned: until its link has had a first answer
+        it is starting, not missing, and a probe would only log a false "degraded"."""
+        return node_id == LOCAL_NODE and not link.first_sync.is_set()
 
     async def check(self, node_id: str, link: AgentLink) -> NodeHealth:
         health = self.health.setdefault(node_id, NodeHealth())
