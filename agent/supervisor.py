@@ -17,6 +17,7 @@ import aiohttp
 
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
 from agent.logring import LogRing
+from agent.runtimes.checks import RuntimeUnusable
 from agent.runtimes.run import RuntimeRun, StartFailed
 
 _LOGGER = logging.getLogger(__name__)
@@ -90,10 +91,11 @@ class InstanceSupervisor:
                 raise AlreadyRunning(f"instance {self.instance_id} is {self._state.value}; stop it first")
             try:
                 run = launch(self.logs)
-            except OSError as exc:  # the executable could not be run at all
+            except (OSError, RuntimeUnusable) as exc:  # the executable cannot be run (here)
                 self._reset(adopted=False)
                 self._spec_facts = {"served_name": spec.served_name, "model_path": spec.model_path}
-                await self._transition(InstanceState.FAILED, error=f"cannot start the runtime: {exc}")
+                error = str(exc) if isinstance(exc, RuntimeUnusable) else f"cannot start the runtime: {exc}"
+                await self._transition(InstanceState.FAILED, error=error)
                 return self.info()
             self._reset(adopted=False)
             self._run = run
@@ -126,6 +128,7 @@ class InstanceSupervisor:
             if self._run is not run or self._state is not InstanceState.STARTING:
                 return
             await self._transition(InstanceState.READY)
+        await run.check_build(self._session())
         code = await run.wait_exit()
         async with self._lock:
             if self._run is run and self.state is InstanceState.READY:

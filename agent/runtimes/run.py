@@ -10,17 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 import aiohttp
 
 from agent.logring import LogTailer
 from agent.records import ProcessRecord
+from agent.runtimes.checks import ILLEGAL_INSTRUCTION, RuntimeChecks, is_illegal_instruction
 from agent.runtimes.process import RuntimeProcess, describe_exit
 
 _LOGGER = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.1
 HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
+CHECK_TIMEOUT = aiohttp.ClientTimeout(total=120, connect=5)
 FAILURE_LINES = 20
 
 
@@ -33,16 +36,26 @@ class StartFailed(Exception):
         self.exit_code = exit_code
 
 
+@dataclass(frozen=True)
+class BuildCheck:
+    """The build a run uses, and where its verdict is kept (see ``agent.runtimes.checks``)."""
+
+    checks: RuntimeChecks
+    fingerprint: str
+    executable: str
+
+
 class RuntimeRun:
     """A started (or adopted) runtime process and what is needed to reach and stop it."""
 
     def __init__(self, runtime_name: str, process: RuntimeProcess, record: ProcessRecord,
-                 tailer: LogTailer, adopted: bool = False) -> None:
+                 tailer: LogTailer, adopted: bool = False, build_check: BuildCheck | None = None) -> None:
         self.runtime_name = runtime_name
         self.process = process
         self.record = record
         self.tailer = tailer
         self.adopted = adopted
+        self.build_check = build_check
         tailer.start()
 
     @property
@@ -68,7 +81,12 @@ class RuntimeRun:
         return self.tailer.lines(count)
 
     def exit_message(self, code: int | None) -> str:
-        """'llama-server exited 1: <last non-empty log line>'."""
+        """'llama-server exited 1: <last non-empty log line>', or ``ILLEGAL_INSTRUCTION`` on SIGILL."""
+        if is_illegal_instruction(code):
+            if self.build_check is not None:
+                self.build_check.checks.record(self.build_check.fingerprint, "illegal_instruction",
+                                               self.build_check.executable, "stopped on SIGILL")
+            return ILLEGAL_INSTRUCTION
         last = next((line for line in reversed(self.last_lines()) if line.strip()), "")
         return f"{self.runtime_name} {describe_exit(code)}: {last.strip() or '(no output)'}"
 
@@ -96,6 +114,24 @@ class RuntimeRun:
                 raise StartFailed(f"{self.runtime_name} was not ready and wrote nothing for "
                                   f"{startup_timeout_s:g} s; last line: {last.strip()}", self.last_lines())
             await asyncio.sleep(HEALTH_POLL_S)
+
+    async def check_build(self, session: aiohttp.ClientSession) -> None:
+        """First sight of this build: one one-token generation; an answer records it as ``ok``."""
+        check = self.build_check
+        if check is None or check.checks.verdict(check.fingerprint) is not None:
+            return
+        try:
+            async with session.post(f"{self.endpoint}/v1/completions", headers=self.auth_headers(),
+                                    json={"prompt": "Hello", "max_tokens": 1, "temperature": 0},
+                                    timeout=CHECK_TIMEOUT) as resp:
+                body = await resp.json(content_type=None)
+                if resp.status == 200 and isinstance(body, dict) and body.get("choices"):
+                    check.checks.record(check.fingerprint, "ok", check.executable, "one-token generation")
+                    return
+                _LOGGER.info("runtime check of %s inconclusive: HTTP %d", check.executable, resp.status)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            # A build that dies here is recorded by the exit path (SIGILL); anything else: next time.
+            _LOGGER.info("runtime check of %s inconclusive: %s", check.executable, exc)
 
     async def wait_exit(self) -> int | None:
         code = await self.process.wait()

@@ -57,7 +57,7 @@ async def make_manager(tmp_path: Path, port_base: int) -> AsyncIterator[Callable
              ) -> InstanceManager:
         paths = AgentPaths(home or tmp_path / "agent").ensure()
         catalog = RuntimeCatalog(exe, environ=environ if environ is not None else {"PATH": ""},
-                                 distribution="no-such-distribution")
+                                 distribution="no-such-distribution", runtime_roots=[])
         manager = InstanceManager(LlamaCppDriver(paths, catalog), ProcessRecords(paths.records_file), port_base)
         made.append(manager)
         return manager

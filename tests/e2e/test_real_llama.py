@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningDaemon]:
+async def demo(tmp_path_factory: pytest.TempPathFactory, real_llama_server: Path) -> AsyncIterator[RunningDaemon]:
     """A daemon on a fresh home: it seeds the demo model and auto-starts it with llama-server."""
     home = tmp_path_factory.mktemp("e2e") / "home"
     policy = {"backoff_s": [0.5, 1.0, 2.0], "probe_interval_s": 3600}

@@ -26,7 +26,8 @@ async def _finished(d: RunningDaemon, job_id: str, timeout: float = 400) -> obje
         since = (await d.client.events(since, timeout=5)).last_id
 
 
-async def test_a_short_benchmark_of_gemma_on_llama_server(tmp_path: Path, gemma_gguf: Path) -> None:
+async def test_a_short_benchmark_of_gemma_on_llama_server(tmp_path: Path, gemma_gguf: Path,
+                                                         real_llama_server: Path) -> None:
     async with running_daemon(tmp_path / "home", None) as d:
         await d.client.create_model(model("gemma", str(gemma_gguf), settings={"ctx_size": 2048, "parallel": 2}))
         status = await d.client.start_model("gemma", wait=True)
