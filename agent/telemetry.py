@@ -1,9 +1,14 @@
 """Telemetry: a sample every few seconds into a ring with sequence numbers.
 
 Each sample holds the host's CPU and memory, the GPUs, and per instance its process memory and
-CPU, plus for ready instances what llama-server's ``/metrics`` and ``/slots`` say (token counters
-turned into per-second rates between two samples). Blocking reads (psutil, NVML) run in an
-executor; HTTP reads have short timeouts so one stuck runtime cannot stall the others.
+CPU, its own GPU memory and utilisation (its PID in the GPUs' process lists), plus for ready
+instances what llama-server's ``/metrics`` and ``/slots`` say (token counters turned into
+per-second rates between two samples). Blocking reads (psutil, NVML) run in an executor; HTTP
+reads have short timeouts so one stuck runtime cannot stall the others.
+
+KV-cache use: older llama-server builds export ``llamacpp:kv_cache_usage_ratio``; newer ones
+dropped it, so it is then summed over ``/slots`` (each slot's ``n_prompt_tokens``, the tokens its
+sequence holds, over the slots' ``n_ctx``). ``kv_source`` says which one a sample used.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 import aiohttp
 import psutil
 
+from agent.api.llamacpp import parse_args
 from agent.api.models import GpuInfo, InstanceSample, TelemetryPage, TelemetrySample
 from agent.gpu import GpuProbe
 from agent.manager import InstanceManager
@@ -32,7 +38,8 @@ _METRICS = {  # llama.cpp name -> InstanceSample field
     "llamacpp:tokens_predicted_total": "generation_tokens_total",
     "llamacpp:requests_processing": "requests_processing",
     "llamacpp:requests_deferred": "requests_deferred",
-    "llamacpp:kv_cache_usage_ratio": "kv_cache_usage_ratio",
+    "llamacpp:kv_cache_usage_ratio": "kv_cache_usage_ratio",  # removed from newer builds
+    "llamacpp:kv_cache_tokens": "kv_cache_tokens",  # removed from newer builds
 }
 
 
@@ -51,6 +58,50 @@ def parse_prometheus(text: str) -> dict[str, float]:
         except ValueError:
             continue
     return values
+
+
+def instance_gpu_figures(pid: int, gpus: list[GpuInfo]) -> tuple[int | None, float | None]:
+    """One process's memory summed over the GPUs that list it, and its utilisation averaged over them."""
+    memory: list[int] = []
+    utilization: list[float] = []
+    for gpu in gpus:
+        for proc in gpu.processes:
+            if proc.pid != pid:
+                continue
+            if proc.memory_used is not None:
+                memory.append(proc.memory_used)
+            if proc.utilization_percent is not None:
+                utilization.append(proc.utilization_percent)
+    return (sum(memory) if memory else None,
+            sum(utilization) / len(utilization) if utilization else None)
+
+
+def kv_from_slots(slots: list[object], ctx_size: int | None) -> dict[str, float | int | None]:
+    """KV-cache figures summed over llama-server's ``/slots``; empty when the slots do not say.
+
+    With a unified cache every slot reports the whole context as its ``n_ctx``, so the sum is
+    capped by the configured ``--ctx-size`` when the runtime was given one.
+    """
+    held = capacity = 0
+    for slot in slots:
+        if not isinstance(slot, dict) or not isinstance(slot.get("n_ctx"), int):
+            return {}
+        capacity += slot["n_ctx"]
+        tokens = slot.get("n_prompt_tokens")  # the tokens its sequence holds, prompt and generated
+        held += tokens if isinstance(tokens, int) and tokens > 0 else 0
+    if ctx_size:
+        capacity = min(capacity, ctx_size)
+    if capacity <= 0:
+        return {}
+    return {"kv_cache_tokens": held, "kv_cache_capacity": capacity,
+            "kv_cache_usage_ratio": min(1.0, held / capacity)}
+
+
+def _ctx_size(run: RuntimeRun) -> int | None:
+    try:
+        return parse_args(run.record.argv).settings.ctx_size
+    except ValueError:  # an adopted argv we cannot read: no cap
+        return None
 
 
 def _rate(now: float | None, before: float | None, seconds: float) -> float | None:
@@ -117,6 +168,11 @@ class TelemetryCollector:
         for instance_id, figures in zip(ready, scraped, strict=True):
             instances.setdefault(instance_id, InstanceSample())
             self._fill(instance_id, ready[instance_id], instances[instance_id], figures, ts)
+        for instance_id, run in runs.items():
+            if instance_id in instances:
+                memory, utilization = instance_gpu_figures(run.pid, gpus)
+                instances[instance_id].gpu_memory_bytes = memory
+                instances[instance_id].gpu_utilization_percent = utilization
         sample = TelemetrySample(seq=self._next_seq, ts=ts, gpus=list(gpus), instances=instances,
                                  cpu_percent=host.cpu_percent, memory_total=host.memory_total,
                                  memory_used=host.memory_total - host.memory_available,
@@ -145,15 +201,19 @@ class TelemetryCollector:
             del self._processes[key]
         return _Host(psutil.cpu_percent(None), memory.total, memory.available), instances
 
-    async def _scrape(self, run: RuntimeRun) -> dict[str, float | int | None]:
+    async def _scrape(self, run: RuntimeRun) -> dict[str, float | int | str | None]:
         session = self.manager.session()
-        figures: dict[str, float | int | None] = {}
+        figures: dict[str, float | int | str | None] = {}
         try:
             async with session.get(f"{run.endpoint}/metrics", headers=run.auth_headers(),
                                    timeout=SCRAPE_TIMEOUT) as resp:
                 if resp.status == 200:
                     metrics = parse_prometheus(await resp.text())
                     figures.update({field: metrics.get(name) for name, field in _METRICS.items()})
+                    if figures.get("kv_cache_tokens") is not None:
+                        figures["kv_cache_tokens"] = int(figures["kv_cache_tokens"] or 0)
+                    if figures.get("kv_cache_usage_ratio") is not None:
+                        figures["kv_source"] = "metrics"
             async with session.get(f"{run.endpoint}/slots", headers=run.auth_headers(),
                                    timeout=SCRAPE_TIMEOUT) as resp:
                 if resp.status == 200:
@@ -162,12 +222,16 @@ class TelemetryCollector:
                         figures["slots_total"] = len(slots)
                         figures["slots_busy"] = sum(1 for s in slots if isinstance(s, dict)
                                                     and s.get("is_processing"))
+                        if figures.get("kv_source") is None:
+                            kv = kv_from_slots(slots, _ctx_size(run))
+                            if kv:
+                                figures.update(kv, kv_source="slots")
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             _LOGGER.debug("cannot scrape %s: %s", run.endpoint, exc)
         return figures
 
     def _fill(self, instance_id: str, run: RuntimeRun, sample: InstanceSample,
-              figures: dict[str, float | int | None], ts: float) -> None:
+              figures: dict[str, float | int | str | None], ts: float) -> None:
         for field, value in figures.items():
             setattr(sample, field, value)
         before = self._previous.get(instance_id)

@@ -21,7 +21,7 @@ def model_row(sample: TelemetrySample, instance_id: str) -> dict[str, float | No
         "requests_running": inst.requests_processing if inst.requests_processing is not None else inst.slots_busy,
         "requests_waiting": inst.requests_deferred, "kv_cache_ratio": inst.kv_cache_usage_ratio,
         "rss_bytes": inst.rss_bytes, "cpu_percent": inst.cpu_percent,
-        "gpu_mem_bytes": None, "gpu_util_percent": None,
+        "gpu_mem_bytes": inst.gpu_memory_bytes, "gpu_util_percent": inst.gpu_utilization_percent,
     }
 
 

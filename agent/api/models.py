@@ -68,6 +68,15 @@ class InstancesPage(BaseModel):
     instances: list[InstanceInfo]
 
 
+class GpuProcess(BaseModel):
+    """One process on one GPU, as the driver lists it."""
+
+    pid: int
+    memory_used: int | None = Field(default=None, description="Bytes; None where the driver does not say.")
+    utilization_percent: float | None = Field(
+        default=None, description="Its own SM use, else the GPU's when it is the only process on it.")
+
+
 class GpuInfo(BaseModel):
     index: int
     name: str
@@ -77,6 +86,7 @@ class GpuInfo(BaseModel):
     utilization_percent: float | None = None
     temperature_c: float | None = None
     power_w: float | None = None
+    processes: list[GpuProcess] = Field(default_factory=list)
 
 
 class AgentStatus(BaseModel):
@@ -109,6 +119,12 @@ class InstanceSample(BaseModel):
     kv_cache_usage_ratio: float | None = None
     slots_total: int | None = None
     slots_busy: int | None = None
+    kv_cache_tokens: int | None = None
+    kv_cache_capacity: int | None = None
+    kv_source: Literal["metrics", "slots"] | None = Field(
+        default=None, description="Where the KV-cache figures came from: /metrics, or summed over /slots.")
+    gpu_memory_bytes: int | None = Field(default=None, description="This process's memory on all GPUs.")
+    gpu_utilization_percent: float | None = Field(default=None, description="Mean over the GPUs it uses.")
 
 
 class TelemetrySample(BaseModel):

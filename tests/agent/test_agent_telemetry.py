@@ -1,10 +1,22 @@
-"""Telemetry pieces that need no runtime: Prometheus text, rates, the GPU probe."""
+"""Telemetry: Prometheus text, the GPU probe and its per-process figures, KV-cache use from /slots,
+and a real agent sampling a fake runtime."""
 
 from __future__ import annotations
 
-from agent.api.models import GpuInfo
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agent.api.client import AgentClient
+from agent.api.models import GpuInfo, GpuProcess, InstanceSample, InstanceState, TelemetrySample
 from agent.gpu import NvmlProbe
-from agent.telemetry import parse_prometheus
+from agent.telemetry import instance_gpu_figures, kv_from_slots, parse_prometheus
+from daemon.telemetry import model_row
+from tests.agent._support import eventually, make_spec
+from tests.agent.test_agent_server import GPU, _until_state, start_agent  # noqa: F401 - the fixture
 from tests.fakes import FakeNvml
 
 LLAMACPP_METRICS = """\
@@ -16,6 +28,7 @@ llamacpp:requests_processing 2
 llamacpp:kv_cache_usage_ratio 0.25
 labelled{slot="0"} 9
 """
+MIB = 1 << 20
 
 
 def test_prometheus_text_to_values() -> None:
@@ -33,4 +46,105 @@ def test_nvml_probe_reads_what_the_gpu_reports() -> None:
 def test_no_nvidia_driver_means_no_gpus() -> None:
     probe = NvmlProbe(FakeNvml(fail_init=True))
     assert probe.sample() == [] and probe.sample() == []
-    assert isinstance(NvmlProbe().sample(), list)  # the real pynvml on this machine: never raises
+
+
+def test_the_real_driver_reports_the_gpus_nvidia_smi_lists() -> None:
+    """The real pynvml on this machine: as many GPUs as ``nvidia-smi -L`` lists (none without one),
+    each with a name and memory figures that add up."""
+    gpus = NvmlProbe().sample()
+    smi = shutil.which("nvidia-smi")
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout if smi else ""
+    assert len(gpus) == sum(line.startswith("GPU ") for line in listed.splitlines())
+    for gpu in gpus:
+        assert gpu.name and gpu.uuid and 0 < gpu.memory_total and 0 <= gpu.memory_used <= gpu.memory_total
+        assert all(p.pid > 0 for p in gpu.processes)
+
+
+def test_each_process_gets_its_own_gpu_memory_and_utilisation() -> None:
+    nvml = FakeNvml(compute=[(4242, 700 * MIB), (5151, 100 * MIB)], graphics=[(4242, 20 * MIB)],
+                    process_util=[(4242, 1_000, 10), (4242, 2_000, 64), (5151, 2_000, 5)])
+    probe = NvmlProbe(nvml)
+    assert probe.sample()[0].processes == [
+        GpuProcess(pid=4242, memory_used=720 * MIB, utilization_percent=64.0),  # newest sample wins
+        GpuProcess(pid=5151, memory_used=100 * MIB, utilization_percent=5.0)]
+    # The next read asks only for samples newer than those seen; none came: both were idle.
+    assert [p.utilization_percent for p in probe.sample()[0].processes] == [0.0, 0.0]
+    assert nvml.util_since == [0, 2_000]
+
+
+def test_without_per_process_utilisation_the_only_process_gets_the_gpus() -> None:
+    alone = NvmlProbe(FakeNvml(compute=[(4242, None)], process_util=FakeNvml.NOT_SUPPORTED)).sample()[0]
+    assert alone.processes == [GpuProcess(pid=4242, memory_used=None, utilization_percent=37.0)]
+    shared = NvmlProbe(FakeNvml(compute=[(4242, MIB), (5151, MIB)])).sample()[0]
+    assert [p.utilization_percent for p in shared.processes] == [None, None], "the load is not split by guess"
+
+
+def test_an_instance_sums_its_memory_over_gpus_and_averages_its_load() -> None:
+    def gpu(index: int, *procs: GpuProcess) -> GpuInfo:
+        return GpuInfo(index=index, name="g", processes=list(procs))
+
+    gpus = [gpu(0, GpuProcess(pid=7, memory_used=3 * MIB, utilization_percent=80.0),
+                GpuProcess(pid=8, memory_used=MIB, utilization_percent=1.0)),
+            gpu(1, GpuProcess(pid=7, memory_used=2 * MIB, utilization_percent=40.0))]
+    assert instance_gpu_figures(7, gpus) == (5 * MIB, 60.0)
+    assert instance_gpu_figures(9, gpus) == (None, None)
+
+
+def test_kv_cache_use_from_the_slots_of_todays_llama_server() -> None:
+    # /slots of a llama-server built without the kv_cache_* gauges (two slots, 2048 cells each).
+    slots = [{"id": 0, "n_ctx": 2048, "is_processing": True, "id_task": 3, "n_prompt_tokens": 512},
+             {"id": 1, "n_ctx": 2048, "is_processing": False}]
+    assert kv_from_slots(slots, ctx_size=4096) == {
+        "kv_cache_tokens": 512, "kv_cache_capacity": 4096, "kv_cache_usage_ratio": 0.125}
+    # A unified cache: every slot may use the whole context, which is counted once.
+    unified = [{"id": i, "n_ctx": 4096, "n_prompt_tokens": 1024} for i in range(4)]
+    assert kv_from_slots(unified, ctx_size=4096)["kv_cache_usage_ratio"] == 1.0
+    assert kv_from_slots([{"id": 0}], ctx_size=None) == {}, "slots that do not say: no figure"
+
+
+def test_the_daemon_records_the_instance_gpu_figures() -> None:
+    sample = TelemetrySample(seq=1, ts=1.0, cpu_percent=1.0, memory_total=1, memory_used=1, memory_available=0,
+                             instances={"m": InstanceSample(gpu_memory_bytes=512 * MIB, gpu_utilization_percent=42.0,
+                                                            kv_cache_usage_ratio=0.5, kv_source="slots")})
+    row = model_row(sample, "m")
+    assert (row["gpu_mem_bytes"], row["gpu_util_percent"], row["kv_cache_ratio"]) == (512 * MIB, 42.0, 0.5)
+
+
+async def _sample_with(client: AgentClient, predicate: Callable[[InstanceSample], bool]) -> TelemetrySample | None:
+    page = await client.telemetry(since=0)
+    return next((s for s in reversed(page.samples) if "m" in s.instances and predicate(s.instances["m"])), None)
+
+
+async def test_a_runtime_gets_its_own_gpu_figures_and_kv_use_from_its_slots(
+        start_agent, fake_runtime: Callable[..., Path], model_file: Path) -> None:  # noqa: F811
+    agent = await start_agent(fake_runtime(tokens=5))
+    client: AgentClient = agent.client
+    await client.start(make_spec(model_file))
+    info = await _until_state(client, "m", InstanceState.READY)
+    # The GPU lists the runtime's PID (and another program's, which is not the runtime's).
+    agent.deps.gpu_probe.gpus = [GPU.model_copy(update={"processes": [
+        GpuProcess(pid=info.pid, memory_used=900 * MIB, utilization_percent=55.0),
+        GpuProcess(pid=1, memory_used=4096 * MIB, utilization_percent=30.0)]})]
+    sample = await eventually(lambda: _sample_with(client, lambda i: i.gpu_memory_bytes is not None),
+                              what="a sample with the runtime's GPU memory")
+    assert (sample.instances["m"].gpu_memory_bytes, sample.instances["m"].gpu_utilization_percent) == (900 * MIB, 55.0)
+
+    async with client.session.post(client.proxy_url("m", "/v1/completions"), json={"prompt": "a b c"}) as resp:
+        assert resp.status == 200
+    # 3 prompt tokens + 5 generated, held in one slot of the 4096-token context.
+    sample = await eventually(lambda: _sample_with(client, lambda i: i.kv_cache_tokens == 8), what="KV use")
+    kv = sample.instances["m"]
+    assert (kv.kv_source, kv.kv_cache_capacity) == ("slots", 4096)
+    assert kv.kv_cache_usage_ratio == pytest.approx(8 / 4096)
+
+
+async def test_an_older_runtime_kv_gauge_is_used_when_it_exports_one(
+        start_agent, fake_runtime: Callable[..., Path], model_file: Path) -> None:  # noqa: F811
+    agent = await start_agent(fake_runtime(tokens=5, legacy_metrics=True))
+    client: AgentClient = agent.client
+    await client.start(make_spec(model_file))
+    await _until_state(client, "m", InstanceState.READY)
+    async with client.session.post(client.proxy_url("m", "/v1/completions"), json={"prompt": "a b c"}) as resp:
+        assert resp.status == 200
+    sample = await eventually(lambda: _sample_with(client, lambda i: i.kv_cache_tokens == 8), what="KV use")
+    assert (sample.instances["m"].kv_source, sample.instances["m"].kv_cache_usage_ratio) == ("metrics", 0.002)

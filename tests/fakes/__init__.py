@@ -16,6 +16,8 @@ SWITCHES = {"load_seconds", "load_quiet", "exit_code", "crash_after_s", "crash_e
             "ignore_sigterm", "token_delay_s", "tokens", "keepalive_s", "drop_reused",
             "fast_when", "fast_factor", "fast_once", "fail_when"}
 
+SWITCHES |= {"legacy_metrics", "tool_args", "log_requests"}  # KV-cache shapes, tool calls, request lines
+
 
 def write_fake_runtime(directory: Path, name: str = "llama-server", **switches: object) -> Path:
     """Write an executable that runs the fake llama-server with ``switches`` baked in.
@@ -63,8 +65,48 @@ class FakeNvml:
     class _Rates:
         gpu = 37
 
-    def __init__(self, fail_init: bool = False) -> None:
+    class Error(Exception):
+        """pynvml's NVMLError: the failure code in ``value``."""
+
+        def __init__(self, value: int) -> None:
+            super().__init__(f"NVML error {value}")
+            self.value = value
+
+    class _Process:
+        def __init__(self, pid: int, used: int | None) -> None:
+            self.pid, self.usedGpuMemory = pid, used
+
+    class _UtilSample:
+        def __init__(self, pid: int, stamp: int, sm: int) -> None:
+            self.pid, self.timeStamp, self.smUtil, self.memUtil = pid, stamp, sm, 0
+
+    NOT_SUPPORTED, NOT_FOUND = 3, 6
+
+    def __init__(self, fail_init: bool = False, compute: list[tuple[int, int | None]] | None = None,
+                 graphics: list[tuple[int, int | None]] | None = None,
+                 process_util: list[tuple[int, int, int]] | int | None = None) -> None:
+        """``compute``/``graphics``: (pid, bytes) on the GPU; ``process_util``: (pid, time µs, SM %)
+        samples, or an NVML error code (NOT_SUPPORTED, NOT_FOUND); None: not supported."""
         self.fail_init = fail_init
+        self.compute = compute or []
+        self.graphics = graphics or []
+        self.process_util = process_util
+        self.util_since: list[int] = []
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[object]:
+        return [self._Process(pid, used) for pid, used in self.compute]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[object]:
+        return [self._Process(pid, used) for pid, used in self.graphics]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: int, since_us: int) -> list[object]:
+        self.util_since.append(since_us)
+        if self.process_util is None or isinstance(self.process_util, int):
+            raise self.Error(self.process_util or self.NOT_SUPPORTED)
+        fresh = [self._UtilSample(*s) for s in self.process_util if s[1] > since_us]
+        if not fresh:
+            raise self.Error(self.NOT_FOUND)
+        return fresh
 
     def nvmlInit(self) -> None:
         if self.fail_init:

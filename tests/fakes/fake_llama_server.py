@@ -20,6 +20,17 @@ llama-server does. Fault switches (environment):
     FAKE_FAST_ONCE        a file path: be fast only on the first such start (it creates the file),
                           a configuration that is faster by luck, not by design
     FAKE_FAIL_WHEN        argv words: when the argv holds them in a row, fail to load and exit 1
+    FAKE_LEGACY_METRICS   also export the KV-cache gauges newer llama-server builds removed
+                          (``llamacpp:kv_cache_usage_ratio``, ``llamacpp:kv_cache_tokens``)
+    FAKE_TOOL_ARGS        a JSON text: the arguments of every tool call, instead of ones built
+                          from the tool's schema (a model that calls its tools wrongly)
+    FAKE_LOG_REQUESTS     print a "slot launch_slot_: ... processing task" line per generation
+
+By default it answers like today's llama-server: ``/metrics`` without KV-cache gauges, ``/slots``
+with each slot's ``n_ctx`` and, once it has served a task, ``n_prompt_tokens`` (the tokens its
+sequence holds, prompt and generated, kept after the task as the prompt cache); a chat request with
+``tools`` is answered with a call of the first tool (or the one ``tool_choice`` names) whose
+arguments fill the schema's required properties.
 """
 
 from __future__ import annotations
@@ -74,6 +85,7 @@ class FakeServer:
         self.free_slot = asyncio.Condition()
         self.deferred = 0
         self.counters = {"prompt_tokens": 0, "tokens_predicted": 0, "requests": 0}
+        self.held: list[int | None] = [None] * args.parallel  # tokens each slot's sequence holds
 
     # --- slots -------------------------------------------------------------------------------
     async def acquire(self) -> int:
@@ -113,8 +125,14 @@ class FakeServer:
             {"id": self.alias, "object": "model", "created": int(time.time()), "owned_by": "llamacpp"}]})
 
     async def slots(self, request: web.Request) -> web.Response:
-        return web.json_response([{"id": i, "n_ctx": self.args.ctx_size, "is_processing": busy}
-                                  for i, busy in enumerate(self.busy)])
+        n_ctx = self.args.ctx_size // max(1, len(self.busy))  # a cache split per slot (not unified)
+        slots = []
+        for i, busy in enumerate(self.busy):
+            slot: dict[str, Any] = {"id": i, "n_ctx": n_ctx, "speculative": False, "is_processing": busy}
+            if self.held[i] is not None:
+                slot.update(id_task=self.counters["requests"], n_prompt_tokens=self.held[i])
+            slots.append(slot)
+        return web.json_response(slots)
 
     async def metrics(self, request: web.Request) -> web.Response:
         processing = sum(self.busy)
@@ -128,9 +146,12 @@ class FakeServer:
             f"llamacpp:requests_processing {processing}",
             "# TYPE llamacpp:requests_deferred gauge",
             f"llamacpp:requests_deferred {self.deferred}",
-            "# TYPE llamacpp:kv_cache_usage_ratio gauge",
-            f"llamacpp:kv_cache_usage_ratio {processing / max(1, len(self.busy)):.3f}",
         ]
+        if os.environ.get("FAKE_LEGACY_METRICS"):
+            held = sum(h or 0 for h in self.held)
+            lines += ["# TYPE llamacpp:kv_cache_usage_ratio gauge",
+                      f"llamacpp:kv_cache_usage_ratio {held / max(1, self.args.ctx_size):.3f}",
+                      "# TYPE llamacpp:kv_cache_tokens gauge", f"llamacpp:kv_cache_tokens {held}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def embeddings(self, request: web.Request) -> web.Response:
@@ -171,13 +192,20 @@ class FakeServer:
         try:
             self.counters["prompt_tokens"] += prompt_tokens
             self.counters["requests"] += 1
+            self.held[slot] = prompt_tokens
+            if os.environ.get("FAKE_LOG_REQUESTS"):
+                log(f"slot launch_slot_: id  {slot} | task {self.counters['requests']} | processing task")
+            call = tool_call(body) if chat else None
+            if call is not None:
+                return await self.answer_tool_call(request, body, call, prompt_tokens)
             if self.stall:
                 await asyncio.Future()  # never answers; a disconnect cancels this handler
             if body.get("stream"):
-                return await self.stream(request, chat, prompt_tokens, count)
+                return await self.stream(request, chat, prompt_tokens, count, slot)
             pieces = []
             for i in range(count):
                 await self.tick()
+                self.held[slot] = prompt_tokens + i + 1
                 pieces.append(WORDS[i % len(WORDS)])
             return web.json_response(self.whole(chat, "".join(pieces), prompt_tokens, count))
         finally:
@@ -199,7 +227,42 @@ class FakeServer:
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": count,
                           "total_tokens": prompt_tokens + count}}
 
-    async def stream(self, request: web.Request, chat: bool, prompt_tokens: int, count: int) -> web.StreamResponse:
+    async def answer_tool_call(self, request: web.Request, body: dict[str, Any], call: dict[str, str],
+                               prompt_tokens: int) -> web.StreamResponse:
+        """A call of one tool, as llama-server answers a tool-capable model: streamed in deltas (the
+        name first, then the arguments in pieces) or whole, with finish_reason "tool_calls"."""
+        ident, count = f"chatcmpl-{uuid.uuid4().hex[:12]}", max(1, len(call["arguments"]) // 4)
+        self.counters["tokens_predicted"] += count
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count, "total_tokens": prompt_tokens + count}
+        call_id = f"call_{uuid.uuid4().hex[:8]}"
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function", "function": call}]}
+            return web.json_response({"id": ident, "object": "chat.completion", "created": int(time.time()),
+                                      "model": self.alias, "usage": usage, "choices": [
+                                          {"index": 0, "finish_reason": "tool_calls", "message": message}]})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            data = {"id": ident, "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": self.alias, "choices": [{"index": 0, "finish_reason": finish, "delta": delta}], **extra}
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        await response.write(event({"role": "assistant", "content": None}))
+        await response.write(event({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                                    "function": {"name": call["name"], "arguments": ""}}]}))
+        text = call["arguments"]
+        for start in range(0, len(text), 8):
+            await self.tick()
+            await response.write(event({"tool_calls": [{"index": 0, "function": {"arguments": text[start:start + 8]}}]}))
+        await response.write(event({}, "tool_calls", usage=usage))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def stream(self, request: web.Request, chat: bool, prompt_tokens: int, count: int,
+                     slot: int = 0) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         ident = f"chatcmpl-{uuid.uuid4().hex[:12]}"
@@ -219,6 +282,7 @@ class FakeServer:
             await response.write(f"data: {json.dumps({'id': ident, 'object': kind, 'model': self.alias, 'choices': [{'index': 0, 'finish_reason': None, 'delta': {'role': 'assistant', 'content': None}}]})}\n\n".encode())
         for i in range(count):
             await self.tick()
+            self.held[slot] = prompt_tokens + i + 1
             await response.write(chunk(WORDS[i % len(WORDS)], None))
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count, "total_tokens": prompt_tokens + count}
         await response.write(chunk(None, "length" if count >= self.tokens else "stop", usage=usage))
@@ -255,6 +319,30 @@ class FakeServer:
         app.router.add_post("/v1/embeddings", self.embeddings)
         app.router.add_post("/embeddings", self.embeddings)
         return app
+
+
+def example_value(schema: dict[str, Any]) -> Any:
+    """A value valid against a simple JSON schema: its first enum value, else one of its type."""
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type", "string")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {name: example_value(props.get(name, {})) for name in schema.get("required", [])}
+    return {"array": [], "integer": 1, "number": 1.0, "boolean": True, "null": None}.get(kind, "Paris")
+
+
+def tool_call(body: dict[str, Any]) -> dict[str, str] | None:
+    """The call a request with ``tools`` gets: its ``tool_choice`` function, else its first tool."""
+    tools = [t.get("function") or {} for t in body.get("tools") or [] if isinstance(t, dict)]
+    if not tools or body.get("tool_choice") == "none":
+        return None
+    choice = body.get("tool_choice")
+    wanted = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    tool = next((t for t in tools if t.get("name") == wanted), tools[0])
+    arguments = os.environ.get("FAKE_TOOL_ARGS") or json.dumps(example_value(tool.get("parameters") or {"type": "object"}))
+    return {"name": str(tool.get("name", "")), "arguments": arguments}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
