@@ -1,8 +1,10 @@
 """``DemoDaemon``: an in-memory daemon with a believable fleet, for screenshots and ``--demo``.
 
-It answers the same calls as ``DaemonClient`` from seeded data (five models in every state, a host
-with a GPU, keys, history with live-looking curves, runtime logs), so the whole app can be shown
-and documented on a machine with no models. Started models become ready after a short delay.
+It answers every call of ``DaemonClient`` (``tests/app/test_demo_conformance.py`` holds it to that)
+from seeded data (five models in every state, one of them a base model without a chat template, a
+host with a GPU, keys, history with live-looking curves, runtime logs; nodes, model sources and jobs
+from ``app.demo_services``), so the whole app can be shown and documented on a machine with no
+models. Started models become ready after a short delay.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import GpuInfo
+from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
 from daemon.api.models import (
     ApiKeyCreated,
@@ -26,6 +29,7 @@ from daemon.api.models import (
     Event,
     EventsPage,
     HistoryPoint,
+    HistoryRange,
     HistorySeries,
     HostSnapshot,
     ModelDefinition,
@@ -50,8 +54,8 @@ def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
                                settings=LlamaCppSettings(**settings), auto_start=mid == "gemma3-270m",
                                sources=ModelSource(hf_repo=f"example/{name}-GGUF"))
     return [
-        (d("gemma3-270m", "gemma3-270m", "~/.mirbadllm/models/gemma-3-270m-it-Q4_K_M.gguf", ["chat", "small"],
-           ctx_size=8192, parallel=2), ModelState.READY, None),
+        (d("gemma3-270m", "gemma3-270m", "~/.mirbadllm/models/gemma-3-270m-Q4_K_M.gguf", ["demo", "small"],
+           ctx_size=8192, parallel=2), ModelState.READY, None),  # a base model: no chat template
         (d("qwen25-coder-7b", "qwen2.5-coder-7b", "~/models/qwen2.5-coder-7b-instruct-q4_k_m.gguf", ["code", "chat"],
            ctx_size=32768, n_gpu_layers=-1, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0"),
          ModelState.READY, None),
@@ -65,7 +69,7 @@ def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
     ]
 
 
-class DemoDaemon:
+class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
     """Same surface as ``DaemonClient``; nothing leaves the process."""
 
     def __init__(self) -> None:
@@ -92,9 +96,9 @@ class DemoDaemon:
         self._events: list[Event] = []
         self._changed = asyncio.Event()
 
-    def _publish(self, type_: str, model: str | None = None) -> None:
+    def _publish(self, type_: str, model: str | None = None, **data: Any) -> None:
         self._last_id += 1
-        self._events.append(Event(id=self._last_id, ts=time.time(), type=type_, model=model))
+        self._events.append(Event(id=self._last_id, ts=time.time(), type=type_, model=model, data=data))
         self._changed.set()
 
     def _view(self, model_id: str) -> ModelView:
@@ -169,7 +173,7 @@ class DemoDaemon:
         del self.definitions[model_id], self.statuses[model_id]
         self._publish("model.removed", model_id)
 
-    async def start_model(self, model_id: str, wait: bool = False) -> ModelStatus:
+    async def start_model(self, model_id: str, wait: bool = False, force: bool = False) -> ModelStatus:
         self._view(model_id)
         asyncio.get_running_loop().call_later(2.0, lambda: self._set(model_id, ModelState.READY))
         return self._set(model_id, ModelState.STARTING, pid=31299, started_at=time.time(), error=None,
@@ -195,17 +199,20 @@ class DemoDaemon:
             yield (f"slot      release: id  {n % 2} | task {900 + n} | stop processing: n_past = {180 + n * 7}, "
                    f"truncated = 0")
 
-    async def model_history(self, model_id: str, range_: str = "5m") -> HistorySeries:
+    async def model_history(self, model_id: str, range_: HistoryRange = "5m") -> HistorySeries:
         self._view(model_id)
         step = _STEP_S[range_]
         end = time.time()
         ready = self.statuses[model_id].state == ModelState.READY
         points = [HistoryPoint(ts=end - (299 - i) * step, values=_demo_values(i, end - (299 - i) * step, ready))
                   for i in range(300)]
-        return HistorySeries(subject=model_id, range=range_, step_s=step, points=points)  # type: ignore[arg-type]
+        return HistorySeries(subject=model_id, range=range_, step_s=step, points=points)
 
-    async def node_history(self, node_id: str = "local", range_: str = "5m") -> HistorySeries:
-        return HistorySeries(subject=node_id, range=range_, step_s=_STEP_S[range_], points=[])  # type: ignore[arg-type]
+    async def node_history(self, node_id: str = "local", range_: HistoryRange = "5m") -> HistorySeries:
+        step = _STEP_S[range_]
+        end = time.time()
+        points = [HistoryPoint(ts=end - (299 - i) * step, values=_node_values(i)) for i in range(300)]
+        return HistorySeries(subject=node_id, range=range_, step_s=step, points=points)
 
     async def list_keys(self) -> list[ApiKeyInfo]:
         return list(self.keys.values())
@@ -232,6 +239,14 @@ class DemoDaemon:
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
         return []
 
+    async def shutdown(self, stop_models: bool = False) -> dict[str, Any]:
+        """There is no process to stop; stopping the models is shown as it would happen."""
+        running = [i for i, st in self.statuses.items() if st.state in (ModelState.READY, ModelState.STARTING)]
+        if stop_models:
+            for model_id in running:
+                await self.stop_model(model_id)
+        return {"pid": 31100, "stopped_models": running if stop_models else []}
+
 
 def _demo_values(i: int, ts: float, ready: bool) -> dict[str, float | None]:
     if not ready:
@@ -249,6 +264,13 @@ def _demo_values(i: int, ts: float, ready: bool) -> dict[str, float | None]:
         "gpu_mem_bytes": 5.4 * GIB + 0.8 * GIB * burst,
         "gpu_util_percent": 4 + 90 * burst,
     }
+
+
+def _node_values(i: int) -> dict[str, float | None]:
+    burst = max(0.0, math.sin(i / 9.0))
+    return {"cpu_percent": 12 + 60 * burst, "mem_used_bytes": 27.4 * GIB + 2 * GIB * burst,
+            "mem_total_bytes": 64.0 * GIB, "gpu_mem_used_bytes": 15.2 * GIB + 1.5 * GIB * burst,
+            "gpu_mem_total_bytes": 24.0 * GIB, "gpu_util_percent": 5 + 85 * burst}
 
 
 def _demo_log(name: str) -> list[str]:

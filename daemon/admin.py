@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -86,6 +88,7 @@ class AdminApi:
             web.get("/api/settings", self.get_settings),
             web.put("/api/settings", self.put_settings),
             web.get("/api/requests", self.recent_requests),              # ?limit=N
+            web.post("/api/shutdown", self.shutdown),                    # ?stop_models=0|1
             *self.sources.routes(),                                      # /api/fit, downloads, imports, transfers
             web.post("/api/jobs/benchmark", self.jobs.start_benchmark),    # body: BenchmarkRequest
             web.post("/api/jobs/tune", self.jobs.start_tune),              # body: TuneRequest
@@ -167,6 +170,19 @@ class AdminApi:
         status = await self.d.orchestrator.stop(model_id)
         await self.d.history.audit("admin", "model.stop", model_id)
         return _json(status)
+
+    async def shutdown(self, request: web.Request) -> web.Response:
+        """End the daemon process (``mirbadllm ctl daemon stop``); its models keep running and are
+        adopted at the next start unless ``stop_models``. Answers before the listener closes."""
+        stopped: list[str] = []
+        if request.query.get("stop_models") in ("1", "true"):
+            for definition in self.d.registry.all():
+                if self.d.orchestrator.status(definition).state != ModelState.STOPPED:
+                    await self.d.orchestrator.stop(definition.id)
+                    stopped.append(definition.id)
+        await self.d.history.audit("admin", "daemon.shutdown", "", ", ".join(stopped))
+        asyncio.get_running_loop().call_soon(self.d.shutdown_requested.set)
+        return web.json_response({"pid": os.getpid(), "stopped_models": stopped}, status=202)
 
     async def restart_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]

@@ -136,6 +136,12 @@ class NodeManager:
                 "gpus": sample.gpus or view.gpus})
         return view
 
+    def names(self) -> dict[str, str]:
+        """Every node a model may be placed on, id -> name (the registry refuses any other)."""
+        names = {LOCAL_NODE: socket.gethostname()} if LOCAL_NODE in self.links else {}
+        names.update({r.id: r.name for r in self.store.all()})
+        return names
+
     def discovered(self) -> list[DiscoveredNode]:
         return self.discovery.listing({r.pairing_fingerprint for r in self.store.all()})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from agent.api.llamacpp import LlamaCppSettings, config_hash, lift_extra_args
 from daemon.api.models import ModelDefinition, ModelSource
 from daemon.atomic import write_json_atomic
-from daemon.validation import DefinitionRejected, check_definition
+from daemon.validation import DefinitionRejected, UnknownNode, check_definition, resolve_node
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -76,6 +77,19 @@ class Registry:
         self._path = path
         self._models: dict[str, ModelDefinition] = {}
         self._lock = asyncio.Lock()
+        # The nodes a model may be saved on (id -> name); the daemon sets it, None checks nothing.
+        self.known_nodes: Callable[[], Mapping[str, str]] | None = None
+
+    def _placed(self, definition: ModelDefinition) -> ModelDefinition:
+        """Refused (422) on a node that does not exist; a node named by id prefix or name is stored
+        under its full id, so requests find it."""
+        if self.known_nodes is None:
+            return definition
+        try:
+            node = resolve_node(definition.node, self.known_nodes())
+        except UnknownNode as exc:
+            raise RegistryError(422, "unknown_node", str(exc)) from exc
+        return definition if node == definition.node else definition.model_copy(update={"node": node})
 
     def load(self) -> bool:
         """Read ``models.json``; False when there was none (first run)."""
@@ -126,7 +140,7 @@ class Registry:
         async with self._lock:
             if definition.id in self._models:
                 raise RegistryError(409, "model_exists", f"a model with id '{definition.id}' already exists")
-            definition = checked(definition)
+            definition = self._placed(checked(definition))
             self._check_unique(definition)
             self._models[definition.id] = definition
             self._save()
@@ -135,7 +149,7 @@ class Registry:
     async def update(self, definition: ModelDefinition) -> ModelDefinition:
         async with self._lock:
             self.require(definition.id)
-            definition = checked(definition)
+            definition = self._placed(checked(definition))
             self._check_unique(definition)
             self._models[definition.id] = definition
             self._save()

@@ -68,6 +68,7 @@ class Daemon:
         self.orchestrator.listeners.append(self.health.observe)
         self.telemetry = TelemetryCollector(self.orchestrator.links, self.history, config.history_interval_s)
         self.nodes = NodeManager(self)  # paired nodes join orchestrator.links under their node ids
+        self.registry.known_nodes = self.nodes.names  # a model is saved only on a node that exists
         self.jobs = JobManager(self.orchestrator, self.events, self.router.in_flight, self.telemetry, paths.home)
         self.orchestrator.maintenance = self.jobs.maintenance  # read by the router and the health monitor
         self.admin_token = ""
@@ -75,6 +76,7 @@ class Daemon:
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self.shutdown_requested = asyncio.Event()  # POST /api/shutdown; `mirbadllm daemon` exits on it
 
     def info(self) -> DaemonInfo:
         host = "127.0.0.1" if self.config.loopback_only else self.config.bind_host

@@ -4,13 +4,15 @@
 and ``agent.api.safe_names``), judging paths by their text because the files live on the node:
 an absolute model path without ``..``, UNC or NUL; runtime arguments that stay inside the model's
 folder and open nothing to the network; environment variables from the allowlist only; sources
-whose repo, revision and file name cannot escape a folder. The registry calls it on add and update.
+whose repo, revision and file name cannot escape a folder. The registry calls it on add and update,
+and places the model with ``resolve_node``: on a node that exists, named by id, id prefix or name.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 
 from agent.api.launch_policy import PolicyViolation, check_env, check_extra_args
 from agent.api.safe_names import (
@@ -26,10 +28,35 @@ _LOGGER = logging.getLogger(__name__)
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TAGS = 32
+MIN_ID_PREFIX = 4
 
 
 class DefinitionRejected(ValueError):
     """A definition the daemon will not store; the message names the field and the reason."""
+
+
+class UnknownNode(DefinitionRejected):
+    """The definition's node is none of the nodes the daemon knows."""
+
+
+def resolve_node(node: str, known: Mapping[str, str]) -> str:
+    """The full id of the node that ``node`` names, given ``known`` (id -> name): its id, a unique id
+    prefix (``ctl nodes list`` shows 12 characters) or its name (case-insensitive)."""
+    if node in known:
+        return node
+    wanted = node.strip().casefold()
+    for candidates in ([i for i, name in known.items() if name.casefold() == wanted],
+                       [i for i in known if len(wanted) >= MIN_ID_PREFIX and i.startswith(wanted)]):
+        if len(candidates) == 1:
+            return candidates[0]
+        if len(candidates) > 1:
+            raise UnknownNode(f"node '{node}' is ambiguous: it names {len(candidates)} nodes; use the full id. "
+                              f"Known nodes: {_listing(known)}")
+    raise UnknownNode(f"node '{node}' is unknown. Known nodes: {_listing(known)}")
+
+
+def _listing(known: Mapping[str, str]) -> str:
+    return ", ".join(f"{name} (id {node_id})" for node_id, name in known.items()) or "none (pair one first)"
 
 
 def check_definition(definition: ModelDefinition) -> None:

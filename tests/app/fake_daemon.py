@@ -4,7 +4,9 @@ Same method names and signatures; every call is recorded in ``calls`` so tests c
 app asked the daemon to do. State changes publish events exactly as the daemon's ring does
 (monotonic ids, a ``boot_id``), so the app's ``EventFeed`` is exercised for real. Switches:
 ``unreachable`` makes every call fail like a stopped daemon; ``fail_next[method]`` fails one call;
-``auto_ready`` makes a started model become ready on the next loop turn.
+``auto_ready`` makes a started model become ready on the next loop turn. Model sources and jobs
+come from the demo daemon's in-memory ones (``app.demo_services``, without the demo's seeded
+jobs); ``base_model_files`` lists the model paths whose GGUF has no chat template.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from agent.api.models import GpuInfo
 from agent.api.pairing import normalize_code, short_fingerprint
+from app.demo_services import DemoJobs, DemoSources
 from daemon.api.client import DaemonError
 from daemon.api.models import (
     ApiKeyCreated,
@@ -28,6 +31,7 @@ from daemon.api.models import (
     Event,
     EventsPage,
     HistoryPoint,
+    HistoryRange,
     HistorySeries,
     HostSnapshot,
     ModelDefinition,
@@ -49,7 +53,9 @@ def definition(model_id: str, **kw: Any) -> ModelDefinition:
                            model_path=kw.pop("model_path", f"/models/{model_id}.gguf"), **kw)
 
 
-class FakeDaemonClient:
+class FakeDaemonClient(DemoSources, DemoJobs):
+    seed_jobs = False
+
     def __init__(self, models: list[ModelDefinition] | None = None) -> None:
         self.base_url = "http://127.0.0.1:8484"
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
@@ -77,6 +83,7 @@ class FakeDaemonClient:
                                                memory_total=32 * 2**30, memory_available=20 * 2**30)]
         self.discovered: list[DiscoveredNode] = []
         self.agent_codes: dict[str, str] = {}
+        self.base_model_files: set[str] = set()
         for d in models or []:
             self.definitions[d.id] = d
             self.statuses[d.id] = ModelStatus(id=d.id, served_name=d.served_name, state=ModelState.STOPPED)
@@ -88,6 +95,12 @@ class FakeDaemonClient:
         self._events.append(event)
         self._changed.set()
         return event
+
+    def _publish(self, type_: str, model: str | None = None, **data: Any) -> Event:
+        return self.publish(type_, model, **data)
+
+    def _file_has_chat_template(self, path: str) -> bool | None:
+        return path not in self.base_model_files
 
     def set_state(self, model_id: str, state: ModelState, **kw: Any) -> None:
         old = self.statuses[model_id]
@@ -184,7 +197,7 @@ class FakeDaemonClient:
         del self.definitions[model_id], self.statuses[model_id]
         self.publish("model.removed", model_id)
 
-    async def start_model(self, model_id: str, wait: bool = False) -> ModelStatus:
+    async def start_model(self, model_id: str, wait: bool = False, force: bool = False) -> ModelStatus:
         self._record("start_model", model_id)
         self._view(model_id)
         self.set_state(model_id, ModelState.STARTING, endpoint="http://127.0.0.1:18080",
@@ -223,12 +236,12 @@ class FakeDaemonClient:
         self.log_lines.setdefault(model_id, []).append(line)
         self._changed.set()
 
-    async def model_history(self, model_id: str, range_: str = "5m") -> HistorySeries:
+    async def model_history(self, model_id: str, range_: HistoryRange = "5m") -> HistorySeries:
         self._record("model_history", model_id, range_)
-        return HistorySeries(subject=model_id, range=range_, step_s=1.0,  # type: ignore[arg-type]
+        return HistorySeries(subject=model_id, range=range_, step_s=1.0,
                              points=self.history.get(model_id, []))
 
-    async def node_history(self, node_id: str = "local", range_: str = "5m") -> HistorySeries:
+    async def node_history(self, node_id: str = "local", range_: HistoryRange = "5m") -> HistorySeries:
         self._record("node_history", node_id, range_)
         return HistorySeries(subject=node_id, range=range_, step_s=1.0, points=[])  # type: ignore[arg-type]
 
@@ -267,6 +280,13 @@ class FakeDaemonClient:
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
         self._record("requests", limit)
         return []
+
+    async def shutdown(self, stop_models: bool = False) -> dict[str, Any]:
+        self._record("shutdown", stop_models)
+        running = [i for i, st in self.statuses.items() if st.state in (ModelState.READY, ModelState.STARTING)]
+        for model_id in running if stop_models else []:
+            self.set_state(model_id, ModelState.STOPPED, endpoint=None)
+        return {"pid": 4321, "stopped_models": running if stop_models else []}
 
     # --- nodes ----------------------------------------------------------------------------------
     def add_waiting_agent(self, name: str, code: str, address: str = "10.20.0.2:9443") -> DiscoveredNode:
@@ -325,6 +345,6 @@ class FakeDaemonClient:
         self.nodes = [n for n in self.nodes if n.id != node_id]
         self.publish("node.removed", node=node_id)
 
-    async def gpu_history(self, node_id: str, gpu: str, range_: str = "5m") -> HistorySeries:
+    async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         self._record("gpu_history", node_id, gpu, range_)
         return HistorySeries(subject=f"{node_id}/{gpu}", range=range_, step_s=1.0, points=[])  # type: ignore[arg-type]

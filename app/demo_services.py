@@ -1,0 +1,353 @@
+"""The in-memory nodes, model sources and jobs behind ``DemoDaemon`` (and the tests' fake daemon).
+
+Mixins over a class that has ``definitions`` (id -> ``ModelDefinition``), ``_view(model_id)`` and
+``_publish(type_, model=None, **data)``; their own state is created on first use, so a subclass
+needs no cooperation in ``__init__``. Each answers like the daemon would, with believable figures:
+a fit report for any file, transfers that finish, benchmark and tuning jobs with results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from agent.api.llamacpp import LlamaCppSettings
+from agent.api.models import GpuInfo
+from agent.api.pairing import normalize_code, short_fingerprint
+from agent.api.sources import (
+    FitReport,
+    GgufSummary,
+    ImportedModel,
+    MemoryEstimate,
+    OllamaModelInfo,
+    TransferState,
+)
+from daemon.api.client import DaemonError
+from daemon.api.jobs import (
+    BenchmarkRequest,
+    BenchmarkResult,
+    CandidateResult,
+    JobState,
+    JobView,
+    PlanStep,
+    ScorePoint,
+    TuneRequest,
+    TuningPlan,
+    TuningResult,
+)
+from daemon.api.models import HistoryPoint, HistoryRange, HistorySeries, ModelDefinition, ModelView
+from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeState, NodeView
+from daemon.api.sources import DownloadQuery, FitQuery, FolderImportQuery, OllamaImportQuery, Transfer
+
+_LOGGER = logging.getLogger(__name__)
+
+GIB = 2**30
+DEMO_PAIRING_CODE = "KXT7-M4QP"  # what the demo's waiting agent "prints"
+# Model files known to carry no chat template (base models); every other file has one.
+BASE_MODEL_MARKERS = ("-base", "gemma-3-270m.", "gemma-3-270m-q")
+
+
+class DemoSources:
+    """``fit``, downloads, imports and transfers; transfers finish at once and register nothing."""
+
+    definitions: dict[str, ModelDefinition]
+
+    if TYPE_CHECKING:  # provided by the daemon class this is mixed into
+        def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
+
+    @property
+    def _transfer_book(self) -> dict[str, Transfer]:
+        book: dict[str, Transfer] | None = self.__dict__.get("_demo_transfers")
+        if book is None:
+            book = self.__dict__["_demo_transfers"] = {}
+        return book
+
+    def _file_has_chat_template(self, path: str) -> bool | None:
+        name = path.rsplit("/", 1)[-1].lower()
+        return not any(marker in name for marker in BASE_MODEL_MARKERS)
+
+    async def fit(self, query: FitQuery) -> FitReport:
+        path = query.model_path or (query.hf.file if query.hf and query.hf.file else "") or ""
+        name = path.rsplit("/", 1)[-1]
+        ctx = query.settings.ctx_size or 8192
+        parallel = query.settings.parallel or 4
+        kv = ctx * 28 * 2 * 1024 * 2
+        summary = GgufSummary(architecture="llama", name=name.removesuffix(".gguf"), file_size=int(4.4 * GIB),
+                              tensor_bytes=int(4.3 * GIB), tensor_count=291, block_count=28, context_length=131072,
+                              embedding_length=3584, head_count=28, head_count_kv=[4] * 28, vocab_size=152064,
+                              has_chat_template=self._file_has_chat_template(path))
+        estimate = MemoryEstimate(ctx_size=ctx, parallel=parallel, n_gpu_layers=query.settings.n_gpu_layers or 0,
+                                  weights_bytes=summary.tensor_bytes, kv_cache_bytes=kv, compute_bytes=GIB // 3,
+                                  overhead_bytes=GIB // 8, host_bytes=summary.tensor_bytes + kv + GIB // 2,
+                                  total_bytes=summary.tensor_bytes + kv + GIB // 2)
+        fits = estimate.total_bytes < 34 * GIB
+        return FitReport(summary=summary, estimate=estimate, memory_total=64 * GIB, memory_available=36 * GIB,
+                         reserve_bytes=GIB, fits=fits, max_ctx_size=65536, max_gpu_layers=28, source=path,
+                         message="fits in memory with room to spare" if fits else "needs more memory than is free")
+
+    def _transfer(self, kind: str, label: str, node: str, files: list[str]) -> Transfer:
+        now = time.time()
+        transfer = Transfer(id=f"t{len(self._transfer_book) + 1}", kind=kind, label=label,  # type: ignore[arg-type]
+                            node=node, state=TransferState.DONE, stage="done", bytes_done=int(4.4 * GIB),
+                            bytes_total=int(4.4 * GIB), files=files, created_at=now, finished_at=now,
+                            result=[ImportedModel(model_path=f, name=f.rsplit("/", 1)[-1].removesuffix(".gguf"))
+                                    for f in files])
+        self._transfer_book[transfer.id] = transfer
+        self._publish("transfer.state", transfer=transfer.model_dump(mode="json"))
+        return transfer
+
+    async def download(self, query: DownloadQuery) -> Transfer:
+        label = f"{query.hf.repo}/{query.hf.file or query.hf.quant or ''}" if query.hf else (query.url or "download")
+        return self._transfer("hf" if query.hf else "url", label, query.node, [f"~/models/{label.rsplit('/', 1)[-1] or 'model'}.gguf"])
+
+    async def ollama_models(self, node: str = "local", store: str | None = None) -> list[OllamaModelInfo]:
+        return [OllamaModelInfo(model="llama3.2:3b", size=int(2.0 * GIB)),
+                OllamaModelInfo(model="qwen3:8b", size=int(5.2 * GIB)),
+                OllamaModelInfo(model="gemma3:4b", size=int(3.3 * GIB), has_projector=True)]
+
+    async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
+        return self._transfer("ollama", query.model, query.node, [f"~/models/{query.model.replace(':', '-')}.gguf"])
+
+    async def import_folder(self, query: FolderImportQuery) -> Transfer:
+        return self._transfer("folder", query.folder, query.node, [f"{query.folder.rstrip('/')}/model.gguf"])
+
+    async def transfers(self) -> list[Transfer]:
+        return list(self._transfer_book.values())
+
+    async def transfer(self, transfer_id: str) -> Transfer:
+        if transfer_id not in self._transfer_book:
+            raise DaemonError(404, "transfer_not_found", f"no transfer '{transfer_id}'")
+        return self._transfer_book[transfer_id]
+
+    async def cancel_transfer(self, transfer_id: str) -> Transfer:
+        return await self.transfer(transfer_id)  # already finished: nothing to cancel
+
+
+def _demo_nodes() -> list[NodeView]:
+    now = time.time()
+    fp = hashlib.sha256(b"studio").hexdigest()
+    return [
+        NodeView(id="local", name="workstation", local=True, state=NodeState.ONLINE, hostname="workstation",
+                 os="Linux", arch="x86_64", version="0.1.0", cpu_count=32, cpu_percent=31.0, memory_total=64 * GIB,
+                 memory_used=int(27.4 * GIB), memory_available=int(36.6 * GIB), last_seen=now, latency_ms=0.4,
+                 models=["gemma3-270m", "qwen25-coder-7b", "nomic-embed", "llama31-8b", "mistral-small"],
+                 gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-4090", memory_total=24 * GIB,
+                               memory_used=int(15.2 * GIB), utilization_percent=58.0, temperature_c=64.0,
+                               power_w=285.0)]),
+        NodeView(id=hashlib.sha256(fp.encode()).hexdigest(), name="studio", address="192.168.1.40:8485",
+                 state=NodeState.ONLINE, hostname="studio.local", os="Darwin", arch="arm64", version="0.1.0",
+                 cpu_count=12, cpu_percent=9.0, memory_total=96 * GIB, memory_used=int(22.0 * GIB),
+                 memory_available=int(74.0 * GIB), last_seen=now, latency_ms=2.1, paired_at=now - 86400 * 9,
+                 fingerprint=fp, models=[]),
+        NodeView(id=hashlib.sha256(b"old-laptop").hexdigest(), name="old-laptop", address="192.168.1.52:8485",
+                 state=NodeState.OFFLINE, reason="no answer to 3 status probes in a row", hostname="old-laptop",
+                 os="Linux", arch="x86_64", version="0.1.0", cpu_count=4, memory_total=16 * GIB,
+                 last_seen=now - 1800, paired_at=now - 86400 * 40, fingerprint=hashlib.sha256(b"x").hexdigest()),
+    ]
+
+
+class DemoNodes:
+    """A local node, a paired Mac, an offline laptop, and one agent waiting with ``DEMO_PAIRING_CODE``."""
+
+    if TYPE_CHECKING:  # provided by the daemon class this is mixed into
+        def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
+
+    @property
+    def _node_book(self) -> tuple[list[NodeView], list[DiscoveredNode]]:
+        book: tuple[list[NodeView], list[DiscoveredNode]] | None = self.__dict__.get("_demo_nodes")
+        if book is None:
+            fp = hashlib.sha256(b"gpu-box").hexdigest()
+            waiting = DiscoveredNode(name="gpu-box", address="192.168.1.61:8485", host="192.168.1.61", port=8485,
+                                     fingerprint=fp, short_fingerprint=short_fingerprint(fp), version="0.1.0",
+                                     hostname="gpu-box", seen_at=time.time())
+            book = self.__dict__["_demo_nodes"] = (_demo_nodes(), [waiting])
+        return book
+
+    async def list_nodes(self) -> list[NodeView]:
+        return list(self._node_book[0])
+
+    async def get_node(self, node_id: str) -> NodeView:
+        found = [n for n in self._node_book[0] if n.id == node_id]
+        if not found:
+            raise DaemonError(404, "node_not_found", f"no paired node with id '{node_id}'")
+        return found[0]
+
+    async def discovered_nodes(self) -> list[DiscoveredNode]:
+        return list(self._node_book[1])
+
+    async def add_node_address(self, address: str) -> NodeAddResult:
+        found = [d for d in self._node_book[1] if d.address == address or d.host == address]
+        if not found:
+            raise DaemonError(502, "node_unreachable", f"No MirbadLLM agent answers at {address}")
+        return NodeAddResult(discovered=found[0])
+
+    async def pair_node(self, address: str, code: str, fingerprint: str) -> NodeView:
+        nodes, waiting = self._node_book
+        entry = next((d for d in waiting if d.fingerprint == fingerprint), None)
+        if entry is None:
+            raise DaemonError(502, "node_unreachable", f"No agent waiting to be paired answers at {address}")
+        if normalize_code(code) != normalize_code(DEMO_PAIRING_CODE):
+            raise DaemonError(403, "wrong_code", "Wrong pairing code (4 tries left).")
+        waiting.remove(entry)
+        node = NodeView(id=hashlib.sha256(fingerprint.encode()).hexdigest(), name=entry.name, address=address,
+                        state=NodeState.ONLINE, memory_total=128 * GIB, memory_available=120 * GIB,
+                        fingerprint=fingerprint, paired_at=time.time(), cpu_count=24, os="Linux", arch="x86_64",
+                        gpus=[GpuInfo(index=0, name="NVIDIA RTX 6000 Ada", uuid="GPU-6000", memory_total=48 * GIB,
+                                      memory_used=GIB, utilization_percent=0.0, temperature_c=38.0)])
+        nodes.append(node)
+        self._publish("node.paired", node=node.id)
+        return node
+
+    async def remove_node(self, node_id: str) -> None:
+        node = await self.get_node(node_id)
+        if node.local:
+            raise DaemonError(400, "node_is_local", "this machine's own node cannot be removed")
+        self._node_book[0].remove(node)
+        self._publish("node.removed", node=node_id)
+
+    async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
+        await self.get_node(node_id)
+        step = {"5m": 1.0, "1h": 10.0, "24h": 240.0, "7d": 1680.0}[range_]
+        end = time.time()
+        points = [HistoryPoint(ts=end - (119 - i) * step,
+                               values={"temperature_c": 60.0 + 6 * math.sin(i / 11), "power_w": 220.0 + 60 * math.sin(i / 9)})
+                  for i in range(120)]
+        return HistorySeries(subject=f"{node_id}/{gpu}", range=range_, step_s=step, points=points)
+
+
+def _bench_metrics(scale: float) -> dict[str, float]:
+    return {"single_tps": round(88.0 * scale, 1), "top_agg_tps": round(412.0 * scale, 1),
+            "single_ttft_p50_ms": round(96.0 / scale), "top_ttft_p95_ms": round(610.0 / scale),
+            "long_ttft_ms": round(1180.0 / scale), "long_prefill_tps": round(3470.0 * scale),
+            "cached_ttft_ms": 41.0, "tool_valid": 1.0, "objective_score": 0.75, "error_rate": 0.0}
+
+
+class DemoJobs:
+    """Benchmarks and tuning: three past benchmarks and a finished tuning run per model (``seed_jobs``), and one job at a time, which stays running until cancelled."""
+
+    definitions: dict[str, ModelDefinition]
+    seed_jobs = True
+
+    if TYPE_CHECKING:  # provided by the daemon class this is mixed into
+        def _view(self, model_id: str) -> ModelView: ...
+        def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
+
+    @property
+    def _job_book(self) -> dict[str, JobView]:
+        book: dict[str, JobView] | None = self.__dict__.get("_demo_jobs")
+        if book is None:
+            book = self.__dict__["_demo_jobs"] = {}
+            for model in list(self.definitions) if self.seed_jobs else []:
+                self._seed_jobs(model)
+        return book
+
+    def _seed_jobs(self, model: str) -> None:
+        now = time.time()
+        for n, (days, scale) in enumerate(((9, 0.82), (4, 0.95), (1, 1.0))):
+            started = now - 86400 * days
+            result = BenchmarkResult(model=model, stamp=f"2026110{n + 1}T120000Z", started_at=started,
+                                     finished_at=started + 95, metrics=_bench_metrics(scale), slots=4,
+                                     settings=self.definitions[model].settings, duration_s=95.0)
+            self._add(JobView(id=f"benchmark.{model}.{result.stamp}", kind="benchmark", model=model,
+                              state=JobState.SUCCEEDED, started_at=started, finished_at=started + 95, progress=1.0,
+                              phase="succeeded", summary={k: result.metrics[k] for k in
+                                                          ("single_tps", "top_agg_tps", "single_ttft_p50_ms",
+                                                           "long_ttft_ms", "tool_valid", "objective_score")},
+                              result=result))
+        tuning = _tuning_result(model, self.definitions[model].settings, now - 86400 * 2)
+        self._add(JobView(id=f"tune.{model}.{tuning.stamp}", kind="tune", model=model, search="quick",
+                          state=JobState.SUCCEEDED, started_at=tuning.started_at, finished_at=tuning.finished_at,
+                          progress=1.0, phase="succeeded", message=tuning.decision, candidates_done=6,
+                          candidates_total=6, scores=[ScorePoint(label=c.description or c.step, score=c.score)
+                                                      for c in tuning.candidates],
+                          summary={"candidates": 6.0, "gain": tuning.gain or 1.0, "winner": 3.0}, result=tuning))
+
+    def _add(self, view: JobView) -> JobView:
+        self._job_book[view.id] = view
+        return view
+
+    def _new(self, kind: str, model: str, **extra: Any) -> JobView:
+        self._view(model)
+        if any(j.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+               for j in self._job_book.values()):
+            raise DaemonError(409, "job_conflict", "another job is running on this node; wait for it or cancel it")
+        view = self._add(JobView(id=f"{kind}.{model}.{int(time.time() * 1000)}", kind=kind,  # type: ignore[arg-type]
+                                 model=model, state=JobState.RUNNING, started_at=time.time(), progress=0.35,
+                                 phase="measuring", message="candidate 3 of 8: parallel=8",
+                                 candidate="parallel=8 (total context kept)", candidates_done=2, candidates_total=8,
+                                 eta_s=412.0, scores=[ScorePoint(label="baseline", score=1.0),
+                                                      ScorePoint(label="threads=12", score=1.07)], **extra))
+        self._publish("job.started", model, job=view.model_dump(mode="json"))
+        return view
+
+    async def start_benchmark(self, request: BenchmarkRequest) -> JobView:
+        return self._new("benchmark", request.model, preset=request.preset)
+
+    async def start_tune(self, request: TuneRequest) -> JobView:
+        return self._new("tune", request.model, preset=request.preset, search=request.search)
+
+    async def plan_tune(self, request: TuneRequest) -> TuningPlan:
+        self._view(request.model)
+        steps = [PlanStep(dimension="threads", values=["8", "12", "16"], goal="Match the performance cores.",
+                          tradeoff="Too many threads contend with each other."),
+                 PlanStep(dimension="batch", values=["512/512", "2048/512", "4096/1024"],
+                          goal="Faster prompt processing.", tradeoff="Larger batches take more compute memory."),
+                 PlanStep(dimension="parallel", values=["2", "4", "8"], goal="More requests at once.",
+                          tradeoff="Each slot gets a smaller share of the context."),
+                 PlanStep(dimension="flash_attn", values=["off", "on"], goal="Less memory, faster long prompts.",
+                          tradeoff="Not every backend supports it.")]
+        full = request.search == "full"
+        return TuningPlan(model=request.model, preset=request.preset, search=request.search, steps=steps,
+                          candidates=14 if full else 8, confirmations=3, start_s=6.0, benchmark_s=48.0,
+                          eta_s=1150.0 if full else 690.0,
+                          notes=["The model answers 503 maintenance while it is tuned.",
+                                 "Your saved settings are restored at the end, whatever happens."])
+
+    async def list_jobs(self, model: str | None = None, kind: str | None = None) -> list[JobView]:
+        views = [v.model_copy(update={"result": None}) for v in self._job_book.values()
+                 if (model is None or v.model == model) and (kind is None or v.kind == kind)]
+        return sorted(views, key=lambda v: v.started_at, reverse=True)
+
+    async def get_job(self, job_id: str) -> JobView:
+        if job_id not in self._job_book:
+            raise DaemonError(404, "job_not_found", f"no job '{job_id}'")
+        return self._job_book[job_id]
+
+    async def cancel_job(self, job_id: str) -> JobView:
+        view = (await self.get_job(job_id)).model_copy(update={"state": JobState.CANCELLED,
+                                                               "finished_at": time.time()})
+        self._job_book[job_id] = view
+        self._publish("job.finished", view.model, job=view.model_dump(mode="json"))
+        return view
+
+    async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
+        result = (await self.get_job(job_id)).result
+        if not isinstance(result, TuningResult) or result.winner_settings is None:
+            raise DaemonError(409, "no_winner", "this run has no winner to apply")
+        view = self._view(result.model)
+        self.definitions[result.model] = view.definition.model_copy(update={"settings": result.winner_settings})
+        self._publish("model.updated", result.model)
+        return self._view(result.model)
+
+
+def _tuning_result(model: str, saved: LlamaCppSettings, started: float) -> TuningResult:
+    tried = [("baseline", saved, 1.0), ("threads", saved.model_copy(update={"threads": 12}), 1.07),
+             ("batch", saved.model_copy(update={"threads": 12, "ubatch_size": 1024}), 1.12),
+             ("parallel", saved.model_copy(update={"threads": 12, "ubatch_size": 1024, "parallel": 8}), 1.21),
+             ("flash_attn", saved.model_copy(update={"threads": 12, "ubatch_size": 1024, "parallel": 8,
+                                                      "flash_attn": "on"}), 1.19)]
+    metrics = [_bench_metrics(score) for _, _, score in tried]
+    candidates = [CandidateResult(index=i, step=step, settings=s, score=score, metrics=metrics[i],
+                                  description=step if i else "saved settings")
+                  for i, (step, s, score) in enumerate(tried)]
+    confirmation = [CandidateResult(index=0, step="confirmation", settings=saved, score=1.0, score_min=0.98,
+                                    score_max=1.02, metrics=metrics[0]),
+                    CandidateResult(index=3, step="confirmation", settings=tried[3][1], score=1.2, score_min=1.17,
+                                    score_max=1.23, metrics=metrics[3])]
+    return TuningResult(model=model, stamp="20261129T093000Z", started_at=started, finished_at=started + 640,
+                        saved_settings=saved, candidates=candidates, confirmation=confirmation, winner=3,
+                        winner_settings=tried[3][1], gain=1.2, dimensions=["threads", "batch", "parallel", "flash_attn"],
+                        decision="#3 beats the baseline by 20.0 % (confirmed from fresh starts)")

@@ -1,0 +1,147 @@
+"""The in-memory daemons answer every call of ``DaemonClient``, with its signatures and its types.
+
+``mirbadllm --demo`` and ``make screenshots`` run the whole app against ``DemoDaemon``; the app's
+tests run it against ``FakeDaemonClient``. A method the client gains and a stand-in lacks would
+kill a page with an ``AttributeError``; these tests name it instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient, definition
+
+from agent.api.llamacpp import LlamaCppSettings
+from app.demo import DemoDaemon
+from app.demo_services import DEMO_PAIRING_CODE
+from daemon.api import client as client_module
+from daemon.api.client import DaemonClient
+from daemon.api.jobs import BenchmarkRequest, TuneRequest
+from daemon.api.models import DaemonSettings, ModelDefinition
+from daemon.api.sources import DownloadQuery, FitQuery, FolderImportQuery, OllamaImportQuery
+
+
+def _public_calls(cls: type) -> dict[str, Any]:
+    return {name: fn for name, fn in inspect.getmembers(cls)
+            if not name.startswith("_") and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))}
+
+
+CLIENT_CALLS = _public_calls(DaemonClient)
+
+
+def _shape(fn: Any) -> list[tuple[str, Any, Any, str]]:
+    sig = inspect.signature(fn)
+    return [(p.name, p.kind, p.default, str(p.annotation)) for p in sig.parameters.values()] + [
+        ("->", None, None, str(sig.return_annotation))]
+
+
+def _demo() -> tuple[Any, str, tuple[str, str, str]]:
+    demo = DemoDaemon()
+    waiting = demo._node_book[1][0]
+    return demo, "qwen25-coder-7b", (waiting.address, DEMO_PAIRING_CODE, waiting.fingerprint)
+
+
+def _fake() -> tuple[Any, str, tuple[str, str, str]]:
+    fake = FakeDaemonClient([definition("alpha"), definition("beta", served_name="Beta-7B")])
+    waiting = fake.add_waiting_agent("box", "ABCD-EFGH")
+    return fake, "alpha", (waiting.address, "ABCD-EFGH", waiting.fingerprint)
+
+
+DAEMONS: dict[str, Callable[[], tuple[Any, str, tuple[str, str, str]]]] = {"demo": _demo, "fake": _fake}
+
+
+def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]]:
+    """Every client call in an order that works on one daemon, each with arguments built from
+    what the calls before it returned (``r``)."""
+    new = ModelDefinition(id="conformance", served_name="conformance", model_path="/models/c.gguf")
+    return [
+        ("healthz", lambda r: ()), ("status", lambda r: ()), ("events", lambda r: (0, 0.01)),
+        ("list_models", lambda r: ()), ("get_model", lambda r: (model,)), ("create_model", lambda r: (new,)),
+        ("update_model", lambda r: (new.model_copy(update={"tags": ["x"]}),)),
+        ("start_model", lambda r: ("conformance",)), ("stop_model", lambda r: ("conformance",)),
+        ("restart_model", lambda r: ("conformance",)), ("delete_model", lambda r: ("conformance",)),
+        ("logs", lambda r: (model, 5, False)), ("model_history", lambda r: (model, "1h")),
+        ("node_history", lambda r: ("local", "5m")), ("list_keys", lambda r: ()),
+        ("create_key", lambda r: ("conformance",)), ("revoke_key", lambda r: (r["create_key"].info.id,)),
+        ("get_settings", lambda r: ()), ("put_settings", lambda r: (DaemonSettings(require_api_keys=True),)),
+        ("requests", lambda r: (10,)), ("shutdown", lambda r: (False,)),
+        ("fit", lambda r: (FitQuery(model_path="/models/x.gguf", settings=LlamaCppSettings(ctx_size=4096)),)),
+        ("download", lambda r: (DownloadQuery(url="https://example.com/x.gguf", sha256="0" * 64),)),
+        ("ollama_models", lambda r: ()), ("import_ollama", lambda r: (OllamaImportQuery(model="llama3.2:3b"),)),
+        ("import_folder", lambda r: (FolderImportQuery(folder="/models/more"),)),
+        ("transfers", lambda r: ()), ("transfer", lambda r: (r["download"].id,)),
+        ("cancel_transfer", lambda r: (r["download"].id,)),
+        ("list_nodes", lambda r: ()), ("get_node", lambda r: ("local",)), ("discovered_nodes", lambda r: ()),
+        ("add_node_address", lambda r: (pairing[0],)), ("pair_node", lambda r: pairing),
+        ("gpu_history", lambda r: (r["pair_node"].id, "0", "5m")), ("remove_node", lambda r: (r["pair_node"].id,)),
+        ("plan_tune", lambda r: (TuneRequest(model=model),)),
+        ("start_benchmark", lambda r: (BenchmarkRequest(model=model),)),
+        ("get_job", lambda r: (r["start_benchmark"].id,)), ("cancel_job", lambda r: (r["start_benchmark"].id,)),
+        ("start_tune", lambda r: (TuneRequest(model=model),)), ("list_jobs", lambda r: (model, "tune")),
+        ("apply_job", lambda r: (_apply_target(r),)),
+        ("close", lambda r: ()),
+    ]
+
+
+def _apply_target(r: dict[str, Any]) -> str:
+    """A finished tuning run with a winner: the demo's seeded one, or a fake's, finished by hand."""
+    return next((j.id for j in r["list_jobs"] if j.state.value == "succeeded"), r["start_tune"].id)
+
+
+def _check_type(value: Any, declared: Any, name: str) -> None:
+    origin = typing.get_origin(declared)
+    if declared is type(None):
+        assert value is None, f"{name} returned {value!r}, not None"
+    elif origin is list:
+        (item,) = typing.get_args(declared)
+        assert isinstance(value, list), f"{name} returned {type(value).__name__}, not a list"
+        for element in value:
+            _check_type(element, item, name)
+    elif origin is None:
+        assert isinstance(value, declared), f"{name} returned {type(value).__name__}, not {declared.__name__}"
+
+
+@pytest.mark.parametrize("which", list(DAEMONS))
+def test_every_client_method_exists_with_the_same_signature(which: str) -> None:
+    daemon, _, _ = DAEMONS[which]()
+    theirs = _public_calls(type(daemon))
+    missing = sorted(set(CLIENT_CALLS) - set(theirs))
+    assert not missing, f"{type(daemon).__name__} lacks {missing}"
+    for name, fn in CLIENT_CALLS.items():
+        assert _shape(theirs[name]) == _shape(fn), f"{type(daemon).__name__}.{name} differs from DaemonClient.{name}"
+        assert inspect.isasyncgenfunction(theirs[name]) == inspect.isasyncgenfunction(fn), name
+
+
+@pytest.mark.parametrize("which", list(DAEMONS))
+async def test_every_client_method_answers_with_its_declared_type(which: str) -> None:
+    daemon, model, pairing = DAEMONS[which]()
+    plan = _calls(model, pairing)
+    assert sorted(name for name, _ in plan) == sorted(CLIENT_CALLS), "a client method is missing from this test"
+    results: dict[str, Any] = {}
+    for name, make_args in plan:
+        if name == "apply_job" and which == "fake":  # the fake's jobs run until the test finishes them
+            _finish_with_winner(daemon, results["start_tune"].id, model)
+        args = make_args(results)
+        fn = getattr(daemon, name)
+        if inspect.isasyncgenfunction(CLIENT_CALLS[name]):
+            value = [line async for line in fn(*args)]
+            assert all(isinstance(line, str) for line in value), name
+        else:
+            value = await fn(*args)
+            declared = typing.get_type_hints(CLIENT_CALLS[name], vars(client_module))["return"]
+            _check_type(value, declared, name)
+        results[name] = value
+
+
+def _finish_with_winner(fake: FakeDaemonClient, job_id: str, model: str) -> None:
+    from daemon.api.jobs import JobState, TuningResult
+
+    saved = fake.definitions[model].settings
+    result = TuningResult(model=model, stamp="s", started_at=0.0, saved_settings=saved,
+                          winner=1, winner_settings=saved.model_copy(update={"threads": 2}))
+    fake._demo_jobs[job_id] = fake._demo_jobs[job_id].model_copy(  # type: ignore[attr-defined]
+        update={"state": JobState.SUCCEEDED, "result": result})
