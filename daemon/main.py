@@ -55,7 +55,7 @@ async def serve(daemon: Daemon) -> None:
                          "Is another daemon running? Try --port.") from exc
     _LOGGER.info("MirbadLLM daemon listening: %s (admin token in %s)", daemon.info().api_url,
                  daemon.paths.admin_token)
-    stop = asyncio.Event()
+    stop = daemon.shutdown_requested  # also set by POST /api/shutdown (`mirbadllm ctl daemon stop`)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

@@ -3,6 +3,8 @@
     mirbadllm ctl status
     mirbadllm ctl models list | add ID PATH [--served-name N] [--ctx-size N] ... | start ID [--wait]
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
+    mirbadllm ctl models pull REPO[:QUANT] | import ollama NAME | import folder PATH      (ctl_sources)
+    mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
     mirbadllm ctl keys list | create NAME | revoke ID
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
@@ -22,7 +24,7 @@ from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelDefinition
-from mirbadllm import ctl_jobs, ctl_nodes
+from mirbadllm import ctl_daemon, ctl_jobs, ctl_nodes, ctl_sources
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add.add_argument("--auto-start", action="store_true")
     add.add_argument("--start-on-request", action="store_true")
     add.add_argument("--tag", action="append", default=[])
-    add.add_argument("--node", default="local", help="node id to place it on (see `ctl nodes list`)")
+    add.add_argument("--node", default="local", help="node to place it on: name, id or id prefix (`ctl nodes list`)")
     for name in ("start", "stop", "restart", "remove"):
         sub = models.add_parser(name)
         sub.add_argument("id")
@@ -57,8 +59,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     logs.add_argument("id")
     logs.add_argument("--tail", type=int, default=100)
     logs.add_argument("--follow", "-f", action="store_true")
+    ctl_sources.add_parsers(models)
 
     ctl_nodes.add_parser(groups)
+    ctl_daemon.add_parser(groups)
     ctl_jobs.add_parser(groups)
     keys = groups.add_parser("keys", help="API keys for /v1").add_subparsers(dest="action", required=True)
     keys.add_parser("list")
@@ -90,6 +94,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await _models(args, client)
     if args.group == "nodes":
         return await ctl_nodes.run(args, client)
+    if args.group == "daemon":
+        return await ctl_daemon.run(args, client)
     if args.group in ("bench", "tune", "jobs"):
         return await ctl_jobs.run(args, client)
     if args.action == "list":
@@ -109,15 +115,18 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
     if args.action == "list":
         for view in await client.list_models():
             print(_fmt_model(view.status))
+    elif args.action in ("pull", "import"):
+        return await ctl_sources.run(args, client)
     elif args.action == "add":
+        node = await ctl_nodes.resolve_id(client, args.node)
         settings = LlamaCppSettings(ctx_size=args.ctx_size, parallel=args.parallel,
                                     n_gpu_layers=args.n_gpu_layers, embeddings=args.embeddings)
         definition = ModelDefinition(id=args.id, served_name=args.served_name or args.id,
                                      model_path=str(Path(args.model_path).expanduser().resolve()),
                                      settings=settings, auto_start=args.auto_start,
-                                     start_on_request=args.start_on_request, tags=args.tag, node=args.node)
+                                     start_on_request=args.start_on_request, tags=args.tag, node=node)
         view = await client.create_model(definition)
-        print(f"added {view.definition.id}")
+        print(f"added {view.definition.id}" + ("" if node == "local" else f" on node {node[:12]}"))
     elif args.action == "start":
         status = await client.start_model(args.id, wait=args.wait)
         print(_fmt_model(status))

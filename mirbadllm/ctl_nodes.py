@@ -57,14 +57,33 @@ def fmt_discovered(entry: DiscoveredNode) -> str:
     return f"{entry.name:<20} {entry.address:<22} {entry.short_fingerprint}  ({entry.source})"
 
 
+MIN_PREFIX = 4
+
+
+def _listing(nodes: list[NodeView]) -> str:
+    return "; ".join(f"{'local' if n.local else n.id[:12]} ({n.name})" for n in nodes) or "none"
+
+
 async def resolve(client: DaemonClient, wanted: str) -> NodeView:
+    """The node ``wanted`` names: its id, its name, or a unique id prefix (at least 4 characters).
+    An unknown or ambiguous name is a ``DaemonError`` that lists the nodes there are."""
     nodes = await client.list_nodes()
-    exact = [n for n in nodes if wanted in (n.id, n.name)]
-    found = exact or [n for n in nodes if len(wanted) >= 6 and n.id.startswith(wanted.lower())]
-    if len(found) != 1:
-        raise DaemonError(404 if not found else 409, "node_not_found" if not found else "ambiguous",
-                          f"{'no' if not found else 'more than one'} node matches '{wanted}'")
-    return found[0]
+    exact = [n for n in nodes if wanted in (n.id, n.name) or (wanted == "local" and n.local)]
+    found = exact or [n for n in nodes if len(wanted) >= MIN_PREFIX and n.id.startswith(wanted.lower())]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise DaemonError(409, "ambiguous", f"more than one node matches '{wanted}': {_listing(found)}; "
+                                            "type more of the id")
+    raise DaemonError(404, "node_not_found", f"no node matches '{wanted}' (a name, an id or at least "
+                                             f"{MIN_PREFIX} characters of one); nodes: {_listing(nodes)}")
+
+
+async def resolve_id(client: DaemonClient, wanted: str) -> str:
+    """The full node id for a name or id prefix, as models and transfers store it."""
+    if wanted == "local":
+        return wanted
+    return (await resolve(client, wanted)).id
 
 
 async def _fingerprint(client: DaemonClient, address: str) -> DiscoveredNode:

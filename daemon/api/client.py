@@ -28,6 +28,7 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/settings                    -> DaemonSettings
     PUT    /api/settings                    -> DaemonSettings
     GET    /api/requests                    -> list[RequestRecord]  # ?limit=N
+    POST   /api/shutdown                    -> {"pid", "stopped_models"}  # ?stop_models=0|1; 202
     GET    /api/fit                         -> FitReport        # ?node=ID&path=P | &hf_repo=R&hf_file=F&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
     POST   /api/fit                         -> FitReport        # body: FitQuery
     POST   /api/downloads                   -> Transfer         # body: DownloadQuery; 202
@@ -219,6 +220,13 @@ class DaemonClient:
 
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
         return [RequestRecord.model_validate(r) for r in await self._call("GET", "/api/requests", params={"limit": limit})]
+
+    async def shutdown(self, stop_models: bool = False) -> dict[str, Any]:
+        """Ask the daemon process to exit; it answers first. Its models keep running (and are
+        adopted at its next start) unless ``stop_models``."""
+        timeout = aiohttp.ClientTimeout(total=300 if stop_models else 60, connect=5)
+        data = await self._call("POST", "/api/shutdown", params={"stop_models": int(stop_models)}, timeout=timeout)
+        return dict(data)
 
     # --- getting models: fit, downloads, imports, transfers (daemon.sources) -------------------
     async def fit(self, query: FitQuery) -> FitReport:

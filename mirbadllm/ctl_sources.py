@@ -1,0 +1,158 @@
+"""``mirbadllm ctl models pull|import``: get a model onto a node from a terminal, with a progress bar.
+
+    mirbadllm ctl models pull REPO[:QUANT] [--id ID] [--node NODE] [--no-register]
+    mirbadllm ctl models import ollama NAME [--store DIR] [--copy] [--id ID] [--node NODE]
+    mirbadllm ctl models import folder PATH [--node NODE]
+
+The daemon's admin API does the work (``/api/downloads``, ``/api/imports/*``), exactly as the app's
+add-model wizard does; this module starts the transfer, draws its progress from the event feed,
+and says which models were registered and how to start them. Ctrl-C cancels the transfer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from agent.api.sources import FINISHED_TRANSFERS, HfFileRef, TransferState
+from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.sources import DownloadQuery, FolderImportQuery, OllamaImportQuery, Transfer
+from mirbadllm import ctl_nodes
+
+_LOGGER = logging.getLogger(__name__)
+
+BAR_WIDTH = 28
+ANY_GGUF = "*.gguf"
+_SEVERAL = re.compile(r"matches several models in (?P<repo>\S+): (?P<files>.*); name one file")
+
+
+def add_parsers(models: Any) -> None:
+    """``pull`` and ``import`` under ``ctl models``."""
+    pull = models.add_parser("pull", help="download a GGUF from Hugging Face: REPO[:QUANT]")
+    pull.add_argument("ref", metavar="REPO[:QUANT]", help="e.g. ggml-org/gemma-3-270m-GGUF:Q4_K_M")
+    pull.add_argument("--revision", default="main")
+    _registration_args(pull)
+    imp = models.add_parser("import", help="register models from Ollama's store or a folder of GGUF files")
+    sources = imp.add_subparsers(dest="source", required=True)
+    ollama = sources.add_parser("ollama", help="an Ollama model, e.g. llama3.2:3b")
+    ollama.add_argument("name")
+    ollama.add_argument("--store", help="Ollama's models folder (default ~/.ollama/models)")
+    ollama.add_argument("--copy", action="store_true", help="copy the files instead of hard-linking them")
+    _registration_args(ollama)
+    folder = sources.add_parser("folder", help="every GGUF in a folder, registered where it is")
+    folder.add_argument("path")
+    _registration_args(folder, one_model=False)
+
+
+def _registration_args(parser: argparse.ArgumentParser, one_model: bool = True) -> None:
+    parser.add_argument("--node", default="local", help="node name, id or id prefix (see `ctl nodes list`)")
+    parser.add_argument("--no-register", action="store_true", help="fetch the files only; register nothing")
+    parser.add_argument("--tag", action="append", default=[])
+    if one_model:
+        parser.add_argument("--id", dest="model_id", help="the model's id (default: from the file name)")
+        parser.add_argument("--served-name", help="the `model` clients send (default: the id)")
+
+
+def hf_ref(text: str, revision: str = "main") -> HfFileRef:
+    """``owner/repo[:QUANT]`` as a file reference: the GGUF whose name holds QUANT, else any one GGUF."""
+    repo, _, quant = text.partition(":")
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise DaemonError(422, "invalid_request", f"'{text}' is not REPO[:QUANT], e.g. ggml-org/gemma-3-270m-GGUF:Q4_K_M")
+    if quant:
+        return HfFileRef(repo=repo, quant=quant, revision=revision)
+    return HfFileRef(repo=repo, file=ANY_GGUF, revision=revision)
+
+
+def explain(error: str | None, ref: HfFileRef | None = None) -> str:
+    """The failure in the user's words: several files and no quant becomes the list to pick from."""
+    text = error or "no reason given"
+    found = _SEVERAL.search(text)
+    if found and ref is not None and ref.file == ANY_GGUF:
+        return (f"{found['repo']} holds several GGUF models: {found['files']}. Pick one with "
+                f"{found['repo']}:QUANT, e.g. {found['repo']}:Q4_K_M")
+    return text
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
+
+
+def progress_line(t: Transfer, width: int = BAR_WIDTH) -> str:
+    """``[##########..........]  45 %  12.0/26.7 MiB  downloading``."""
+    if t.bytes_total:
+        share = min(t.bytes_done / t.bytes_total, 1.0)
+        filled = round(share * width)
+        return (f"[{'#' * filled}{'.' * (width - filled)}] {share * 100:3.0f} %  "
+                f"{_size(t.bytes_done)}/{_size(t.bytes_total)}  {t.stage or t.state.value}")
+    return f"{t.label}: {t.stage or t.state.value}"
+
+
+async def follow(client: DaemonClient, transfer: Transfer, out: TextIO | None = None) -> Transfer:
+    """Draw the transfer's progress (on stderr) from the event feed until it is finished."""
+    out = out or sys.stderr
+    since, view, stage = 0, transfer, ""
+    tty = out.isatty()
+    while view.state not in FINISHED_TRANSFERS:
+        page = await client.events(since, timeout=15)
+        if page.reset or since == 0:
+            view = await client.transfer(transfer.id)  # catch up on what happened before we listened
+        since = page.last_id
+        for event in page.events:
+            if event.type.startswith("transfer.") and event.data.get("id") == transfer.id:
+                fields = {k: v for k, v in event.data.items() if k in Transfer.model_fields}
+                view = Transfer.model_validate({**view.model_dump(), **fields})
+        if tty:
+            out.write(f"\r{progress_line(view)}\x1b[K")
+        elif view.stage != stage:  # a log, not an animation: one line per stage
+            out.write(progress_line(view) + "\n")
+        stage = view.stage
+        out.flush()
+    if tty:
+        out.write("\n")
+    return await client.transfer(transfer.id)  # the final one, with what was registered
+
+
+async def run(args: argparse.Namespace, client: DaemonClient) -> int:
+    node = await ctl_nodes.resolve_id(client, args.node)
+    registration: dict[str, Any] = {"node": node, "register_models": not args.no_register, "tags": args.tag,
+                                    "model_id": getattr(args, "model_id", None),
+                                    "served_name": getattr(args, "served_name", None)}
+    ref: HfFileRef | None = None
+    if args.action == "pull":
+        ref = hf_ref(args.ref, args.revision)
+        transfer = await client.download(DownloadQuery(hf=ref, **registration))
+    elif args.source == "ollama":
+        transfer = await client.import_ollama(OllamaImportQuery(model=args.name, store=args.store,
+                                                                copy_files=args.copy, **registration))
+    else:
+        folder = str(Path(args.path).expanduser().resolve()) if node == "local" else args.path
+        transfer = await client.import_folder(FolderImportQuery(folder=folder, **registration))
+    print(f"{transfer.label}: {transfer.state.value} (Ctrl-C cancels)", file=sys.stderr, flush=True)
+    try:
+        done = await follow(client, transfer)
+    except asyncio.CancelledError:
+        cancelled = await client.cancel_transfer(transfer.id)
+        print(f"\ncancelled {transfer.label}: {cancelled.state.value}", file=sys.stderr, flush=True)
+        raise
+    return report(done, ref)
+
+
+def report(done: Transfer, ref: HfFileRef | None = None) -> int:
+    if done.state != TransferState.DONE:
+        print(f"error: {done.label} {done.state.value}: {explain(done.error, ref)}", file=sys.stderr)
+        return 1
+    for model in done.result:
+        print(f"got {model.model_path} ({_size(model.size)})")
+    if done.register_error:
+        print(f"error: not registered: {done.register_error}", file=sys.stderr)
+    for model_id in done.registered:
+        print(f"added model '{model_id}'; start it with `mirbadllm ctl models start {model_id} --wait` "
+              f"or chat with it: `mirbadllm run {model_id}`")
+    if not done.registered and not done.register_error:
+        print("nothing registered; add it with `mirbadllm ctl models add ID PATH`")
+    return 1 if done.register_error and not done.registered else 0
