@@ -69,7 +69,6 @@ class Daemon:
         self.telemetry = TelemetryCollector(self.orchestrator.links, self.history, config.history_interval_s)
         self.nodes = NodeManager(self)  # paired nodes join orchestrator.links under their node ids
         self.registry.known_nodes = self.nodes.names  # a model is saved only on a node that exists
-        self.registry.known_nodes = self.nodes.names  # a model is saved only on a node that exists
         self.jobs = JobManager(self.orchestrator, self.events, self.router.in_flight, self.telemetry, paths.home)
         self.orchestrator.maintenance = self.jobs.maintenance  # read by the router and the health monitor
         self.admin_token = ""
