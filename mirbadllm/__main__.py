@@ -1,4 +1,4 @@
-"""``mirbadllm [daemon|agent|ctl] ...``: no sub-command opens the desktop app.
+"""``mirbadllm [daemon|agent|ctl|run] ...``: no sub-command opens the desktop app.
 
 Each sub-command's module is imported only when chosen, so ``mirbadllm agent`` on a headless
 machine never loads Qt.
@@ -11,12 +11,13 @@ import sys
 
 _LOGGER = logging.getLogger(__name__)
 
-USAGE = """usage: mirbadllm [daemon|agent|ctl] [options]
+USAGE = """usage: mirbadllm [daemon|agent|ctl|run] [options]
 
   mirbadllm            open the desktop app (starts the daemon if needed)
   mirbadllm daemon     run the daemon: /v1 router, admin API, local agent
   mirbadllm agent      run a node agent on this machine
   mirbadllm ctl        talk to the daemon from a terminal (status, models, keys)
+  mirbadllm run MODEL  chat with a model in the terminal (starts it if needed)
 """
 
 
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         from agent.main import main as run
     elif command == "ctl":
         from mirbadllm.ctl import main as run
+    elif command == "run":
+        from mirbadllm.chat import main as run
     elif command in ("", "app"):
         if rest and rest[0] in ("-h", "--help"):
             print(USAGE)

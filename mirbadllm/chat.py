@@ -1,0 +1,299 @@
+"""``mirbadllm run MODEL``: chat with a model in the terminal, the answer streamed token by token.
+
+    mirbadllm run MODEL [--home DIR] [--url URL] [--api-key KEY] [--system TEXT]
+
+Reads one message per line from stdin and streams the answer through the daemon's ``/v1`` (chat
+completions; text completions for a base model without a chat template), keeping the whole
+conversation. ``/bye`` or end of input leaves; Ctrl-C stops the current answer and stays. A model
+that is not running is started first, with a spinner until it is ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+from agent.api.client import iter_sse_data
+from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.locations import default_home, read_admin_token, read_daemon_url
+from daemon.api.models import ModelState, ModelView
+from daemon.api.sources import FitQuery
+
+_LOGGER = logging.getLogger(__name__)
+
+API_KEY_ENV = "MIRBADLLM_API_KEY"
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+HELP = "/bye leaves, /clear forgets the conversation, Ctrl-C stops an answer, Ctrl-D (end of input) leaves"
+_STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)  # answers take their time
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mirbadllm run", description="Chat with a model in the terminal.")
+    parser.add_argument("model", help="model id or served name (see `mirbadllm ctl models list`)")
+    parser.add_argument("--home", type=Path, default=None, help="the daemon's data directory")
+    parser.add_argument("--url", default=None, help="the daemon's URL (default: from the home)")
+    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                        help=f"API key for /v1 when the daemon requires one (default: ${API_KEY_ENV})")
+    parser.add_argument("--system", default=None, help="a system message to start the conversation with")
+    parser.add_argument("--max-tokens", type=int, default=None)
+    return parser.parse_args(argv)
+
+
+async def uses_chat(client: DaemonClient, view: ModelView) -> bool:
+    """Chat completions, unless the model is a base model: no chat template in its settings nor in
+    its GGUF header (``FitReport.summary.has_chat_template``, as the app's Playground decides).
+    Not knowing (an older agent, an unreadable file) means chat."""
+    definition = view.definition
+    if definition.settings.chat_template:
+        return True
+    try:
+        report = await client.fit(FitQuery(node=definition.node, model_path=definition.model_path,
+                                           settings=definition.settings))
+    except DaemonError as exc:
+        _LOGGER.info("cannot tell whether %s has a chat template: %s", definition.model_path, exc.message)
+        return True
+    return report.summary.has_chat_template is not False
+
+
+@dataclass
+class Conversation:
+    """What was said so far, as the next request's body."""
+
+    model: str
+    chat: bool = True
+    system: str | None = None
+    max_tokens: int | None = None
+    messages: list[dict[str, str]] = field(default_factory=list)
+    transcript: str = ""  # text completions: the whole exchange is the next prompt
+
+    def __post_init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.transcript = f"{self.system}\n\n" if self.system else ""
+
+    def request(self, line: str) -> tuple[str, dict[str, Any]]:
+        body: dict[str, Any] = {"model": self.model, "stream": True}
+        if self.max_tokens:
+            body["max_tokens"] = self.max_tokens
+        if self.chat:
+            body["messages"] = [*self.messages, {"role": "user", "content": line}]
+            return "/chat/completions", body
+        body["prompt"] = self.transcript + line
+        return "/completions", body
+
+    def answered(self, line: str, answer: str) -> None:
+        if self.chat:
+            self.messages += [{"role": "user", "content": line}, {"role": "assistant", "content": answer}]
+        else:
+            self.transcript += line + answer + "\n"
+
+
+def piece_of(event: dict[str, Any], chat: bool) -> str:
+    choices = event.get("choices") or [{}]
+    if chat:
+        return str((choices[0].get("delta") or {}).get("content") or "")
+    return str(choices[0].get("text") or "")
+
+
+class Chat:
+    """One terminal chat: the conversation, the /v1 session and the answer being streamed."""
+
+    def __init__(self, v1_url: str, conversation: Conversation, api_key: str | None, out: TextIO) -> None:
+        self.v1_url = v1_url.rstrip("/")
+        self.conversation = conversation
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.out = out
+        self.answering: asyncio.Task[str] | None = None
+
+    async def answer(self, session: aiohttp.ClientSession, line: str) -> str:
+        """Stream the answer to ``line``, printing each piece as it comes; the whole answer."""
+        path, body = self.conversation.request(line)
+        pieces: list[str] = []
+        try:
+            async with session.post(self.v1_url + path, json=body, headers=self.headers,
+                                    timeout=_STREAM_TIMEOUT) as resp:
+                if resp.status >= 400:
+                    raise DaemonError(resp.status, "error", _error_text(await resp.text()))
+                async for data in iter_sse_data(resp.content):
+                    if data.strip() == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if "error" in event:
+                        raise DaemonError(502, "stream_error", _error_text(data))
+                    piece = piece_of(event, self.conversation.chat)
+                    pieces.append(piece)
+                    self.out.write(piece)
+                    self.out.flush()
+        finally:
+            if pieces:
+                self.out.write("\n")
+                self.out.flush()
+        return "".join(pieces)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop the answer being streamed; at the prompt, say how to leave."""
+        if self.answering is not None and not self.answering.done():
+            self.answering.cancel()
+        else:
+            print(f"\n({HELP})", file=sys.stderr, flush=True)
+
+    async def repl(self, lines: asyncio.Queue[str | None]) -> None:
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if sys.stdin.isatty():
+                    self.out.write(">>> ")
+                    self.out.flush()
+                line = await lines.get()
+                if line is None or line.strip() == "/bye":
+                    return
+                text = line.rstrip("\n")
+                if not text.strip():
+                    continue
+                if text.strip() in ("/?", "/help"):
+                    print(HELP, file=sys.stderr, flush=True)
+                    continue
+                if text.strip() == "/clear":
+                    self.conversation.clear()
+                    print("(conversation cleared)", file=sys.stderr, flush=True)
+                    continue
+                await self._turn(session, text)
+
+    async def _turn(self, session: aiohttp.ClientSession, text: str) -> None:
+        self.answering = asyncio.get_running_loop().create_task(self.answer(session, text))
+        try:
+            self.conversation.answered(text, await self.answering)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the whole chat is ending, not only this answer
+            print("(answer stopped)", file=sys.stderr, flush=True)
+        except (DaemonError, aiohttp.ClientError, ValueError) as exc:
+            print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr, flush=True)
+        finally:
+            self.answering = None
+
+
+def _error_text(text: str) -> str:
+    try:
+        return str(json.loads(text)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return text[:500]
+
+
+def read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -> None:
+    """Feed stdin's lines to ``queue`` (from a thread: reading a terminal blocks); None at its end."""
+    for line in sys.stdin:
+        loop.call_soon_threadsafe(queue.put_nowait, line)
+    loop.call_soon_threadsafe(queue.put_nowait, None)
+
+
+async def find_model(client: DaemonClient, wanted: str) -> ModelView:
+    views = await client.list_models()
+    found = next((v for v in views if wanted in (v.definition.id, v.definition.served_name)), None)
+    if found is None:
+        names = ", ".join(v.definition.id for v in views) or "none yet (`mirbadllm ctl models pull ...`)"
+        raise DaemonError(404, "model_not_found", f"no model '{wanted}'; models: {names}")
+    return found
+
+
+async def ensure_running(client: DaemonClient, view: ModelView, err: TextIO) -> ModelView:
+    """Start the model when it is not running and wait until it is ready, with a spinner."""
+    model_id = view.definition.id
+    if view.status.state == ModelState.READY:
+        return view
+    if view.status.state != ModelState.STARTING:
+        await client.start_model(model_id)
+    since, frame, started = (await client.status()).last_event_id, 0, time.monotonic()
+    while True:
+        view = await client.get_model(model_id)
+        state = view.status.state
+        if state == ModelState.READY:
+            if err.isatty():
+                err.write("\r\x1b[K")
+            err.write(f"{model_id} is ready ({time.monotonic() - started:.0f} s)\n")
+            err.flush()
+            return view
+        if state in (ModelState.FAILED, ModelState.STOPPED):
+            raise DaemonError(409, "start_failed", f"{model_id} did not start: {view.status.error or state.value}")
+        if err.isatty():
+            last = (view.status.last_log_lines or [""])[-1][:60]
+            err.write(f"\r{SPINNER[frame % len(SPINNER)]} starting {model_id}…  {last}\x1b[K")
+            err.flush()
+            frame += 1
+        elif frame == 0:
+            err.write(f"starting {model_id}…\n")
+            err.flush()
+            frame = 1
+        page = await client.events(since, timeout=0.2 if err.isatty() else 5)  # the spinner's tick
+        since = page.last_id
+
+
+async def chat(args: argparse.Namespace, client: DaemonClient) -> int:
+    view = await find_model(client, args.model)
+    status = await client.status()
+    if status.daemon.keys_required and not args.api_key:
+        raise DaemonError(401, "invalid_api_key", f"this daemon requires an API key on /v1: pass --api-key KEY or "
+                          f"set {API_KEY_ENV} (create one with `mirbadllm ctl keys create NAME`)")
+    view = await ensure_running(client, view, sys.stderr)
+    conversation = Conversation(view.definition.served_name, chat=await uses_chat(client, view), system=args.system,
+                                max_tokens=args.max_tokens)
+    session = Chat(client.base_url + "/v1", conversation, args.api_key, sys.stdout)
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+    # A daemon thread, never joined: it may still block on the terminal when the chat ends.
+    threading.Thread(target=read_lines, args=(loop, lines), name="stdin", daemon=True).start()
+    try:
+        loop.add_signal_handler(signal.SIGINT, session.interrupt)
+    except (NotImplementedError, RuntimeError):  # Windows: Ctrl-C ends the chat
+        pass
+    if not conversation.chat:
+        print(f"{conversation.model} is a base model (no chat template): each line continues the text so far",
+              file=sys.stderr)
+    if sys.stdin.isatty():
+        print(HELP, file=sys.stderr)
+    try:
+        await session.repl(lines)
+    finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except (NotImplementedError, RuntimeError):
+            pass
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    home = (args.home or default_home()).expanduser()
+    token = read_admin_token(home)
+    if token is None:
+        print(f"no admin token in {home}: is the daemon installed there? (--home DIR)", file=sys.stderr)
+        return 2
+    client = DaemonClient(args.url or read_daemon_url(home), token)
+
+    async def go() -> int:
+        try:
+            return await chat(args, client)
+        except DaemonError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 1
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,117 @@
+"""``mirbadllm run MODEL``: a person chats in a terminal (stdin piped), against a daemon with the fake
+runtime: the model is started, answers stream, the conversation is kept, Ctrl-C stops an answer."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from daemon.api.models import ModelState
+from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import write_gguf
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSWER = "Hello from the fake llama server. It"  # the fake's first 8 tokens
+TEMPLATE = {"tokenizer.chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}
+
+
+class Terminal:
+    """``mirbadllm run`` in a subprocess, its stdin a pipe the test types into."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.out = ""
+
+    @classmethod
+    async def open(cls, rd: RunningDaemon, *argv: str) -> Terminal:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mirbadllm", "run", "--home", str(rd.daemon.paths.home), *argv, cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        return cls(proc)
+
+    async def type(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def until(self, text: str, after: int = 0, timeout: float = 60) -> str:
+        """Read stdout until ``text`` appears past offset ``after``; everything read so far."""
+        assert self.proc.stdout is not None
+
+        async def read() -> None:
+            while text not in self.out[after:]:
+                chunk = await self.proc.stdout.read(256)  # type: ignore[union-attr]
+                if not chunk:
+                    raise AssertionError(f"stdout ended before {text!r}: {self.out!r} "
+                                         f"{(await self.proc.stderr.read()).decode()}")  # type: ignore[union-attr]
+                self.out += chunk.decode()
+
+        await asyncio.wait_for(read(), timeout)
+        return self.out
+
+    async def finish(self) -> tuple[int, str]:
+        """Close stdin (end of input); the exit code and stderr."""
+        assert self.proc.stdin is not None
+        if not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        rest, err = await asyncio.wait_for(self.proc.communicate(), 60)
+        self.out += rest.decode()
+        return self.proc.returncode or 0, err.decode()
+
+
+async def test_run_starts_the_model_streams_answers_and_keeps_the_conversation(
+        tmp_path: Path, fake_runtime: Path) -> None:
+    path = write_gguf(tmp_path / "models" / "chat.gguf", extra=TEMPLATE)
+    async with running_daemon(tmp_path / "home", fake_runtime) as rd:
+        await rd.client.create_model(model("m", str(path)))
+        term = await Terminal.open(rd, "m")
+        await term.type("hi")
+        await term.until(ANSWER + "\n")
+        assert (await rd.client.get_model("m")).status.state == ModelState.READY
+        await term.type("and again")
+        await term.until(ANSWER + "\n" + ANSWER + "\n")
+        await term.type("/bye")
+        code, err = await term.finish()
+        assert code == 0 and "starting m" in err and "m is ready" in err
+        chats = sorted((r for r in await rd.client.requests() if r.path == "/v1/chat/completions"),
+                       key=lambda r: r.ts)
+        # the second request carried the whole conversation: "hi", the answer, "and again"
+        assert [r.prompt_tokens for r in chats] == [1, 1 + len(ANSWER.split()) + 2]
+
+
+async def test_a_base_model_gets_text_completion_and_end_of_input_leaves(
+        tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as rd:
+        await rd.client.create_model(model("base", str(model_file)))
+        await rd.client.start_model("base", wait=True)
+        term = await Terminal.open(rd, "base")
+        await term.type("Once upon a time")
+        await term.until(ANSWER + "\n")
+        code, err = await term.finish()
+        assert code == 0 and "base model" in err
+        paths = [r.path for r in await rd.client.requests()]
+        assert "/v1/completions" in paths and "/v1/chat/completions" not in paths
+
+
+async def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(tmp_path: Path) -> None:
+    slow = write_fake_runtime(tmp_path / "slow", token_delay_s=0.05, tokens=2000)
+    path = write_gguf(tmp_path / "models" / "chat.gguf", extra=TEMPLATE)
+    async with running_daemon(tmp_path / "home", slow) as rd:
+        await rd.client.create_model(model("m", str(path)))
+        await rd.client.start_model("m", wait=True)
+        term = await Terminal.open(rd, "m")
+        await term.type("tell me everything")
+        await term.until("Hello from")
+        term.proc.send_signal(signal.SIGINT)
+        await term.until("\n")  # the stopped answer ends its line
+        seen = len(term.out)
+        await term.type("and now?")
+        await term.until("Hello from", after=seen)  # still chatting
+        term.proc.send_signal(signal.SIGINT)
+        await term.type("/bye")
+        code, err = await term.finish()
+        assert code == 0 and err.count("(answer stopped)") == 2
+        assert term.out.count("Hello from") == 2
