@@ -2,6 +2,11 @@
 
 It talks to the daemon's OpenAI side exactly as any client would (aiohttp, SSE), so what works
 here works for the user's own tools. Each answer records its time to first token and tokens/s.
+
+A base model (no chat template in its GGUF, none set in its settings) cannot chat: given a chat it
+repeats the system prompt until ``max_tokens``. For such a model the Playground switches to text
+completion (``/v1/completions`` with the raw prompt) and says why; the user may switch back. The
+fact comes from the agent's reading of the file's header (``FitReport.summary.has_chat_template``).
 """
 
 from __future__ import annotations
@@ -18,12 +23,18 @@ import aiohttp
 
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
-from daemon.api.models import ModelState
+from daemon.api.models import ModelDefinition, ModelState
+from daemon.api.sources import FitQuery
 
 _LOGGER = logging.getLogger(__name__)
 
 # Generations have no read timeout (a long answer is not a hung one); connecting does.
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10, sock_read=None)
+
+CHAT, COMPLETION = "chat", "completion"
+MODES = (CHAT, COMPLETION)
+BASE_MODEL_REASON = ("This is a base model without a chat template: it continues text. "
+                     "Use Chat for instruction-tuned models.")
 
 
 class ChatError(Exception):
@@ -57,6 +68,7 @@ class ChatMessage:
     stats: AnswerStats | None = None
     error: str | None = None
     streaming: bool = False
+    completion: bool = False  # a prompt and its continuation, not a chat turn
 
 
 @dataclass(frozen=True)
@@ -70,14 +82,20 @@ class PlaygroundState:
     keys_required: bool = False
     messages: tuple[ChatMessage, ...] = ()
     busy: bool = False
+    mode: str = CHAT  # chat: /v1/chat/completions; completion: /v1/completions with a raw prompt
+    base_model: bool = False  # the selected model has no chat template (neither in its file nor its settings)
+
+    @property
+    def mode_reason(self) -> str:
+        return BASE_MODEL_REASON if self.base_model else ""
 
 
 async def stream_chat(session: aiohttp.ClientSession, api_url: str, body: dict[str, Any],
-                      api_key: str = "") -> AsyncIterator[dict[str, Any]]:
-    """POST ``{api_url}/chat/completions`` with ``stream`` on; yields each SSE chunk as JSON."""
+                      api_key: str = "", path: str = "/chat/completions") -> AsyncIterator[dict[str, Any]]:
+    """POST ``{api_url}{path}`` with ``stream`` on; yields each SSE chunk as JSON."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with session.post(f"{api_url}/chat/completions", json={**body, "stream": True},
+        async with session.post(f"{api_url}{path}", json={**body, "stream": True},
                                 headers=headers, timeout=_STREAM_TIMEOUT) as resp:
             if resp.status >= 400:
                 raise ChatError(_error_text(resp.status, await resp.text()))
@@ -107,6 +125,11 @@ class PlaygroundViewModel:
         self._session_factory = session_factory
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
+        # (node, model path) -> the file carries a chat template (None: could not tell); and the
+        # lookups in flight. Keyed by the file so a renamed or re-set model keeps its answer.
+        self._templates: dict[tuple[str, str], bool | None] = {}
+        self._lookups: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._chosen: dict[str, str] = {}  # served name -> the mode the user picked for it
         fleet.snapshot.subscribe(self._on_fleet, now=True)
 
     def _on_fleet(self, snapshot: FleetSnapshot) -> None:
@@ -115,14 +138,62 @@ class PlaygroundViewModel:
         model = s.model if s.model in ready else (ready[0] if ready else "")
         if ready != s.models or model != s.model or snapshot.keys_required != s.keys_required:
             self.state.set(replace(s, models=ready, model=model, keys_required=snapshot.keys_required))
+        self._pick_mode()
 
     def configure(self, **changes: Any) -> None:
-        """Set model, system_prompt, temperature, max_tokens or api_key."""
-        allowed = {"model", "system_prompt", "temperature", "max_tokens", "api_key"}
+        """Set model, system_prompt, temperature, max_tokens, api_key or mode (chat | completion)."""
+        allowed = {"model", "system_prompt", "temperature", "max_tokens", "api_key", "mode"}
         unknown = set(changes) - allowed
         if unknown:
             raise ValueError(f"not a playground setting: {sorted(unknown)}")
+        if "mode" in changes:
+            if changes["mode"] not in MODES:
+                raise ValueError(f"mode must be one of {MODES}, not {changes['mode']!r}")
+            model = changes.get("model", self.state.value.model)
+            if model:
+                self._chosen[model] = changes["mode"]
         self.state.set(replace(self.state.value, **changes))
+        if "model" in changes:
+            self._pick_mode()
+
+    def _definition(self, served_name: str) -> ModelDefinition | None:
+        return next((m.definition for m in self.fleet.snapshot.value.models
+                     if m.definition.served_name == served_name), None)
+
+    def _has_template(self, definition: ModelDefinition) -> bool | None:
+        """True when the model can chat: a built-in template set in its settings, or one in its file."""
+        if definition.settings.chat_template:
+            return True
+        key = (definition.node, definition.model_path)
+        if key not in self._templates and key not in self._lookups:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # built outside the loop: ask on the next fleet change
+                return None
+            self._lookups[key] = asyncio.ensure_future(self._look_up(definition))
+        return self._templates.get(key)
+
+    async def _look_up(self, definition: ModelDefinition) -> None:
+        key = (definition.node, definition.model_path)
+        try:
+            report = await self.fleet.client.fit(FitQuery(node=definition.node, model_path=definition.model_path,
+                                                          settings=definition.settings))
+            self._templates[key] = report.summary.has_chat_template
+        except Exception as exc:  # noqa: BLE001 - any failure only means "not known": keep chat
+            _LOGGER.info("cannot tell whether %s has a chat template: %s", definition.model_path, exc)
+            self._templates[key] = None
+        finally:
+            self._lookups.pop(key, None)
+        self._pick_mode()
+
+    def _pick_mode(self) -> None:
+        """Completion for a base model, chat for every other one, unless the user chose for this model."""
+        s = self.state.value
+        definition = self._definition(s.model) if s.model else None
+        base = definition is not None and self._has_template(definition) is False
+        mode = self._chosen.get(s.model, COMPLETION if base else CHAT)
+        if (mode, base) != (s.mode, s.base_model):
+            self.state.set(replace(self.state.value, mode=mode, base_model=base))
 
     def clear(self) -> None:
         self.stop()
@@ -132,9 +203,11 @@ class PlaygroundViewModel:
         s = self.state.value
         if s.busy or not text.strip() or not s.model:
             return None
-        history = s.messages + (ChatMessage("user", text.strip()),)
-        self.state.set(replace(s, messages=history + (ChatMessage("assistant", "", s.model, streaming=True),),
-                               busy=True))
+        completion = s.mode == COMPLETION
+        prompt = text if completion else text.strip()  # a continuation depends on the prompt's last space
+        history = s.messages + (ChatMessage("user", prompt, completion=completion),)
+        answer = ChatMessage("assistant", "", s.model, streaming=True, completion=completion)
+        self.state.set(replace(s, messages=history + (answer,), busy=True))
         self._task = asyncio.ensure_future(self._answer(history))
         return self._task
 
@@ -144,14 +217,19 @@ class PlaygroundViewModel:
 
     async def close(self) -> None:
         self.stop()
+        for lookup in list(self._lookups.values()):
+            lookup.cancel()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     def _body(self, history: tuple[ChatMessage, ...]) -> dict[str, Any]:
         s = self.state.value
+        if history[-1].completion:  # a base model continues this one text; earlier turns are not a dialogue
+            return {"model": s.model, "prompt": history[-1].content, "temperature": s.temperature,
+                    "max_tokens": s.max_tokens, "stream_options": {"include_usage": True}}
         messages = [{"role": "system", "content": s.system_prompt}] if s.system_prompt.strip() else []
-        messages += [{"role": m.role, "content": m.content} for m in history if not m.error]
+        messages += [{"role": m.role, "content": m.content} for m in history if not m.error and not m.completion]
         return {"model": s.model, "messages": messages, "temperature": s.temperature,
                 "max_tokens": s.max_tokens, "stream_options": {"include_usage": True}}
 
@@ -178,12 +256,13 @@ class PlaygroundViewModel:
             return AnswerStats(ttft, tokens, rate, finish)
 
         try:
+            path = "/completions" if history[-1].completion else "/chat/completions"
             async for chunk in stream_chat(self._session, self.fleet.snapshot.value.api_url,
-                                           self._body(history), self.state.value.api_key):
+                                           self._body(history), self.state.value.api_key, path):
                 if chunk.get("usage"):
                     usage_tokens = chunk["usage"].get("completion_tokens", usage_tokens)
                 for choice in chunk.get("choices") or []:
-                    piece = (choice.get("delta") or {}).get("content") or ""
+                    piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
                     finish = choice.get("finish_reason") or finish
                     if piece:
                         first = first or time.perf_counter()

@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.api.models import GpuInfo
 from agent.api.pairing import normalize_code, short_fingerprint
+from agent.api.sources import FitReport
 from app.demo_services import DemoJobs, DemoSources
 from daemon.api.client import DaemonError
 from daemon.api.models import (
@@ -42,6 +43,7 @@ from daemon.api.models import (
     StatusResponse,
 )
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeState, NodeView
+from daemon.api.sources import FitQuery
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -101,6 +103,10 @@ class FakeDaemonClient(DemoSources, DemoJobs):
 
     def _file_has_chat_template(self, path: str) -> bool | None:
         return path not in self.base_model_files
+
+    async def fit(self, query: FitQuery) -> FitReport:
+        self._record("fit", query)
+        return await super().fit(query)
 
     def set_state(self, model_id: str, state: ModelState, **kw: Any) -> None:
         old = self.statuses[model_id]

@@ -1,4 +1,7 @@
-"""Playground: chat with a ready model, streamed token by token, with TTFT and tok/s under each answer."""
+"""Playground: chat with a ready model, streamed token by token, with TTFT and tok/s under each answer.
+
+For a base model (no chat template) it offers text completion instead, and says why above the form.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext
 from app.ui.widgets import Card, button, label, page, page_header
-from app.viewmodels.playground import ChatMessage, PlaygroundState
+from app.viewmodels.playground import CHAT, COMPLETION, ChatMessage, PlaygroundState
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -35,7 +38,10 @@ class Bubble(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 10, 14, 10)
         layout.setSpacing(4)
-        who = label("You" if message.role == "user" else message.model or "Assistant", muted=True)
+        if message.completion:
+            who = label("Prompt" if message.role == "user" else f"{message.model or 'The model'} continues", muted=True)
+        else:
+            who = label("You" if message.role == "user" else message.model or "Assistant", muted=True)
         layout.addWidget(who)
         self.text = label("", wrap=True, selectable=True)
         self.text.setTextFormat(Qt.TextFormat.PlainText)
@@ -81,6 +87,13 @@ class PlaygroundPage(QWidget):
         self.model = QComboBox()
         self.model.setObjectName("PlaygroundModel")
         self.model.currentTextChanged.connect(lambda t: t and self.vm.configure(model=t))
+        self.mode = QComboBox()
+        self.mode.setObjectName("PlaygroundMode")
+        self.mode.addItem("Chat", CHAT)
+        self.mode.addItem("Text completion", COMPLETION)
+        self.mode.setToolTip("Chat sends /v1/chat/completions; text completion sends the raw prompt to "
+                             "/v1/completions, for base models that only continue text.")
+        self.mode.currentIndexChanged.connect(lambda i: self.vm.configure(mode=self.mode.itemData(i)))
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 2.0)
         self.temperature.setSingleStep(0.1)
@@ -95,11 +108,16 @@ class PlaygroundPage(QWidget):
         self.api_key.textChanged.connect(lambda v: self.vm.configure(api_key=v))
         self.api_key_label = QLabel("API key")
         form.addRow("Model", self.model)
+        form.addRow("Mode", self.mode)
         form.addRow("Temperature", self.temperature)
         form.addRow("Max tokens", self.max_tokens)
         form.addRow(self.api_key_label, self.api_key)
+        self.mode_reason = label("", wrap=True)
+        self.mode_reason.setObjectName("PlaygroundModeReason")
+        side.body.addWidget(self.mode_reason)
         side.body.addLayout(form)
-        side.body.addWidget(label("System prompt", muted=True))
+        self.system_label = label("System prompt", muted=True)
+        side.body.addWidget(self.system_label)
         self.system = QPlainTextEdit()
         self.system.setObjectName("SystemPrompt")
         self.system.textChanged.connect(lambda: self.vm.configure(system_prompt=self.system.toPlainText()))
@@ -165,6 +183,19 @@ class PlaygroundPage(QWidget):
             self.system.blockSignals(True)
             self.system.setPlainText(s.system_prompt)
             self.system.blockSignals(False)
+        index = self.mode.findData(s.mode)
+        if self.mode.currentIndex() != index:
+            self.mode.blockSignals(True)
+            self.mode.setCurrentIndex(index)
+            self.mode.blockSignals(False)
+        self.mode_reason.setText(s.mode_reason)
+        self.mode_reason.setVisible(bool(s.mode_reason))
+        completion = s.mode == COMPLETION
+        self.system.setEnabled(not completion)  # a raw prompt has no system message
+        self.system_label.setText("System prompt (chat only)" if completion else "System prompt")
+        self.input.setPlaceholderText("Write the start of a text; the model continues it…  (Ctrl+Enter sends)"
+                                      if completion else "Ask something…  (Ctrl+Enter sends)")
+        self.send_button.setText("Continue" if completion else "Send")
         self.api_key.setVisible(s.keys_required)
         self.api_key_label.setVisible(s.keys_required)
         self.no_model.setVisible(not s.models)
