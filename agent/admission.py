@@ -3,8 +3,10 @@
 Before a spawn the agent reads the model's GGUF header (a malformed one is refused outright),
 estimates what the instance needs (``agent.memory_estimate``) and compares it with what is free:
 system memory less a reserve, less what instances still loading will take; on discrete GPUs each
-GPU's free memory less its own reserve. On unified memory (Apple silicon, DGX Spark, Jetson)
-free memory only tells the truth once a load has finished, so starts go one at a time there.
+GPU's free memory less its own reserve. A launch spec's memory budget (the model's
+``memory_budget_gib``) replaces the estimate, held against system memory alone. On unified memory
+(Apple silicon, DGX Spark, Jetson) free memory only tells the truth once a load has finished, so
+starts go one at a time there.
 ``report`` answers the same question for the "will it fit" API, with the largest context and
 GPU-layer count that would fit.
 """
@@ -190,10 +192,13 @@ class Admission:
                 raise StartInProgress("another model is still loading on this unified-memory node, and "
                                       "free memory is only known once it has; try again when it is ready")
         report = await self.report(summary, spec.settings, source=spec.model_path, loading=others_loading())
+        if spec.memory_budget_bytes is not None:
+            report = _with_budget(report, spec.memory_budget_bytes)
         if not report.fits and not spec.force:
+            advice = "Lower its memory budget" if spec.memory_budget_bytes is not None else \
+                f"Lower ctx_size (at most {report.max_ctx_size} fits), offload fewer layers"
             raise InsufficientMemory(
-                f"not enough memory to start {spec.instance_id}: {report.message}. Lower ctx_size "
-                f"(at most {report.max_ctx_size} fits), offload fewer layers, or start it with force.",
+                f"not enough memory to start {spec.instance_id}: {report.message}. {advice}, or start it with force.",
                 details={"needed_bytes": report.estimate.host_bytes, "available_bytes": report.memory_available,
                          "reserve_bytes": report.reserve_bytes, "pending_bytes": report.pending_bytes,
                          "gpu_needed_bytes": report.estimate.gpu_bytes,
@@ -203,6 +208,18 @@ class Admission:
             _LOGGER.warning("starting %s although it may not fit (forced): %s", spec.instance_id, report.message)
         self._admitted[spec.instance_id] = report.estimate.host_bytes
         return report
+
+
+def _with_budget(report: FitReport, budget: int) -> FitReport:
+    """The user's memory budget replaces the estimate: it alone is held against free system memory
+    (less the reserve and what loading instances were promised); the GPU figures are not checked."""
+    usable = report.memory_available - report.reserve_bytes - report.pending_bytes
+    ok = budget <= usable
+    message = _message(budget, [], [], report.memory_available, report.reserve_bytes, report.pending_bytes, ok)
+    message = message.replace("needs ", "has a memory budget of ", 1) + \
+        f" (the estimate from its GGUF file is {gib(report.estimate.host_bytes)})"
+    estimate = report.estimate.model_copy(update={"host_bytes": budget})
+    return report.model_copy(update={"estimate": estimate, "fits": ok, "message": message})
 
 
 def _message(host: int, gpu: list[int], budgets: list[GpuBudget], available: int, reserve: int,

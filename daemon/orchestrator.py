@@ -132,7 +132,9 @@ class Orchestrator:
         return LaunchSpec(instance_id=definition.id, model_path=definition.model_path,
                           served_name=definition.served_name, settings=definition.settings,
                           extra_args=definition.extra_args, env=definition.env,
-                          startup_timeout_s=definition.startup_timeout_s, force=force)
+                          startup_timeout_s=definition.startup_timeout_s, force=force,
+                          memory_budget_bytes=None if definition.memory_budget_gib is None
+                          else int(definition.memory_budget_gib * (1 << 30)))
 
     async def start(self, model_id: str, *, by_user: bool = True, force: bool = False) -> ModelStatus:
         """Start a model. A start by the user also clears its crash count and restart pause."""

@@ -38,6 +38,8 @@ class LaunchSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Checked against an allowlist.")
     startup_timeout_s: float = Field(default=120.0, gt=0, description="Silence allowed while loading.")
     force: bool = Field(default=False, description="Start even when admission says it will not fit.")
+    memory_budget_bytes: int | None = Field(
+        default=None, gt=0, description="Memory admission reserves for this instance instead of its GGUF estimate.")
 
 
 class InstanceInfo(BaseModel):
