@@ -11,13 +11,17 @@ from pathlib import Path
 import pytest
 
 from agent.api.client import AgentClient
+from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import GpuInfo, GpuProcess, InstanceSample, InstanceState, TelemetrySample
+from agent.deps import build_deps
 from agent.gpu import NvmlProbe
+from agent.identity import server_ssl_context
+from agent.server import create_app, start_server
 from agent.telemetry import instance_gpu_figures, kv_from_slots, parse_prometheus
 from daemon.telemetry import model_row
-from tests.agent._support import eventually, make_spec
+from tests.agent._support import eventually, issue_tls, make_spec
 from tests.agent.test_agent_server import GPU, _until_state, start_agent  # noqa: F401 - the fixture
-from tests.fakes import FakeNvml
+from tests.fakes import FakeGpuProbe, FakeNvml
 
 LLAMACPP_METRICS = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
@@ -91,7 +95,8 @@ def test_an_instance_sums_its_memory_over_gpus_and_averages_its_load() -> None:
 
 
 def test_kv_cache_use_from_the_slots_of_todays_llama_server() -> None:
-    # /slots of a llama-server built without the kv_cache_* gauges (two slots, 2048 cells each).
+    # /slots of today's llama-server (-c 4096 -np 2), whose /metrics has no kv_cache_* gauge: a slot
+    # that served a task reports the tokens its sequence holds as n_prompt_tokens.
     slots = [{"id": 0, "n_ctx": 2048, "is_processing": True, "id_task": 3, "n_prompt_tokens": 512},
              {"id": 1, "n_ctx": 2048, "is_processing": False}]
     assert kv_from_slots(slots, ctx_size=4096) == {
@@ -131,11 +136,11 @@ async def test_a_runtime_gets_its_own_gpu_figures_and_kv_use_from_its_slots(
 
     async with client.session.post(client.proxy_url("m", "/v1/completions"), json={"prompt": "a b c"}) as resp:
         assert resp.status == 200
-    # 3 prompt tokens + 5 generated, held in one slot of the 4096-token context.
-    sample = await eventually(lambda: _sample_with(client, lambda i: i.kv_cache_tokens == 8), what="KV use")
+    # 3 prompt tokens + 5 generated, less the last one (not decoded yet), held in one slot of 4096 cells.
+    sample = await eventually(lambda: _sample_with(client, lambda i: i.kv_cache_tokens == 7), what="KV use")
     kv = sample.instances["m"]
     assert (kv.kv_source, kv.kv_cache_capacity) == ("slots", 4096)
-    assert kv.kv_cache_usage_ratio == pytest.approx(8 / 4096)
+    assert kv.kv_cache_usage_ratio == pytest.approx(7 / 4096)
 
 
 async def test_an_older_runtime_kv_gauge_is_used_when_it_exports_one(
@@ -146,5 +151,37 @@ async def test_an_older_runtime_kv_gauge_is_used_when_it_exports_one(
     await _until_state(client, "m", InstanceState.READY)
     async with client.session.post(client.proxy_url("m", "/v1/completions"), json={"prompt": "a b c"}) as resp:
         assert resp.status == 200
-    sample = await eventually(lambda: _sample_with(client, lambda i: i.kv_cache_tokens == 8), what="KV use")
+    sample = await eventually(lambda: _sample_with(client, lambda i: i.kv_cache_tokens == 7), what="KV use")
     assert (sample.instances["m"].kv_source, sample.instances["m"].kv_cache_usage_ratio) == ("metrics", 0.002)
+
+
+@pytest.mark.e2e
+async def test_the_real_llama_server_fills_the_kv_chart_from_its_slots(
+        tmp_path: Path, gemma_gguf: Path, port_base: int, real_llama_server: Path) -> None:
+    home = tmp_path / "agent"
+    tls = issue_tls(tmp_path, home / "identity")
+    deps = build_deps(home, llama_server=real_llama_server, gpu_probe=FakeGpuProbe(), first_port=port_base,
+                      telemetry_interval_s=0.2)
+    runner, port = await start_server(create_app(deps), "127.0.0.1", 0, server_ssl_context(deps.identity))
+    client = AgentClient(f"https://127.0.0.1:{port}", tls.client_context())
+    try:
+        spec = make_spec(gemma_gguf, "m", settings=LlamaCppSettings(ctx_size=1024, parallel=1, threads=2),
+                         startup_timeout_s=120)
+        await client.start(spec)
+        info = await _until_state(client, "m", InstanceState.READY)
+        assert info.state is InstanceState.READY, "\n".join(info.last_log_lines)
+        body = {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
+        async with client.session.post(client.proxy_url("m", "/v1/completions"), json=body) as resp:
+            assert resp.status == 200, await resp.text()
+            usage = (await resp.json())["usage"]
+        held = usage["prompt_tokens"] + usage["completion_tokens"] - 1  # the last token is not decoded
+        sample = await eventually(lambda: _sample_with(client, lambda i: i.kv_cache_tokens == held),
+                                  timeout=30, what=f"{held} tokens in the KV cache")
+        kv = sample.instances["m"]
+        assert (kv.kv_source, kv.kv_cache_capacity) == ("slots", 1024)
+        assert kv.kv_cache_usage_ratio == pytest.approx(held / 1024)
+    finally:
+        for instance_id in list(deps.manager.runs()):
+            await deps.manager.stop(instance_id, timeout=2)
+        await client.close()
+        await runner.cleanup()
