@@ -130,7 +130,8 @@ class FakeServer:
         for i, busy in enumerate(self.busy):
             slot: dict[str, Any] = {"id": i, "n_ctx": n_ctx, "speculative": False, "is_processing": busy}
             if self.held[i] is not None:
-                slot.update(id_task=self.counters["requests"], n_prompt_tokens=self.held[i])
+                slot.update(id_task=self.counters["requests"], n_prompt_tokens=self.held[i], n_prompt_tokens_processed=0,
+                            n_prompt_tokens_cache=0)
             slots.append(slot)
         return web.json_response(slots)
 
@@ -205,7 +206,7 @@ class FakeServer:
             pieces = []
             for i in range(count):
                 await self.tick()
-                self.held[slot] = prompt_tokens + i + 1
+                self.held[slot] = prompt_tokens + i  # the newest token is not in the cache yet
                 pieces.append(WORDS[i % len(WORDS)])
             return web.json_response(self.whole(chat, "".join(pieces), prompt_tokens, count))
         finally:
@@ -282,7 +283,7 @@ class FakeServer:
             await response.write(f"data: {json.dumps({'id': ident, 'object': kind, 'model': self.alias, 'choices': [{'index': 0, 'finish_reason': None, 'delta': {'role': 'assistant', 'content': None}}]})}\n\n".encode())
         for i in range(count):
             await self.tick()
-            self.held[slot] = prompt_tokens + i + 1
+            self.held[slot] = prompt_tokens + i  # the newest token is not in the cache yet
             await response.write(chunk(WORDS[i % len(WORDS)], None))
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count, "total_tokens": prompt_tokens + count}
         await response.write(chunk(None, "length" if count >= self.tokens else "stop", usage=usage))
