@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -151,13 +152,10 @@ class Chat:
         else:
             print(f"\n({HELP})", file=sys.stderr, flush=True)
 
-    async def repl(self, lines: asyncio.Queue[str | None]) -> None:
+    async def repl(self, lines: LineReader) -> None:
         async with aiohttp.ClientSession() as session:
             while True:
-                if sys.stdin.isatty():
-                    self.out.write(">>> ")
-                    self.out.flush()
-                line = await lines.get()
+                line = await lines.next()
                 if line is None or line.strip() == "/bye":
                     return
                 text = line.rstrip("\n")
@@ -194,11 +192,39 @@ def _error_text(text: str) -> str:
         return text[:500]
 
 
-def read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -> None:
-    """Feed stdin's lines to ``queue`` (from a thread: reading a terminal blocks); None at its end."""
-    for line in sys.stdin:
-        loop.call_soon_threadsafe(queue.put_nowait, line)
-    loop.call_soon_threadsafe(queue.put_nowait, None)
+class LineReader:
+    """stdin's lines, read by a thread (reading a terminal blocks) one at a time when asked, so that
+    a terminal's prompt (with line editing, through ``input``) appears only once an answer is done."""
+
+    PROMPT = ">>> "
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self.wanted = threading.Event()
+        self.tty = sys.stdin.isatty()
+        if self.tty:
+            with contextlib.suppress(ImportError):  # Windows has no readline; input() still works
+                import readline  # noqa: F401 - gives input() editing and history
+        # A daemon thread, never joined: it may still block on the terminal when the chat ends.
+        threading.Thread(target=self._read, name="stdin", daemon=True).start()
+
+    async def next(self) -> str | None:
+        """The next line; None at the end of input."""
+        self.wanted.set()
+        return await self.lines.get()
+
+    def _read(self) -> None:
+        while True:
+            self.wanted.wait()
+            self.wanted.clear()
+            try:
+                line: str | None = input(self.PROMPT) if self.tty else sys.stdin.readline() or None
+            except EOFError:
+                line = None
+            self.loop.call_soon_threadsafe(self.lines.put_nowait, line)
+            if line is None:
+                return
 
 
 async def find_model(client: DaemonClient, wanted: str) -> ModelView:
@@ -253,9 +279,7 @@ async def chat(args: argparse.Namespace, client: DaemonClient) -> int:
                                 max_tokens=args.max_tokens)
     session = Chat(client.base_url + "/v1", conversation, args.api_key, sys.stdout)
     loop = asyncio.get_running_loop()
-    lines: asyncio.Queue[str | None] = asyncio.Queue()
-    # A daemon thread, never joined: it may still block on the terminal when the chat ends.
-    threading.Thread(target=read_lines, args=(loop, lines), name="stdin", daemon=True).start()
+    lines = LineReader(loop)
     try:
         loop.add_signal_handler(signal.SIGINT, session.interrupt)
     except (NotImplementedError, RuntimeError):  # Windows: Ctrl-C ends the chat

@@ -21,7 +21,12 @@ from typing import Any, TextIO
 
 from agent.api.sources import FINISHED_TRANSFERS, HfFileRef, TransferState
 from daemon.api.client import DaemonClient, DaemonError
-from daemon.api.sources import DownloadQuery, FolderImportQuery, OllamaImportQuery, Transfer
+from daemon.api.sources import (
+    DownloadQuery,
+    FolderImportQuery,
+    OllamaImportQuery,
+    Transfer,
+)
 from mirbadllm import ctl_nodes
 
 _LOGGER = logging.getLogger(__name__)
