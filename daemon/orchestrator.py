@@ -206,11 +206,19 @@ class Orchestrator:
         return status
 
     async def auto_start(self) -> None:
-        """After boot: start each auto-start model that is not running, one at a time per node."""
+        """After boot: start each auto-start model that is not running, one at a time per node and
+        the nodes in parallel, so a node that is offline or slow to load holds up only its own."""
+        by_node: dict[str, list[ModelDefinition]] = {}
         for definition in self.registry.all():
+            if definition.auto_start and definition.node in self.links:
+                by_node.setdefault(definition.node, []).append(definition)
+        await asyncio.gather(*(self._auto_start_node(models) for models in by_node.values()))
+
+    async def _auto_start_node(self, definitions: list[ModelDefinition]) -> None:
+        for definition in definitions:
             link = self.links.get(definition.node)
-            if not definition.auto_start or link is None:
-                continue
+            if link is None:
+                return
             await link.first_sync.wait()
             if self.status(definition).state in (ModelState.STOPPED, ModelState.FAILED):
                 try:
