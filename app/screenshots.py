@@ -44,13 +44,126 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
     vm.state.set(replace(vm.state.value, messages=messages, busy=True))
 
 
+# Every page of the main window, a model's tabs, and every dialog, by file name (``{mode}-{name}.png``).
+# tests/app/test_screenshots.py checks these cover main_window.PAGES and every QDialog in app.ui.
+PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
+              "nodes", "playground", "playground-completion", "access", "settings")
+DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
+                "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog"}
+EXTRA_SHOTS = ("tuning-wizard-progress", "tray-menu")
+
+
+async def _settle_until(condition, seconds: float = 3.0) -> None:  # type: ignore[no-untyped-def]
+    """Let the loop and Qt run until ``condition()`` holds (or ``seconds`` pass: shoot what is there)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not condition() and loop.time() < deadline:
+        await _settle(0.05)
+    await _settle(0.2)
+
+
+async def _pages(window, ctx, save) -> None:  # type: ignore[no-untyped-def]
+    from app.ui.pages.model_panel import BENCHMARKS, CHARTS, LOGS, OVERVIEW, SETTINGS
+
+    tabs = {"models": OVERVIEW, "models-settings": SETTINGS, "models-logs": LOGS, "models-charts": CHARTS,
+            "models-benchmarks": BENCHMARKS}
+    for name in PAGE_SHOTS:
+        window.show_page(name.split("-")[0])
+        tab = tabs.get(name)
+        if tab is not None:
+            window.models.select("qwen25-coder-7b" if tab != OVERVIEW else "llama31-8b")
+            window.models.panel.tabs.setCurrentIndex(tab)
+        if name == "playground":
+            ctx.playground.configure(model="qwen2.5-coder-7b")
+            _demo_conversation(ctx)
+        if name == "playground-completion":
+            ctx.playground.clear()
+            ctx.playground.configure(model="gemma3-270m")
+            await _settle_until(lambda: ctx.playground.state.value.base_model)
+            _demo_completion(ctx)
+        if name == "nodes":
+            await ctx.nodes.refresh()
+        wait = {LOGS: 0.6, CHARTS: 0.6, BENCHMARKS: 0.6}.get(tab, 0.4 if name == "nodes" else 0.2)  # type: ignore[arg-type]
+        await _settle(wait)
+        save(name, window)
+
+
+async def _dialogs(window, ctx, demo, save) -> None:  # type: ignore[no-untyped-def]
+    from app.bootstrap import BootstrapError
+    from app.ui.dialogs import DaemonFailedDialog, NewKeyDialog
+    from app.viewmodels.tuning import Step
+
+    created = await demo.create_key("vs-code")
+    dialog = NewKeyDialog(created, window)
+    dialog.show()
+    await _settle()
+    save(DIALOG_SHOTS["NewKeyDialog"], dialog)
+    dialog.close()
+
+    window.show_page("nodes")
+    pairing = window.nodes.open_pairing((await demo.discovered_nodes())[0])
+    pairing.code.setText("KXT7-M4QP")
+    await _settle()
+    save(DIALOG_SHOTS["PairDialog"], pairing)
+    pairing.close()
+
+    window.open_model("qwen25-coder-7b")
+    tab = window.models.panel.benchmarks
+    tab.open_wizard()
+    wizard = tab.wizard
+    wizard.resize(820, 600)
+    await wizard.vm.make_plan()
+    await _settle_until(lambda: wizard.vm.state.value.step == Step.PLAN)
+    save(DIALOG_SHOTS["TuningWizard"], wizard)
+    await wizard.vm.start()
+    await _settle_until(lambda: wizard.vm.state.value.step == Step.PROGRESS)
+    save("tuning-wizard-progress", wizard)
+    await wizard.vm.cancel()
+    wizard.close()
+
+    adder = window.open_add_model()
+    adder.resize(720, 640)
+    adder.vm.set_source("hf")
+    for edit, field, text in ((adder.hf_repo, "hf_repo", "Qwen/Qwen2.5-7B-Instruct-GGUF"),
+                              (adder.hf_file, "hf_file", "Q4_K_M"), (adder.model_id, "model_id", "qwen25-7b"),
+                              (adder.ctx_size, "ctx_size", "8192")):
+        edit.setText(text)  # as typed: the dialog's fields feed the view-model
+        adder.vm.set_field(field, text)
+    await adder.vm.check_fit()
+    await _settle()
+    save(DIALOG_SHOTS["AddModelDialog"], adder)
+    adder.close()
+
+    failed = DaemonFailedDialog(BootstrapError(
+        "The daemon exited before it was ready (exit code 1)",
+        "Port 8484 is in use by another program. Stop it, or start MirbadLLM with --port 8485.",
+        "INFO daemon: home is ~/.local/share/mirbadllm\n"
+        "ERROR daemon: cannot listen on 127.0.0.1:8484: [Errno 98] Address already in use"), window)
+    failed.show()
+    await _settle()
+    save(DIALOG_SHOTS["DaemonFailedDialog"], failed)
+    failed.close()
+
+
+def _demo_completion(ctx) -> None:  # type: ignore[no-untyped-def]
+    from app.viewmodels.playground import AnswerStats, ChatMessage
+
+    vm = ctx.playground
+    model = vm.state.value.model
+    messages = (
+        ChatMessage("user", "The three things every good README has are", completion=True),
+        ChatMessage("assistant", " a one-line summary of what the project does, a quick start that works on the "
+                    "first try, and a short list of where to go next.", model, AnswerStats(41.0, 31, 212.4, "stop"),
+                    completion=True),
+    )
+    vm.state.set(replace(vm.state.value, messages=messages, busy=False))
+
+
 async def shoot(app, out: Path, modes: tuple[str, ...] = ("light", "dark")) -> list[Path]:  # type: ignore[no-untyped-def]
     from app.context import AppContext
     from app.demo import DemoDaemon
     from app.ui import theme
-    from app.ui.dialogs import NewKeyDialog
     from app.ui.main_window import MainWindow
-    from app.ui.pages.model_panel import CHARTS, LOGS, OVERVIEW, SETTINGS
     from app.ui.tray import TrayController
 
     out.mkdir(parents=True, exist_ok=True)
@@ -71,23 +184,8 @@ async def shoot(app, out: Path, modes: tuple[str, ...] = ("light", "dark")) -> l
             widget.grab().save(str(path))
             written.append(path)
 
-        shots = [("overview", None), ("models", OVERVIEW), ("models-settings", SETTINGS), ("models-logs", LOGS),
-                 ("models-charts", CHARTS), ("playground", None), ("access", None), ("settings", None)]
-        for name, tab in shots:
-            window.show_page(name.split("-")[0])
-            if tab is not None:
-                window.models.select("qwen25-coder-7b" if tab != OVERVIEW else "llama31-8b")
-                window.models.panel.tabs.setCurrentIndex(tab)
-            if name == "playground":
-                _demo_conversation(ctx)
-            await _settle(0.6 if tab in (LOGS, CHARTS) else 0.2)
-            save(name, window)
-        created = await demo.create_key("vs-code")
-        dialog = NewKeyDialog(created, window)
-        dialog.show()
-        await _settle()
-        save("new-key-dialog", dialog)
-        dialog.close()
+        await _pages(window, ctx, save)
+        await _dialogs(window, ctx, demo, save)
         tray = TrayController(ctx, open_window=window.show, quit_app=lambda: None, stop_all_and_quit=lambda: None)
         tray.rebuild_menu()
         tray.menu.adjustSize()
