@@ -1,0 +1,7 @@
+"""``python -m mirbadllm.updates``: see ``cli.py``."""
+
+import sys
+
+from mirbadllm.updates.cli import main
+
+sys.exit(main())
