@@ -38,9 +38,21 @@ from daemon.api.jobs import (
     TuningPlan,
     TuningResult,
 )
-from daemon.api.models import HistoryPoint, HistoryRange, HistorySeries, ModelDefinition, ModelView
+from daemon.api.models import (
+    HistoryPoint,
+    HistoryRange,
+    HistorySeries,
+    ModelDefinition,
+    ModelView,
+)
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeState, NodeView
-from daemon.api.sources import DownloadQuery, FitQuery, FolderImportQuery, OllamaImportQuery, Transfer
+from daemon.api.sources import (
+    DownloadQuery,
+    FitQuery,
+    FolderImportQuery,
+    OllamaImportQuery,
+    Transfer,
+)
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -22,7 +22,12 @@ from daemon.api import client as client_module
 from daemon.api.client import DaemonClient
 from daemon.api.jobs import BenchmarkRequest, TuneRequest
 from daemon.api.models import DaemonSettings, ModelDefinition
-from daemon.api.sources import DownloadQuery, FitQuery, FolderImportQuery, OllamaImportQuery
+from daemon.api.sources import (
+    DownloadQuery,
+    FitQuery,
+    FolderImportQuery,
+    OllamaImportQuery,
+)
 
 
 def _public_calls(cls: type) -> dict[str, Any]:

@@ -21,7 +21,12 @@ from helpers import until
 
 from agent.api.llamacpp import LlamaCppSettings
 from app.viewmodels.fleet import FleetViewModel
-from app.viewmodels.playground import BASE_MODEL_REASON, CHAT, COMPLETION, PlaygroundViewModel
+from app.viewmodels.playground import (
+    BASE_MODEL_REASON,
+    CHAT,
+    COMPLETION,
+    PlaygroundViewModel,
+)
 from daemon.api.models import ModelState
 
 

@@ -58,7 +58,7 @@ def test_every_dialog_class_has_a_screenshot() -> None:
 @pytest.mark.slow
 def test_the_screenshots_run_writes_every_listed_picture(tmp_path: Path) -> None:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    done = subprocess.run([sys.executable, "-m", "app.screenshots", str(tmp_path)], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "app.screenshots", str(tmp_path)], check=False, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     names = (*screenshots.PAGE_SHOTS, *screenshots.DIALOG_SHOTS.values(), *screenshots.EXTRA_SHOTS)
