@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from agent.pairing import PairingService
 from agent.pairing_server import create_pairing_app
 from agent.paths import AgentPaths
 from agent.server import create_app, start_server
+from agent.service.pairing_code import ShownCode, forget_code, write_code
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -148,6 +150,7 @@ class AgentLifecycle:
         try:
             await _first(stop, paired)
         finally:
+            forget_code(self.paths.pairing_code_file)
             rotation.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await rotation
@@ -165,6 +168,8 @@ class AgentLifecycle:
         self.emit({"event": "pairing", "code": code, "fingerprint": fp, "name": self.name,
                    "expires_in_s": round(expires_in_s)})
         where = self._where
+        write_code(self.paths.pairing_code_file,
+                   ShownCode(code, short_fingerprint(fp), self.name, where, time.time() + expires_in_s))
         self.banner("\n".join([
             f'MirbadLLM agent "{self.name}" is waiting to be paired ({where}).',
             f"  Pairing code:  {code}   (valid {max(1, round(expires_in_s / 60))} minutes, one use)",

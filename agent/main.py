@@ -90,8 +90,50 @@ async def serve(args: argparse.Namespace, home: Path) -> int:
     return await lifecycle.run(stop)
 
 
+SERVICE_COMMANDS = ("install-service", "uninstall-service", "pairing-code")
+
+
+def service_command(argv: list[str]) -> int:
+    """``install-service``, ``uninstall-service`` and ``pairing-code`` (see ``agent.service``)."""
+    from agent.service import install as service
+    from agent.service.pairing_code import describe, read_code
+
+    parser = argparse.ArgumentParser(prog=f"mirbadllm agent {argv[0]}")
+    parser.add_argument("--home", type=Path, default=None,
+                        help="agent data directory (default: the service's, else the user's)")
+    args = parser.parse_args(argv[1:])
+    if argv[0] == "pairing-code":
+        homes = [args.home] if args.home else [Path(service.service_home(sys.platform)), default_home()]
+        for home in homes:
+            paths = AgentPaths(home.expanduser())
+            shown = read_code(paths.pairing_code_file)
+            if shown is not None:
+                print(describe(shown))
+                return 0
+            if is_paired(paths):
+                print(f"The agent in {paths.home} is paired already; to pair it with another daemon, "
+                      "remove it there first (or run `mirbadllm agent --unpair`).")
+                return 0
+        where = " or ".join(str(h) for h in homes)
+        print(f"No agent is waiting to be paired in {where}. Is it running (and can you read its home? "
+              "try sudo)?", file=sys.stderr)
+        return 1
+    system = service.RealSystem()
+    try:
+        plan = service.plan_for("install" if argv[0] == "install-service" else "uninstall", system,
+                                service.program_executable())
+        service.apply(plan, system)
+    except service.ServiceError as exc:
+        print(f"mirbadllm agent: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SERVICE_COMMANDS:
+        return service_command(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     home = (args.home or default_home()).expanduser().absolute()

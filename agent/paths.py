@@ -59,6 +59,11 @@ class AgentPaths:
         return self.home / "runtime-checks.json"
 
     @property
+    def pairing_code_file(self) -> Path:
+        """The code an unpaired agent shows, for ``mirbadllm agent pairing-code`` (0600)."""
+        return self.home / "pairing-code.json"
+
+    @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
 
