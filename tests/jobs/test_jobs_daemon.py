@@ -30,7 +30,7 @@ from tests.daemon.harness import RunningDaemon, model, running_daemon
 pytestmark = pytest.mark.slow
 
 QUICK_SUITE = SuiteOptions(levels=[1, 2], repetitions=2, max_tokens=6, long_prompt_tokens=60,
-                           objective_questions=1, tool_cases=0, drain_timeout_s=30)
+                           objective_questions=1, tool_cases=3, drain_timeout_s=30)
 TUNE_SUITE = SuiteOptions(levels=[1], repetitions=2, max_tokens=8, long_prompt_tokens=40,
                           objective_questions=0, tool_cases=0, drain_timeout_s=30)
 
@@ -84,11 +84,30 @@ async def test_a_benchmark_measures_the_running_model_and_stores_its_settings(
         assert len(result.repetitions) == 2 and result.metrics["error_rate"] == 0.0
         assert result.metrics["single_tps"] > 0 and result.prefill is not None and result.prefill.cached_ttft_ms
         assert result.objective is not None and result.objective.total == 1
+        # The fake runtime calls the tool it is offered with arguments that fit its schema.
+        assert result.tool_calls is not None and (result.tool_calls.total, result.tool_calls.passed) == (3, 3)
+        assert result.tool_calls.details == ["get_weather: valid", "get_time: valid", "search_documents: valid"]
         assert (tmp_path / "home" / "benchmarks" / "m" / f"{result.stamp}.json").is_file()
         listed = await d.client.list_jobs("m")
         assert [j.id for j in listed] == [job.id] and listed[0].summary["single_tps"] > 0
         kinds = {e.type for e in (await d.client.events(0, timeout=0)).events}
         assert {"job.started", "job.progress", "job.finished"} <= kinds
+
+
+async def test_tool_calls_with_arguments_off_their_schema_score_nothing(
+        tmp_path: Path, model_file: Path, fake_runtime: Callable[..., Path]) -> None:
+    runtime = fake_runtime(tool_args='{"city": 7, "unit": "kelvin"}')
+    suite = QUICK_SUITE.model_copy(update={"levels": [1], "repetitions": 1, "objective_questions": 0,
+                                           "tool_cases": 1})
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await started_model(d, model_file)
+        job = await d.client.start_benchmark(BenchmarkRequest(model="m", suite=suite))
+        view = await wait_job(d, job.id, finished)
+        assert view.state == JobState.SUCCEEDED, view.error
+        checked = view.result.tool_calls if view.result else None
+        assert checked is not None and (checked.total, checked.passed) == (1, 0)
+        assert checked.details == ["get_weather: arguments.city: expected string, got int; "
+                                   "arguments.unit: 'kelvin' is not one of ['celsius', 'fahrenheit']"]
 
 
 async def test_requests_get_maintenance_while_a_job_drains_and_flow_again_after(
