@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import aiohttp
 
 from daemon.api.locations import read_admin_token, read_daemon_url
+from daemon.api.program import program_argv
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class DaemonConnection:
 
 
 def daemon_command(home: Path) -> list[str]:
-    return [sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home)]
+    return program_argv("daemon", "--home", str(home))
 
 
 def is_loopback(url: str) -> bool:

@@ -10,12 +10,12 @@ import asyncio
 import logging
 import os
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.models import InstanceInfo, TelemetrySample
+from agent.api.program import program_argv
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -96,8 +96,8 @@ class LocalAgentProcess:
         self._stopping = False
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "agent", "--home", str(self.home), "--host", "127.0.0.1",
-                "--port", str(self.port), "--telemetry-interval", str(self._telemetry_interval_s)]
+        argv = program_argv("agent", "--home", str(self.home), "--host", "127.0.0.1",
+                            "--port", str(self.port), "--telemetry-interval", str(self._telemetry_interval_s))
         if self._llama_server:
             argv += ["--llama-server", self._llama_server]
         return argv
