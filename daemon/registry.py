@@ -14,7 +14,12 @@ from pydantic import BaseModel, ValidationError
 from agent.api.llamacpp import LlamaCppSettings, config_hash, lift_extra_args
 from daemon.api.models import ModelDefinition, ModelSource
 from daemon.atomic import write_json_atomic
-from daemon.validation import DefinitionRejected, UnknownNode, check_definition, resolve_node
+from daemon.validation import (
+    DefinitionRejected,
+    UnknownNode,
+    check_definition,
+    resolve_node,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
