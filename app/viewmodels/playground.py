@@ -3,10 +3,13 @@
 It talks to the daemon's OpenAI side exactly as any client would (aiohttp, SSE), so what works
 here works for the user's own tools. Each answer records its time to first token and tokens/s.
 
-A base model (no chat template in its GGUF, none set in its settings) cannot chat: given a chat it
-repeats the system prompt until ``max_tokens``. For such a model the Playground switches to text
-completion (``/v1/completions`` with the raw prompt) and says why; the user may switch back. The
-fact comes from the agent's reading of the file's header (``FitReport.summary.has_chat_template``).
+A base model cannot chat: given a chat it repeats the system prompt until ``max_tokens``. Its GGUF
+carries no chat template (instruction-tuned GGUFs ship theirs), so for a model whose file has none
+the Playground opens in text completion (``/v1/completions`` with the raw prompt) and says why; the
+user may switch to chat, and that choice sticks. A built-in template named in the settings (the
+demo model has ``gemma`` so that ``/v1/chat/completions`` answers at all) does not make a base model
+an instruction-tuned one, so it does not change the default. The fact comes from the agent's
+reading of the file's header (``FitReport.summary.has_chat_template``).
 """
 
 from __future__ import annotations
@@ -161,9 +164,7 @@ class PlaygroundViewModel:
                      if m.definition.served_name == served_name), None)
 
     def _has_template(self, definition: ModelDefinition) -> bool | None:
-        """True when the model can chat: a built-in template set in its settings, or one in its file."""
-        if definition.settings.chat_template:
-            return True
+        """Whether the model's file has a chat template (None: not known yet)."""
         key = (definition.node, definition.model_path)
         if key not in self._templates and key not in self._lookups:
             try:

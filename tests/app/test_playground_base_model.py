@@ -90,15 +90,19 @@ async def test_a_base_model_gets_text_completion_and_its_reason() -> None:
     await vm.close()
 
 
-async def test_a_model_with_a_template_in_its_file_or_its_settings_chats() -> None:
+async def test_a_model_with_a_template_in_its_file_chats_and_a_built_in_name_does_not_make_a_base_model_chat(
+        ) -> None:
     fake = _fleet_of_models()
     vm = await _playground(fake)
     await until(lambda: vm.state.value.mode == COMPLETION)
     vm.configure(model="Instruct-7B")
     await until(lambda: len(fake.called("fit")) == 2 and not vm._lookups, what="the instruct model's file looked up")
     assert vm.state.value.mode == CHAT and not vm.state.value.base_model and vm.state.value.mode_reason == ""
-    vm.configure(model="Builtin")  # the same base file, with llama.cpp's built-in gemma template set
-    assert vm.state.value.mode == CHAT and not vm.state.value.base_model
+    # The same base file with llama.cpp's built-in gemma template set (as the demo model has): still a
+    # base model, which repeats a chat back; it opens in completion too.
+    vm.configure(model="Builtin")
+    await until(lambda: vm.state.value.mode == COMPLETION, what="completion for the base file")
+    assert vm.state.value.base_model and vm.state.value.mode_reason == BASE_MODEL_REASON
     await vm.close()
 
 
