@@ -26,6 +26,8 @@ class AppPreferences(BaseModel):
     theme: Theme = Field(default="system", description="light, dark, or follow the system.")
     daemon_url: str = Field(default="", description="Admin URL of the daemon; empty: the one in {home}/daemon.json.")
     notifications: bool = Field(default=True, description="Tell me when a model becomes ready or fails.")
+    update_feed_url: str = Field(default="", description="URL of the signed release feed (feed.json); empty: "
+                                                          "updates are off.")
 
 
 def preferences_path() -> Path:

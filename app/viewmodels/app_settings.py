@@ -1,4 +1,4 @@
-"""The Settings page: theme, start at login, daemon address. Saved in the app's preferences file."""
+"""The Settings page: theme, start at login, daemon address, update feed. Saved in the app's preferences file."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 from app import autostart
 from app.preferences import AppPreferences, load_preferences, save_preferences
 from app.viewmodels.observable import Observable
+from app.viewmodels.updates import UpdatesViewModel
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -23,12 +24,14 @@ class AppSettingsState:
 
 
 class AppSettingsViewModel:
-    def __init__(self, home: Path, prefs_path: Path | None = None, platform: str | None = None) -> None:
+    def __init__(self, home: Path, prefs_path: Path | None = None, platform: str | None = None,
+                 updates: UpdatesViewModel | None = None) -> None:
         self.home = home
         self._path = prefs_path
         self._platform = platform
         prefs = load_preferences(prefs_path)
         self.state: Observable[AppSettingsState] = Observable(AppSettingsState(prefs, self._autostart_enabled()))
+        self.updates = updates or UpdatesViewModel(prefs.update_feed_url, home / "updates")
 
     def _autostart_enabled(self) -> bool:
         try:
@@ -58,6 +61,18 @@ class AppSettingsViewModel:
         if url == self.state.value.prefs.daemon_url:
             return None
         self._save(self.state.value.prefs.model_copy(update={"daemon_url": url}), restart_needed=True)
+        return None
+
+    def set_update_feed_url(self, url: str) -> str | None:
+        """Save the release feed's URL ('' turns updates off); returns an error text or None."""
+        url = url.strip()
+        if url:
+            parsed = urlparse(url)
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                return "Use the feed's address, like https://example.org/mirbadllm/stable/feed.json"
+        if url != self.state.value.prefs.update_feed_url:
+            self._save(self.state.value.prefs.model_copy(update={"update_feed_url": url}))
+        self.updates.set_feed_url(url)
         return None
 
     def set_autostart(self, enabled: bool) -> None:

@@ -18,10 +18,23 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from daemon.api.updates.feed import FEED_NAME, PLATFORMS, SIGNATURE_SUFFIX, SUMS_NAME, feed_bytes, make_feed, \
-    sha256sums_text
-from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS, SigningKeyError, private_key_pem, public_key_b64, \
-    sign_bytes, verify_feed_signature
+from daemon.api.updates.feed import (
+    FEED_NAME,
+    PLATFORMS,
+    SIGNATURE_SUFFIX,
+    SUMS_NAME,
+    feed_bytes,
+    make_feed,
+    sha256sums_text,
+)
+from daemon.api.updates.signing import (
+    RELEASE_PUBLIC_KEYS,
+    SigningKeyError,
+    private_key_pem,
+    public_key_b64,
+    sign_bytes,
+    verify_feed_signature,
+)
 
 _LOGGER = logging.getLogger(__name__)
 

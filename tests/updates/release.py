@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aiohttp import web
@@ -47,7 +47,7 @@ def feed_for(version: str, payload: bytes = PAYLOAD, **artefact: object) -> Rele
 
     fields: dict[str, object] = {"platform": "linux-x86_64-appimage", "url": APPIMAGE, "size": len(payload),
                                  "sha256": hashlib.sha256(payload).hexdigest(), **artefact}
-    return ReleaseFeed(version=version, published=datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc),
+    return ReleaseFeed(version=version, published=datetime(2026, 12, 1, 9, 0, tzinfo=UTC),
                        artefacts=[ReleaseArtefact.model_validate(fields)])
 
 

@@ -11,7 +11,14 @@ import pytest
 
 from daemon.api.updates import UpdateChecker, UpdateError, UpdateReady, UpToDate
 from daemon.api.updates.feed import feed_bytes
-from tests.updates.release import APPIMAGE, PAYLOAD, FakeInstaller, ReleaseKey, ReleaseServer, feed_for
+from tests.updates.release import (
+    APPIMAGE,
+    PAYLOAD,
+    FakeInstaller,
+    ReleaseKey,
+    ReleaseServer,
+    feed_for,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -128,10 +135,10 @@ async def test_versions_compare_as_versions_not_text(
 
 @pytest.mark.parametrize(("tamper", "check", "message"), [
     (lambda p: p[:-1] + bytes([p[-1] ^ 1]), "checksum", "Checksum check failed: the SHA-256 of " + APPIMAGE + " is "),
-    (lambda p: p[:-10], "size", f"Size check failed: {APPIMAGE} is {len(PAYLOAD) - 10} bytes, the feed lists "
-                                f"{len(PAYLOAD)}"),
-    (lambda p: p + b"more", "size", f"Size check failed: {APPIMAGE} is larger than the {len(PAYLOAD)} bytes the "
-                                    "feed lists"),
+    (lambda p: p[:-10], "size", (f"Size check failed: {APPIMAGE} is {len(PAYLOAD) - 10} bytes, the feed lists "
+                                 f"{len(PAYLOAD)}")),
+    (lambda p: p + b"more", "size", (f"Size check failed: {APPIMAGE} is larger than the {len(PAYLOAD)} bytes the "
+                                     "feed lists")),
 ], ids=["wrong-checksum", "too-short", "too-long"])
 async def test_an_artefact_that_does_not_match_the_feed_is_refused_and_nothing_is_staged(
         release_server: ReleaseServer, key: ReleaseKey, tmp_path: Path, tamper, check: str, message: str) -> None:

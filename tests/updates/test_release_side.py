@@ -13,9 +13,17 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from daemon.api.updates import (AppImageInstaller, StagedUpdate, UnsupportedInstaller, UpdateError,
-                                installer_for_this_os, make_feed, sha256sums_text, sign_bytes,
-                                verify_feed_signature)
+from daemon.api.updates import (
+    AppImageInstaller,
+    StagedUpdate,
+    UnsupportedInstaller,
+    UpdateError,
+    installer_for_this_os,
+    make_feed,
+    sha256sums_text,
+    sign_bytes,
+    verify_feed_signature,
+)
 from daemon.api.updates.signing import SigningKeyError, public_key_b64
 from mirbadllm.updates.cli import main as cli
 from tests.updates.release import ReleaseKey

@@ -1,11 +1,14 @@
-"""Settings: the app's own preferences — theme, start at login, notifications, daemon address."""
+"""Settings: the app's own preferences — theme, start at login, notifications, daemon address, updates."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
+from PySide6.QtCore import QProcess
 from PySide6.QtWidgets import (
+    QApplication,
     QButtonGroup,
     QCheckBox,
     QHBoxLayout,
@@ -15,8 +18,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
-from app.ui.widgets import Card, button, label, page, page_header
+from app.ui.widgets import Card, button, label, page, page_header, set_prop
 from app.viewmodels.app_settings import AppSettingsState
+from app.viewmodels.updates import UpdatesState
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -78,8 +82,63 @@ class SettingsPage(QScrollArea):
         daemon.body.addWidget(self.daemon_note)
         daemon.body.addWidget(label(f"Data directory: {ctx.home}", muted=True, selectable=True))
         layout.addWidget(daemon)
+        layout.addWidget(self._updates_card())
         layout.addStretch(1)
         self.vm.state.subscribe(self.show_state, now=True)
+        self.vm.updates.state.subscribe(self.show_updates, now=True)
+
+    def _updates_card(self) -> Card:
+        card = Card("Updates")
+        card.body.addWidget(label("Address of the signed release feed (feed.json) MirbadLLM checks for new versions. "
+                                  "Leave it empty to turn updates off. Only releases signed with the key built "
+                                  "into this app are installed.", muted=True, wrap=True))
+        row = QHBoxLayout()
+        self.feed_url = QLineEdit()
+        self.feed_url.setObjectName("UpdateFeedUrl")
+        self.feed_url.setPlaceholderText("Empty: updates are off")
+        self.apply_feed = button("Apply")
+        self.apply_feed.setObjectName("UpdateFeedApply")
+        self.apply_feed.clicked.connect(self._apply_feed)
+        row.addWidget(self.feed_url, 1)
+        row.addWidget(self.apply_feed)
+        card.body.addLayout(row)
+        actions = QHBoxLayout()
+        self.check_updates = button("Check for updates")
+        self.check_updates.setObjectName("UpdateCheck")
+        self.check_updates.clicked.connect(lambda: asyncio.ensure_future(self.vm.updates.check()))
+        self.restart_update = button("Restart to update", kind="primary")
+        self.restart_update.setObjectName("UpdateRestart")
+        self.restart_update.clicked.connect(lambda: asyncio.ensure_future(self._restart_to_update()))
+        actions.addWidget(self.check_updates)
+        actions.addWidget(self.restart_update)
+        actions.addStretch(1)
+        card.body.addLayout(actions)
+        self.update_line = label("", wrap=True, selectable=True)
+        self.update_line.setObjectName("UpdateResult")
+        card.body.addWidget(self.update_line)
+        # The new program starts once this one has quit (a second instance would only raise this window).
+        self.launch_and_quit: Callable[[list[str]], bool] = _launch_and_quit
+        return card
+
+    def _apply_feed(self) -> None:
+        error = self.vm.set_update_feed_url(self.feed_url.text())
+        if error:
+            self.update_line.setText(error)
+            set_prop(self.update_line, "role", "error")
+
+    async def _restart_to_update(self) -> None:
+        command = await self.vm.updates.restart_command()
+        if command and not self.launch_and_quit(command):
+            self.update_line.setText("MirbadLLM was updated but could not restart itself: quit it and start it again.")
+
+    def show_updates(self, s: UpdatesState) -> None:
+        if not self.feed_url.hasFocus():
+            self.feed_url.setText(s.feed_url)
+        self.check_updates.setEnabled(s.enabled and not s.checking)
+        self.restart_update.setVisible(s.ready is not None)
+        self.update_line.setText(s.line)
+        self.update_line.setVisible(bool(s.line))
+        set_prop(self.update_line, "role", "error" if s.error else "")
 
     def _theme(self, key: str) -> None:
         self.vm.set_theme(key)
@@ -102,3 +161,12 @@ class SettingsPage(QScrollArea):
         if s.restart_needed:
             self.daemon_note.setText("Saved. The new address is used the next time MirbadLLM starts.")
             self.daemon_note.setVisible(True)
+
+
+def _launch_and_quit(command: list[str]) -> bool:
+    started, _pid = QProcess.startDetached(command[0], command[1:])
+    if started:
+        QApplication.quit()  # main() quits cleanly on aboutToQuit; the daemon and models keep running
+    else:
+        _LOGGER.warning("could not start %s after the update", command)
+    return bool(started)

@@ -15,10 +15,31 @@ The release side (keygen, sign, make-feed) is ``python -m mirbadllm.updates``.
 """
 
 from daemon.api.updates.checker import UpdateChecker
-from daemon.api.updates.feed import PLATFORMS, ReleaseArtefact, ReleaseFeed, make_feed, sha256sums_text
-from daemon.api.updates.installer import AppImageInstaller, Installer, UnsupportedInstaller, installer_for_this_os
-from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS, sign_bytes, verify_feed_signature
-from daemon.api.updates.staging import StagedUpdate, UpdateError, UpdateReady, UpdateResult, UpToDate
+from daemon.api.updates.feed import (
+    PLATFORMS,
+    ReleaseArtefact,
+    ReleaseFeed,
+    make_feed,
+    sha256sums_text,
+)
+from daemon.api.updates.installer import (
+    AppImageInstaller,
+    Installer,
+    UnsupportedInstaller,
+    installer_for_this_os,
+)
+from daemon.api.updates.signing import (
+    RELEASE_PUBLIC_KEYS,
+    sign_bytes,
+    verify_feed_signature,
+)
+from daemon.api.updates.staging import (
+    StagedUpdate,
+    UpdateError,
+    UpdateReady,
+    UpdateResult,
+    UpToDate,
+)
 
 __all__ = [
     "PLATFORMS", "RELEASE_PUBLIC_KEYS", "AppImageInstaller", "Installer", "ReleaseArtefact", "ReleaseFeed",

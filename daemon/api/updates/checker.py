@@ -23,10 +23,22 @@ from packaging.version import Version
 from pydantic import ValidationError
 from yarl import URL
 
-from daemon.api.updates.feed import SIGNATURE_SUFFIX, ReleaseArtefact, ReleaseFeed, file_sha256
+from daemon.api.updates.feed import (
+    SIGNATURE_SUFFIX,
+    ReleaseArtefact,
+    ReleaseFeed,
+    file_sha256,
+)
 from daemon.api.updates.installer import Installer
 from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS, verify_feed_signature
-from daemon.api.updates.staging import StagedUpdate, StagingFolder, UpdateError, UpdateReady, UpdateResult, UpToDate
+from daemon.api.updates.staging import (
+    StagedUpdate,
+    StagingFolder,
+    UpdateError,
+    UpdateReady,
+    UpdateResult,
+    UpToDate,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -114,7 +126,7 @@ class UpdateChecker:
                         raise UpdateError(what, f"{what.capitalize()} check failed: the {what} at {url} is larger than "
                                                 f"{cap} bytes")
                 return bytes(data)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise UpdateError(what, f"Could not fetch the update {what} {url}: {exc or type(exc).__name__}") from exc
 
     @staticmethod
@@ -145,10 +157,10 @@ class UpdateChecker:
         staged = StagedUpdate(feed.version, artefact.platform, final, artefact.size, artefact.sha256)
         loop = asyncio.get_running_loop()
         self.staging.prepare()
-        if final.is_file() and final.stat().st_size == artefact.size:
-            if await loop.run_in_executor(None, file_sha256, final) == artefact.sha256:
-                self.staging.clear(keep=final)
-                return staged  # verified by an earlier check that was not applied yet
+        if (final.is_file() and final.stat().st_size == artefact.size
+                and await loop.run_in_executor(None, file_sha256, final) == artefact.sha256):
+            self.staging.clear(keep=final)
+            return staged  # verified by an earlier check that was not applied yet
         self.staging.clear()
         partial = self.staging.partial(name)
         try:
@@ -177,7 +189,7 @@ class UpdateChecker:
                         digest.update(chunk)
                         await loop.run_in_executor(None, fh.write, chunk)
                     await loop.run_in_executor(None, _flush, fh)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise UpdateError("download", f"Download failed: {url}: {exc or type(exc).__name__}") from exc
         if received != artefact.size:
             raise UpdateError("size", f"Size check failed: {url.name} is {received} bytes, the feed lists "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -103,7 +103,7 @@ def make_feed(version: str, artefacts: Mapping[str, Path], *, channel: str = "st
     entries = [ReleaseArtefact(platform=platform, url=prefix + path.name, size=path.stat().st_size,
                                sha256=file_sha256(path)) for platform, path in artefacts.items()]
     return ReleaseFeed(version=version, channel=channel, notes=notes, artefacts=entries,
-                       published=published or datetime.now(timezone.utc).replace(microsecond=0))
+                       published=published or datetime.now(UTC).replace(microsecond=0))
 
 
 def feed_bytes(feed: ReleaseFeed) -> bytes:

@@ -1,0 +1,152 @@
+"""The Settings page's updates, offscreen, over a fake checker and a fake installer."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication
+
+from app.context import AppContext
+from app.ui.pages.settings import SettingsPage
+from app.viewmodels.updates import UPDATES_OFF, UpdatesViewModel
+from daemon.api.updates import (
+    StagedUpdate,
+    UpdateError,
+    UpdateReady,
+    UpdateResult,
+    UpToDate,
+)
+
+pytestmark = pytest.mark.gui
+
+FEED = "https://updates.example.org/mirbadllm/stable/feed.json"
+
+
+class FakeChecker:
+    """Answers what the test tells it to; records which feed it was built for."""
+
+    def __init__(self) -> None:
+        self.answer: UpdateResult | UpdateError = UpToDate("0.1.0", "0.1.0")
+        self.feeds: list[str] = []
+        self.gate: asyncio.Event | None = None
+
+    def __call__(self, feed_url: str) -> FakeChecker:
+        self.feeds.append(feed_url)
+        return self
+
+    async def check(self) -> UpdateResult:
+        if self.gate is not None:
+            await self.gate.wait()
+        if isinstance(self.answer, UpdateError):
+            raise self.answer
+        return self.answer
+
+
+class FakeInstaller:
+    platform = "linux-x86_64-appimage"
+    unsupported: str | None = None
+
+    def __init__(self) -> None:
+        self.applied: list[StagedUpdate] = []
+
+    def apply(self, staged: StagedUpdate) -> Path:
+        self.applied.append(staged)
+        return Path("/opt/MirbadLLM.AppImage")
+
+    def restart_command(self, program: Path, pid: int) -> list[str]:
+        return [str(program), "--after", str(pid)]
+
+
+def staged(tmp_path: Path) -> StagedUpdate:
+    return StagedUpdate("0.2.0", "linux-x86_64-appimage", tmp_path / "MirbadLLM-0.2.0.AppImage", 3,
+                        hashlib.sha256(b"new").hexdigest())
+
+
+@pytest.fixture
+def checker() -> FakeChecker:
+    return FakeChecker()
+
+
+@pytest.fixture
+def installer() -> FakeInstaller:
+    return FakeInstaller()
+
+
+@pytest.fixture
+def page(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, tmp_path: Path,
+         checker: FakeChecker, installer: FakeInstaller) -> Iterator[SettingsPage]:
+    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx.settings.updates = UpdatesViewModel("", tmp_path / "updates", installer=installer,  # type: ignore[arg-type]
+                                            checker_factory=checker)
+    widget = SettingsPage(ctx, apply_theme=lambda _mode: None)
+    widget.launched: list[list[str]] = []  # type: ignore[misc]
+    widget.launch_and_quit = lambda command: widget.launched.append(command) is None  # type: ignore[attr-defined]
+    widget.show()
+    yield widget
+    widget.close()
+    widget.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def set_feed(page: SettingsPage, url: str) -> None:
+    page.feed_url.setText(url)
+    page.apply_feed.click()
+
+
+def test_updates_are_off_until_a_feed_is_set(page: SettingsPage, checker: FakeChecker, tmp_path: Path) -> None:
+    assert page.update_line.text() == UPDATES_OFF == "Updates are off: no release feed URL is set."
+    assert not page.check_updates.isEnabled() and page.restart_update.isHidden()
+    set_feed(page, FEED)
+    assert page.check_updates.isEnabled() and page.update_line.isHidden()
+    assert json.loads((tmp_path / "app.json").read_text())["update_feed_url"] == FEED
+    set_feed(page, "")
+    assert not page.check_updates.isEnabled() and page.update_line.text() == UPDATES_OFF
+
+
+def test_a_feed_url_that_is_not_http_is_refused(page: SettingsPage, tmp_path: Path) -> None:
+    set_feed(page, "file:///etc/passwd")
+    assert page.update_line.text() == "Use the feed's address, like https://example.org/mirbadllm/stable/feed.json"
+    assert not page.check_updates.isEnabled()
+
+
+def test_check_says_you_have_the_latest_version(page: SettingsPage, checker: FakeChecker, qtbot: Any) -> None:
+    set_feed(page, FEED)
+    page.check_updates.click()
+    qtbot.waitUntil(lambda: page.update_line.text() == "You have the latest version")
+    assert checker.feeds == [FEED] and page.restart_update.isHidden()
+
+
+def test_a_staged_update_offers_restart_which_installs_and_relaunches(
+        page: SettingsPage, checker: FakeChecker, installer: FakeInstaller, qtbot: Any, tmp_path: Path) -> None:
+    checker.answer = UpdateReady(staged(tmp_path))
+    checker.gate = asyncio.Event()
+    set_feed(page, FEED)
+    page.check_updates.click()
+    qtbot.waitUntil(lambda: page.update_line.text() == "Checking for updates…")
+    assert not page.check_updates.isEnabled()  # one check at a time
+    checker.gate.set()
+    qtbot.waitUntil(lambda: page.update_line.text() == "MirbadLLM 0.2.0 is ready — Restart to update")
+    assert page.restart_update.isVisible() and page.check_updates.isEnabled()
+    page.restart_update.click()
+    qtbot.waitUntil(lambda: page.launched != [])  # type: ignore[attr-defined]
+    assert installer.applied == [staged(tmp_path)]
+    assert page.launched[0][:2] == ["/opt/MirbadLLM.AppImage", "--after"]  # type: ignore[attr-defined]
+
+
+def test_a_refusal_is_shown_as_an_error_with_no_restart(page: SettingsPage, checker: FakeChecker,
+                                                        installer: FakeInstaller, qtbot: Any) -> None:
+    message = "Signature check failed: the feed is not signed by a trusted MirbadLLM release key; the update was not used"
+    checker.answer = UpdateError("signature", message)
+    set_feed(page, FEED)
+    page.check_updates.click()
+    qtbot.waitUntil(lambda: page.update_line.text() == message)
+    assert page.update_line.property("role") == "error" and page.restart_update.isHidden()
+    assert installer.applied == []
