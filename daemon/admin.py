@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -218,7 +219,8 @@ class AdminApi:
 
     # --- keys and settings ---------------------------------------------------------------------
     async def list_keys(self, request: web.Request) -> web.Response:
-        return web.json_response([k.model_dump() for k in self.d.keys.list()])
+        last_24h = await self.d.history.key_usage(time.time() - 86400)
+        return web.json_response([k.model_dump() for k in self.d.keys.list(last_24h)])
 
     async def create_key(self, request: web.Request) -> web.Response:
         try:

@@ -31,6 +31,11 @@ ROLLUP_KEEP_S = 8 * 86400
 REQUESTS_KEEP_S = 30 * 86400
 MAX_POINTS = 600
 _TABLES = {"model": MODEL_METRICS, "node": NODE_METRICS, "gpu": GPU_METRICS}
+# Access-log columns in RequestRecord's field order; the ones after completion_tokens came later
+# and are added to an older file by _migrate_requests, which keeps its rows.
+REQUEST_COLUMNS = ("id", "ts", "model", "node", "path", "status", "queue_ms", "ttft_ms", "total_ms",
+                   "prompt_tokens", "completion_tokens", "key_id", "error")
+REQUEST_COLUMNS_ADDED = {"key_id": "TEXT", "error": "TEXT"}
 
 
 def _schema() -> str:
@@ -47,6 +52,17 @@ def _schema() -> str:
     parts.append("CREATE INDEX IF NOT EXISTS requests_ts ON requests(ts);")
     parts.append("CREATE TABLE IF NOT EXISTS audit (ts REAL, actor TEXT, action TEXT, subject TEXT, detail TEXT);")
     return "\n".join(parts)
+
+
+def _migrate_requests(db: sqlite3.Connection) -> None:
+    """Add the access-log columns an older file lacks (idempotent: a half-done run just resumes)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
+    for name, kind in REQUEST_COLUMNS_ADDED.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE requests ADD COLUMN {name} {kind}")
+            _LOGGER.info("history: added column requests.%s", name)
+    db.execute("CREATE INDEX IF NOT EXISTS requests_key ON requests(key_id, ts)")
+    db.commit()
 
 
 class History:
@@ -68,6 +84,7 @@ class History:
     def _open(self) -> None:
         self._db = sqlite3.connect(self._path, check_same_thread=False)
         self._db.executescript(_schema())
+        _migrate_requests(self._db)
 
     async def close(self) -> None:
         await self.flush()
@@ -95,9 +112,7 @@ class History:
 
     def record_request(self, record: RequestRecord) -> None:
         """Queue one access-log row; written in batches by ``flush``."""
-        self._pending_requests.append((record.id, record.ts, record.model, record.node, record.path,
-                                       record.status, record.queue_ms, record.ttft_ms, record.total_ms,
-                                       record.prompt_tokens, record.completion_tokens))
+        self._pending_requests.append(tuple(getattr(record, column) for column in REQUEST_COLUMNS))
 
     async def audit(self, actor: str, action: str, subject: str = "", detail: str = "") -> None:
         await self._run(self._audit, (time.time(), actor, action, subject, detail))
@@ -115,7 +130,8 @@ class History:
     def _insert_requests(self, rows: list[tuple[Any, ...]]) -> None:
         assert self._db is not None
         with self._db:
-            self._db.executemany("INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            self._db.executemany(f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)})"
+                                 f" VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})", rows)
 
     async def maintain(self, now: float | None = None) -> None:
         """Roll raw samples up into minute averages and drop what is past retention."""
@@ -156,9 +172,21 @@ class History:
     async def recent_requests(self, limit: int) -> list[RequestRecord]:
         await self.flush()
         rows = await self._run(self._recent, limit)
-        keys = RequestRecord.model_fields.keys()
-        return [RequestRecord.model_validate(dict(zip(keys, row, strict=True))) for row in rows]
+        return [RequestRecord.model_validate(dict(zip(REQUEST_COLUMNS, row, strict=True))) for row in rows]
 
     def _recent(self, limit: int) -> list[tuple[Any, ...]]:
         assert self._db is not None
-        return self._db.execute("SELECT * FROM requests ORDER BY ts DESC LIMIT ?", (limit,)).fetchall()
+        return self._db.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests ORDER BY ts DESC LIMIT ?",
+                                (limit,)).fetchall()
+
+    async def key_usage(self, since: float) -> dict[str, tuple[int, int]]:
+        """Per API key id: (requests, prompt + completion tokens) in the access log since ``since``."""
+        await self.flush()
+        rows = await self._run(self._key_usage, since)
+        return {key_id: (requests, tokens) for key_id, requests, tokens in rows}
+
+    def _key_usage(self, since: float) -> list[tuple[str, int, int]]:
+        assert self._db is not None
+        return self._db.execute(
+            "SELECT key_id, COUNT(*), COALESCE(SUM(COALESCE(prompt_tokens, 0) + COALESCE(completion_tokens, 0)), 0)"
+            " FROM requests WHERE key_id IS NOT NULL AND ts >= ? GROUP BY key_id", (since,)).fetchall()

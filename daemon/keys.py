@@ -1,4 +1,8 @@
-"""API keys for ``/v1``: shown once at creation, stored as SHA-256 hashes, checked in constant time."""
+"""API keys for ``/v1``: shown once at creation, stored as SHA-256 hashes, checked in constant time.
+
+Each key also keeps its lifetime request and token counts (saved in the same batches as its last
+use), so its total outlives the 30 days the access log keeps; the last 24 hours come from the log.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ class _StoredKey(BaseModel):
     sha256: str
     created_at: float
     last_used_at: float | None = None
+    requests_total: int = 0
+    tokens_total: int = 0
 
 
 class _KeysFile(BaseModel):
@@ -73,8 +79,19 @@ class KeyStore:
         _LOGGER.info("API key %s revoked", key_id)
         return True
 
-    def list(self) -> list[ApiKeyInfo]:
-        return [self._info(k) for k in sorted(self._keys.values(), key=lambda k: k.created_at)]
+    def list(self, last_24h: dict[str, tuple[int, int]] | None = None) -> list[ApiKeyInfo]:
+        """Every key, oldest first; ``last_24h`` maps a key id to its (requests, tokens) of the last day."""
+        recent = last_24h or {}
+        return [self._info(k, *recent.get(k.id, (0, 0)))
+                for k in sorted(self._keys.values(), key=lambda k: k.created_at)]
+
+    def count_use(self, key_id: str, tokens: int) -> None:
+        """One finished /v1 request made with ``key_id`` (saved with the next ``flush_usage``)."""
+        stored = self._keys.get(key_id)
+        if stored is not None:  # revoked while the request ran: nothing left to count on
+            stored.requests_total += 1
+            stored.tokens_total += tokens
+            self._dirty_use = True
 
     def verify(self, secret: str | None) -> str | None:
         """The id of the key matching ``secret``; every stored hash is compared, in constant time."""
@@ -98,6 +115,8 @@ class KeyStore:
             self._save()
 
     @staticmethod
-    def _info(stored: _StoredKey) -> ApiKeyInfo:
+    def _info(stored: _StoredKey, requests_24h: int = 0, tokens_24h: int = 0) -> ApiKeyInfo:
         return ApiKeyInfo(id=stored.id, name=stored.name, prefix=stored.prefix,
-                          created_at=stored.created_at, last_used_at=stored.last_used_at)
+                          created_at=stored.created_at, last_used_at=stored.last_used_at,
+                          requests_24h=requests_24h, tokens_24h=tokens_24h,
+                          requests_total=stored.requests_total, tokens_total=stored.tokens_total)

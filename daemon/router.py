@@ -2,17 +2,21 @@
 
 Bodies are read up to the limit (64 MiB) and no further; responses are streamed chunk by chunk
 (SSE is never buffered); a client that goes away cancels the upstream request, which frees the
-runtime's slot. Each request leaves one access-log row.
+runtime's slot. Every ``/v1`` request, refusals included, leaves exactly one access-log row (the
+``access_log`` middleware writes it) with the API key's id and, when something failed, why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -21,7 +25,7 @@ from multidict import CIMultiDict
 from agent.api.models import InstanceInfo, InstanceState
 from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, RequestRecord, RouterStats
 from daemon.config import DaemonConfig
-from daemon.errors import error_response
+from daemon.errors import CURRENT_REQUEST_ID, error_response
 from daemon.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.history import History
 from daemon.keys import KeyStore
@@ -37,6 +41,10 @@ CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10,
 USAGE_TAIL_BYTES = 16384
 REQUEST_ID = web.RequestKey("request_id", str)
 RUNTIME_KEEPALIVE_S = 3.0
+# Connection-level failures before any answer (refused, reset, hung up before the headers) are
+# retried on fresh connections, after these pauses; nothing has reached the client yet.
+RETRY_PAUSES_S = (0.0, 0.25)
+USAGE_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
 class BodyTooLarge(Exception):
@@ -62,13 +70,46 @@ async def read_limited(request: web.Request, limit: int) -> bytes:
 
 @dataclass
 class _Exchange:
-    """What one proxied request did, for the access log."""
+    """What one /v1 request did, for the access log."""
 
     started: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0
     first_byte: float | None = None
     tail: bytes = b""
     status: int = 0
+    key_id: str | None = None
+    model: str | None = None
+    node: str | None = None
+    strip_usage: bool = False  # we asked the runtime for usage the client did not ask for
+    failures: list[str] = field(default_factory=list)
+
+
+EXCHANGE = web.RequestKey("exchange", _Exchange)
+
+
+def _exchange(request: web.Request) -> _Exchange:
+    found = request.get(EXCHANGE)
+    if found is None:  # only when the access-log middleware is not installed (never in the daemon)
+        found = request[EXCHANGE] = _Exchange()
+    return found
+
+
+def note_failure(request: web.Request, reason: str) -> None:
+    """Record why a request failed in its access-log row (the middleware in daemon.server uses it)."""
+    found = request.get(EXCHANGE)
+    if found is not None:
+        found.failures.append(reason)
+
+
+@dataclass
+class _Target:
+    """Where one request goes: the pooled session for the first try, a fresh-connection one for retries."""
+
+    base: str
+    headers: dict[str, str]
+    session: aiohttp.ClientSession
+    fresh: aiohttp.ClientSession
+    secret: str | None = None  # never written to a log or a row
 
 
 class Router:
@@ -82,6 +123,7 @@ class Router:
         self.stats: dict[str, RouterStats] = {}
         self.gates = Gates()
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: dict[str, aiohttp.ClientSession] = {}  # per node: force_close, never pooled
 
     def in_flight(self, served_name: str) -> int:
         stats = self.stats.get(served_name)
@@ -97,26 +139,83 @@ class Router:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+        for fresh in self._fresh.values():
+            await fresh.close()
+        self._fresh.clear()
+
+    def _fresh_session(self, node: str, ssl: object) -> aiohttp.ClientSession:
+        """A session whose every request opens a new connection, for retries after a failed one."""
+        session = self._fresh.get(node)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=0, force_close=True, ssl=ssl)  # type: ignore[arg-type]
+            session = self._fresh[node] = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                                timeout=CONNECT_TIMEOUT)
+        return session
+
+    # --- the access log ------------------------------------------------------------------------
+    @web.middleware
+    async def access_log(self, request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        """One row per /v1 request, whatever its outcome (installed outside the error middleware)."""
+        if request.path != "/v1" and not request.path.startswith("/v1/"):
+            return await handler(request)
+        exchange = request[EXCHANGE] = _Exchange()
+        try:
+            response = await handler(request)
+        except (asyncio.CancelledError, ConnectionResetError):
+            exchange.status = 499  # the client went away (nginx's code for it)
+            exchange.failures.append("the client closed the connection before the answer was complete")
+            raise
+        except BaseException as exc:
+            exchange.status = 500
+            exchange.failures.append(f"{type(exc).__name__}: {exc}")
+            raise
+        else:
+            exchange.status = exchange.status or response.status
+            if exchange.status >= 400 and not exchange.failures:
+                exchange.failures.append(_refusal_reason(response, exchange))
+            return response
+        finally:
+            self._log(request, exchange)
 
     # --- /v1/models ----------------------------------------------------------------------------
     async def list_models(self, request: web.Request) -> web.StreamResponse:
         denied = self._check_key(request)
         if denied is not None:
             return denied
-        data = []
-        for definition in self.orchestrator.registry.all():
-            status = self.orchestrator.status(definition)
-            if status.state == ModelState.READY or definition.start_on_request:
-                data.append({"id": definition.served_name, "object": "model",
-                             "created": int(status.started_at or 0), "owned_by": "mirbadllm"})
-        return web.json_response({"object": "list", "data": data})
+        entries = (self._model_entry(definition) for definition in self.orchestrator.registry.all())
+        return web.json_response({"object": "list", "data": [entry for entry in entries if entry is not None]})
+
+    async def retrieve_model(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/models/{name}`` (the openai SDK's ``models.retrieve``): one entry of the list."""
+        denied = self._check_key(request)
+        if denied is not None:
+            return denied
+        name = request.match_info["name"]
+        definition = self.orchestrator.registry.by_served_name(name)
+        entry = self._model_entry(definition) if definition is not None else None
+        if definition is None or entry is None:
+            why = "does not exist" if definition is None else "is stopped and does not start on request"
+            return error_response(404, "model_not_found", f"The model '{name}' {why}.")
+        exchange = _exchange(request)
+        exchange.model, exchange.node = definition.id, definition.node
+        return web.json_response(entry)
+
+    def _model_entry(self, definition: ModelDefinition) -> dict[str, object] | None:
+        """The model as ``/v1/models`` lists it: ready, or loadable on request; else not listed."""
+        status = self.orchestrator.status(definition)
+        if status.state != ModelState.READY and not definition.start_on_request:
+            return None
+        return {"id": definition.served_name, "object": "model", "created": int(status.started_at or 0),
+                "owned_by": "mirbadllm"}
 
     def _check_key(self, request: web.Request) -> web.Response | None:
-        if not self.config.keys_required:
-            return None
+        """Note which key the request used (a valid one, even when none is required); refuse if needed."""
         header = request.headers.get("Authorization", "")
         secret = header[7:].strip() if header.startswith("Bearer ") else request.headers.get("x-api-key")
-        if self.keys.verify(secret) is None:
+        key_id = self.keys.verify(secret)
+        _exchange(request).key_id = key_id
+        if key_id is None and self.config.keys_required:
             message = "Missing API key: send 'Authorization: Bearer <key>'." if not secret else "Invalid API key."
             return error_response(401, "invalid_api_key", message)
         return None
@@ -131,11 +230,13 @@ class Router:
         except BodyTooLarge:
             limit_mib = self.config.max_body_bytes // (1024 * 1024)
             return error_response(413, "request_too_large", f"Request body is larger than {limit_mib} MiB.")
-        definition, failure = self._resolve(body, request.method)
+        definition, payload, failure = self._resolve(body, request.method)
         if failure is not None:
             return failure
-        assert definition is not None
-        exchange = _Exchange()
+        assert definition is not None and payload is not None
+        exchange = _exchange(request)
+        exchange.model, exchange.node = definition.id, definition.node
+        body = self._ask_for_usage(request, payload, body, exchange)
         served = definition.served_name
         stats = self.stats.setdefault(served, RouterStats())
         stats.total += 1
@@ -143,8 +244,11 @@ class Router:
         self.metrics.in_flight.labels(served).inc()
         try:
             response = await self._forward(request, definition, body, exchange)
+        except (asyncio.CancelledError, ConnectionResetError):
+            exchange.status = 499  # also over a 200 already relayed: the client left mid-answer
+            raise
         except BaseException:
-            exchange.status = exchange.status or 499
+            exchange.status = 500
             raise
         finally:
             stats.in_flight -= 1
@@ -154,23 +258,38 @@ class Router:
                 stats.failed += 1
                 self.metrics.failures.labels(served).inc()
             self.metrics.requests.labels(served, str(exchange.status)).inc()
-            self._log(request, definition, exchange)
         return response
 
-    def _resolve(self, body: bytes, method: str) -> tuple[ModelDefinition | None, web.Response | None]:
+    def _resolve(self, body: bytes, method: str
+                 ) -> tuple[ModelDefinition | None, dict[str, Any] | None, web.Response | None]:
         if method == "GET" and not body:
-            return None, error_response(400, "model_required", "Send a JSON body with a 'model' field.")
+            return None, None, error_response(400, "model_required", "Send a JSON body with a 'model' field.")
         try:
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
-            return None, error_response(400, "invalid_json", f"Request body is not valid JSON: {exc}")
+            return None, None, error_response(400, "invalid_json", f"Request body is not valid JSON: {exc}")
         name = payload.get("model") if isinstance(payload, dict) else None
         if not isinstance(name, str) or not name:
-            return None, error_response(400, "model_required", "The request needs a 'model' field (a string).")
+            return None, None, error_response(400, "model_required", "The request needs a 'model' field (a string).")
         definition = self.orchestrator.registry.by_served_name(name)
         if definition is None:
-            return None, error_response(404, "model_not_found", f"The model '{name}' does not exist.")
-        return definition, _check_limits(payload)
+            return None, None, error_response(404, "model_not_found", f"The model '{name}' does not exist.")
+        return definition, payload, _check_limits(payload)
+
+    @staticmethod
+    def _ask_for_usage(request: web.Request, payload: dict[str, Any], body: bytes, exchange: _Exchange) -> bytes:
+        """A streamed completion reports its tokens only when asked: ask for the access log's sake,
+        and remember to drop the usage-only chunk the client did not ask for."""
+        if payload.get("stream") is not True or request.path not in USAGE_PATHS:
+            return body
+        options = payload.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            return body  # the runtime refuses it in its own words
+        if options and options.get("include_usage") is True:
+            return body
+        payload["stream_options"] = {**(options or {}), "include_usage": True}
+        exchange.strip_usage = True
+        return json.dumps(payload).encode()
 
     def _gate(self, definition: ModelDefinition) -> ModelGate:
         slots = definition.settings.parallel
@@ -182,7 +301,7 @@ class Router:
         return self.gates.for_model(definition.id, slots, definition.max_queue)
 
     async def _admit(self, definition: ModelDefinition, gate: ModelGate,
-                     exchange: _Exchange) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
+                     exchange: _Exchange) -> _Target | web.Response:
         """Queue for the model (loading it when it allows that), then for a free slot."""
         waited = time.perf_counter()
         try:
@@ -199,7 +318,7 @@ class Router:
         return target
 
     async def _ready_target(self, definition: ModelDefinition
-                            ) -> tuple[str, dict[str, str], aiohttp.ClientSession] | web.Response:
+                            ) -> _Target | web.Response:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
         window = orch.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
@@ -228,16 +347,18 @@ class Router:
         return self._target(definition, instance)
 
     def _target(self, definition: ModelDefinition,
-                instance: InstanceInfo) -> tuple[str, dict[str, str], aiohttp.ClientSession]:
+                instance: InstanceInfo) -> _Target:
         orch = self.orchestrator
         orch.last_used[definition.id] = time.monotonic()
         if definition.node == LOCAL_NODE and instance.endpoint:
             # Hot path: straight to the local runtime's loopback port with its instance key.
             headers = {"Authorization": f"Bearer {instance.api_key}"} if instance.api_key else {}
             assert self._session is not None
-            return instance.endpoint, headers, self._session
+            return _Target(instance.endpoint, headers, self._session, self._fresh_session(LOCAL_NODE, False),
+                           instance.api_key)
         link = orch.links[definition.node]  # a remote runtime is always reached through its agent
-        return link.client.proxy_url(definition.id, ""), {}, link.client.session
+        return _Target(link.client.proxy_url(definition.id, ""), {}, link.client.session,
+                       self._fresh_session(definition.node, link.client.ssl))
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:
@@ -252,40 +373,53 @@ class Router:
             gate.release_slot()
 
     async def _send(self, request: web.Request, definition: ModelDefinition, body: bytes, exchange: _Exchange,
-                    target: tuple[str, dict[str, str], aiohttp.ClientSession]) -> web.StreamResponse:
-        base, auth, session = target
+                    target: _Target) -> web.StreamResponse:
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
-        headers.update(auth)
+        headers.update(target.headers)
         headers["X-Request-Id"] = request[REQUEST_ID]
-        upstream_cm = None
-        for attempt in range(2):
+        attempts = len(RETRY_PAUSES_S) + 1
+        for attempt in range(attempts):
+            # The first try may reuse a pooled connection; a retry always opens a new one, since
+            # the pool may hold more connections the runtime has closed or reset.
+            session = target.session if attempt == 0 else target.fresh
             try:
-                upstream_cm = session.request(request.method, base + request.path_qs, data=body, headers=headers,
-                                              timeout=CONNECT_TIMEOUT, allow_redirects=False)
+                upstream_cm = session.request(request.method, target.base + request.path_qs, data=body,
+                                              headers=headers, timeout=CONNECT_TIMEOUT, allow_redirects=False)
                 upstream = await upstream_cm.__aenter__()
                 break
+            except aiohttp.ClientSSLError as exc:  # a TLS refusal is not a dropped connection
+                return self._unreachable(request, definition, exchange, target, exc)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                # A pooled connection the runtime closed as we reused it (it hangs up, or the body
-                # cannot be written): no answer was produced, so one retry on a fresh connection
-                # is safe. Failing to connect at all (ClientConnectorError) is not retried.
-                if attempt == 0 and not isinstance(exc, aiohttp.ClientConnectorError):
-                    _LOGGER.debug("upstream closed a pooled connection; retrying once: %s", exc)
-                    continue
-                return self._unreachable(definition, exchange, exc)
+                # Refused, reset, or hung up before the response headers: nothing of the answer
+                # has reached the client, so trying again on a fresh connection is safe.
+                if attempt + 1 == attempts:
+                    return self._unreachable(request, definition, exchange, target, exc)
+                self._failed_attempt(request, definition, exchange, target, exc, attempt + 1)
+                await asyncio.sleep(RETRY_PAUSES_S[attempt])
             except (aiohttp.ClientError, TimeoutError) as exc:
-                return self._unreachable(definition, exchange, exc)
-        assert upstream_cm is not None
+                return self._unreachable(request, definition, exchange, target, exc)
         try:
             return await self._relay(request, upstream, exchange)
         finally:
             upstream.close()  # no-op once fully read; drops the connection (and the generation) if not
             await upstream_cm.__aexit__(None, None, None)
 
-    @staticmethod
-    def _unreachable(definition: ModelDefinition, exchange: _Exchange, exc: BaseException) -> web.Response:
+    def _failed_attempt(self, request: web.Request, definition: ModelDefinition, exchange: _Exchange,
+                        target: _Target, exc: BaseException, attempt: int) -> str:
+        reason = f"attempt {attempt}: {_describe(exc, target.secret)}"
+        exchange.failures.append(reason)
+        _LOGGER.warning("request %s to '%s' failed before any answer, %s", request[REQUEST_ID],
+                        definition.served_name, reason)
+        return reason
+
+    def _unreachable(self, request: web.Request, definition: ModelDefinition, exchange: _Exchange,
+                     target: _Target, exc: BaseException) -> web.Response:
+        attempt = sum(1 for failure in exchange.failures if failure.startswith("attempt ")) + 1
+        self._failed_attempt(request, definition, exchange, target, exc, attempt)
         exchange.status = 502
         return error_response(502, "upstream_unreachable",
-                              f"The runtime of '{definition.served_name}' could not be reached: {exc}")
+                              f"The runtime of '{definition.served_name}' could not be reached: "
+                              f"{_describe(exc, target.secret)}")
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
                      exchange: _Exchange) -> web.StreamResponse:
@@ -294,43 +428,122 @@ class Router:
         for key, value in upstream.headers.items():
             if key.lower() not in HOP_BY_HOP:
                 response.headers.add(key, value)
-        if upstream.content_length is not None:
+        sse = upstream.content_type == "text/event-stream"
+        usage_filter = _UsageFilter() if sse and exchange.strip_usage else None
+        if upstream.content_length is not None and usage_filter is None:
             response.content_length = upstream.content_length
-        if upstream.content_type == "text/event-stream":
+        if sse:
             response.headers["Cache-Control"] = "no-cache"
             response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
         await response.prepare(request)
         tail = b""
-        try:
-            async for chunk in upstream.content.iter_any():
-                if exchange.first_byte is None:
-                    exchange.first_byte = time.perf_counter()
-                await response.write(chunk)
-                tail = (tail + chunk)[-USAGE_TAIL_BYTES:] if len(chunk) < USAGE_TAIL_BYTES else chunk[-USAGE_TAIL_BYTES:]
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            # The runtime died mid-answer. Tell an SSE client in its own terms, then cut the
-            # connection without a final chunk so no client mistakes the answer for complete.
-            _LOGGER.warning("runtime stream broke after %d bytes: %s", len(tail), exc)
-            exchange.status = 502
-            if upstream.content_type == "text/event-stream":
-                error = {"error": {"message": "The model's runtime stopped in the middle of the answer.",
-                                   "type": "server_error", "code": "upstream_broken"}}
-                await response.write(f"data: {json.dumps(error)}\n\n".encode())
-            if request.transport is not None:
-                request.transport.abort()
-            return response
+        relayed = 0
+        while True:
+            try:
+                chunk = await upstream.content.readany()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                return await self._broken(request, response, exchange, sse, relayed, exc)
+            if not chunk:
+                break
+            if exchange.first_byte is None:
+                exchange.first_byte = time.perf_counter()
+            relayed += len(chunk)
+            tail = (tail + chunk)[-USAGE_TAIL_BYTES:] if len(chunk) < USAGE_TAIL_BYTES else chunk[-USAGE_TAIL_BYTES:]
+            out = usage_filter.feed(chunk) if usage_filter is not None else chunk
+            if out:
+                await response.write(out)  # a client that left raises ConnectionResetError: logged as 499
+        if usage_filter is not None and (rest := usage_filter.rest()):
+            await response.write(rest)
         exchange.tail = tail
         await response.write_eof()
         return response
 
-    def _log(self, request: web.Request, definition: ModelDefinition, exchange: _Exchange) -> None:
+    @staticmethod
+    async def _broken(request: web.Request, response: web.StreamResponse, exchange: _Exchange, sse: bool,
+                      relayed: int, exc: BaseException) -> web.StreamResponse:
+        """The runtime died mid-answer. Tell an SSE client in its own terms, then cut the
+        connection without a final chunk so no client mistakes the answer for complete."""
+        reason = f"the runtime's answer broke after {relayed} bytes: {_describe(exc, None)}"
+        _LOGGER.warning("request %s: %s", request[REQUEST_ID], reason)
+        exchange.status = 502
+        exchange.failures.append(reason)
+        if sse:
+            error = {"error": {"message": "The model's runtime stopped in the middle of the answer.",
+                               "type": "server_error", "code": "upstream_broken", "request_id": request[REQUEST_ID]}}
+            await response.write(f"data: {json.dumps(error)}\n\n".encode())
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+
+    def _log(self, request: web.Request, exchange: _Exchange) -> None:
         now = time.perf_counter()
         prompt, completion = _usage_from_tail(exchange.tail)
         ttft = (exchange.first_byte - exchange.started - exchange.queue_s) * 1000 if exchange.first_byte else None
+        if exchange.key_id is not None:
+            self.keys.count_use(exchange.key_id, (prompt or 0) + (completion or 0))
         self.history.record_request(RequestRecord(
-            id=request[REQUEST_ID], ts=time.time(), model=definition.id, node=definition.node,
-            path=request.path, status=exchange.status, queue_ms=exchange.queue_s * 1000, ttft_ms=ttft,
-            total_ms=(now - exchange.started) * 1000, prompt_tokens=prompt, completion_tokens=completion))
+            id=request.get(REQUEST_ID) or CURRENT_REQUEST_ID.get() or "-", ts=time.time(), model=exchange.model,
+            node=exchange.node, path=request.path, status=exchange.status, queue_ms=exchange.queue_s * 1000,
+            ttft_ms=ttft, total_ms=(now - exchange.started) * 1000, prompt_tokens=prompt,
+            completion_tokens=completion, key_id=exchange.key_id,
+            error="; ".join(exchange.failures)[:2000] if exchange.failures else None))
+
+
+class _UsageFilter:
+    """Drops the usage-only SSE event (``"choices": []``) that we, not the client, asked for.
+
+    Complete events pass at once; only a partial event waits for the rest of its bytes.
+    """
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._pending + chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._pending = data
+            return b""
+        complete, self._pending = data[:end + 2], data[end + 2:]
+        if b'"usage"' not in complete:
+            return complete
+        events = complete.split(b"\n\n")[:-1]
+        return b"".join(event + b"\n\n" for event in events if not _usage_only(event))
+
+    def rest(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return rest
+
+
+def _usage_only(event: bytes) -> bool:
+    if b'"usage"' not in event:
+        return False
+    data = b"".join(line[5:] for line in event.split(b"\n") if line.startswith(b"data:"))
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("choices") == [] and bool(parsed.get("usage"))
+
+
+def _describe(exc: BaseException, secret: str | None) -> str:
+    """An exception's class and message for a log or a row, with no key in it."""
+    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if secret:
+        text = text.replace(secret, "***")
+    return re.sub(r"(Bearer\s+|sk-mirbad-)[A-Za-z0-9._~+/=-]+", r"\1***", text)[:500]
+
+
+def _refusal_reason(response: web.StreamResponse, exchange: _Exchange) -> str:
+    """Why a request was answered with an error: our own error code, or what the runtime said."""
+    if isinstance(response, web.Response) and isinstance(response.body, bytes):
+        try:
+            error = json.loads(response.body)["error"]
+            return f"{error['code']}: {error['message']}"[:500]
+        except (ValueError, KeyError, TypeError):
+            pass
+    said = exchange.tail[:300].decode("utf-8", "replace")
+    return f"the runtime answered {exchange.status}: {said}" if said else f"HTTP {exchange.status}"
 
 
 # Sampling fields a runtime would try to honour at any size; refused before anything is queued.

@@ -5,6 +5,7 @@ Route table (besides ``/api``, listed in ``daemon.admin``):
     GET  /healthz                 no token
     GET  /metrics                 Prometheus text, no token
     GET  /v1/models               API key when keys are required
+    GET  /v1/models/{name}        one entry of that list, else 404 model_not_found
     *    /v1/{path}               routed by the body's ``model``
 """
 
@@ -25,7 +26,7 @@ from daemon.admin import AdminApi, Invalid
 from daemon.api.models import DaemonInfo, DaemonSettings
 from daemon.atomic import write_json_atomic
 from daemon.config import DaemonConfig, save_settings
-from daemon.errors import error_response
+from daemon.errors import CURRENT_REQUEST_ID, error_response, internal_error
 from daemon.events import EventBus
 from daemon.fleet import AgentLink, LocalAgentProcess
 from daemon.health import HealthMonitor, RestartBook
@@ -39,7 +40,7 @@ from daemon.orchestrator import Orchestrator, OrchestratorError
 from daemon.paths import DaemonPaths
 from daemon.pki import CertificateAuthority
 from daemon.registry import Registry, RegistryError, assemble_demo_gguf
-from daemon.router import REQUEST_ID, Router, request_id_for
+from daemon.router import REQUEST_ID, Router, note_failure, request_id_for
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import client_ssl_context, ensure_client_certificate, ensure_local_agent_identity
 from mirbadllm import __version__
@@ -182,7 +183,11 @@ def _middlewares(daemon: Daemon) -> list[Any]:
     @web.middleware
     async def request_id(request: web.Request, handler: Any) -> web.StreamResponse:
         request[REQUEST_ID] = request_id_for(request)
-        return await handler(request)
+        CURRENT_REQUEST_ID.set(request[REQUEST_ID])  # error bodies carry it (daemon.errors)
+        response: web.StreamResponse = await handler(request)
+        if not response.prepared:  # a streamed one got it in on_response_prepare
+            response.headers["X-Request-Id"] = request[REQUEST_ID]
+        return response
 
     @web.middleware
     async def host_check(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -219,8 +224,14 @@ def _middlewares(daemon: Daemon) -> list[Any]:
                 return error_response(exc.status, exc.reason.lower().replace(" ", "_"),
                                       f"{exc.reason}: {request.method} {request.path}")
             raise
+        except ConnectionResetError:
+            raise  # the client went away: nobody to answer (the access log records 499)
+        except Exception as exc:  # noqa: BLE001 - anything else still answers in the API's shape
+            note_failure(request, f"{type(exc).__name__}: {exc}")
+            return internal_error(request, exc)
 
-    return [request_id, host_check, errors, admin_auth]
+    # The access log (/v1 only) sits outside the error handler, so it records what the client got.
+    return [request_id, daemon.router.access_log, errors, host_check, admin_auth]
 
 
 def create_app(daemon: Daemon) -> web.Application:
@@ -240,6 +251,7 @@ def create_app(daemon: Daemon) -> web.Application:
         web.get("/healthz", healthz),
         web.get("/metrics", metrics),
         web.get("/v1/models", daemon.router.list_models),
+        web.get("/v1/models/{name:.+}", daemon.router.retrieve_model),
         web.route("*", "/v1/{path:.*}", daemon.router.proxy),
         *admin.routes(),
         *NodesApi(daemon).routes(),

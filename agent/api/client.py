@@ -86,6 +86,11 @@ class AgentClient:
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
+    @property
+    def ssl(self) -> ssl.SSLContext | bool:
+        """What this client's connections use: its mutual-TLS context, or False for plain HTTP."""
+        return self._ssl
+
     async def close(self) -> None:
         if self._session is not None and self._own_session:
             await self._session.close()

@@ -148,6 +148,10 @@ class ApiKeyInfo(BaseModel):
     prefix: str
     created_at: float
     last_used_at: float | None = None
+    requests_24h: int = Field(default=0, description="/v1 requests made with this key in the last 24 hours.")
+    tokens_24h: int = Field(default=0, description="Prompt plus completion tokens of those requests.")
+    requests_total: int = Field(default=0, description="/v1 requests made with this key since it was created.")
+    tokens_total: int = Field(default=0, description="Prompt plus completion tokens since it was created.")
 
 
 class ApiKeyCreated(BaseModel):
@@ -199,3 +203,5 @@ class RequestRecord(BaseModel):
     total_ms: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    key_id: str | None = Field(default=None, description="The API key used; None without one.")
+    error: str | None = Field(default=None, description="Why it failed (or was retried); None when it went well.")

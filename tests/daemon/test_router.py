@@ -55,47 +55,71 @@ async def test_error_matrix(tmp_path: Path, fake_runtime: Path, model_file: Path
         assert status == 404
 
 
+async def _answer_to_an_unfinished_body(port: int, head: bytes, body_bytes: int) -> tuple[int, dict]:
+    """Send ``head`` and ``body_bytes`` of a body that never ends, and read the answer meanwhile.
+
+    The body is never completed, so an answer proves the daemon stopped reading at its limit
+    instead of buffering the whole body (a buffering server would never answer: the wait fails).
+    """
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def send() -> None:
+        writer.write(head)
+        piece = b"a" * (1024 * 1024)
+        for _ in range(body_bytes // len(piece)):
+            writer.write(piece if b"chunked" not in head else b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+
+    sender = asyncio.ensure_future(send())
+    try:
+        status_line = await asyncio.wait_for(reader.readline(), 60)
+        headers = {}
+        while (line := await asyncio.wait_for(reader.readline(), 60)) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), 60)
+        return int(status_line.split()[1]), json.loads(body)
+    finally:
+        sender.cancel()
+        writer.transport.abort()
+
+
 async def test_body_over_64_mib_is_refused_without_buffering(tmp_path: Path, fake_runtime: Path) -> None:
     async with running_daemon(tmp_path / "home", fake_runtime) as d:
-        big = b'{"model": "x", "pad": "' + b"a" * (65 * 1024 * 1024) + b'"}'
-        status, _, body = await _post(f"{d.v1}/chat/completions", big)
+        port = d.daemon.config.port
+        start = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        # A declared length over the limit is refused before any of the body is read...
+        declared = start + b"Content-Length: %d\r\n\r\n" % (65 * 1024 * 1024)
+        status, body = await _answer_to_an_unfinished_body(port, declared, 0)
         assert (status, body["error"]["code"]) == (413, "request_too_large")
-
-        sent = 0
-
-        async def chunked():  # no Content-Length: the router must stop reading at the limit
-            nonlocal sent
-            yield b'{"model": "x", "pad": "'
-            for _ in range(80):
-                sent += 1
-                yield b"a" * (1024 * 1024)
-
-        async with aiohttp.ClientSession() as session:
-            try:
-                async with session.post(f"{d.v1}/chat/completions", data=chunked()) as r:
-                    assert r.status == 413
-                    assert (await r.json())["error"]["code"] == "request_too_large"
-            except aiohttp.ClientError:
-                pass  # the server may also close the connection while we are still sending
+        # ...and without one (chunked) the router stops reading at the limit: 70 of 80 MiB sent.
+        chunked = start + b"Transfer-Encoding: chunked\r\n\r\n"
+        status, body = await _answer_to_an_unfinished_body(port, chunked, 70 * 1024 * 1024)
+        assert (status, body["error"]["code"]) == (413, "request_too_large")
+        assert "64 MiB" in body["error"]["message"]
         assert d.daemon.router.stats == {}  # nothing was routed
+        records = await d.client.requests()
+        assert [r.status for r in records] == [413, 413]
 
 
 async def test_start_on_request_starts_the_model_and_answers(tmp_path: Path, model_file: Path) -> None:
     from tests.fakes import write_fake_runtime
 
-    slow = write_fake_runtime(tmp_path / "bin", load_seconds=1.0, tokens=4)
+    starts = tmp_path / "starts.txt"
+    slow = write_fake_runtime(tmp_path / "bin", load_seconds=1.0, tokens=4, starts_file=str(starts))
     async with running_daemon(tmp_path / "home", slow) as d:
         await d.client.create_model(model("lazy", str(model_file), start_on_request=True))
         client = openai.AsyncOpenAI(base_url=d.v1, api_key="unused", max_retries=0)
-        first, second = await asyncio.gather(*[
+        answers = await asyncio.gather(*[
             client.chat.completions.create(model="lazy", messages=[{"role": "user", "content": "hi"}])
-            for _ in range(2)])
-        assert first.choices[0].message.content and second.choices[0].message.content
+            for _ in range(3)])
+        assert all(a.choices[0].message.content for a in answers)
         status = (await d.client.get_model("lazy")).status
         assert status.state == ModelState.READY
+        assert len(starts.read_text().splitlines()) == 1  # three waiting requests, one runtime start
         records = await d.client.requests()
-        assert len([r for r in records if r.model == "lazy"]) == 2
-        assert all(r.status == 200 and r.queue_ms is not None for r in records)
+        assert len([r for r in records if r.model == "lazy"]) == 3
+        assert all(r.status == 200 and r.queue_ms > 500 for r in records)  # each waited for the load
         await client.close()
 
 
@@ -168,20 +192,26 @@ async def test_client_disconnect_frees_the_slot(tmp_path: Path, model_file: Path
     async with running_daemon(tmp_path / "home", runtime) as d:
         await d.client.create_model(model("m", str(model_file)))
         await d.client.start_model("m", wait=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0
+        while await _slots_busy(d, "m") != 0:  # the agent's own check generation after a start
+            assert loop.time() < deadline
+            await asyncio.sleep(0.02)
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{d.v1}/chat/completions", json=body) as r:
                 await r.content.readline()
                 assert await _slots_busy(d, "m") == 1
             # leaving the block closes the connection mid-stream
-        loop = asyncio.get_running_loop()
         deadline = loop.time() + 1.0
         while await _slots_busy(d, "m") != 0:
             assert loop.time() < deadline, "the runtime slot was still busy 1 s after the client left"
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0)
-        records = await d.client.requests()
-        assert records[0].status in (200, 499)
+        deadline = loop.time() + 10.0
+        while not (records := await d.client.requests()):  # written as the cancelled handler ends
+            assert loop.time() < deadline, "the aborted request left no access-log row"
+            await asyncio.sleep(0.02)
+        assert [r.status for r in records] == [499]  # the client left mid-answer: not a 200
 
 
 async def test_request_id_metrics_and_models_list(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
@@ -203,9 +233,12 @@ async def test_request_id_metrics_and_models_list(tmp_path: Path, fake_runtime: 
             assert 'mirbadllm_model_ready{model="m"} 1.0' in text
             async with session.options(f"{d.v1}/chat/completions", headers={"Origin": "http://evil.example"}) as r:
                 assert "Access-Control-Allow-Origin" not in r.headers
-        records = await d.client.requests()
-        assert records[0].id in ("abc-123",) or records[1].id == "abc-123"
-        assert all(r.completion_tokens for r in records)
+        records = sorted(await d.client.requests(), key=lambda r: r.ts)
+        assert [(r.path, r.status) for r in records] == [
+            ("/v1/chat/completions", 200), ("/v1/chat/completions", 200), ("/v1/models", 200),
+            ("/v1/chat/completions", 403)]  # every /v1 request leaves a row, refused ones too
+        assert records[0].id == "abc-123" and records[1].id != "abc-123"
+        assert all(r.completion_tokens for r in records[:2])
 
 
 async def test_a_pooled_connection_the_runtime_closed_is_not_a_502(tmp_path: Path, model_file: Path) -> None:

@@ -15,6 +15,11 @@ llama-server does. Fault switches (environment):
     FAKE_TOKENS           tokens generated per answer (default 8; max_tokens caps it)
     FAKE_KEEPALIVE_S      close idle keep-alive connections after this long (llama-server: 5 s)
     FAKE_DROP_REUSED      hang up, unanswered, on any /v1 request on a reused connection
+    FAKE_RESET_FIRST      hang up, unanswered, on the first N connections that carry a chat request
+    FAKE_STARTS_FILE      append one line to this file at every start (tests count spawns)
+    FAKE_USAGE_WHEN_ASKED a stream reports usage only with ``stream_options.include_usage``, in an
+                          extra chunk with empty ``choices`` (today's llama-server; else: always,
+                          in the final chunk, as older builds did)
     FAKE_FAST_WHEN        argv words ("--threads 1"): when the argv holds them in a row, generate
                           FAKE_FAST_FACTOR (default 10) times faster — a planted best configuration
     FAKE_FAST_ONCE        a file path: be fast only on the first such start (it creates the file),
@@ -179,7 +184,7 @@ class FakeServer:
 
     async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            body = await request.json()
+            body = request["body"] = await request.json()
         except ValueError:
             return error_body(400, "invalid JSON body", "invalid_request_error")
         if chat:
@@ -286,7 +291,15 @@ class FakeServer:
             self.held[slot] = prompt_tokens + i  # the newest token is not in the cache yet
             await response.write(chunk(WORDS[i % len(WORDS)], None))
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count, "total_tokens": prompt_tokens + count}
-        await response.write(chunk(None, "length" if count >= self.tokens else "stop", usage=usage))
+        finish = "length" if count >= self.tokens else "stop"
+        if os.environ.get("FAKE_USAGE_WHEN_ASKED"):
+            await response.write(chunk(None, finish))
+            if (request["body"].get("stream_options") or {}).get("include_usage") is True:
+                event = {"id": ident, "object": kind, "created": int(time.time()), "model": self.alias,
+                         "choices": [], "usage": usage}
+                await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        else:
+            await response.write(chunk(None, finish, usage=usage))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -296,6 +309,13 @@ class FakeServer:
         """FAKE_DROP_REUSED: hang up on a request that arrives on a reused keep-alive connection,
         unanswered, as llama-server does to a connection its keep-alive timer is closing."""
         transport = request.transport
+        reset_first = int(env_float("FAKE_RESET_FIRST"))
+        if reset_first and transport is not None and request.path == "/v1/chat/completions" \
+                and id(transport) not in self.connections_seen:
+            self.connections_seen.add(id(transport))
+            if len(self.connections_seen) <= reset_first:
+                transport.abort()
+                raise ConnectionResetError(f"reset connection {len(self.connections_seen)} (FAKE_RESET_FIRST)")
         if os.environ.get("FAKE_DROP_REUSED") and transport is not None and request.path.startswith("/v1/"):
             key = id(transport)
             self.requests_on[key] = self.requests_on.get(key, 0) + 1
@@ -306,6 +326,7 @@ class FakeServer:
 
     def app(self) -> web.Application:
         self.requests_on: dict[int, int] = {}
+        self.connections_seen: set[int] = set()
         app = web.Application(middlewares=[self.drop_reused, self.gate])
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/health", self.health)
@@ -432,6 +453,9 @@ def crash() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(list(sys.argv[1:] if argv is None else argv))
     log(f"build: fake llama-server (pid {os.getpid()})")
+    if os.environ.get("FAKE_STARTS_FILE"):
+        with open(os.environ["FAKE_STARTS_FILE"], "a", encoding="utf-8") as starts:
+            starts.write(f"{os.getpid()}\n")
     exit_code = os.environ.get("FAKE_EXIT_CODE")
     if argv_holds(args.argv, os.environ.get("FAKE_FAIL_WHEN", "")):
         exit_code = exit_code or "1"
