@@ -149,14 +149,21 @@ async def test_an_artefact_that_does_not_match_the_feed_is_refused_and_nothing_i
     assert list(staging.iterdir()) == []
 
 
+@pytest.mark.parametrize("refused", ["signature", "version", "size"])
 async def test_a_refusal_also_drops_an_update_staged_earlier(
-        release_server: ReleaseServer, key: ReleaseKey, tmp_path: Path) -> None:
+        release_server: ReleaseServer, key: ReleaseKey, tmp_path: Path, refused: str) -> None:
     staging = tmp_path / "staging"
     release_server.publish(feed_for("0.2.0"), key)
     await checker(release_server, key, staging).check()
-    release_server.publish(feed_for("0.3.0", payload=PAYLOAD + b"3"), key, payload=PAYLOAD + b"3 tampered")
+    assert list(staging.iterdir()) != []
+    if refused == "signature":
+        release_server.publish(feed_for("0.3.0"), ReleaseKey.make(tmp_path, "impostor.key"))
+    elif refused == "version":
+        release_server.publish(feed_for("0.0.9"), key)
+    else:
+        release_server.publish(feed_for("0.3.0", payload=PAYLOAD + b"3"), key, payload=PAYLOAD + b"3 tampered")
     error = await refusal(checker(release_server, key, staging))
-    assert error.check == "size" and list(staging.iterdir()) == []
+    assert error.check == refused and list(staging.iterdir()) == []
 
 
 async def test_an_absolute_artefact_url_is_followed(
