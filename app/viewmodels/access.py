@@ -2,7 +2,8 @@
 
 A created key's secret is handed to the caller once and never kept here: the list holds only
 ``ApiKeyInfo``, which has no secret. Opening ``/v1`` to the LAN always turns on required keys,
-because the daemon refuses an open LAN endpoint without them.
+because the daemon refuses an open LAN endpoint without them. Each key shows its use (requests
+and tokens, last 24 hours and in total), read again whenever the page asks for a refresh.
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ _LOGGER = logging.getLogger(__name__)
 
 LAN_NEEDS_KEYS = ("Opening /v1 to your network turns on required API keys: every client, "
                   "including ones on this machine, must then send a key.")
+
+
+def count(n: int) -> str:
+    """A count the way a person reads it at a glance: 950, 12.3k, 4.5M."""
+    for limit, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if n >= limit:
+            return f"{n / limit:.1f}".rstrip("0").rstrip(".") + suffix
+    return str(n)
+
+
+def usage_cells(info: ApiKeyInfo) -> tuple[str, str]:
+    """The key's requests and tokens, each as "last 24 h / total"."""
+    return (f"{count(info.requests_24h)} / {count(info.requests_total)}",
+            f"{count(info.tokens_24h)} / {count(info.tokens_total)}")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -26,7 +26,7 @@ from app import format as fmt
 from app.context import AppContext
 from app.ui.dialogs import NewKeyDialog
 from app.ui.widgets import Card, CopyField, button, label, page, page_header
-from app.viewmodels.access import LAN_NEEDS_KEYS, AccessState
+from app.viewmodels.access import LAN_NEEDS_KEYS, AccessState, usage_cells
 from daemon.api.models import ApiKeyCreated
 
 _LOGGER = logging.getLogger(__name__)
@@ -84,16 +84,18 @@ class AccessPage(QScrollArea):
         self.create_button.clicked.connect(self.create_key)
         bar.addWidget(self.create_button)
         keys.body.addLayout(bar)
-        self.table = QTableWidget(0, 5)
+        self.table = QTableWidget(0, 7)
         self.table.setObjectName("KeyTable")
-        self.table.setHorizontalHeaderLabels(["Name", "Key", "Created", "Last used", ""])
+        self.table.setHorizontalHeaderLabels(["Name", "Key", "Created", "Last used", "Requests", "Tokens", ""])
+        for col in (4, 5):
+            self.table.horizontalHeaderItem(col).setToolTip("Last 24 hours / since the key was created")
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.setShowGrid(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in (1, 2, 3, 4):
+        for col in (1, 2, 3, 4, 5, 6):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setMinimumHeight(190)
         keys.body.addWidget(self.table)
@@ -107,6 +109,11 @@ class AccessPage(QScrollArea):
         layout.addWidget(connect, 1)
         self._snippet_key: tuple[str, str, bool] | None = None
         self.vm.state.subscribe(self.show_state, now=True)
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        if self.vm.state.value.settings is not None:  # loaded once: read the keys' use again
+            self.ctx.act(self.vm.refresh())
 
     def _require_clicked(self, on: bool) -> None:
         self.ctx.act(self.vm.set_require_keys(on), "Keys required" if on else "Keys no longer required")
@@ -133,13 +140,13 @@ class AccessPage(QScrollArea):
         self.table.setRowCount(len(s.keys))
         for row, info in enumerate(s.keys):
             for col, text in enumerate((info.name, f"{info.prefix}…", fmt.when(info.created_at),
-                                        fmt.ago(info.last_used_at))):
+                                        fmt.ago(info.last_used_at), *usage_cells(info))):
                 self.table.setItem(row, col, QTableWidgetItem(text))
             revoke = button("Revoke", kind="danger")
             revoke.setObjectName(f"revoke-{info.id}")
             revoke.clicked.connect(lambda _=False, i=info.id, n=info.name: self.ctx.act(
                 self.vm.revoke_key(i), f"Revoked key “{n}”"))
-            self.table.setCellWidget(row, 4, revoke)
+            self.table.setCellWidget(row, 6, revoke)
 
     def _render_snippets(self, s: AccessState) -> None:
         while self.snippet_tabs.count():
