@@ -131,7 +131,7 @@ class Chat:
                     raise DaemonError(resp.status, "error", _error_text(await resp.text()))
                 async for data in iter_sse_data(resp.content):
                     if data.strip() == "[DONE]":
-                        break
+                        continue  # read on to the stream's end: leaving now cuts the answer short (499)
                     event = json.loads(data)
                     if "error" in event:
                         raise DaemonError(502, "stream_error", _error_text(data))

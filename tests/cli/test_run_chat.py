@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 from pathlib import Path
 
-from daemon.api.models import ModelState
+from daemon.api.models import ModelState, RequestRecord
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes import write_fake_runtime
 from tests.fakes.gguf_files import write_gguf
@@ -62,6 +63,17 @@ class Terminal:
         return self.proc.returncode or 0, err.decode()
 
 
+async def logged(rd: RunningDaemon, path: str, count: int, timeout: float = 30) -> list[RequestRecord]:
+    """The access-log rows of ``path`` once ``count`` are complete (a row is finished after the answer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = sorted((r for r in await rd.client.requests() if r.path == path), key=lambda r: r.ts)
+        if len(rows) >= count and all(r.total_ms is not None for r in rows):
+            return rows
+        assert time.monotonic() < deadline, f"access log of {path}: {rows}"
+        await rd.client.events((await rd.client.status()).last_event_id, timeout=0.1)  # no event for rows: a tick
+
+
 async def test_run_starts_the_model_streams_answers_and_keeps_the_conversation(
         tmp_path: Path, fake_runtime: Path) -> None:
     path = write_gguf(tmp_path / "models" / "chat.gguf", extra=TEMPLATE)
@@ -76,10 +88,10 @@ async def test_run_starts_the_model_streams_answers_and_keeps_the_conversation(
         await term.type("/bye")
         code, err = await term.finish()
         assert code == 0 and "starting m" in err and "m is ready" in err
-        chats = sorted((r for r in await rd.client.requests() if r.path == "/v1/chat/completions"),
-                       key=lambda r: r.ts)
+        chats = await logged(rd, "/v1/chat/completions", 2)
         # the second request carried the whole conversation: "hi", the answer, "and again"
         assert [r.prompt_tokens for r in chats] == [1, 1 + len(ANSWER.split()) + 2]
+        assert [r.status for r in chats] == [200, 200]  # read to the end, not cut short (499)
 
 
 async def test_a_base_model_gets_text_completion_and_end_of_input_leaves(
@@ -92,8 +104,8 @@ async def test_a_base_model_gets_text_completion_and_end_of_input_leaves(
         await term.until(ANSWER + "\n")
         code, err = await term.finish()
         assert code == 0 and "base model" in err
-        paths = [r.path for r in await rd.client.requests()]
-        assert "/v1/completions" in paths and "/v1/chat/completions" not in paths
+        assert len(await logged(rd, "/v1/completions", 1)) == 1
+        assert not [r for r in await rd.client.requests() if r.path == "/v1/chat/completions"]
 
 
 async def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(tmp_path: Path) -> None:
