@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api.updates import UpdateChecker, UpdateError, UpdateReady, UpToDate
+from daemon.api.updates import (
+    AppImageInstaller,
+    UpdateChecker,
+    UpdateError,
+    UpdateReady,
+    UpToDate,
+)
 from daemon.api.updates.feed import feed_bytes
 from tests.updates.release import (
     APPIMAGE,
@@ -210,3 +216,18 @@ async def test_an_unreachable_feed_is_a_clear_error(key: ReleaseKey, tmp_path: P
 
 def test_the_staged_checksum_is_the_feeds(tmp_path: Path) -> None:
     assert feed_for("0.2.0").artefacts[0].sha256 == hashlib.sha256(PAYLOAD).hexdigest()
+
+
+async def test_a_staged_update_installs_over_the_appimage_and_keeps_the_old_one(
+        release_server: ReleaseServer, key: ReleaseKey, tmp_path: Path) -> None:
+    target = tmp_path / "Applications" / "MirbadLLM.AppImage"
+    target.parent.mkdir()
+    target.write_bytes(b"the 0.1.0 build")
+    installer = AppImageInstaller(target)
+    release_server.publish(feed_for("0.2.0"), key)
+    check = UpdateChecker(release_server.feed_url, current_version="0.1.0", installer=installer,
+                          staging_dir=tmp_path / "staging", trusted_keys=[key.public])
+    result = await check.check()
+    assert isinstance(result, UpdateReady)
+    assert installer.apply(result.staged) == target
+    assert target.read_bytes() == PAYLOAD and target.with_name("MirbadLLM.AppImage.old").read_bytes() == b"the 0.1.0 build"
