@@ -56,7 +56,7 @@ class AppContext:
                platform: str | None = None, host_refresh_s: float = 5.0) -> AppContext:
         fleet = FleetViewModel(client, host_refresh_s=host_refresh_s)
         return cls(client=client, home=home, fleet=fleet, models=ModelsPageViewModel(fleet),
-                   logs=LogsViewModel(client), charts=ChartsViewModel(client),
+                   logs=LogsViewModel(client), charts=ChartsViewModel(client, fleet),
                    playground=PlaygroundViewModel(fleet), access=AccessViewModel(fleet),
                    settings=AppSettingsViewModel(home, prefs_path, platform), messages=Emitter(),
                    nodes=NodesViewModel(client, fleet, refresh_s=host_refresh_s),

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.ui import theme
 from app.ui.widgets import bind
@@ -39,7 +39,11 @@ def _scale(unit: str, peak: float) -> tuple[float, str]:
 
 
 class LiveChart(QWidget):
-    """A titled time chart of one or more series; ``set_data`` replaces everything at once."""
+    """A titled time chart of one or more series; ``set_data`` replaces everything at once.
+
+    ``points`` is how many timestamps it was given, ``finite`` how many real values each series
+    drew; ``set_message`` shows a line of text in place of the axes (a chart with nothing to draw).
+    """
 
     def __init__(self, title: str, unit: str, legends: Sequence[str], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -47,8 +51,15 @@ class LiveChart(QWidget):
         self.unit = unit
         self.legends = tuple(legends)
         self.points = 0
+        self.finite: tuple[int, ...] = (0,) * len(self.legends)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        self.notice = QLabel(self)
+        self.notice.setObjectName("ChartNotice")
+        self.notice.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.notice.setWordWrap(True)
+        self.notice.setVisible(False)
+        self._message: str | None = None
         colors = [theme.color("chart_1"), theme.color("chart_2")]
         if BACKEND == "pyqtgraph":
             self._plot = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()}, enableMenu=False)
@@ -71,6 +82,7 @@ class LiveChart(QWidget):
                                       connect="finite")
                             for i, name in enumerate(self.legends)]
             layout.addWidget(self._plot)
+            self._view: QWidget = self._plot
             bind(self, theme.changed, self._restyle_guarded)
         else:
             from PySide6.QtCharts import (
@@ -108,6 +120,23 @@ class LiveChart(QWidget):
             view = QChartView(chart)
             view.setRenderHint(QPainter.RenderHint.Antialiasing)
             layout.addWidget(view)
+            self._view = view
+        layout.addWidget(self.notice)
+
+    @property
+    def message(self) -> str | None:
+        return self._message
+
+    def set_message(self, text: str | None) -> None:
+        """``text`` in place of the axes (titled, muted); None draws the chart again."""
+        if text == self._message:
+            return
+        self._message = text
+        if text is not None:
+            self.notice.setText(f"<b>{self.title}</b><br>{text}")
+            self.notice.setStyleSheet(f"color: {theme.color('muted')}; background: {theme.color('surface')};")
+        self.notice.setVisible(text is not None)
+        self._view.setVisible(text is None)
 
     def _restyle_guarded(self, _name: str) -> None:
         try:
@@ -129,6 +158,7 @@ class LiveChart(QWidget):
 
     def set_data(self, ts: Sequence[float], columns: Sequence[Sequence[float]]) -> None:
         self.points = len(ts)
+        self.finite = tuple(sum(1 for v in col if math.isfinite(v)) for col in columns)
         finite = [v for col in columns for v in col if not math.isnan(v)]
         factor, unit = _scale(self.unit, max(finite, default=0.0))
         label = f"{self.title} ({unit})" if unit else self.title

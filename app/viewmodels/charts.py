@@ -2,6 +2,8 @@
 
 The view-model turns a ``HistorySeries`` into plain columns (timestamps and one tuple per metric,
 ``nan`` where a point has no value) so the widget can hand them to the plotting library as arrays.
+It also says whether the model's node has a GPU (from the fleet's host figures), so the GPU charts
+can say "No GPU on this node" instead of drawing empty axes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ class ChartSpec:
     unit: str  # tok/s | % | bytes | ""
     series: tuple[tuple[str, str], ...]  # (history value key, legend)
     scale: float = 1.0
+    needs_gpu: bool = False  # nothing to draw on a node without a GPU
+
+
+NO_GPU = "No GPU on this node"
 
 
 CHARTS: tuple[ChartSpec, ...] = (
@@ -36,8 +42,8 @@ CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("Requests", "", (("requests_running", "Running"), ("requests_waiting", "Waiting"))),
     ChartSpec("KV cache use", "%", (("kv_cache_ratio", "Used"),), scale=100.0),
     ChartSpec("Process memory", "bytes", (("rss_bytes", "Resident"),)),
-    ChartSpec("GPU memory", "bytes", (("gpu_mem_bytes", "Used"),)),
-    ChartSpec("GPU utilisation", "%", (("gpu_util_percent", "Busy"),)),
+    ChartSpec("GPU memory", "bytes", (("gpu_mem_bytes", "Used"),), needs_gpu=True),
+    ChartSpec("GPU utilisation", "%", (("gpu_util_percent", "Busy"),), needs_gpu=True),
 )
 
 
@@ -49,6 +55,11 @@ class ChartsState:
     columns: dict[str, tuple[float, ...]] = field(default_factory=dict)
     error: str | None = None
     loading: bool = False
+    node_has_gpu: bool | None = None  # None: not known (yet)
+
+    def message(self, spec: ChartSpec) -> str | None:
+        """What a chart shows instead of axes, if anything."""
+        return NO_GPU if spec.needs_gpu and self.node_has_gpu is False else None
 
     def latest(self, key: str) -> float | None:
         for value in reversed(self.columns.get(key, ())):
@@ -69,9 +80,19 @@ def columns_of(series: HistorySeries, specs: tuple[ChartSpec, ...] = CHARTS) -> 
     return columns
 
 
+def node_has_gpu(fleet: Any, node_id: str | None) -> bool | None:
+    """Whether the fleet's latest figures for ``node_id`` list a GPU; None when it has none for it."""
+    if fleet is None or node_id is None:
+        return None
+    host = next((h for h in fleet.snapshot.value.hosts if h.node == node_id), None)
+    return None if host is None or not host.online else bool(host.gpus)
+
+
 class ChartsViewModel:
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, fleet: Any = None) -> None:
+        """``fleet``: the ``FleetViewModel`` whose host figures say which nodes have a GPU."""
         self.client = client
+        self.fleet = fleet
         self.state: Observable[ChartsState] = Observable(ChartsState())
         self._task: asyncio.Task[None] | None = None
 
@@ -103,11 +124,19 @@ class ChartsViewModel:
         try:
             series = await self.client.model_history(s.model_id, s.range)
         except DaemonError as exc:
-            self.state.set(ChartsState(s.model_id, s.range, s.ts, s.columns, f"history unavailable: {exc.message}"))
+            self.state.set(ChartsState(s.model_id, s.range, s.ts, s.columns, f"history unavailable: {exc.message}",
+                                       node_has_gpu=s.node_has_gpu))
             return
         if self.state.value.model_id != s.model_id or self.state.value.range != s.range:
             return  # the user moved on while we waited
-        self.state.set(ChartsState(s.model_id, s.range, tuple(p.ts for p in series.points), columns_of(series)))
+        self.state.set(ChartsState(s.model_id, s.range, tuple(p.ts for p in series.points), columns_of(series),
+                                   node_has_gpu=node_has_gpu(self.fleet, self._node_of(s.model_id))))
+
+    def _node_of(self, model_id: str) -> str | None:
+        if self.fleet is None:
+            return None
+        view = next((m for m in self.fleet.snapshot.value.models if m.definition.id == model_id), None)
+        return view.definition.node if view is not None else None
 
     async def _run(self, model_id: str, range_: HistoryRange) -> None:
         while True:

@@ -18,8 +18,9 @@ _LOGGER = logging.getLogger(__name__)
 NODE_CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("CPU", "%", (("cpu_percent", "Busy"),)),
     ChartSpec("Memory", "bytes", (("mem_used_bytes", "Used"), ("mem_total_bytes", "Total"))),
-    ChartSpec("GPU memory", "bytes", (("gpu_mem_used_bytes", "Used"), ("gpu_mem_total_bytes", "Total"))),
-    ChartSpec("GPU utilisation", "%", (("gpu_util_percent", "Busy"),)),
+    ChartSpec("GPU memory", "bytes", (("gpu_mem_used_bytes", "Used"), ("gpu_mem_total_bytes", "Total")),
+              needs_gpu=True),
+    ChartSpec("GPU utilisation", "%", (("gpu_util_percent", "Busy"),), needs_gpu=True),
 )
 GPU_CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("GPU temperature", "°C", (("temperature_c", "Temperature"),)),

@@ -240,10 +240,31 @@ def test_charts_draw_the_history(window: MainWindow, fake: FakeDaemonClient, qtb
     window.show_page("models")
     panel = window.models.panel
     panel.tabs.setCurrentIndex(CHARTS)
-    qtbot.waitUntil(lambda: all(chart.points == 300 for chart in panel.charts.charts))
+    charts = {chart.title: chart for chart in panel.charts.charts}
+    # Real values are drawn, not 300 timestamps of NaN: every point of the series the history holds.
+    qtbot.waitUntil(lambda: charts["Tokens per second"].finite == (300, 0))
+    assert charts["Process memory"].finite == (300,) and charts["KV cache use"].finite == (0,)
     assert "now 299.0 tok/s" in panel.charts.status.text()
+    assert charts["GPU memory"].message is None, "this node has a GPU: its charts are drawn"
     panel.charts.range_buttons.buttons()[2].click()
     qtbot.waitUntil(lambda: ("alpha", "24h") in fake.called("model_history"))
+
+
+def test_on_a_node_without_a_gpu_the_gpu_charts_say_so(window: MainWindow, ctx: AppContext, fake: FakeDaemonClient,
+                                                       qtbot: Any) -> None:
+    fake.hosts = [fake.hosts[0].model_copy(update={"gpus": []})]
+    asyncio.ensure_future(ctx.fleet.resync())  # the hosts as the daemon now reports them
+    qtbot.waitUntil(lambda: not ctx.fleet.snapshot.value.hosts[0].gpus)
+    fake.history["alpha"] = [HistoryPoint(ts=1000.0 + i, values={"gen_tps": 1.0, "gpu_mem_bytes": None})
+                             for i in range(3)]
+    window.show_page("models")
+    panel = window.models.panel
+    panel.tabs.setCurrentIndex(CHARTS)
+    charts = {chart.title: chart for chart in panel.charts.charts}
+    qtbot.waitUntil(lambda: charts["GPU memory"].message == "No GPU on this node")
+    assert charts["GPU utilisation"].message == "No GPU on this node"
+    assert charts["GPU memory"].notice.isVisible() and "No GPU on this node" in charts["GPU memory"].notice.text()
+    assert charts["Tokens per second"].message is None and charts["Tokens per second"].finite == (3, 0)
 
 
 def test_closing_the_window_leaves_the_app_in_the_tray(window: MainWindow, ctx: AppContext) -> None:

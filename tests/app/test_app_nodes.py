@@ -13,6 +13,7 @@ from helpers import until
 from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication, QComboBox, QLabel
 
+from agent.api.models import GpuInfo
 from app.context import AppContext
 from app.ui import theme
 from app.ui.main_window import MainWindow
@@ -146,3 +147,16 @@ def test_the_model_editor_places_a_model_on_a_paired_node(window: MainWindow, fa
     editor.save()
     qtbot.waitUntil(lambda: bool(fake.called("update_model")))
     assert fake.called("update_model")[-1][0].node == paired.id
+
+
+@pytest.mark.gui
+def test_a_node_without_a_gpu_says_so_in_its_gpu_charts(window: MainWindow, fake: FakeDaemonClient,
+                                                         qtbot: Any) -> None:
+    window.show_page("nodes")
+    panel = window.nodes.panel
+    charts = {chart.title: chart for chart in panel.charts}
+    assert panel.title.text() == "This machine" and not panel.node.gpus
+    qtbot.waitUntil(lambda: charts["GPU memory"].message == "No GPU on this node")
+    assert charts["GPU utilisation"].message == "No GPU on this node" and charts["CPU"].message is None
+    panel.show_node(panel.node.model_copy(update={"gpus": [GpuInfo(index=0, name="RTX", memory_total=1)]}))
+    assert charts["GPU memory"].message is None and charts["GPU utilisation"].message is None

@@ -1,4 +1,5 @@
-"""The Charts tab: six live charts of one model over 5 min / 1 h / 24 h / 7 d."""
+"""The Charts tab: six live charts of one model over 5 min / 1 h / 24 h / 7 d; on a node without a
+GPU the GPU charts say so instead of drawing empty axes."""
 
 from __future__ import annotations
 
@@ -62,5 +63,6 @@ class ChartsTab(QWidget):
             gen = state.latest("gen_tps")
             self.status.setText(f"{len(state.ts)} points" + (f" · now {gen:.1f} tok/s" if gen is not None else ""))
         for chart, spec in zip(self.charts, CHARTS):
+            chart.set_message(state.message(spec))
             chart.set_data(state.ts, [state.columns.get(key, ()) or (float("nan"),) * len(state.ts)
                                       for key, _legend in spec.series])

@@ -34,7 +34,7 @@ from app.context import AppContext
 from app.ui.charts import LiveChart
 from app.ui.pages.pair_dialog import PairDialog
 from app.ui.widgets import Card, StateBadge, button, label, page, page_header, set_prop
-from app.viewmodels.charts import RANGES
+from app.viewmodels.charts import NO_GPU, RANGES
 from app.viewmodels.node_charts import GPU_CHARTS, NODE_CHARTS, NodeChartsState
 from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState
 from daemon.api.nodes import NodeView
@@ -180,6 +180,7 @@ class NodePanel(QScrollArea):
         v["fingerprint"].setText(short_fingerprint(node.fingerprint) if node.fingerprint else "—")
         v["id"].setText(node.id)
         self._render_gpus(node)
+        self.show_charts(self.ctx.node_charts.state.value)  # a node without a GPU: its GPU charts say so
         names = {m.definition.id: m for m in self.ctx.fleet.snapshot.value.models}
         self.models.setText("\n".join(
             f"{names[m].definition.served_name} — {fmt.STATE_TEXT[names[m].status.state]}" if m in names else m
@@ -211,6 +212,8 @@ class NodePanel(QScrollArea):
             gpu = spec in GPU_CHARTS
             ts, columns = (s.gpu_ts, s.gpu_columns) if gpu else (s.ts, s.columns)
             chart.setVisible(not gpu or s.gpu is not None)
+            no_gpu = spec.needs_gpu and self.node is not None and not self.node.gpus
+            chart.set_message(NO_GPU if no_gpu else None)
             chart.set_data(ts, [columns.get(key, ()) or (float("nan"),) * len(ts) for key, _legend in spec.series])
 
     def _remove(self) -> None:
