@@ -15,7 +15,12 @@ import re
 import shutil
 from pathlib import Path
 
-from agent.api.safe_names import UnsafeName, check_component, check_relative_name
+from agent.api.safe_names import (
+    UnsafeName,
+    check_component,
+    check_relative_name,
+    commonpath_inside,
+)
 from agent.problems import AgentProblem
 
 _LOGGER = logging.getLogger(__name__)
@@ -41,7 +46,7 @@ class ModelStore:
     def _inside(self, path: Path) -> bool:
         root = os.path.realpath(self.root)
         real = os.path.realpath(path)
-        return real != root and os.path.commonpath([root, real]) == root
+        return real != root and commonpath_inside(root, real)
 
     def check_folder_name(self, name: str) -> str:
         try:

@@ -2,7 +2,8 @@
 plist on macOS, an ``HKCU\\...\\Run`` value on Windows.
 
 Every function takes the platform and the base directory, so each OS's file can be tested on any
-machine with a temporary directory (the Windows registry is only touched on Windows).
+machine with a temporary directory; the Windows functions take the registry module (``winreg``,
+imported only on Windows) so a test hands in a fake.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import plistlib
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -46,19 +48,20 @@ def desktop_entry(command: list[str]) -> str:
             "X-GNOME-Autostart-enabled=true\n")
 
 
-def is_enabled(platform: str = sys.platform, base: Path | None = None) -> bool:
+def is_enabled(platform: str = sys.platform, base: Path | None = None, registry: Any = None) -> bool:
     if platform.startswith("linux"):
         return linux_desktop_file(base).exists()
     if platform == "darwin":
         return mac_plist_file(base).exists()
     if platform == "win32":
-        return _windows_get() is not None
+        return windows_get(registry) is not None
     return False
 
 
 def set_enabled(enabled: bool, command: list[str] | None = None, platform: str = sys.platform,
-                base: Path | None = None) -> None:
-    """Write (or remove) the login entry. ``base``: XDG config home on Linux, the home on macOS."""
+                base: Path | None = None, registry: Any = None) -> None:
+    """Write (or remove) the login entry. ``base``: XDG config home on Linux, the home on macOS;
+    ``registry``: the ``winreg`` module on Windows (the real one when not given)."""
     command = command or launch_command()
     if platform.startswith("linux"):
         _write_or_remove(linux_desktop_file(base), desktop_entry(command).encode() if enabled else None)
@@ -66,7 +69,7 @@ def set_enabled(enabled: bool, command: list[str] | None = None, platform: str =
         plist = {"Label": MAC_LABEL, "ProgramArguments": command, "RunAtLoad": True, "ProcessType": "Interactive"}
         _write_or_remove(mac_plist_file(base), plistlib.dumps(plist) if enabled else None)
     elif platform == "win32":
-        _windows_set(subprocess_line(command) if enabled else None)
+        windows_set(subprocess_line(command) if enabled else None, registry)
     else:
         raise OSError(f"start at login is not supported on {platform}")
     _LOGGER.info("start at login %s", "enabled" if enabled else "disabled")
@@ -88,9 +91,17 @@ def _write_or_remove(path: Path, content: bytes | None) -> None:
     os.replace(tmp, path)
 
 
-def _windows_get() -> str | None:
-    import winreg  # type: ignore[import-not-found]
+def _winreg(registry: Any) -> Any:
+    if registry is not None:
+        return registry
+    import winreg  # type: ignore[import-not-found,unused-ignore]
 
+    return winreg
+
+
+def windows_get(registry: Any = None) -> str | None:
+    """The command line in ``HKCU\\...\\Run\\MirbadLLM``, or None when there is none."""
+    winreg = _winreg(registry)
     try:
         with winreg.OpenKey(winreg.HKEY_CURRENT_USER, WINDOWS_RUN_KEY) as key:
             return str(winreg.QueryValueEx(key, WINDOWS_VALUE)[0])
@@ -98,9 +109,9 @@ def _windows_get() -> str | None:
         return None
 
 
-def _windows_set(line: str | None) -> None:
-    import winreg  # type: ignore[import-not-found]
-
+def windows_set(line: str | None, registry: Any = None) -> None:
+    """Write the Run value (a string), or remove it when ``line`` is None."""
+    winreg = _winreg(registry)
     with winreg.CreateKey(winreg.HKEY_CURRENT_USER, WINDOWS_RUN_KEY) as key:
         if line is None:
             try:

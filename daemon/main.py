@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
@@ -47,6 +48,31 @@ def setup_logging(paths: DaemonPaths, verbose: bool) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+def stop_signal_names(platform: str = sys.platform) -> list[str]:
+    """The signals that stop the daemon: Ctrl-C and SIGTERM, plus Ctrl-Break on Windows."""
+    return ["SIGINT", "SIGTERM", "SIGBREAK"] if platform == "win32" else ["SIGINT", "SIGTERM"]
+
+
+def install_stop_handlers(loop: asyncio.AbstractEventLoop, stop: Callable[[], None],
+                          platform: str = sys.platform,
+                          set_handler: Callable[..., object] = signal.signal) -> str:
+    """Call ``stop`` on the loop when a stop signal arrives; says which mechanism took them.
+
+    Windows' proactor loop has no ``add_signal_handler`` (NotImplementedError), so there a plain
+    ``signal.signal`` handler hands the stop to the loop thread-safely; the loop's wakeup fd makes
+    it run at once, and Ctrl-C then stops the daemon as SIGTERM does instead of a KeyboardInterrupt.
+    """
+    sigs = [getattr(signal, name) for name in stop_signal_names(platform) if hasattr(signal, name)]
+    try:
+        for sig in sigs:
+            loop.add_signal_handler(sig, stop)
+        return "loop"
+    except NotImplementedError:
+        for sig in sigs:
+            set_handler(sig, lambda _signum, _frame: loop.call_soon_threadsafe(stop))
+        return "signal"
+
+
 async def serve(daemon: Daemon) -> None:
     try:
         runner = await start_server(daemon)
@@ -56,9 +82,7 @@ async def serve(daemon: Daemon) -> None:
     _LOGGER.info("MirbadLLM daemon listening: %s (admin token in %s)", daemon.info().api_url,
                  daemon.paths.admin_token)
     stop = daemon.shutdown_requested  # also set by POST /api/shutdown (`mirbadllm ctl daemon stop`)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    install_stop_handlers(asyncio.get_running_loop(), stop.set)
     await stop.wait()
     _LOGGER.info("shutting down (models keep running)")
     await runner.cleanup()

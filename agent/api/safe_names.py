@@ -9,7 +9,9 @@ UNC share on the node that finally uses it (huggingface_hub#4540, CVE-2024-37032
 from __future__ import annotations
 
 import logging
+import os
 import re
+from types import ModuleType
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -121,6 +123,21 @@ def lexically_inside(folder: str, path: str) -> bool:
     if windows:
         base, target = [p.casefold() for p in base], [p.casefold() for p in target]
     return len(target) > len(base) and target[: len(base)] == base
+
+
+def commonpath_inside(folder: str | os.PathLike[str], path: str | os.PathLike[str],
+                      pathmod: ModuleType = os.path) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it, by ``pathmod.commonpath`` (``os.path`` here,
+    ``ntpath``/``posixpath`` to judge another OS's paths).
+
+    ``commonpath`` raises ValueError when the two have nothing in common on Windows (C:\\ vs D:\\,
+    a drive vs a UNC share) or mix absolute and relative: that is "outside", never a crash.
+    """
+    root, target = os.fspath(folder), os.fspath(path)
+    try:
+        return bool(pathmod.commonpath([root, target]) == pathmod.commonpath([root]))
+    except ValueError:
+        return False
 
 
 def is_digest(value: str) -> bool:

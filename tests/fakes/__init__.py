@@ -6,7 +6,7 @@ import logging
 import shlex
 import stat
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -20,25 +20,40 @@ SWITCHES = {"load_seconds", "load_quiet", "exit_code", "crash_after_s", "crash_e
 SWITCHES |= {"legacy_metrics", "tool_args", "log_requests"}  # KV-cache shapes, tool calls, request lines
 
 
-def write_fake_runtime(directory: Path, name: str = "llama-server", **switches: object) -> Path:
+def fake_runtime_script(switches: dict[str, object], platform: str = sys.platform,
+                        python: str = sys.executable, fake: PurePath = FAKE_LLAMA_SERVER) -> str:
+    """The wrapper's text: a ``.cmd`` batch file on Windows, a ``/bin/sh`` script elsewhere."""
+    values = {f"FAKE_{key.upper()}": "1" if value is True else str(value)
+              for key, value in sorted(switches.items()) if value is not None and value is not False}
+    if platform == "win32":
+        lines = ["@echo off"]
+        for name, text in values.items():
+            if any(c in text for c in '"\r\n'):
+                raise ValueError(f"{name}={text!r}: a .cmd wrapper cannot hold quotes or newlines")
+            lines.append(f'set "{name}={text.replace("%", "%%")}"')  # %% is a literal % in a batch file
+        lines.append(f'"{python}" "{fake}" %*')
+        lines.append("exit /b %ERRORLEVEL%")
+        return "\r\n".join(lines) + "\r\n"
+    lines = ["#!/bin/sh"]
+    lines += [f"export {name}={shlex.quote(text)}" for name, text in values.items()]
+    lines.append(f'exec {shlex.quote(python)} {shlex.quote(str(fake))} "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def write_fake_runtime(directory: Path, name: str = "llama-server", *, platform: str = sys.platform,
+                       **switches: object) -> Path:
     """Write an executable that runs the fake llama-server with ``switches`` baked in.
 
     ``write_fake_runtime(tmp, load_seconds=2, tokens=50)`` exports FAKE_LOAD_SECONDS=2 and
-    FAKE_TOKENS=50. The agent passes a runtime only allowlisted variables, hence the wrapper.
+    FAKE_TOKENS=50. The agent passes a runtime only allowlisted variables, hence the wrapper
+    (``name.cmd`` on Windows).
     """
     unknown = set(switches) - SWITCHES
     if unknown:
         raise TypeError(f"unknown fake runtime switches: {sorted(unknown)}; known: {sorted(SWITCHES)}")
     directory.mkdir(parents=True, exist_ok=True)
-    lines = ["#!/bin/sh"]
-    for key, value in sorted(switches.items()):
-        if value is None or value is False:
-            continue
-        text = "1" if value is True else str(value)
-        lines.append(f"export FAKE_{key.upper()}={shlex.quote(text)}")
-    lines.append(f'exec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_LLAMA_SERVER))} "$@"')
-    path = directory / name
-    path.write_text("\n".join(lines) + "\n")
+    path = directory / (f"{name}.cmd" if platform == "win32" else name)
+    path.write_bytes(fake_runtime_script(switches, platform).encode())
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 
