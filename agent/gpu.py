@@ -93,7 +93,8 @@ class NvmlProbe:
         for lister in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
             try:
                 listed = getattr(nvml, lister)(handle)
-            except Exception:  # noqa: BLE001 - not supported here: that list is unknown
+            except Exception as exc:  # noqa: BLE001 - not supported here: that list is unknown
+                _LOGGER.debug("NVML %s failed on GPU %d: %s", lister, index, exc)
                 continue
             for proc in listed:
                 used = getattr(proc, "usedGpuMemory", None)  # None: the driver cannot say (WDDM)

@@ -12,7 +12,13 @@ import pytest
 
 from agent.api.client import AgentClient
 from agent.api.llamacpp import LlamaCppSettings
-from agent.api.models import GpuInfo, GpuProcess, InstanceSample, InstanceState, TelemetrySample
+from agent.api.models import (
+    GpuInfo,
+    GpuProcess,
+    InstanceSample,
+    InstanceState,
+    TelemetrySample,
+)
 from agent.deps import build_deps
 from agent.gpu import NvmlProbe
 from agent.identity import server_ssl_context
@@ -57,7 +63,7 @@ def test_the_real_driver_reports_the_gpus_nvidia_smi_lists() -> None:
     each with a name and memory figures that add up."""
     gpus = NvmlProbe().sample()
     smi = shutil.which("nvidia-smi")
-    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout if smi else ""
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout if smi else ""
     assert len(gpus) == sum(line.startswith("GPU ") for line in listed.splitlines())
     for gpu in gpus:
         assert gpu.name and gpu.uuid and 0 < gpu.memory_total and 0 <= gpu.memory_used <= gpu.memory_total

@@ -106,8 +106,8 @@ async def test_tool_calls_with_arguments_off_their_schema_score_nothing(
         assert view.state == JobState.SUCCEEDED, view.error
         checked = view.result.tool_calls if view.result else None
         assert checked is not None and (checked.total, checked.passed) == (1, 0)
-        assert checked.details == ["get_weather: arguments.city: expected string, got int; "
-                                   "arguments.unit: 'kelvin' is not one of ['celsius', 'fahrenheit']"]
+        assert checked.details == [("get_weather: arguments.city: expected string, got int; "
+                                    "arguments.unit: 'kelvin' is not one of ['celsius', 'fahrenheit']")]
 
 
 async def test_requests_get_maintenance_while_a_job_drains_and_flow_again_after(
