@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.admission import AdmissionPolicy
@@ -83,11 +83,22 @@ async def serve(args: argparse.Namespace, home: Path) -> int:
         allow_pairing=not args.no_pairing, mdns=not (args.no_mdns or mdns_disabled_by_env()),
         mdns_interfaces=args.mdns_interface)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    install_stop_handlers(asyncio.get_running_loop(), stop.set)
     return await lifecycle.run(stop)
+
+
+def install_stop_handlers(loop: asyncio.AbstractEventLoop, stop: Callable[[], None],
+                          set_handler: Callable[..., object] = signal.signal) -> None:
+    """SIGINT, SIGTERM (and Windows' Ctrl-Break) call ``stop`` on the loop. Windows' proactor loop
+    has no ``add_signal_handler``; there a plain handler hands the stop to the loop thread-safely."""
+    for name in ("SIGINT", "SIGTERM", "SIGBREAK"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            loop.add_signal_handler(sig, stop)
+        except NotImplementedError:
+            set_handler(sig, lambda _signum, _frame: loop.call_soon_threadsafe(stop))
 
 
 SERVICE_COMMANDS = ("install-service", "uninstall-service", "pairing-code")

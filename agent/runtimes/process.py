@@ -44,7 +44,9 @@ SIGKILL = 9
 
 # Ctrl-Break reaches only processes on the sender's console, and a runtime has its own hidden one
 # (so it survives the agent and its console). A short helper, started without a console, attaches
-# to the runtime's console, shields itself, and raises the event for the runtime's group.
+# to the runtime's console, shields itself, and raises the event for the runtime's group. Ctrl-C
+# would not do: CREATE_NEW_PROCESS_GROUP makes the group ignore it. A runtime with no Ctrl-Break
+# handler of its own exits through the default one (ExitProcess), still kinder than TerminateProcess.
 CTRL_BREAK_HELPER = (
     "import ctypes, sys\n"
     "k = ctypes.windll.kernel32\n"

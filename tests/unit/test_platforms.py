@@ -15,6 +15,7 @@ from typing import Any, Self
 import pytest
 
 from agent.api.safe_names import commonpath_inside
+from agent.main import install_stop_handlers as install_agent_stop_handlers
 from agent.runtimes.catalog import RuntimeCatalog, built_llama_server
 from agent.runtimes.llamacpp import child_env, port_is_free, probe_socket_options
 from agent.runtimes.process import (
@@ -77,6 +78,16 @@ def test_without_loop_signal_handlers_a_signal_still_stops_the_daemon() -> None:
     assert signal.SIGINT in installed and signal.SIGTERM in installed
     installed[signal.SIGINT](signal.SIGINT, None)  # Ctrl-C: handed to the loop, not a KeyboardInterrupt
     assert stopped == [] and len(loop.soon) == 1
+    loop.soon[0]()
+    assert stopped == [True]
+
+
+def test_without_loop_signal_handlers_ctrl_c_still_stops_the_agent() -> None:
+    loop, installed, stopped = ProactorLikeLoop(), {}, []
+    install_agent_stop_handlers(loop, lambda: stopped.append(True),  # type: ignore[arg-type]
+                                set_handler=lambda sig, handler: installed.__setitem__(sig, handler))
+    assert signal.SIGINT in installed and signal.SIGTERM in installed
+    installed[signal.SIGINT](signal.SIGINT, None)
     loop.soon[0]()
     assert stopped == [True]
 
