@@ -71,7 +71,8 @@ def test_stop_signals_per_platform() -> None:
 
 
 def test_without_loop_signal_handlers_a_signal_still_stops_the_daemon() -> None:
-    loop, installed, stopped = ProactorLikeLoop(), {}, []
+    loop, stopped = ProactorLikeLoop(), []
+    installed: dict[int, Any] = {}
     how = install_stop_handlers(loop, lambda: stopped.append(True), platform="win32",  # type: ignore[arg-type]
                                 set_handler=lambda sig, handler: installed.__setitem__(sig, handler))
     assert how == "signal"
@@ -83,7 +84,8 @@ def test_without_loop_signal_handlers_a_signal_still_stops_the_daemon() -> None:
 
 
 def test_without_loop_signal_handlers_ctrl_c_still_stops_the_agent() -> None:
-    loop, installed, stopped = ProactorLikeLoop(), {}, []
+    loop, stopped = ProactorLikeLoop(), []
+    installed: dict[int, Any] = {}
     install_agent_stop_handlers(loop, lambda: stopped.append(True),  # type: ignore[arg-type]
                                 set_handler=lambda sig, handler: installed.__setitem__(sig, handler))
     assert signal.SIGINT in installed and signal.SIGTERM in installed
@@ -203,7 +205,7 @@ class FakeOps(ProcessOps):
 def _process(platform: str, obeys: set[str], delivers: bool = True) -> tuple[RuntimeProcess, FakeOps]:
     handle = FakeHandle(4242)
     ops = FakeOps(handle, obeys, delivers)
-    return RuntimeProcess(4242, 1.0, handle=handle, platform=platform, ops=ops), ops  # type: ignore[arg-type]
+    return RuntimeProcess(4242, 1.0, handle=handle, platform=platform, ops=ops), ops
 
 
 async def test_windows_stop_is_ctrl_break_then_terminate_the_tree() -> None:
