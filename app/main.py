@@ -3,6 +3,11 @@
 One instance per user and data directory; it finds the daemon (starting it when needed), then
 runs every view-model and widget on one asyncio loop inside Qt's (``qasync.run``). Quitting the
 app leaves the daemon and its models running; "Stop all models and quit" stops them first.
+
+Before Qt is touched, ``app.qt_platform`` checks that the desktop platform plugin can load (a
+missing ``libxcb-*`` library would make Qt abort); after the loop ends, ``teardown`` deletes every
+Qt object in a fixed order while the interpreter is still whole, so exiting never crashes in
+PySide6's finalisation.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    problem = platform_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
     import qasync
     from PySide6.QtWidgets import QApplication
 
@@ -43,28 +52,73 @@ def main(argv: list[str] | None = None) -> int:
 
     home = (args.home or default_home()).expanduser()
     existing = QApplication.instance()
-    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
+    owned = not isinstance(existing, QApplication)
+    app = QApplication(sys.argv[:1]) if owned else existing
     app.setApplicationName("MirbadLLM")
     app.setOrganizationName("MirbadLLM")
     app.setDesktopFileName("mirbadllm")
     app.setQuitOnLastWindowClosed(False)  # the tray lives on when the window closes
     guard = SingleInstance(home)
-    if guard.ask_existing_to_raise():
-        print("MirbadLLM is already running: its window was brought forward.")
-        return 0
-    guard.listen()
-    theme.apply(app, load_preferences().theme)  # type: ignore[arg-type]
-    theme.follow_system(app)
-    app.setWindowIcon(app_icon())
     try:
+        if guard.ask_existing_to_raise():
+            print("MirbadLLM is already running: its window was brought forward.")
+            return 0
+        guard.listen()
+        theme.apply(app, load_preferences().theme)  # type: ignore[arg-type]
+        theme.follow_system(app)
+        app.setWindowIcon(app_icon())
         return int(qasync.run(run_app(app, args, home, guard)))
     finally:
         guard.close()
+        guard.deleteLater()
+        teardown(app, owned=owned)
+        del app, existing, guard
 
 
-def _quit_on_signals(quit_app) -> None:  # type: ignore[no-untyped-def]
+def platform_problem() -> str | None:
+    """Why Qt could not open a window here (the packages to install), or None. Only for the
+    desktop plugins (QT_QPA_PLATFORM unset, xcb or wayland) and before any QApplication exists."""
+    import os
+
+    from app.qt_platform import check_this_machine
+
+    if "PySide6.QtWidgets" in sys.modules:
+        from PySide6.QtWidgets import QApplication
+
+        if QApplication.instance() is not None:
+            return None
+    check = check_this_machine(os.environ)
+    return None if check.ok else check.message()
+
+
+def teardown(app, *, owned: bool) -> None:  # type: ignore[no-untyped-def]
+    """Delete every Qt object now, in a fixed order, while Python is whole: windows and menus, then
+    pending deletions, then (when this process created it) the QApplication itself. Left to the
+    interpreter's finalisation, Qt would destroy widgets whose Python overrides (hideEvent, ...) and
+    slots run against half-torn-down modules: PySide6's ``Fatal Python error: none_dealloc``."""
+    import gc
+    import signal
+
+    from PySide6.QtCore import QEvent
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # no handler may call into a dead app
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for widget in app.topLevelWidgets():
+        widget.hide()
+        widget.deleteLater()
+    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    app.processEvents()
+    gc.collect()
+    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    if owned:
+        app.shutdown()  # PySide6: destroys the QCoreApplication now, not at interpreter exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _quit_on_signals(quit_app):  # type: ignore[no-untyped-def]
     """Ctrl+C / SIGTERM quit cleanly. Python runs signal handlers only between bytecodes, so a
-    timer wakes the interpreter while Qt waits in C++."""
+    timer wakes the interpreter while Qt waits in C++. Returns the timer (stopped at quit)."""
     import signal
 
     from PySide6.QtCore import QTimer
@@ -75,6 +129,7 @@ def _quit_on_signals(quit_app) -> None:  # type: ignore[no-untyped-def]
     timer = QTimer(QApplication.instance())
     timer.timeout.connect(lambda: None)
     timer.start(300)
+    return timer
 
 
 async def _finished(dialog) -> int:  # type: ignore[no-untyped-def]
@@ -147,7 +202,7 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
         quit_app()
 
     window.quit_requested = quit_app
-    _quit_on_signals(quit_app)
+    wake = _quit_on_signals(quit_app)
     tray = TrayController(ctx, open_window=window.bring_to_front, quit_app=quit_app,
                           stop_all_and_quit=lambda: ctx.act(stop_all_then_quit(), "Stopping every model"))
     tray.show()
@@ -158,7 +213,13 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
         _mark_shown()
     ctx.start()
     code = await quit_code
-    tray.icon.hide()
+    # A fixed order: nothing that ticks or listens outlives what it points at.
+    wake.stop()
+    wake.deleteLater()
+    app.aboutToQuit.disconnect(quit_app)
+    tray.close()
+    window.quitting = True
     window.close()
     await ctx.close()
+    window.deleteLater()
     return code

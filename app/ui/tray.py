@@ -40,8 +40,8 @@ class TrayController(QObject):
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._activated)
         self.state: FleetState | None = None
-        ctx.fleet.snapshot.subscribe(self.show_state, now=True)
-        ctx.fleet.notices.subscribe(self.notify)
+        self._unsubscribe = [ctx.fleet.snapshot.subscribe(self.show_state, now=True),
+                             ctx.fleet.notices.subscribe(self.notify)]
         self.rebuild_menu()
 
     @property
@@ -51,6 +51,18 @@ class TrayController(QObject):
     def show(self) -> None:
         if self.available:
             self.icon.show()
+
+    def close(self) -> None:
+        """At quit: hide the icon, stop listening, and delete the icon and its menu (the app's
+        teardown then runs the deletions before the interpreter exits)."""
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
+        self.icon.hide()
+        self.menu.aboutToShow.disconnect(self.rebuild_menu)
+        self.icon.deleteLater()
+        self.menu.deleteLater()
+        self.deleteLater()
 
     def show_state(self, snap: FleetSnapshot) -> None:
         if snap.state != self.state:
