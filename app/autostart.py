@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.api.program import program_argv
+
 _LOGGER = logging.getLogger(__name__)
 
 APP_ID = "mirbadllm"
@@ -26,7 +28,7 @@ WINDOWS_VALUE = "MirbadLLM"
 
 def launch_command(home: Path | None = None) -> list[str]:
     """How login starts the app: this Python running ``mirbadllm`` (the tray comes up, no window)."""
-    argv = [sys.executable, "-m", "mirbadllm", "--minimized"]
+    argv = program_argv("--minimized")
     if home is not None:
         argv += ["--home", str(home)]
     return argv

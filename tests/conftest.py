@@ -16,14 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# pytest puts tests/ first on sys.path (this conftest has no package above it), where
-# tests/packaging/ would shadow the `packaging` library the product imports: load the real one now.
-_TESTS = str(ROOT / "tests")
-_SAVED_PATH = sys.path[:]
-sys.path[:] = [p for p in sys.path if p != _TESTS]
-import packaging.version  # noqa: E402,F401
-sys.path[:] = _SAVED_PATH
-
 from tests.fakes import write_fake_runtime
 
 # No test announces or browses mDNS on the machine's real network: a test that needs it opts in

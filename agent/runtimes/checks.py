@@ -31,6 +31,8 @@ _LOGGER = logging.getLogger(__name__)
 ILLEGAL_INSTRUCTION = ("llama-server stopped on an illegal instruction: this build uses CPU features "
                        "this machine cannot run; rebuild it with `make runtime`")
 SIGILL_CODE = -int(signal.SIGILL)
+# Windows reports the same fault as the process's exit code: STATUS_ILLEGAL_INSTRUCTION.
+STATUS_ILLEGAL_INSTRUCTION = 0xC000001D
 LIBRARY_PREFIXES = ("libggml", "libllama", "libmtmd", "ggml", "llama")
 Verdict = Literal["ok", "illegal_instruction"]
 
@@ -49,7 +51,10 @@ class CheckRecord:
 
 
 def is_illegal_instruction(exit_code: int | None) -> bool:
-    return exit_code == SIGILL_CODE
+    """SIGILL on POSIX; STATUS_ILLEGAL_INSTRUCTION on Windows (unsigned or as a signed 32-bit code)."""
+    if exit_code is None:
+        return False
+    return exit_code == SIGILL_CODE or exit_code & 0xFFFFFFFF == STATUS_ILLEGAL_INSTRUCTION
 
 
 def _sha256(path: Path) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agent.api.models import InstanceState
 from agent.manager import InstanceManager
-from agent.runtimes.checks import ILLEGAL_INSTRUCTION, RuntimeChecks
+from agent.runtimes.checks import ILLEGAL_INSTRUCTION, RuntimeChecks, is_illegal_instruction
 from tests.agent._support import make_spec
 
 READY, FAILED = InstanceState.READY, InstanceState.FAILED
@@ -89,3 +89,9 @@ def test_an_unreadable_checks_file_is_ignored_not_fatal(tmp_path: Path) -> None:
     checks = RuntimeChecks(path)
     checks.record("abc", "ok", "/x/llama-server")
     assert json.loads(path.read_text())["checks"]["abc"]["verdict"] == "ok"
+
+
+def test_illegal_instruction_as_each_os_reports_it() -> None:
+    assert is_illegal_instruction(-4)  # POSIX: killed by SIGILL
+    assert is_illegal_instruction(0xC000001D) and is_illegal_instruction(-1073741795)  # Windows
+    assert not any(is_illegal_instruction(code) for code in (None, 0, 1, -9, -11, 0xC0000005))

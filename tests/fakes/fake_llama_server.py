@@ -30,6 +30,8 @@ llama-server does. Fault switches (environment):
     FAKE_TOOL_ARGS        a JSON text: the arguments of every tool call, instead of ones built
                           from the tool's schema (a model that calls its tools wrongly)
     FAKE_LOG_REQUESTS     print a "slot launch_slot_: ... processing task" line per generation
+    FAKE_SIGILL           "load": die by SIGILL while loading; "generate": at the first generation
+                          (what a build for another CPU does in its first matrix kernel)
 
 By default it answers like today's llama-server: ``/metrics`` without KV-cache gauges, ``/slots``
 with each slot's ``n_ctx`` and, once it has served a task, ``n_prompt_tokens`` (the tokens its
@@ -183,6 +185,8 @@ class FakeServer:
         return await self.generate(request, chat=False)
 
     async def generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        if os.environ.get("FAKE_SIGILL") == "generate":
+            die_by_sigill()
         try:
             body = request["body"] = await request.json()
         except ValueError:
@@ -421,6 +425,8 @@ async def serve(args: argparse.Namespace) -> int:
         return 1
     log(f"main: HTTP server is listening, hostname: {args.host}, port: {args.port}")
     log(f"llama_model_loader: loading model from {args.model}")
+    if os.environ.get("FAKE_SIGILL") == "load":
+        die_by_sigill()
     load_for = env_float("FAKE_LOAD_SECONDS")
     started = time.monotonic()
     while time.monotonic() - started < load_for and not done.is_set():
@@ -443,6 +449,12 @@ async def serve(args: argparse.Namespace) -> int:
     log("srv  operator(): received SIGTERM, shutting down")
     await runner.cleanup()
     return 0
+
+
+def die_by_sigill() -> None:
+    log("load_backend: loaded CPU backend from ./libggml-cpu-fake.so")
+    signal.signal(signal.SIGILL, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGILL)
 
 
 def crash() -> None:
