@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test daemon app runtime screenshots bench lint clean
+.PHONY: run test daemon app runtime package test-package screenshots bench lint clean
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "MirbadLLM needs Python 3.11 or newer"'
@@ -28,6 +28,19 @@ RUNTIMES := $(VENV)/share/mirbadllm/runtimes
 runtime: | $(PY)
 	@command -v cmake >/dev/null || $(PIP) install 'cmake>=3.20' ninja
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m installers.llamacpp_runtime build --root $(RUNTIMES)
+
+# The Linux packages (dist/mirbadllm_<version>_amd64.deb, SHA256SUMS, and SHA256SUMS.sig when
+# MIRBADLLM_SIGNING_KEY names an Ed25519 key): PyInstaller freezes the program with the runtime.
+$(VENV)/.package-installed: pyproject.toml | $(PY)
+	$(PIP) install -e '.[gui,package]'
+	@touch $@
+
+package: $(VENV)/.package-installed runtime
+	$(PY) -m installers.package --dist dist --runtime "$$($(PY) -m installers.llamacpp_runtime path --root $(RUNTIMES))"
+
+# Installs the .deb that `make package` built, serves a GGUF through it, removes it (needs root).
+test-package: $(VENV)/.test-installed
+	MIRBADLLM_TEST_DEB="$$(ls dist/mirbadllm_*.deb | tail -1)" $(PY) -m pytest -q -m slow tests/shipping/test_deb_install.py
 
 run: $(VENV)/.run-installed runtime
 	$(PY) -m mirbadllm.quickstart

@@ -1,0 +1,69 @@
+"""The Debian package's texts, exactly, and its file tree."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from installers import linux_deb
+from installers.package import sha256sums_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_control_file_declares_the_qt_xcb_libraries() -> None:
+    text = linux_deb.control_text("0.2.0", "amd64", 345000)
+    assert text.splitlines()[:5] == ["Package: mirbadllm", "Version: 0.2.0", "Architecture: amd64",
+                                     "Maintainer: MirbadLLM <team@mirbadllm.dev>", "Installed-Size: 345000"]
+    depends = next(line for line in text.splitlines() if line.startswith("Depends: "))
+    for library in ("libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1", "libxkbcommon-x11-0", "libgomp1"):
+        assert library in depends.split(": ", 1)[1].split(", ")
+    assert text.endswith(" behind one OpenAI-compatible endpoint, managed from a desktop app and a tray icon.\n")
+
+
+def test_the_desktop_entry() -> None:
+    assert linux_deb.desktop_entry() == (
+        "[Desktop Entry]\nType=Application\nName=MirbadLLM\nGenericName=Local language models\n"
+        "Comment=Run local language models behind one OpenAI-compatible endpoint\nExec=/usr/bin/mirbadllm\n"
+        "Icon=mirbadllm\nTerminal=false\nCategories=Development;Utility;\nStartupWMClass=mirbadllm\n")
+
+
+def test_purge_removes_the_service_state_and_its_user_and_remove_stops_the_service() -> None:
+    postrm = linux_deb.postrm_text()
+    assert 'if [ "$1" = "purge" ]; then\n    rm -rf /var/lib/mirbadllm-agent\n' in postrm
+    assert "deluser --quiet --system mirbadllm-agent" in postrm
+    assert "systemctl stop mirbadllm-agent.service" in linux_deb.prerm_text()
+    postinst = linux_deb.postinst_text()
+    assert "adduser --system --group --home /var/lib/mirbadllm-agent --no-create-home --quiet mirbadllm-agent" in postinst
+    assert "systemctl enable" not in postinst  # nothing starts by itself: the app starts the daemon
+
+
+def test_names_and_architectures() -> None:
+    assert linux_deb.deb_file_name("0.1.0") == "mirbadllm_0.1.0_amd64.deb"
+    assert [linux_deb.deb_architecture(m) for m in ("x86_64", "AMD64", "aarch64")] == ["amd64", "amd64", "arm64"]
+
+
+def test_the_tree_holds_the_program_a_link_on_path_the_units_and_the_icons(tmp_path: Path) -> None:
+    frozen = tmp_path / "frozen"
+    (frozen / "_internal").mkdir(parents=True)
+    (frozen / "mirbadllm").write_text("#!/bin/sh\n")
+    root = linux_deb.lay_out(frozen, ROOT / "resources", tmp_path / "root", "0.1.0", "amd64")
+    assert (root / "usr/bin/mirbadllm").readlink() == Path("/opt/mirbadllm/mirbadllm")
+    assert (root / "opt/mirbadllm/mirbadllm").is_file()
+    assert (root / "usr/lib/systemd/system/mirbadllm-agent.service").read_text().startswith("[Unit]\n")
+    assert "ExecStart=/usr/bin/mirbadllm daemon" in (root / "usr/lib/systemd/user/mirbadllm-daemon.service").read_text()
+    assert sorted(p.parent.parent.name for p in (root / "usr/share/icons/hicolor").rglob("mirbadllm.*")) == [
+        "16x16", "256x256", "32x32", "64x64", "scalable"]
+    for script in ("postinst", "prerm", "postrm"):
+        assert (root / "DEBIAN" / script).stat().st_mode & 0o111
+    if shutil.which("dpkg-deb"):
+        out = linux_deb.build_deb(frozen, ROOT / "resources", tmp_path / "dist", "0.1.0", "x86_64", tmp_path / "w")
+        assert out.name == "mirbadllm_0.1.0_amd64.deb" and out.stat().st_size > 0
+
+
+def test_sha256sums_reads_as_sha256sum_writes_it(tmp_path: Path) -> None:
+    (tmp_path / "b.deb").write_bytes(b"b")
+    (tmp_path / "a.AppImage").write_bytes(b"")
+    assert sha256sums_text([tmp_path / "b.deb", tmp_path / "a.AppImage"]) == (
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855  a.AppImage\n"
+        "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d  b.deb\n")
