@@ -118,6 +118,10 @@ class InstanceSupervisor:
     async def _lifecycle(self, run: RuntimeRun, startup_timeout_s: float) -> None:
         try:
             await run.wait_ready(self._session(), startup_timeout_s)
+            await run.check_build(self._session())
+            if run.process.poll():  # the build died on its first generation (SIGILL, say)
+                code = await run.wait_exit()
+                raise StartFailed(run.exit_message(code), run.last_lines(), code)
         except StartFailed as exc:
             async with self._lock:
                 if self._run is run and self._state is InstanceState.STARTING:
@@ -128,7 +132,6 @@ class InstanceSupervisor:
             if self._run is not run or self._state is not InstanceState.STARTING:
                 return
             await self._transition(InstanceState.READY)
-        await run.check_build(self._session())
         code = await run.wait_exit()
         async with self._lock:
             if self._run is run and self.state is InstanceState.READY:

@@ -29,7 +29,7 @@ from agent.records import ProcessRecord
 from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
 from agent.runtimes.checks import RuntimeChecks
 from agent.runtimes.process import RuntimeProcess
-from agent.runtimes.run import BuildCheck, RuntimeRun
+from agent.runtimes.run import CHECK_TIMEOUT_S, BuildCheck, RuntimeRun
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -195,10 +195,12 @@ def find_free_port(taken: Iterable[int] = (), first: int = FIRST_PORT, count: in
 class LlamaCppDriver:
     """Starts and adopts llama-server processes for one agent home."""
 
-    def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog, checks: RuntimeChecks | None = None) -> None:
+    def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog, checks: RuntimeChecks | None = None,
+                 check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
         self.paths = paths
         self.catalog = catalog
         self.checks = checks if checks is not None else RuntimeChecks(paths.runtime_checks_file)
+        self.check_timeout_s = check_timeout_s
 
     def executable(self) -> RuntimeExecutable:
         exe = self.catalog.llama_server()
@@ -211,7 +213,7 @@ class LlamaCppDriver:
         """This build's fingerprint; refuses a build already seen to stop on SIGILL here."""
         fingerprint = self.checks.fingerprint(exe.path, exe.library_dir)
         self.checks.refuse_if_known_bad(fingerprint)
-        return BuildCheck(self.checks, fingerprint, str(exe.path))
+        return BuildCheck(self.checks, fingerprint, str(exe.path), self.check_timeout_s)
 
     def launch(self, spec: LaunchSpec, port: int, ring: LogRing) -> RuntimeRun:
         """Spawn llama-server for ``spec`` on ``port``; readiness is the run's to wait for."""

@@ -23,7 +23,7 @@ _LOGGER = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.1
 HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
-CHECK_TIMEOUT = aiohttp.ClientTimeout(total=120, connect=5)
+CHECK_TIMEOUT_S = 15.0  # a build that loaded but cannot give one token by then stays unchecked
 FAILURE_LINES = 20
 
 
@@ -43,6 +43,7 @@ class BuildCheck:
     checks: RuntimeChecks
     fingerprint: str
     executable: str
+    timeout_s: float = CHECK_TIMEOUT_S
 
 
 class RuntimeRun:
@@ -116,14 +117,18 @@ class RuntimeRun:
             await asyncio.sleep(HEALTH_POLL_S)
 
     async def check_build(self, session: aiohttp.ClientSession) -> None:
-        """First sight of this build: one one-token generation; an answer records it as ``ok``."""
+        """First sight of this build: one one-token generation; an answer records it as ``ok``.
+
+        Done before the run counts as ready, so "ready" has generated and the first user request
+        finds every slot free. No answer in time leaves the build unchecked (next start asks again).
+        """
         check = self.build_check
         if check is None or check.checks.verdict(check.fingerprint) is not None:
             return
         try:
             async with session.post(f"{self.endpoint}/v1/completions", headers=self.auth_headers(),
                                     json={"prompt": "Hello", "max_tokens": 1, "temperature": 0},
-                                    timeout=CHECK_TIMEOUT) as resp:
+                                    timeout=aiohttp.ClientTimeout(total=check.timeout_s, connect=5)) as resp:
                 body = await resp.json(content_type=None)
                 if resp.status == 200 and isinstance(body, dict) and body.get("choices"):
                     check.checks.record(check.fingerprint, "ok", check.executable, "one-token generation")

@@ -233,10 +233,13 @@ async def test_telemetry_reports_instances_and_rates(start_agent, fake_runtime, 
     sample = await eventually(lambda: sample_with(lambda i: i.slots_total == 4), what="a sample with slots")
     assert sample.gpus == [GPU] and sample.memory_total > 0
     assert sample.instances["m"].rss_bytes > 0
+    # The agent's one-token check of this new build was generated before "ready": count from there.
+    before = sample.instances["m"]
+    assert (before.generation_tokens_total, before.prompt_tokens_total) == (1, 1)
     async with client.session.post(client.proxy_url("m", "/v1/completions"), json={"prompt": "a b c"}) as resp:
         assert resp.status == 200
-    sample = await eventually(lambda: sample_with(lambda i: i.generation_tokens_total == 5), what="counted tokens")
-    assert sample.instances["m"].prompt_tokens_total == 3
+    sample = await eventually(lambda: sample_with(lambda i: i.generation_tokens_total == 1 + 5), what="counted tokens")
+    assert sample.instances["m"].prompt_tokens_total == 1 + 3
     later = await eventually(lambda: sample_with(lambda i: i.generation_tokens_per_s == 0.0), what="a rate")
     page = await client.telemetry(since=later.seq)
     assert page.samples[0].seq == later.seq and page.next_seq > later.seq
