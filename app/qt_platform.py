@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -72,6 +74,7 @@ class PlatformCheck:
     plugin: str = ""
     missing: tuple[str, ...] = ()  # sonames
     no_display: bool = False
+    unreachable: str = ""  # the display named in the environment, when nothing answers there
     unknown_plugin: bool = False  # PySide6's plugin file was not found: nothing to say, Qt decides
 
     @property
@@ -89,6 +92,10 @@ class PlatformCheck:
             return ("No display found (neither DISPLAY nor WAYLAND_DISPLAY is set), so the desktop app "
                     "cannot open a window. Run it in a desktop session, or use the daemon from a terminal "
                     "(`mirbadllm daemon`, `mirbadllm ctl status`).")
+        if self.unreachable:
+            return (f"The desktop app cannot start: nothing answers at the display {self.unreachable} "
+                    f"(Qt's {self.plugin} plugin needs a running display server there). Check that variable, "
+                    "or use the daemon from a terminal (`mirbadllm ctl status`).")
         return (f"The desktop app cannot start: Qt's {self.plugin} platform plugin needs system libraries "
                 f"that are missing ({', '.join(self.missing)}).\n"
                 f"  Debian/Ubuntu: sudo apt install {' '.join(self.debian_packages)}\n"
@@ -125,9 +132,10 @@ def _requested(env: Mapping[str, str]) -> list[str] | None:
 
 
 def check_platform(ldd_outputs: Mapping[str, str | None], env: Mapping[str, str],
-                   platform: str = "linux") -> PlatformCheck:
+                   platform: str = "linux", reachable: Mapping[str, bool | None] | None = None) -> PlatformCheck:
     """Whether Qt can open a window: ``ldd_outputs`` maps a plugin ("xcb", "wayland") to the
-    ``ldd`` text of its library (None when the plugin file was not found)."""
+    ``ldd`` text of its library (None when the plugin file was not found); ``reachable`` maps a
+    plugin to whether its display server answered (None or absent: not known)."""
     if not platform.startswith("linux"):
         return PlatformCheck(ok=True)
     plugins = _requested(env)
@@ -141,9 +149,14 @@ def check_platform(ldd_outputs: Mapping[str, str | None], env: Mapping[str, str]
         if text is None:
             return PlatformCheck(ok=True, plugin=plugin, unknown_plugin=True)
         missing = missing_libraries(text)
-        if not missing:
+        if missing:
+            first = first or PlatformCheck(ok=False, plugin=plugin, missing=missing)
+        elif (reachable or {}).get(plugin) is False:
+            display = (f"WAYLAND_DISPLAY={env.get('WAYLAND_DISPLAY', '')}" if plugin == "wayland"
+                       else f"DISPLAY={env.get('DISPLAY', '')}")
+            first = first or PlatformCheck(ok=False, plugin=plugin, unreachable=display)
+        else:
             return PlatformCheck(ok=True, plugin=plugin)
-        first = first or PlatformCheck(ok=False, plugin=plugin, missing=missing)
     assert first is not None
     return first
 
@@ -179,9 +192,40 @@ def probe_ldd(plugin: str, timeout_s: float = 15.0) -> str | None:
     return done.stderr
 
 
+def _answers(address: str | tuple[str, int], timeout_s: float = 2.0) -> bool:
+    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(address)
+        except OSError:
+            return False
+    return True
+
+
+def display_answers(plugin: str, env: Mapping[str, str]) -> bool | None:
+    """Whether the display server named in the environment accepts a connection (None: cannot
+    tell). Qt aborts on "could not connect to display" as it does on a missing library."""
+    if plugin == "wayland":
+        name = env.get("WAYLAND_DISPLAY") or "wayland-0"
+        runtime = env.get("XDG_RUNTIME_DIR", "")
+        if not name.startswith("/") and not runtime:
+            return None
+        return _answers(name if name.startswith("/") else os.path.join(runtime, name))
+    match = re.fullmatch(r"(?P<host>[^:]*):(?P<number>\d+)(?:\.\d+)?", env.get("DISPLAY", ""))
+    if match is None or match["host"].startswith("/"):
+        return None  # e.g. a launchd socket path: leave it to Qt
+    number = int(match["number"])
+    if match["host"] in ("", "unix"):
+        socket_path = f"/tmp/.X11-unix/X{number}"
+        return _answers("\0" + socket_path) or _answers(socket_path)  # Linux's abstract socket, then the file
+    return _answers((match["host"], 6000 + number))
+
+
 def check_this_machine(env: Mapping[str, str]) -> PlatformCheck:
-    """``check_platform`` for the installed PySide6 and this process's environment."""
+    """``check_platform`` for the installed PySide6, this process's environment and its display."""
     if not sys.platform.startswith("linux"):
         return PlatformCheck(ok=True)
     plugins = _requested(env) or []
-    return check_platform({plugin: probe_ldd(plugin) for plugin in plugins}, env, sys.platform)
+    return check_platform({plugin: probe_ldd(plugin) for plugin in plugins}, env, sys.platform,
+                          {plugin: display_answers(plugin, env) for plugin in plugins})

@@ -1,8 +1,10 @@
 """``make run``: the product on its embedded default, from one command.
 
 Starts the daemon (or finds the one running), waits for the default model to be ready, prints the
-``/v1`` URL with a curl example, then opens the desktop app when there is a display. Without a
-display the daemon runs in the foreground until Ctrl-C.
+``/v1`` URL with a curl example, then opens the desktop app when it can (a display, PySide6, and
+Qt's platform plugin with its system libraries; otherwise it says which packages are missing).
+The daemon started for the app outlives it; without the app the daemon runs in this terminal until
+Ctrl-C. Ctrl-C never prints a traceback: it says what keeps running and how to stop it.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import asyncio
 import importlib.util
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.api.client import DaemonClient, DaemonError
@@ -93,28 +98,125 @@ Any OpenAI client works: base_url="{api_url}", api_key="unused" (unless keys are
 """, flush=True)
 
 
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    home = default_home()
-    daemon = None
-    if not asyncio.run(_healthy(home)):
-        daemon = subprocess.Popen([sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home)],
-                                  start_new_session=has_display())
-    api_url = asyncio.run(wait_for_model(home, daemon))
+STOP_DAEMON = "mirbadllm ctl daemon stop"
+STOP_MODEL = f"mirbadllm ctl models stop {DEFAULT_MODEL}"
+
+
+def desktop_problem() -> str | None:
+    """Why the desktop app cannot open here (None when it can): no display, no PySide6, or Qt's
+    platform plugin missing system libraries (with the packages to install)."""
+    if not has_display():
+        return "No display found."
+    if importlib.util.find_spec("PySide6") is None:
+        return "The desktop app is not installed (pip install 'mirbadllm[gui]')."
+    from app.qt_platform import check_this_machine
+
+    check = check_this_machine(os.environ)
+    return None if check.ok else check.message()
+
+
+def start_daemon(home: Path) -> subprocess.Popen[bytes]:
+    """The daemon in its own session: a Ctrl-C here never reaches it half-started; this process
+    decides what a Ctrl-C means for it (see ``run``)."""
+    return subprocess.Popen([sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home)],
+                            start_new_session=True)
+
+
+def open_app(home: Path) -> subprocess.Popen[bytes]:
+    """The desktop app, in this terminal's process group: Ctrl-C reaches it and it quits cleanly."""
+    return subprocess.Popen([sys.executable, "-m", "mirbadllm", "--home", str(home)])
+
+
+@dataclass
+class Setup:
+    """What ``make run`` works with; tests replace the parts that start real processes."""
+
+    home: Path
+    healthy: Callable[[Path], Awaitable[bool]] = _healthy
+    start_daemon: Callable[[Path], subprocess.Popen[bytes]] = start_daemon
+    wait_for_model: Callable[[Path, subprocess.Popen[bytes] | None], Awaitable[str | None]] = wait_for_model
+    desktop_problem: Callable[[], str | None] = desktop_problem
+    open_app: Callable[[Path], subprocess.Popen[bytes]] = open_app
+
+
+@dataclass
+class _Run:
+    """Who owns what, for the Ctrl-C message: the daemon we started (None: it was running) and
+    whether it runs in this terminal (headless: Ctrl-C stops it) or beside the app (it stays)."""
+
+    daemon: subprocess.Popen[bytes] | None = None
+    foreground: bool = False
+    app: subprocess.Popen[bytes] | None = None
+    api_url: str = ""
+
+
+def _stop(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    process.terminate()
+    try:
+        return process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def _interrupted(state: _Run) -> int:
+    """Ctrl-C: end without a traceback and say what keeps running and how to stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+    print(flush=True)
+    if state.app is not None and state.app.poll() is None:
+        try:  # it got the same Ctrl-C and quits by itself; give it time to close its window
+            state.app.wait(15)
+        except subprocess.TimeoutExpired:
+            _stop(state.app, 5)
+    where = f" at {state.api_url}" if state.api_url else ""
+    if state.daemon is not None and state.foreground:
+        print("Stopping the daemon ...", flush=True)
+        _stop(state.daemon, 30)
+        print(f"Stopped the daemon. Models it started keep running (`make run` or `mirbadllm daemon` "
+              f"adopts them again; `{STOP_MODEL}` stops one while the daemon runs).")
+    else:
+        print(f"Stopped. The daemon keeps running{where}: `{STOP_DAEMON}` stops it. Its models keep "
+              f"running too: `{STOP_MODEL}` stops one.")
+    return 130
+
+
+def run(setup: Setup) -> int:
+    state = _Run()
+    try:
+        return _run(setup, state)
+    except KeyboardInterrupt:
+        return _interrupted(state)
+
+
+def _run(setup: Setup, state: _Run) -> int:
+    home = setup.home
+    problem = setup.desktop_problem()
+    if problem:
+        print(problem)
+    if not asyncio.run(setup.healthy(home)):
+        state.daemon = setup.start_daemon(home)
+        state.foreground = problem is not None
+    api_url = asyncio.run(setup.wait_for_model(home, state.daemon))
+    state.api_url = api_url or ""
     if api_url:
         print_ready(api_url)
-    gui = has_display() and importlib.util.find_spec("PySide6") is not None
-    if gui:
-        print("Opening the MirbadLLM app (the daemon keeps serving after you quit it).")
-        return subprocess.call([sys.executable, "-m", "mirbadllm", "--home", str(home)])
-    print("No display found: running the daemon alone. Ctrl-C stops it (models keep running).")
-    if daemon is None:
+    if problem is None:
+        print("Opening the MirbadLLM app (the daemon keeps serving after you quit it).", flush=True)
+        state.app = setup.open_app(home)
+        code = state.app.wait()
+        print(f"The app is closed; the daemon keeps serving. `{STOP_DAEMON}` stops it.")
+        return code
+    if state.daemon is None:
+        print(f"The daemon was already running and keeps serving: `{STOP_DAEMON}` stops it.")
         return 0
-    try:
-        return daemon.wait()
-    except KeyboardInterrupt:
-        daemon.terminate()
-        return daemon.wait()
+    print("Running the daemon alone in this terminal; it keeps serving until Ctrl-C stops it "
+          "(models keep running).", flush=True)
+    return state.daemon.wait()
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return run(Setup(home=default_home()))
 
 
 if __name__ == "__main__":

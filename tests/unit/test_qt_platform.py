@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
 import pytest
 
-from app.qt_platform import check_platform, check_this_machine, missing_libraries, plugin_path, probe_ldd
+from app.qt_platform import (
+    check_platform,
+    display_answers,
+    missing_libraries,
+    plugin_path,
+    probe_ldd,
+)
 
 LDD_XCB_MISSING = """\
 \tlinux-vdso.so.1 (0x00007ffd1c5f2000)
@@ -82,8 +89,31 @@ def test_this_machines_pyside6_agrees_with_loading_the_plugin_in_a_child() -> No
     assert text and "libQt6XcbQpa.so.6" in text
     loads = subprocess.run([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1])", str(path)],
                            capture_output=True, text=True, timeout=60).returncode == 0
-    check = check_this_machine({**{k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"},
-                                "DISPLAY": ":99"})
+    check = check_platform({"xcb": text}, {"DISPLAY": ":0"})
     assert check.ok == loads, check.message()
     if not loads:
         assert check.debian_packages and "sudo apt install" in check.message()
+
+
+def test_a_display_nobody_answers_at_is_said_instead_of_qts_abort() -> None:
+    check = check_platform({"xcb": LDD_XCB_OK}, {"DISPLAY": ":99"}, reachable={"xcb": False})
+    assert not check.ok and "nothing answers at the display DISPLAY=:99" in check.message()
+    assert check_platform({"xcb": LDD_XCB_OK}, {"DISPLAY": ":99"}, reachable={"xcb": None}).ok
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11 sockets")
+def test_an_x_server_is_found_by_its_socket_local_or_tcp() -> None:
+    number = 4000 + os.getpid() % 1000
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(f"\0/tmp/.X11-unix/X{number}")  # Linux's abstract socket: no file, no permissions
+    server.listen(1)
+    try:
+        assert display_answers("xcb", {"DISPLAY": f":{number}.0"}) is True
+    finally:
+        server.close()
+    assert display_answers("xcb", {"DISPLAY": f":{number}"}) is False
+    with socket.create_server(("127.0.0.1", 0)) as tcp:
+        port = tcp.getsockname()[1]
+        if port > 6000:
+            assert display_answers("xcb", {"DISPLAY": f"127.0.0.1:{port - 6000}"}) is True
+    assert display_answers("xcb", {"DISPLAY": "garbage"}) is None
