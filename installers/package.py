@@ -1,9 +1,10 @@
 """``make package``: freeze MirbadLLM with PyInstaller and package it for this OS.
 
-On Linux: ``dist/mirbadllm_<version>_amd64.deb`` and ``dist/SHA256SUMS``, plus
-``dist/SHA256SUMS.sig`` (Ed25519, detached) when ``MIRBADLLM_SIGNING_KEY`` names a private key
-file; every artefact is then checked against the feed the app trusts. The macOS and Windows
-packages are built by the CI workflows in ``.github/workflows/`` with the same spec.
+On Linux: ``dist/mirbadllm_<version>_amd64.deb``, ``dist/SHA256SUMS`` and the release feed
+``dist/feed.json`` (the update checker's format, ``daemon.api.updates``); with
+``MIRBADLLM_SIGNING_KEY`` naming an Ed25519 private key file, also the detached signatures
+``SHA256SUMS.sig`` and ``feed.json.sig`` that the app verifies against its built-in key. The macOS
+and Windows packages are built by ``.github/workflows/release.yml`` with the same spec.
 
     python -m installers.package --dist dist [--runtime DIR] [--skip-freeze]
 """
@@ -11,7 +12,6 @@ packages are built by the CI workflows in ``.github/workflows/`` with the same s
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import logging
 import os
@@ -22,6 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from daemon.api.updates.feed import FEED_NAME, SUMS_NAME, feed_bytes, file_sha256, make_feed
+from daemon.api.updates.signing import sign_bytes
 from installers import linux_deb
 
 _LOGGER = logging.getLogger(__name__)
@@ -36,15 +38,8 @@ def product_version() -> str:
 
 
 def sha256sums_text(files: Sequence[Path]) -> str:
-    """``<sha256>  <name>`` lines, sorted by name, as ``sha256sum -c`` reads them."""
-    lines = []
-    for path in sorted(files, key=lambda p: p.name):
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        lines.append(f"{digest.hexdigest()}  {path.name}\n")
-    return "".join(lines)
+    """``<sha256>  <name>`` lines for these artefacts (not the whole folder), as ``sha256sum -c`` reads."""
+    return "".join(f"{file_sha256(path)}  {path.name}\n" for path in sorted(files, key=lambda p: p.name))
 
 
 def freeze(runtime: Path | None, work: Path, dist: Path) -> Path:
@@ -60,13 +55,10 @@ def freeze(runtime: Path | None, work: Path, dist: Path) -> Path:
 
 
 def sign_file(path: Path, key_file: Path) -> Path:
-    """A detached Ed25519 signature beside ``path`` (``.sig``), through the update module's signer."""
-    from mirbadllm.updates import cli as updates_cli
-
-    code = updates_cli.main(["sign", "--key", str(key_file), str(path)])
-    if code != 0:
-        raise RuntimeError(f"signing {path} failed")
-    return path.with_name(path.name + ".sig")
+    """A detached Ed25519 signature beside ``path`` (``FILE.sig``), as the update checker reads it."""
+    signature = path.with_name(path.name + ".sig")
+    signature.write_bytes(sign_bytes(path.read_bytes(), key_file))
+    return signature
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,15 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     deb = linux_deb.build_deb(frozen, ROOT / "resources", args.dist, version, platform.machine(), args.work)
     print(f"built {deb} ({deb.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s", flush=True)
-    artefacts = [deb]
-    sums = args.dist / "SHA256SUMS"
-    sums.write_text(sha256sums_text(artefacts))
-    print(f"wrote {sums}")
+    sums = args.dist / SUMS_NAME
+    sums.write_text(sha256sums_text([deb]))
+    feed = args.dist / FEED_NAME
+    feed.write_bytes(feed_bytes(make_feed(version, {"linux-x86_64-deb": deb})))
+    print(f"wrote {sums} and {feed}")
     key = os.environ.get(SIGNING_KEY_ENV)
     if key:
-        print(f"signed: {sign_file(sums, Path(key))}")
+        for path in (sums, feed):
+            print(f"signed: {sign_file(path, Path(key))}")
     else:
-        print(f"not signed: set {SIGNING_KEY_ENV} to an Ed25519 private key file to sign SHA256SUMS")
+        print(f"not signed: set {SIGNING_KEY_ENV} to an Ed25519 private key file to sign {SUMS_NAME} and the feed")
     return 0
 
 

@@ -67,3 +67,21 @@ def test_sha256sums_reads_as_sha256sum_writes_it(tmp_path: Path) -> None:
     assert sha256sums_text([tmp_path / "b.deb", tmp_path / "a.AppImage"]) == (
         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855  a.AppImage\n"
         "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d  b.deb\n")
+
+
+def test_the_package_step_signs_what_the_update_checker_verifies(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from daemon.api.updates.signing import load_private_key_file, private_key_pem, public_key_b64, verify_feed_signature
+    from installers.package import sign_file
+
+    key = Ed25519PrivateKey.generate()
+    key_file = tmp_path / "release.key"
+    key_file.write_bytes(private_key_pem(key))
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text("abc  mirbadllm_0.1.0_amd64.deb\n")
+    signature = sign_file(sums, key_file)
+    trusted = [public_key_b64(load_private_key_file(key_file))]
+    assert verify_feed_signature(sums.read_bytes(), signature.read_bytes(), trusted) is None
+    sums.write_text("abd  mirbadllm_0.1.0_amd64.deb\n")  # tampered
+    assert verify_feed_signature(sums.read_bytes(), signature.read_bytes(), trusted) is not None

@@ -1,0 +1,60 @@
+"""What the macOS and Windows release jobs run, checked here where neither OS is available."""
+
+from __future__ import annotations
+
+import plistlib
+from pathlib import Path
+
+import yaml
+
+from installers import macos, windows
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def test_the_inno_setup_script_is_exactly_the_golden_one() -> None:
+    golden = (HERE / "golden" / "mirbadllm-0.1.0.iss").read_text()
+    assert windows.inno_script("0.1.0", r"dist\mirbadllm") == golden
+    assert "AppId={{8C6F3B1E-5E2A-4B8D-9F47-1D2C3B4A5E6F}\n" in golden  # Inno's escaped brace: a stable id
+    assert 'Parameters: "agent uninstall-service"' in golden and "[UninstallDelete]" in golden
+
+
+def test_signtool_signs_with_sha256_and_an_rfc3161_timestamp() -> None:
+    assert windows.signtool_argv(r"dist\mirbadllm\mirbadllm.exe", "ABC123") == [
+        "signtool", "sign", "/sha1", "ABC123", "/fd", "sha256", "/tr", "http://timestamp.digicert.com",
+        "/td", "sha256", r"dist\mirbadllm\mirbadllm.exe"]
+
+
+def test_the_committed_entitlements_are_the_rendered_ones() -> None:
+    assert (ROOT / "installers" / "entitlements.plist").read_bytes() == macos.entitlements_plist()
+    assert plistlib.loads(macos.entitlements_plist())["com.apple.security.cs.disable-library-validation"] is True
+
+
+def test_macos_signs_inside_out_with_the_hardened_runtime(tmp_path: Path) -> None:
+    app = tmp_path / "MirbadLLM.app"
+    runtime = app / "Contents" / "Resources" / "runtimes" / "llamacpp-1-x" / "bin"
+    runtime.mkdir(parents=True)
+    (runtime / "llama-server").write_bytes(b"\xcf\xfa\xed\xfe")
+    (runtime / "llama-server").chmod(0o755)
+    (runtime / "libggml-metal.dylib").write_bytes(b"")
+    (app / "Contents" / "MacOS").mkdir(parents=True)
+    (app / "Contents" / "MacOS" / "mirbadllm").write_bytes(b"")
+    plan = macos.sign_plan(app, "Developer ID Application: MirbadLLM (TEAMID)")
+    assert [Path(step[-1]).name for step in plan] == ["libggml-metal.dylib", "llama-server", "MirbadLLM.app"]
+    assert plan[-1][:6] == ["codesign", "--force", "--timestamp", "--options", "runtime", "--entitlements"]
+    assert macos.notarize_argv(Path("d.dmg"), "mirbadllm") == [
+        "xcrun", "notarytool", "submit", "d.dmg", "--keychain-profile", "mirbadllm", "--wait"]
+    assert macos.staple_argv(Path("d.dmg")) == ["xcrun", "stapler", "staple", "d.dmg"]
+    assert macos.dmg_name("0.1.0") == "MirbadLLM-0.1.0-arm64.dmg"
+
+
+def test_the_release_workflow_builds_every_os_and_tests_without_e2e_and_netns() -> None:
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+    jobs = workflow["jobs"]
+    assert {name: job["runs-on"].split("-")[0] for name, job in jobs.items()} == {
+        "linux": "ubuntu", "macos": "macos", "windows": "windows"}
+    for name in ("macos", "windows"):
+        runs = " ".join(step.get("run", "") for step in jobs[name]["steps"])
+        assert '-m "not e2e and not netns"' in runs and "installers/pyinstaller/mirbadllm.spec" in runs
+    assert "make test-package" in " ".join(step.get("run", "") for step in jobs["linux"]["steps"])
