@@ -1,13 +1,21 @@
-"""The Models page's own state: which tag filters the list and which model's panel is open."""
+"""The Models page's own state: which tag filters the list and which model's panel is open.
+
+It also says how long a ready model has been up, against its own clock: a snapshot changes only
+when something happens, so a figure computed when it arrived ("Uptime 2 s", at the ready event)
+would stand still; the panel asks again every second.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from app import format as fmt
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
-from daemon.api.models import ModelDefinition, ModelView
+from daemon.api.models import ModelDefinition, ModelState, ModelView
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -28,8 +36,9 @@ class ModelsPageState:
 
 
 class ModelsPageViewModel:
-    def __init__(self, fleet: FleetViewModel) -> None:
+    def __init__(self, fleet: FleetViewModel, *, clock: Callable[[], float] = time.time) -> None:
         self.fleet = fleet
+        self.clock = clock  # wall-clock seconds, as the agent's ``started_at``
         self.state: Observable[ModelsPageState] = Observable(ModelsPageState())
         fleet.snapshot.subscribe(self._on_fleet, now=True)
 
@@ -65,6 +74,13 @@ class ModelsPageViewModel:
 
     def saved(self, model_id: str) -> None:
         self.select(model_id)
+
+    def uptime(self, view: ModelView | None) -> str:
+        """How long a ready model's runtime has been running, now (not when the snapshot came)."""
+        status = view.status if view is not None else None
+        if status is None or status.state != ModelState.READY or status.started_at is None:
+            return "—"
+        return fmt.duration(self.clock() - status.started_at)
 
 
 def _free_id(base: str, taken: set[str]) -> str:

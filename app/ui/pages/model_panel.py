@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
@@ -21,6 +22,7 @@ from app.ui.pages.charts_tab import ChartsTab
 from app.ui.pages.logs_tab import LogsTab
 from app.ui.pages.settings_editor import SettingsEditor
 from app.ui.widgets import Card, StateBadge, button, label
+from app.viewmodels.models_page import ModelsPageViewModel
 from daemon.api.models import ModelDefinition, ModelState, ModelView
 
 _LOGGER = logging.getLogger(__name__)
@@ -34,8 +36,13 @@ class OverviewTab(QWidget):
               ("uptime", "Uptime"), ("config", "Config hash"), ("restart", "Restart pending"),
               ("crashes", "Crashes"))
 
-    def __init__(self) -> None:
+    def __init__(self, models: ModelsPageViewModel) -> None:
         super().__init__()
+        self.models = models
+        self.view: ModelView | None = None
+        self.ticker = QTimer(self)  # the uptime moves on between snapshots
+        self.ticker.setInterval(1000)
+        self.ticker.timeout.connect(self._show_uptime)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 16, 16, 16)
         form = QFormLayout()
@@ -57,13 +64,34 @@ class OverviewTab(QWidget):
         layout.addWidget(self.error_card)
         layout.addStretch(1)
 
+    def _show_uptime(self) -> None:
+        self.values["uptime"].setText(self.models.uptime(self.view))
+
+    def _tick_while_shown(self) -> None:
+        ticking = self.isVisible() and self.view is not None and self.view.status.state == ModelState.READY
+        if ticking and not self.ticker.isActive():
+            self.ticker.start()
+        elif not ticking:
+            self.ticker.stop()
+
+    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().showEvent(event)
+        self._show_uptime()
+        self._tick_while_shown()
+
+    def hideEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().hideEvent(event)
+        self._tick_while_shown()
+
     def show_state(self, view: ModelView) -> None:
+        self.view = view
         s = view.status
         self.values["state"].setText(fmt.STATE_TEXT[s.state])
         self.values["node"].setText(s.node)
         self.values["endpoint"].setText(s.endpoint or "—")
         self.values["pid"].setText(str(s.pid) if s.pid else "—")
-        self.values["uptime"].setText(fmt.uptime(s.started_at) if s.state == ModelState.READY else "—")
+        self._show_uptime()
+        self._tick_while_shown()
         config = s.running_config_hash or s.config_hash
         self.values["config"].setText(config or "—")
         self.values["restart"].setText("Yes — settings changed since it started" if s.restart_pending else "No")
@@ -104,7 +132,7 @@ class ModelPanel(QWidget):
         self.subtitle = label("", muted=True)
         layout.addWidget(self.subtitle)
         self.tabs = QTabWidget()
-        self.overview = OverviewTab()
+        self.overview = OverviewTab(ctx.models)
         self.settings = SettingsEditor(ctx)
         self.logs = LogsTab(ctx)
         self.charts = ChartsTab(ctx)
