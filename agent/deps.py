@@ -23,10 +23,11 @@ from agent.records import ProcessRecords
 from agent.runtimes.catalog import RuntimeCatalog
 from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
+from agent.upgrade import AgentUpgrades
 
 _LOGGER = logging.getLogger(__name__)
 
-FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair"]
+FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade"]
 # Admission and getting models (agent.model_sources).
 SOURCES_FEATURES = ["admission", "fit", "gguf-inspect", "downloads-hf", "downloads-url", "imports-ollama",
                     "imports-folder", "transfers-long-poll"]
@@ -53,6 +54,7 @@ class AgentDeps:
     # Set by the agent's lifecycle: called once ``POST /unpair`` has been answered. None: refused.
     on_unpair: Callable[[], None] | None = None
     sources: ModelSources | None = None  # fit, downloads, imports; None in tests that need none
+    upgrades: AgentUpgrades | None = None  # POST /upgrade; None: this agent refuses upgrades
 
 
 def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None,

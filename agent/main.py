@@ -31,7 +31,9 @@ from agent.identity import (
 from agent.lifecycle import AgentLifecycle
 from agent.paths import AgentPaths, default_home
 from agent.runtimes.llamacpp import FIRST_PORT
+from agent.service.units import EXIT_RESTART
 from agent.telemetry import DEFAULT_INTERVAL_S
+from agent.upgrade import AgentUpgrades, installer_for, reported_version
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -68,23 +70,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="system memory never promised to a model by admission (default 1.0 GiB)")
     parser.add_argument("--allow-private-sources", action="store_true",
                         help="let plain-URL downloads reach loopback and private addresses (your own mirror)")
+    parser.add_argument("--upgrade-target", metavar="PATH", default=None,
+                        help="the agent build an upgrade from the daemon replaces (also "
+                             "MIRBADLLM_AGENT_UPGRADE_TARGET); without it upgrades are refused")
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace, home: Path) -> int:
+    version = reported_version(agent_version())
+    stop, upgraded = asyncio.Event(), asyncio.Event()
+
+    def restart_after_upgrade() -> None:
+        upgraded.set()
+        stop.set()
+
     def build() -> AgentDeps:
-        return build_deps(home, llama_server=args.llama_server, telemetry_interval_s=args.telemetry_interval,
+        deps = build_deps(home, llama_server=args.llama_server, telemetry_interval_s=args.telemetry_interval,
                           first_port=args.first_port, allow_private_sources=args.allow_private_sources,
                           admission_policy=AdmissionPolicy(reserve_bytes=int(args.memory_reserve * (1 << 30))))
+        deps.version = version
+        deps.upgrades = AgentUpgrades(home / "upgrades", installer_for(args.upgrade_target), version,
+                                      on_installed=restart_after_upgrade)
+        return deps
 
     lifecycle = AgentLifecycle(
         AgentPaths(home), args.host, args.port, build,
-        name=args.name or socket.gethostname() or "mirbadllm-agent", version=agent_version(),
+        name=args.name or socket.gethostname() or "mirbadllm-agent", version=version,
         allow_pairing=not args.no_pairing, mdns=not (args.no_mdns or mdns_disabled_by_env()),
         mdns_interfaces=args.mdns_interface)
-    stop = asyncio.Event()
     install_stop_handlers(asyncio.get_running_loop(), stop.set)
-    return await lifecycle.run(stop)
+    code = await lifecycle.run(stop)
+    if upgraded.is_set():
+        _LOGGER.warning("exiting with %d so the service manager starts the upgraded agent", EXIT_RESTART)
+        return EXIT_RESTART
+    return code
 
 
 def install_stop_handlers(loop: asyncio.AbstractEventLoop, stop: Callable[[], None],

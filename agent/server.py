@@ -29,6 +29,8 @@ from agent.problems import AgentProblem
 from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
 from agent.runtimes.llamacpp import NoRuntime, SpecRejected
 from agent.sources_api import routes as sources_routes
+from agent.upgrade import AgentUpgrades
+from agent.upgrade import routes as upgrade_routes
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -218,6 +220,13 @@ def _sources(request: web.Request) -> ModelSources:
     return sources
 
 
+def _upgrades(request: web.Request) -> AgentUpgrades:
+    upgrades = request.app[DEPS].upgrades
+    if upgrades is None:
+        raise ApiError(409, "upgrade_unsupported", "this agent is not run by `mirbadllm agent`; upgrade it by hand")
+    return upgrades
+
+
 def create_app(deps: AgentDeps) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
     app[DEPS] = deps
@@ -233,6 +242,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         web.route("*", f"{p}/proxy/{{id}}/{{path:.*}}", proxy),     # any method, streamed
         *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources_api
         web.post(f"{p}/unpair", unpair),                            # then waits to be paired again
+        *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
     ])
     app.cleanup_ctx.extend([_adoption, _telemetry, _proxy_session])
     return app

@@ -11,6 +11,7 @@ Route table (``/agent/v1``):
     GET  /telemetry                       -> TelemetryPage   # ?since=SEQ
     *    /proxy/{id}/{path}               -> the runtime's own answer, streamed
     POST /unpair                          -> 202             # forget the pairing; a new code is shown
+    POST /upgrade                         -> AgentUpgradeAnswer  # ?platform=&version=&size=&sha256=; body: the build; then exit 75
     POST /fit                             -> FitReport       # body: FitRequest (a local path or an HF file)
     POST /downloads                       -> TransferInfo    # body: DownloadRequest; 202
     GET  /imports/ollama                  -> list[OllamaModelInfo]  # ?store=PATH
@@ -29,6 +30,7 @@ import json
 import logging
 import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -51,6 +53,7 @@ from agent.api.sources import (
     TransferInfo,
     TransfersPage,
 )
+from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -147,6 +150,25 @@ class AgentClient:
     async def unpair(self) -> None:
         """Tell the agent its node was removed: it resets its identity and waits to be paired again."""
         await self._call("POST", "/unpair", timeout=aiohttp.ClientTimeout(total=10, connect=5))
+
+    async def upgrade(self, offer: AgentUpgradeOffer, build: Path) -> AgentUpgradeAnswer:
+        """Push the agent build at ``build`` to the agent; it verifies it against ``offer``, swaps it in,
+        answers, then exits 75 to be started again by its service manager."""
+        params = {k: str(v) for k, v in offer.model_dump().items()}
+        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=120)
+        try:
+            with build.open("rb") as body:
+                async with self.session.post(self.url("/upgrade"), params=params, data=body, ssl=self._ssl,
+                                             headers={"Content-Type": "application/octet-stream"},
+                                             timeout=timeout) as resp:
+                    text = await resp.text()
+                    if resp.status >= 400:
+                        raise _error_from(resp.status, text)
+                    return AgentUpgradeAnswer.model_validate_json(text)
+        except aiohttp.ClientError as exc:
+            raise AgentError(0, "unreachable", f"{self.base_url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise AgentError(0, "timeout", f"{self.base_url}: no answer in time") from exc
 
     async def fit(self, request: FitRequest) -> FitReport:
         """Will this model fit this node? Reads a Hugging Face file's header by ranges, nothing more."""
