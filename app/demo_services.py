@@ -53,6 +53,12 @@ from daemon.api.sources import (
     OllamaImportQuery,
     Transfer,
 )
+from daemon.api.upgrades import (
+    NodeUpgradeState,
+    NodeUpgradeView,
+    RolloutState,
+    RolloutView,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -219,6 +225,19 @@ class DemoNodes:
             raise DaemonError(400, "node_is_local", "this machine's own node cannot be removed")
         self._node_book[0].remove(node)
         self._publish("node.removed", node=node_id)
+
+    async def upgrade_status(self) -> RolloutView:
+        return getattr(self, "_demo_rollout", RolloutView())
+
+    async def start_upgrade(self, folder: str | None = None) -> RolloutView:
+        """The demo's rollout finishes at once: every paired node runs the new version."""
+        now = time.time()
+        nodes = [NodeUpgradeView(node=n.id, name=n.name, from_version=n.version, state=NodeUpgradeState.DONE,
+                                 started_at=now, finished_at=now) for n in self._node_book[0] if not n.local]
+        self._demo_rollout = RolloutView(state=RolloutState.DONE, version="0.2.0", started_at=now,
+                                         finished_at=now, nodes=nodes)
+        self._publish("upgrade.finished", version="0.2.0", state="done", reason=None)
+        return self._demo_rollout
 
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         await self.get_node(node_id)

@@ -18,6 +18,7 @@ from daemon.api.models import DEFAULT_PORT, DaemonSettings
 from daemon.atomic import write_atomic
 from daemon.health import HealthPolicy
 from daemon.node_monitor import NodePolicy
+from daemon.upgrades.rollout import UpgradePolicy
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class DaemonConfig(BaseModel):
     seed_demo_model: bool = Field(default=True, description="Register the demo model on first run.")
     health: HealthPolicy = Field(default_factory=HealthPolicy, description="Crash restarts and probes.")
     nodes: NodePolicy = Field(default_factory=NodePolicy, description="LAN discovery and the node monitor.")
+    upgrades: UpgradePolicy = Field(default_factory=UpgradePolicy, description="Agent rollouts, one node at a time.")
 
     @property
     def bind_host(self) -> str:

@@ -43,6 +43,7 @@ from daemon.registry import Registry, RegistryError, assemble_demo_gguf
 from daemon.router import REQUEST_ID, Router, note_failure, request_id_for
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import client_ssl_context, ensure_client_certificate, ensure_local_agent_identity
+from daemon.upgrades.manager import UpgradeManager
 from mirbadllm import __version__
 
 _LOGGER = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class Daemon:
         self.telemetry = TelemetryCollector(self.orchestrator.links, self.history, config.history_interval_s)
         self.nodes = NodeManager(self)  # paired nodes join orchestrator.links under their node ids
         self.registry.known_nodes = self.nodes.names  # a model is saved only on a node that exists
+        self.upgrades = UpgradeManager(self)  # agent rollouts over the paired nodes, one at a time
         self.jobs = JobManager(self.orchestrator, self.events, self.router.in_flight, self.telemetry, paths.home)
         self.orchestrator.maintenance = self.jobs.maintenance  # read by the router and the health monitor
         self.admin_token = ""
@@ -136,6 +138,7 @@ class Daemon:
 
     async def stop(self) -> None:
         await self.jobs.close()  # a running job restores its model while the links still work
+        await self.upgrades.close()
         await self.nodes.stop()
         for task in self._tasks:
             task.cancel()
@@ -254,6 +257,7 @@ def create_app(daemon: Daemon) -> web.Application:
         web.get("/v1/models/{name:.+}", daemon.router.retrieve_model),
         web.route("*", "/v1/{path:.*}", daemon.router.proxy),
         *admin.routes(),
+        *daemon.upgrades.routes(),  # before /api/nodes/{id}, which would take "upgrade" for an id
         *NodesApi(daemon).routes(),
     ])
 

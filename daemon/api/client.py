@@ -22,6 +22,8 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/nodes/{id}                  -> NodeView
     DELETE /api/nodes/{id}                  -> 204              # stops its models, unpairs the agent
     GET    /api/nodes/{id}/gpus/{gpu}/history -> HistorySeries  # ?range=5m|1h|24h|7d; gpu: UUID or index
+    GET    /api/nodes/upgrade               -> RolloutView      # the agent rollout, per node
+    POST   /api/nodes/upgrade               -> RolloutView      # body: UpgradeRequest; 202, 409 upgrade_running
     GET    /api/keys                        -> list[ApiKeyInfo]
     POST   /api/keys                        -> ApiKeyCreated    # body: ApiKeyCreate; 201
     DELETE /api/keys/{id}                   -> 204
@@ -82,6 +84,7 @@ from daemon.api.sources import (
     OllamaImportQuery,
     Transfer,
 )
+from daemon.api.upgrades import RolloutView, UpgradeRequest
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -282,6 +285,14 @@ class DaemonClient:
 
     async def remove_node(self, node_id: str) -> None:
         await self._call("DELETE", f"/api/nodes/{node_id}", timeout=aiohttp.ClientTimeout(total=120, connect=5))
+
+    async def upgrade_status(self) -> RolloutView:
+        return RolloutView.model_validate(await self._call("GET", "/api/nodes/upgrade"))
+
+    async def start_upgrade(self, folder: str | None = None) -> RolloutView:
+        """Roll the staged agent release out over the paired nodes, one at a time (events: upgrade.*)."""
+        body = UpgradeRequest(folder=folder).model_dump()
+        return RolloutView.model_validate(await self._call("POST", "/api/nodes/upgrade", body=body))
 
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         data = await self._call("GET", f"/api/nodes/{node_id}/gpus/{gpu}/history", params={"range": range_})

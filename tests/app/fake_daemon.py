@@ -44,6 +44,7 @@ from daemon.api.models import (
 )
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeState, NodeView
 from daemon.api.sources import FitQuery
+from daemon.api.upgrades import RolloutState, RolloutView
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -350,6 +351,14 @@ class FakeDaemonClient(DemoSources, DemoJobs):
         await self.get_node(node_id)
         self.nodes = [n for n in self.nodes if n.id != node_id]
         self.publish("node.removed", node=node_id)
+
+    async def upgrade_status(self) -> RolloutView:
+        self._record("upgrade_status")
+        return RolloutView()
+
+    async def start_upgrade(self, folder: str | None = None) -> RolloutView:
+        self._record("start_upgrade", folder)
+        return RolloutView(state=RolloutState.RUNNING, version="0.2.0")
 
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         self._record("gpu_history", node_id, gpu, range_)

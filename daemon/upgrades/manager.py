@@ -1,0 +1,113 @@
+"""``UpgradeManager``: at most one rollout at a time, its state, and the admin routes.
+
+    GET  /api/nodes/upgrade   -> RolloutView     # state idle until the first rollout
+    POST /api/nodes/upgrade   -> RolloutView     # body: UpgradeRequest (optional); 202, 409 upgrade_running
+
+Every paired node takes part (this machine's own agent is the daemon's child and is upgraded with
+the daemon), in the order of ``/api/nodes``. Events: ``upgrade.started``, ``upgrade.node``
+(node, state, reason), ``upgrade.finished``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from daemon.admin import Invalid
+from daemon.api.models import LOCAL_NODE
+from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS
+from daemon.api.updates.staging import UpdateError
+from daemon.api.upgrades import RolloutState, RolloutView, UpgradeRequest
+from daemon.upgrades.release import load_release_async
+from daemon.upgrades.rollout import NodeTarget, Rollout
+
+if TYPE_CHECKING:
+    from daemon.server import Daemon
+
+_LOGGER = logging.getLogger(__name__)
+
+MAX_BODY = 16 * 1024
+
+
+class UpgradeManager:
+    def __init__(self, daemon: Daemon, trusted_keys: Sequence[str] = RELEASE_PUBLIC_KEYS) -> None:
+        self.d = daemon
+        self.trusted_keys = trusted_keys  # the release keys; tests hand in their own
+        self.rollout: Rollout | None = None
+        self._task: asyncio.Task[RolloutView] | None = None
+
+    @property
+    def default_folder(self) -> Path:
+        return self.d.paths.home / "agent-release"
+
+    def view(self) -> RolloutView:
+        return self.rollout.view if self.rollout is not None else RolloutView()
+
+    def _targets(self) -> list[NodeTarget]:
+        targets = []
+        for node in self.d.nodes.views():
+            link = self.d.orchestrator.links.get(node.id)
+            if node.id != LOCAL_NODE and link is not None:
+                targets.append(NodeTarget(node.id, node.name, link.client))
+        return targets
+
+    async def start(self, request: UpgradeRequest) -> RolloutView:
+        if self._task is not None and not self._task.done():
+            raise Invalid(409, "upgrade_running", f"A rollout of {self.view().version} is running; wait for it "
+                          "to finish (GET /api/nodes/upgrade).")
+        targets = self._targets()
+        if not targets:
+            raise Invalid(409, "no_nodes", "No paired node to upgrade: pair a node first.")
+        folder = Path(request.folder).expanduser() if request.folder else self.default_folder
+        try:
+            release = await load_release_async(folder, self.trusted_keys)
+        except UpdateError as exc:
+            raise Invalid(422, "release_refused", exc.message) from None
+        self.rollout = Rollout(release, targets, self.d.config.upgrades, self._publish)
+        self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name="agent-rollout")
+        _LOGGER.info("rolling out agent %s to %d node(s)", release.version, len(targets))
+        await self.d.history.audit("admin", "nodes.upgrade", "", f"agent {release.version}")
+        return self.view()
+
+    def _publish(self, type_: str, **data: Any) -> None:
+        self.d.events.publish(type_, None, **data)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.rollout is not None and self.rollout.view.state == RolloutState.RUNNING:
+            _LOGGER.warning("the daemon stopped during the rollout of %s", self.rollout.release.version)
+
+    # --- routes --------------------------------------------------------------------------------
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/nodes/upgrade", self._get),
+            web.post("/api/nodes/upgrade", self._post),     # body: UpgradeRequest (optional)
+        ]
+
+    async def _get(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.view().model_dump_json(), content_type="application/json")
+
+    async def _post(self, request: web.Request) -> web.Response:
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            raise Invalid(413, "request_too_large", "Request body is too large.")
+        raw = await request.read()
+        try:
+            body = UpgradeRequest.model_validate(json.loads(raw) if raw.strip() else {})
+        except ValueError as exc:
+            if isinstance(exc, ValidationError):
+                raise Invalid(422, "invalid_request", exc.errors()[0]["msg"]) from None
+            raise Invalid(400, "invalid_json", "Request body is not valid JSON.") from None
+        view = await self.start(body)
+        return web.Response(text=view.model_dump_json(), status=202, content_type="application/json")
