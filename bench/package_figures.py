@@ -72,7 +72,7 @@ def main() -> int:
     deb, gguf = Path(sys.argv[1]), Path(sys.argv[2])
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "purge", "-y", "-q", "mirbadllm"], env=env, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, check=False)  # not installed: nothing to purge
     print(f".deb size: {deb.stat().st_size / 1e6:.1f} MB")
     started = time.monotonic()
     subprocess.run(["apt-get", "install", "-y", "-q", str(deb.absolute())], env=env, check=True,
@@ -91,11 +91,11 @@ def main() -> int:
             call(f"http://127.0.0.1:{port}/v1/completions", {"model": "gem", "prompt": "Hi", "max_tokens": 1},
                  timeout=180)
             answered = time.monotonic()
-            subprocess.run([*ctl, "models", "stop", "gem"], env=denv, stdout=subprocess.DEVNULL)
+            subprocess.run([*ctl, "models", "stop", "gem"], env=denv, stdout=subprocess.DEVNULL, check=True)
         finally:
             daemon.terminate()
             daemon.wait(30)
-    du = subprocess.run(["du", "-sk", "/opt/mirbadllm"], capture_output=True, text=True).stdout.split()[0]
+    du = subprocess.run(["du", "-sk", "/opt/mirbadllm"], capture_output=True, text=True, check=True).stdout.split()[0]
     print(f"installed size: {int(du) / 1024:.0f} MiB (/opt/mirbadllm)")
     print(f"apt-get install: {installed_at - started:.1f} s; install to first /v1 answer: "
           f"{answered - started:.1f} s (the model loaded on the first request)")

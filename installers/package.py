@@ -22,7 +22,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from daemon.api.updates.feed import FEED_NAME, SUMS_NAME, feed_bytes, file_sha256, make_feed
+from daemon.api.updates.feed import (
+    FEED_NAME,
+    SUMS_NAME,
+    feed_bytes,
+    file_sha256,
+    make_feed,
+)
 from daemon.api.updates.signing import sign_bytes
 from installers import linux_deb
 

@@ -16,7 +16,11 @@ import aiohttp
 
 from agent.logring import LogTailer
 from agent.records import ProcessRecord
-from agent.runtimes.checks import ILLEGAL_INSTRUCTION, RuntimeChecks, is_illegal_instruction
+from agent.runtimes.checks import (
+    ILLEGAL_INSTRUCTION,
+    RuntimeChecks,
+    is_illegal_instruction,
+)
 from agent.runtimes.process import RuntimeProcess, describe_exit
 
 _LOGGER = logging.getLogger(__name__)

@@ -108,16 +108,17 @@ def linux_install_plan(executable: str, user_exists: bool, groups: Sequence[str]
     steps += [WriteFile(f"{SYSTEMD_DIR}/{LINUX_AGENT_UNIT}", unit.encode()),
               Run(("systemctl", "daemon-reload")),
               Run(("systemctl", "enable", "--now", LINUX_AGENT_UNIT))]
-    return Plan(steps, [f"The agent runs as the system service {LINUX_AGENT_UNIT} "
-                        f"(journalctl -u {LINUX_AGENT_UNIT} for its log)."] + _pairing_hint(executable, "linux"))
+    running = (f"The agent runs as the system service {LINUX_AGENT_UNIT} "
+               f"(journalctl -u {LINUX_AGENT_UNIT} for its log).")
+    return Plan(steps, [running, *_pairing_hint(executable, "linux")])
 
 
 def linux_uninstall_plan() -> Plan:
     return Plan([Run(("systemctl", "disable", "--now", LINUX_AGENT_UNIT), ok_codes=(0, 1, 5)),
                  RemoveFile(f"{SYSTEMD_DIR}/{LINUX_AGENT_UNIT}"),
                  Run(("systemctl", "daemon-reload"))],
-                [f"Removed {LINUX_AGENT_UNIT}. Its identity and models stay in {LINUX_AGENT_HOME} "
-                 f"(delete that folder and the user {LINUX_AGENT_USER} to forget this node)."])
+                [(f"Removed {LINUX_AGENT_UNIT}. Its identity and models stay in {LINUX_AGENT_HOME} "
+                  f"(delete that folder and the user {LINUX_AGENT_USER} to forget this node).")])
 
 
 def macos_install_plan(executable: str) -> Plan:

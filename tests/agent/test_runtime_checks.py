@@ -8,7 +8,11 @@ from pathlib import Path
 
 from agent.api.models import InstanceState
 from agent.manager import InstanceManager
-from agent.runtimes.checks import ILLEGAL_INSTRUCTION, RuntimeChecks, is_illegal_instruction
+from agent.runtimes.checks import (
+    ILLEGAL_INSTRUCTION,
+    RuntimeChecks,
+    is_illegal_instruction,
+)
 from tests.agent._support import make_spec
 
 READY, FAILED = InstanceState.READY, InstanceState.FAILED

@@ -56,8 +56,9 @@ def test_the_installed_program_serves_a_gguf_and_is_removed_without_a_trace(
     home = tmp_path / "home"  # outside the checkout: nothing of the source tree is used
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MIRBADLLM_HOME": str(home), "MIRBADLLM_NO_MDNS": "1"}
     port = _free_port()
-    daemon = subprocess.Popen([str(installed), "daemon", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "wb"))
+    with open(tmp_path / "daemon.log", "wb") as log:
+        daemon = subprocess.Popen([str(installed), "daemon", "--port", str(port)], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -89,4 +90,4 @@ def test_the_installed_program_serves_a_gguf_and_is_removed_without_a_trace(
                         "/usr/lib/systemd/system/mirbadllm-agent.service", "/var/lib/mirbadllm-agent")
             if os.path.lexists(p)]
     assert left == []
-    assert subprocess.run(["getent", "passwd", "mirbadllm-agent"], capture_output=True).returncode == 2
+    assert subprocess.run(["getent", "passwd", "mirbadllm-agent"], capture_output=True, check=False).returncode == 2

@@ -72,7 +72,12 @@ def test_sha256sums_reads_as_sha256sum_writes_it(tmp_path: Path) -> None:
 def test_the_package_step_signs_what_the_update_checker_verifies(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from daemon.api.updates.signing import load_private_key_file, private_key_pem, public_key_b64, verify_feed_signature
+    from daemon.api.updates.signing import (
+        load_private_key_file,
+        private_key_pem,
+        public_key_b64,
+        verify_feed_signature,
+    )
     from installers.package import sign_file
 
     key = Ed25519PrivateKey.generate()
