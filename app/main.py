@@ -92,7 +92,7 @@ def platform_problem() -> str | None:
 
 
 def teardown(app, *, owned: bool) -> None:  # type: ignore[no-untyped-def]
-    """Delete every Qt object now, in a fixed order, while Python is whole: windows and menus, then
+    """Delete the app's Qt objects now, in a fixed order, while Python is whole: its windows, then
     pending deletions, then (when this process created it) the QApplication itself. Left to the
     interpreter's finalisation, Qt would destroy widgets whose Python overrides (hideEvent, ...) and
     slots run against half-torn-down modules: PySide6's ``Fatal Python error: none_dealloc``."""
@@ -100,12 +100,14 @@ def teardown(app, *, owned: bool) -> None:  # type: ignore[no-untyped-def]
     import signal
 
     from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QDialog, QMainWindow
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # no handler may call into a dead app
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for widget in app.topLevelWidgets():
-        widget.hide()
-        widget.deleteLater()
+    for widget in app.topLevelWidgets():  # our windows; Qt's own popups and tooltips belong to others
+        if isinstance(widget, (QMainWindow, QDialog)):
+            widget.hide()
+            widget.deleteLater()
     app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     app.processEvents()
     gc.collect()
@@ -178,12 +180,14 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
     from PySide6.QtWidgets import QSystemTrayIcon
 
     from app.context import AppContext
+    from app import loop_errors
     from app.demo import DemoDaemon
     from app.preferences import load_preferences
     from app.ui import theme
     from app.ui.main_window import MainWindow
     from app.ui.tray import TrayController
 
+    loop_errors.install(asyncio.get_running_loop())
     client = DemoDaemon() if args.demo else await connect(home, args, load_preferences().daemon_url)
     if client is None:
         return 1

@@ -41,8 +41,9 @@ def launch_once(home: Path, marker: Path) -> tuple[float, subprocess.Popen[bytes
     marker.unlink(missing_ok=True)
     env = {**os.environ, "MIRBADLLM_SHOWN_MARKER": str(marker), "PYTHONPATH": str(ROOT)}
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "mirbadllm", "--home", str(home), "--no-daemon-start"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    with open(home / "app-stderr.log", "wb") as stderr:  # read by stop(): a crash at exit is reported
+        proc = subprocess.Popen([sys.executable, "-m", "mirbadllm", "--home", str(home), "--no-daemon-start"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT)
     deadline = time.monotonic() + 60
     while not marker.exists() or not marker.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -51,12 +52,17 @@ def launch_once(home: Path, marker: Path) -> tuple[float, subprocess.Popen[bytes
     return float(marker.read_text()) - started, proc
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes], home: Path) -> None:
+    """SIGTERM, the app's own quit path; an exit other than 0 or a fatal error is reported."""
     proc.terminate()
     try:
-        proc.wait(15)
+        code = proc.wait(15)
     except subprocess.TimeoutExpired:
         proc.kill()
+        code = proc.wait()
+    stderr = (home / "app-stderr.log").read_text(errors="replace")
+    if code != 0 or "Fatal Python error" in stderr:
+        print(f"  warning: the app exited with {code}: {stderr.strip().splitlines()[-1:] or ''}")
 
 
 def loop_lag(home: Path, model: str, seconds: float) -> list[float]:
@@ -104,10 +110,13 @@ def loop_lag(home: Path, model: str, seconds: float) -> list[float]:
         await asyncio.gather(charts_1hz(), chats(), probe())
         pieces = sum(len(m.content) for m in ctx.playground.state.value.messages if m.role == "assistant")
         print(f"  (streamed {pieces} characters into the Playground during the probe)")
-        window.close()
+        window.hide()  # closing the last window would quit Qt's loop under the await below
         await ctx.close()
 
+    from app.main import teardown
+
     qasync.run(run())
+    teardown(app, owned=True)  # Qt goes now, in order, not during the interpreter's finalisation
     return lags
 
 
@@ -123,11 +132,11 @@ async def measure_process(args: argparse.Namespace) -> tuple[BenchDaemon, list[f
     for _ in range(5):
         seconds, proc = launch_once(d.home, marker)
         times.append(seconds)
-        stop(proc)
+        stop(proc, d.home)
     _, proc = launch_once(d.home, marker)
     await asyncio.sleep(args.idle_seconds)
     rss = psutil.Process(proc.pid).memory_info().rss
-    stop(proc)
+    stop(proc, d.home)
     return d, times, rss
 
 
