@@ -25,6 +25,7 @@ from app.viewmodels.observable import Emitter
 from app.viewmodels.pairing import PairingWizard
 from app.viewmodels.playground import PlaygroundViewModel
 from daemon.api.client import DaemonError
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class Message:
 
 @dataclass
 class AppContext:
-    client: Any
+    client: DaemonApi
     home: Path
     fleet: FleetViewModel
     models: ModelsPageViewModel
@@ -52,7 +53,7 @@ class AppContext:
     pairing: PairingWizard
 
     @classmethod
-    def create(cls, client: Any, home: Path, *, prefs_path: Path | None = None,
+    def create(cls, client: DaemonApi, home: Path, *, prefs_path: Path | None = None,
                platform: str | None = None, host_refresh_s: float = 5.0) -> AppContext:
         fleet = FleetViewModel(client, host_refresh_s=host_refresh_s)
         return cls(client=client, home=home, fleet=fleet, models=ModelsPageViewModel(fleet),

@@ -17,10 +17,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agent.api.llamacpp import LlamaCppSettings
-from agent.api.models import GpuInfo
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
+from daemon.api.contracts import GpuInfo, LlamaCppSettings
 from daemon.api.models import (
     ApiKeyCreated,
     ApiKeyInfo,

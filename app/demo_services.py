@@ -14,18 +14,19 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from agent.api.llamacpp import LlamaCppSettings
-from agent.api.models import GpuInfo
-from agent.api.pairing import normalize_code, short_fingerprint
-from agent.api.sources import (
+from daemon.api.client import DaemonError
+from daemon.api.contracts import (
     FitReport,
     GgufSummary,
+    GpuInfo,
     ImportedModel,
+    LlamaCppSettings,
     MemoryEstimate,
     OllamaModelInfo,
     TransferState,
+    normalize_code,
+    short_fingerprint,
 )
-from daemon.api.client import DaemonError
 from daemon.api.jobs import (
     BenchmarkRequest,
     BenchmarkResult,

@@ -180,12 +180,14 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
     from PySide6.QtWidgets import QSystemTrayIcon
 
     from app.context import AppContext
+    from app import loop_errors
     from app.demo import DemoDaemon
     from app.preferences import load_preferences
     from app.ui import theme
     from app.ui.main_window import MainWindow
     from app.ui.tray import TrayController
 
+    loop_errors.install(asyncio.get_running_loop())
     client = DemoDaemon() if args.demo else await connect(home, args, load_preferences().daemon_url)
     if client is None:
         return 1

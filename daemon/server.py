@@ -24,6 +24,7 @@ from agent.api.client import AgentClient
 from daemon import admin_token
 from daemon.admin import AdminApi, Invalid
 from daemon.api.models import DaemonInfo, DaemonSettings
+from daemon.api.program import program_version
 from daemon.atomic import write_json_atomic
 from daemon.config import DaemonConfig, save_settings
 from daemon.errors import CURRENT_REQUEST_ID, error_response, internal_error
@@ -44,9 +45,10 @@ from daemon.router import REQUEST_ID, Router, note_failure, request_id_for
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import client_ssl_context, ensure_client_certificate, ensure_local_agent_identity
 from daemon.upgrades.manager import UpgradeManager
-from mirbadllm import __version__
 
 _LOGGER = logging.getLogger(__name__)
+
+_VERSION = program_version()
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
 MAINTENANCE_S = 60.0
@@ -83,7 +85,7 @@ class Daemon:
 
     def info(self) -> DaemonInfo:
         host = "127.0.0.1" if self.config.loopback_only else self.config.bind_host
-        return DaemonInfo(version=__version__, host=self.config.bind_host, port=self.config.port,
+        return DaemonInfo(version=_VERSION, host=self.config.bind_host, port=self.config.port,
                           api_url=f"http://{host}:{self.config.port}/v1",
                           keys_required=self.config.keys_required, started_at=self.started_at,
                           home=str(self.paths.home))
@@ -242,7 +244,7 @@ def create_app(daemon: Daemon) -> web.Application:
     admin = AdminApi(daemon)
 
     async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "version": __version__})
+        return web.json_response({"status": "ok", "version": _VERSION})
 
     async def metrics(request: web.Request) -> web.Response:
         for definition in daemon.registry.all():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
 from app.snippets import Snippet, snippets
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
@@ -24,6 +23,7 @@ from daemon.api.models import (
     Event,
     ModelState,
 )
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class AccessState:
 class AccessViewModel:
     def __init__(self, fleet: FleetViewModel) -> None:
         self.fleet = fleet
-        self.client: Any = fleet.client
+        self.client: DaemonApi = fleet.client
         self.state: Observable[AccessState] = Observable(AccessState())
         self._loaded = False
         fleet.snapshot.subscribe(self._on_fleet, now=True)

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from agent.api.llamacpp import LlamaCppSettings
-from agent.api.sources import FitReport, HfFileRef, OllamaModelInfo
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
+from daemon.api.contracts import FitReport, HfFileRef, LlamaCppSettings, OllamaModelInfo
 from daemon.api.models import Event, ModelDefinition
+from daemon.api.protocol import DaemonApi
 from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
 
 _LOGGER = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class AddModelState:
 
 
 class AddModelViewModel:
-    def __init__(self, client: Any, events: Any | None = None) -> None:
+    def __init__(self, client: DaemonApi, events: Any | None = None) -> None:
         """``events``: an ``Emitter[Event]`` (the fleet's), for transfer progress."""
         self.client = client
         self.state: Observable[AddModelState] = Observable(AddModelState())

@@ -15,6 +15,7 @@ from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
 from daemon.api.jobs import BenchmarkRequest, JobView, PresetId
 from daemon.api.models import Event
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class BenchmarksState:
 
 
 class BenchmarksViewModel:
-    def __init__(self, client: Any, events: Emitter[Event]) -> None:
+    def __init__(self, client: DaemonApi, events: Emitter[Event]) -> None:
         self.client = client
         self.state: Observable[BenchmarksState] = Observable(BenchmarksState())
         self.finished: Emitter[JobView] = Emitter()

@@ -17,6 +17,7 @@ from typing import Any
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
 from daemon.api.models import HistoryRange, HistorySeries
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def node_has_gpu(fleet: Any, node_id: str | None) -> bool | None:
 
 
 class ChartsViewModel:
-    def __init__(self, client: Any, fleet: Any = None) -> None:
+    def __init__(self, client: DaemonApi, fleet: Any = None) -> None:
         """``fleet``: the ``FleetViewModel`` whose host figures say which nodes have a GPU."""
         self.client = client
         self.fleet = fleet

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
 
 from app.viewmodels.events import EventFeed
 from app.viewmodels.observable import Emitter, Observable
@@ -27,6 +26,7 @@ from daemon.api.models import (
     ModelView,
     RouterStats,
 )
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class FleetSnapshot:
 class FleetViewModel:
     """Owns the event feed and the fleet snapshot; the actions every page and the tray share."""
 
-    def __init__(self, client: Any, *, host_refresh_s: float = 5.0, poll_timeout: float = 30.0) -> None:
+    def __init__(self, client: DaemonApi, *, host_refresh_s: float = 5.0, poll_timeout: float = 30.0) -> None:
         self.client = client
         self.snapshot: Observable[FleetSnapshot] = Observable(FleetSnapshot())
         self.notices: Emitter[Notice] = Emitter()

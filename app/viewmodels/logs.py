@@ -10,10 +10,10 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class LogsState:
 
 
 class LogsViewModel:
-    def __init__(self, client: Any, *, max_lines: int = 5000, tail: int = 500, flush_s: float = 0.1,
+    def __init__(self, client: DaemonApi, *, max_lines: int = 5000, tail: int = 500, flush_s: float = 0.1,
                  retry_s: float = 2.0) -> None:
         self.client = client
         self.state: Observable[LogsState] = Observable(LogsState())

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from app.viewmodels.charts import REFRESH_S, ChartSpec, columns_of
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
 from daemon.api.models import HistoryRange
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class NodeChartsState:
 
 
 class NodeChartsViewModel:
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: DaemonApi) -> None:
         self.client = client
         self.state: Observable[NodeChartsState] = Observable(NodeChartsState())
         self._task: asyncio.Task[None] | None = None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
 from app import format as fmt
 from app.viewmodels.fleet import FleetViewModel
@@ -18,6 +17,7 @@ from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
 from daemon.api.models import Event
 from daemon.api.nodes import DiscoveredNode, NodeState, NodeView
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def node_choices(nodes: tuple[NodeView, ...], current: str | None = None) -> lis
 
 
 class NodesViewModel:
-    def __init__(self, client: Any, fleet: FleetViewModel, *, refresh_s: float = 5.0) -> None:
+    def __init__(self, client: DaemonApi, fleet: FleetViewModel, *, refresh_s: float = 5.0) -> None:
         self.client = client
         self.state: Observable[NodesState] = Observable(NodesState())
         self._refresh_s = refresh_s

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
 
-from agent.api.pairing import format_code, normalize_code
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
+from daemon.api.contracts import format_code, normalize_code
 from daemon.api.nodes import DiscoveredNode, NodeView
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class WizardState:
 
 
 class PairingWizard:
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: DaemonApi) -> None:
         self.client = client
         self.state: Observable[WizardState] = Observable(WizardState())
 

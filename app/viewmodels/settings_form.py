@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.api.llamacpp import LlamaCppSettings
+from daemon.api.contracts import LlamaCppSettings
 from daemon.api.models import ModelDefinition
 
 _LOGGER = logging.getLogger(__name__)

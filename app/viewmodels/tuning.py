@@ -29,6 +29,7 @@ from daemon.api.jobs import (
     TuningResult,
 )
 from daemon.api.models import Event
+from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class WizardState:
 
 
 class TuningWizardViewModel:
-    def __init__(self, client: Any, events: Emitter[Event], model_id: str) -> None:
+    def __init__(self, client: DaemonApi, events: Emitter[Event], model_id: str) -> None:
         self.client = client
         self.state: Observable[WizardState] = Observable(WizardState(model_id=model_id))
         self._unsubscribe = events.subscribe(self._on_event)

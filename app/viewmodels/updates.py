@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.viewmodels.observable import Observable
+from daemon.api.program import program_version
 from daemon.api.updates import (
     Installer,
     StagedUpdate,
@@ -24,9 +25,10 @@ from daemon.api.updates import (
     UpdateResult,
     installer_for_this_os,
 )
-from mirbadllm import __version__
 
 _LOGGER = logging.getLogger(__name__)
+
+_VERSION = program_version()
 
 UPDATES_OFF = "Updates are off: no release feed URL is set."
 
@@ -50,7 +52,7 @@ class UpdatesState:
 
 class UpdatesViewModel:
     def __init__(self, feed_url: str, staging_dir: Path, *, installer: Installer | None = None,
-                 checker_factory: Callable[[str], Checker] | None = None, current_version: str = __version__) -> None:
+                 checker_factory: Callable[[str], Checker] | None = None, current_version: str = _VERSION) -> None:
         self.installer = installer or installer_for_this_os()
         self.current_version = current_version
         self._staging_dir = staging_dir

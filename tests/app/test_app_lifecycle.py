@@ -47,7 +47,7 @@ def run_app(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
            "MIRBADLLM_APP_CONFIG": str(tmp_path / "app-config.json"),
            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     return subprocess.run([sys.executable, "-X", "faulthandler", "-c", DRIVER, *args],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_ctrl_c_quits_the_demo_app_cleanly_and_tears_qt_down(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_the_app_alone_exits_with_a_message_when_it_cannot_open_a_window(tmp_pat
            if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
     env.update(PYTHONPATH=str(ROOT), MIRBADLLM_APP_CONFIG=str(tmp_path / "app-config.json"))
     done = subprocess.run([sys.executable, "-m", "mirbadllm", "--demo", "--home", str(tmp_path / "home")],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert "No display found" in done.stderr
     assert "Aborted" not in done.stderr and "could not connect to display" not in done.stderr
@@ -83,7 +83,7 @@ def test_the_app_alone_says_why_xcb_cannot_start_instead_of_aborting(tmp_path: P
     check = check_this_machine(env)
     assert not check.ok
     done = subprocess.run([sys.executable, "-m", "mirbadllm", "--demo", "--home", str(tmp_path / "home")],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert "The desktop app cannot start" in done.stderr
     if check.missing:

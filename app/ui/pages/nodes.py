@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from agent.api.pairing import short_fingerprint
 from app import format as fmt
 from app.context import AppContext
 from app.ui.charts import LiveChart
@@ -37,6 +36,7 @@ from app.ui.widgets import Card, StateBadge, button, label, page, page_header, s
 from app.viewmodels.charts import NO_GPU, RANGES
 from app.viewmodels.node_charts import GPU_CHARTS, NODE_CHARTS, NodeChartsState
 from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState
+from daemon.api.contracts import short_fingerprint
 from daemon.api.nodes import NodeView
 
 _LOGGER = logging.getLogger(__name__)
