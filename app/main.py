@@ -179,8 +179,8 @@ def _mark_shown() -> None:
 async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # type: ignore[no-untyped-def]
     from PySide6.QtWidgets import QSystemTrayIcon
 
-    from app.context import AppContext
     from app import loop_errors
+    from app.context import AppContext
     from app.demo import DemoDaemon
     from app.preferences import load_preferences
     from app.ui import theme
