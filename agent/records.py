@@ -3,19 +3,21 @@
 Runtimes outlive the agent (own session, log file instead of a pipe). A record names the PID and
 the process creation time and executable, so a PID the kernel has since handed to some other
 program is never mistaken for ours. The file holds the per-instance API keys: it is 0600 and
-written atomically (temp file + ``os.replace``).
+written atomically (``agent.api.json_store``: temp file + ``os.replace``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 from pydantic import BaseModel, Field, ValidationError
+
+from agent.api.json_store import JsonStore, UnreadableStore
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -43,23 +45,30 @@ class ProcessRecord(BaseModel):
     startup_timeout_s: float = 120.0
 
 
+class _RecordsFile(BaseModel):
+    """Storage shape of ``processes.json``; each record is validated on its own, so one malformed
+    record costs only itself."""
+
+    version: int = RECORDS_VERSION
+    processes: list[Any] = []
+
+
 class ProcessRecords:
     """Reads and writes ``processes.json``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._last_written: str | None = None
+        self._store = JsonStore(path, _RecordsFile)
+        self._last_written: bytes | None = None
 
     def load(self) -> dict[str, ProcessRecord]:
         try:
-            raw = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
+            data = self._store.read()
+        except UnreadableStore as exc:
             _LOGGER.warning("ignoring unreadable %s: %s", self.path, exc)
             return {}
         records: dict[str, ProcessRecord] = {}
-        for item in raw.get("processes", []) if isinstance(raw, dict) else []:
+        for item in data.processes if data is not None else []:
             try:
                 record = ProcessRecord.model_validate(item)
             except ValidationError as exc:
@@ -70,16 +79,10 @@ class ProcessRecords:
 
     def save(self, records: Mapping[str, ProcessRecord]) -> None:
         """Write the records (0600, atomically); skipped when nothing changed."""
-        body = json.dumps({"version": RECORDS_VERSION,
-                           "processes": [r.model_dump() for _, r in sorted(records.items())]}, indent=2)
+        body = self._store.encode(_RecordsFile(processes=[r.model_dump() for _, r in sorted(records.items())]))
         if body == self._last_written:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(body)
-        os.replace(tmp, self.path)
+        self._store.write_bytes(body)
         self._last_written = body
 
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 import time
 import uuid
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from agent.api.json_store import JsonStore, UnreadableStore
 from daemon.api.models import ApiKeyCreated, ApiKeyInfo
-from daemon.atomic import write_json_atomic
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -48,20 +47,21 @@ def _digest(secret: str) -> bytes:
 class KeyStore:
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._store = JsonStore(path, _KeysFile)
         self._keys: dict[str, _StoredKey] = {}
         self._dirty_use = False
 
     def load(self) -> None:
-        if not self._path.exists():
-            return
         try:
-            data = _KeysFile.model_validate(json.loads(self._path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, ValidationError) as exc:
-            raise SystemExit(f"cannot read API keys from {self._path}: {exc}") from exc
+            data = self._store.read()
+        except UnreadableStore as exc:
+            raise SystemExit(f"cannot read API keys from {self._path}: {exc}") from exc.cause
+        if data is None:
+            return
         self._keys = {k.id: k for k in data.keys}
 
     def _save(self) -> None:
-        write_json_atomic(self._path, _KeysFile(keys=list(self._keys.values())).model_dump())
+        self._store.write(_KeysFile(keys=list(self._keys.values())), json_mode=False)
 
     def create(self, name: str) -> ApiKeyCreated:
         secret = KEY_PREFIX + secrets.token_urlsafe(32)

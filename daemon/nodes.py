@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import logging
 import ssl
 from pathlib import Path
 
 from cryptography import x509
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from daemon.atomic import write_json_atomic
+from agent.api.json_store import JsonStore, UnreadableStore
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -115,23 +114,23 @@ class NodeStore:
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._store = JsonStore(path, _NodesFile)
         self._nodes: dict[str, NodeRecord] = {}
         self._lock = asyncio.Lock()
 
     def load(self) -> None:
-        if not self._path.exists():
-            return
         try:
-            data = _NodesFile.model_validate(json.loads(self._path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, ValidationError) as exc:
-            backup = self._path.with_suffix(".json.invalid")
-            self._path.replace(backup)
+            data = self._store.read()
+        except UnreadableStore as exc:
+            backup = self._store.set_aside()
             _LOGGER.error("nodes.json was unreadable (%s); kept it as %s: pair the nodes again", exc, backup)
+            return
+        if data is None:
             return
         self._nodes = {n.id: n for n in data.nodes}
 
     def _save(self) -> None:
-        write_json_atomic(self._path, _NodesFile(nodes=list(self._nodes.values())).model_dump(mode="json"))
+        self._store.write(_NodesFile(nodes=list(self._nodes.values())))
 
     def all(self) -> list[NodeRecord]:
         return list(self._nodes.values())

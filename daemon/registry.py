@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from agent.api.json_store import JsonStore, UnreadableStore
 from agent.api.llamacpp import LlamaCppSettings, config_hash, lift_extra_args
 from daemon.api.models import ModelDefinition, ModelSource
-from daemon.atomic import write_json_atomic
 from daemon.validation import (
     DefinitionRejected,
     UnknownNode,
@@ -80,6 +79,7 @@ class Registry:
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._store = JsonStore(path, _RegistryFile)
         self._models: dict[str, ModelDefinition] = {}
         self._lock = asyncio.Lock()
         # The nodes a model may be saved on (id -> name); the daemon sets it, None checks nothing.
@@ -98,23 +98,20 @@ class Registry:
 
     def load(self) -> bool:
         """Read ``models.json``; False when there was none (first run)."""
-        for stale in self._path.parent.glob(f".{self._path.name}.*.tmp"):  # a write cut short
-            stale.unlink(missing_ok=True)
-        if not self._path.exists():
-            return False
+        self._store.sweep_temps()  # writes cut short
         try:
-            data = _RegistryFile.model_validate(json.loads(self._path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, ValidationError) as exc:
-            backup = self._path.with_suffix(".json.invalid")
-            self._path.replace(backup)
+            data = self._store.read()
+        except UnreadableStore as exc:
+            backup = self._store.set_aside()
             _LOGGER.error("models.json was unreadable (%s); kept it as %s and started empty", exc, backup)
             return True
+        if data is None:
+            return False
         self._models = {m.id: normalize(m) for m in data.models}
         return True
 
     def _save(self) -> None:
-        data = _RegistryFile(models=list(self._models.values()))
-        write_json_atomic(self._path, data.model_dump(mode="json"))
+        self._store.write(_RegistryFile(models=list(self._models.values())))
 
     def all(self) -> list[ModelDefinition]:
         return list(self._models.values())
