@@ -67,6 +67,56 @@ def test_daemon_does_not_import_the_launcher() -> None:
     assert _violations("daemon", lambda n: _top(n) != "mirbadllm") == []
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycles(package: str) -> list[list[str]]:
+    """Import cycles among ``package``'s modules (function-level imports count: they run too)."""
+    modules = {_module_name(p): p for p in (ROOT / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for path, _line, name in _imports(package):
+        graph[_module_name(path)] |= {n for n in (name,) if n in modules}
+    for path in modules.values():  # ``from agent.api import models`` names a module too
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                graph[_module_name(path)] |= {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(name: str, stack: list[str]) -> None:
+        state[name] = 1
+        stack.append(name)
+        for dep in sorted(graph[name] - {name}):
+            if state.get(dep) == 1:
+                found.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, stack)
+        stack.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    return found
+
+
+def test_agent_has_no_import_cycle() -> None:
+    assert _cycles("agent") == []
+
+
+def test_the_cycle_check_sees_a_cycle() -> None:
+    first, second = ROOT / "agent" / "_cycle_probe_a.py", ROOT / "agent" / "_cycle_probe_b.py"
+    first.write_text("import agent._cycle_probe_b\n")
+    second.write_text("def later():\n    from agent import _cycle_probe_a\n")
+    try:
+        assert _cycles("agent") == [["agent._cycle_probe_a", "agent._cycle_probe_b", "agent._cycle_probe_a"]]
+    finally:
+        first.unlink()
+        second.unlink()
+
+
 def test_the_check_sees_a_violation(tmp_path: Path) -> None:
     """The checker itself must catch a forbidden import, or the tests above prove nothing: one at
     the top of a module and one inside a function, as the app imports Qt lazily."""
