@@ -1,6 +1,7 @@
 """``make package``: freeze MirbadLLM with PyInstaller and package it for this OS.
 
-On Linux: ``dist/mirbadllm_<version>_amd64.deb``, ``dist/SHA256SUMS`` and the release feed
+On Linux: ``dist/mirbadllm_<version>_amd64.deb``, ``dist/MirbadLLM-<version>-x86_64.AppImage``,
+``dist/SHA256SUMS`` and the release feed
 ``dist/feed.json`` (the update checker's format, ``daemon.api.updates``); with
 ``MIRBADLLM_SIGNING_KEY`` naming an Ed25519 private key file, also the detached signatures
 ``SHA256SUMS.sig`` and ``feed.json.sig`` that the app verifies against its built-in key. The macOS
@@ -30,7 +31,7 @@ from daemon.api.updates.feed import (
     make_feed,
 )
 from daemon.api.updates.signing import sign_bytes
-from installers import linux_deb
+from installers import appimage, linux_deb
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -89,10 +90,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     deb = linux_deb.build_deb(frozen, ROOT / "resources", args.dist, version, platform.machine(), args.work)
     print(f"built {deb} ({deb.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s", flush=True)
+    started = time.monotonic()
+    machine = platform.machine()
+    try:
+        image = appimage.build_appimage(frozen, "mirbadllm", ROOT / "resources" / "icons" / "png" / "app-256.png",
+                                        args.dist / appimage.appimage_name(version, machine), args.work)
+    except appimage.AppImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"built {image} ({image.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s", flush=True)
     sums = args.dist / SUMS_NAME
-    sums.write_text(sha256sums_text([deb]))
+    sums.write_text(sha256sums_text([deb, image]))
     feed = args.dist / FEED_NAME
-    feed.write_bytes(feed_bytes(make_feed(version, {"linux-x86_64-deb": deb})))
+    feed.write_bytes(feed_bytes(make_feed(version, {"linux-x86_64-deb": deb, "linux-x86_64-appimage": image})))
     print(f"wrote {sums} and {feed}")
     key = os.environ.get(SIGNING_KEY_ENV)
     if key:
