@@ -5,7 +5,7 @@ with the Gemma 3 270M demo model (64 output tokens, 1 and 8 concurrent streams).
 fake runtime with no token delay, so the proxy's own cost stands out: added latency per request
 and the daemon's CPU time per forwarded SSE event.
 
-    .venv/bin/python bench/router_overhead.py [--rounds N]
+    .venv/bin/python bench/router_overhead.py [--rounds N] [--proxy-requests N] [--part 1|2]
 """
 
 from __future__ import annotations
@@ -97,20 +97,30 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--proxy-requests", type=int, default=300)
+    parser.add_argument("--part", type=int, choices=(1, 2), help="run only this part (default: both)")
     args = parser.parse_args()
 
+    if args.part != 2:
+        await real_runtime(args.rounds)
+    if args.part != 1:
+        await fake_runtime(args.proxy_requests)
+
+
+async def real_runtime(rounds: int) -> None:
     print("Part 1: llama-server + Gemma 3 270M, 64 output tokens, interleaved direct/routed")
     d = await start_daemon()
     try:
         await ensure_ready(d, None, DEMO_MODEL_ID)
         for concurrency in (1, 8):
-            r = await compare(d, DEMO_MODEL_ID, concurrency, args.rounds)
+            r = await compare(d, DEMO_MODEL_ID, concurrency, rounds)
             print(f"  {concurrency} stream(s): TTFT p50 routed/direct = {r['ttft_ratio']:.3f} "
                   f"({r['ttft_routed_ms']:.1f} / {r['ttft_direct_ms']:.1f} ms); "
                   f"tokens/s routed/direct = {r['tps_ratio']:.3f} ({r['tps_routed']:.1f} / {r['tps_direct']:.1f})")
     finally:
         await d.stop()
 
+
+async def fake_runtime(proxy_requests: int) -> None:
     print("Part 2: fast fake upstream (no token delay), sequential pairs")
     fake = write_fake_runtime(Path(tempfile.mkdtemp()), token_delay_s=0, tokens=TOKENS)
     d = await start_daemon("--llama-server", str(fake), seed_demo=False)
@@ -118,7 +128,7 @@ async def main() -> None:
         model_file = d.home / "fake.gguf"
         model_file.write_bytes(gguf_bytes())  # a tiny valid header: the agent refuses malformed ones
         await ensure_ready(d, ModelDefinition(id="fake", served_name="fake", model_path=str(model_file)), "fake")
-        r = await proxy_cost(d, "fake", args.proxy_requests)
+        r = await proxy_cost(d, "fake", proxy_requests)
         print(f"  added latency per request: p50 {r['added_p50_ms']:.2f} ms, p99 {r['added_p99_ms']:.2f} ms")
         print(f"  daemon CPU per forwarded SSE event: {r['cpu_us_per_event']:.1f} µs ({r['events']} events)")
     finally:
