@@ -6,6 +6,7 @@ tomlkit, so the user's comments, layout, tables and lists survive; only those ke
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import tomllib
@@ -58,6 +59,7 @@ class DaemonConfig(BaseModel):
         return DaemonSettings(lan_access=self.lan_access, require_api_keys=self.require_api_keys)
 
 
+@functools.lru_cache(maxsize=64)  # asked several times per /v1 request (Host check, key check)
 def is_loopback(host: str) -> bool:
     if host in ("localhost", ""):
         return host == "localhost"

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -30,16 +28,9 @@ class ModelGate:
         self.running = 0  # forwarded to the runtime (in a slot or in its backlog)
         self._free = asyncio.Semaphore(2 * slots)  # FIFO: waiters are woken in arrival order
 
-    @asynccontextmanager
-    async def queued(self) -> AsyncIterator[None]:
+    def queued(self) -> _Place:
         """Hold a place in the queue (while the model loads, or before the runtime can take it)."""
-        if self.waiting + self.running >= self.slots + self.queue_limit:
-            raise QueueFull
-        self.waiting += 1
-        try:
-            yield
-        finally:
-            self.waiting -= 1
+        return _Place(self)
 
     async def acquire_slot(self) -> None:
         await self._free.acquire()
@@ -48,6 +39,24 @@ class ModelGate:
     def release_slot(self) -> None:
         self.running -= 1
         self._free.release()
+
+
+class _Place:
+    """``async with gate.queued()``: a plain class, cheaper per request than a generator-based one."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: ModelGate) -> None:
+        self._gate = gate
+
+    async def __aenter__(self) -> None:
+        gate = self._gate
+        if gate.waiting + gate.running >= gate.slots + gate.queue_limit:
+            raise QueueFull
+        gate.waiting += 1
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self._gate.waiting -= 1
 
 
 class Gates:

@@ -114,6 +114,10 @@ class History:
         """Queue one access-log row; written in batches by ``flush``."""
         self._pending_requests.append(tuple(getattr(record, column) for column in REQUEST_COLUMNS))
 
+    def record_request_row(self, row: tuple[Any, ...]) -> None:
+        """``record_request`` for the router's hot path: the values already in REQUEST_COLUMNS order."""
+        self._pending_requests.append(row)
+
     async def audit(self, actor: str, action: str, subject: str = "", detail: str = "") -> None:
         await self._run(self._audit, (time.time(), actor, action, subject, detail))
 

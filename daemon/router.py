@@ -11,19 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
 from agent.api.models import InstanceInfo, InstanceState
-from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, RequestRecord, RouterStats
+from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, error_response
 from daemon.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
@@ -53,19 +54,21 @@ class BodyTooLarge(Exception):
 
 def request_id_for(request: web.Request) -> str:
     given = request.headers.get("X-Request-Id", "")
-    return given if REQUEST_ID_RE.match(given) else uuid.uuid4().hex
+    return given if given and REQUEST_ID_RE.match(given) else os.urandom(16).hex()
 
 
 async def read_limited(request: web.Request, limit: int) -> bytes:
     """The request body, refusing (without buffering past ``limit``) anything larger."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
-    buf = bytearray()
-    async for chunk in request.content.iter_any():
-        buf += chunk
-        if len(buf) > limit:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.readany():
+        size += len(chunk)
+        if size > limit:
             raise BodyTooLarge
-    return bytes(buf)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 @dataclass
@@ -75,7 +78,7 @@ class _Exchange:
     started: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0
     first_byte: float | None = None
-    tail: bytes = b""
+    tail: bytes = b""  # the answer's last USAGE_TAIL_BYTES (tokens and refusal reasons are read from it)
     status: int = 0
     key_id: str | None = None
     model: str | None = None
@@ -124,6 +127,7 @@ class Router:
         self.gates = Gates()
         self._session: aiohttp.ClientSession | None = None
         self._fresh: dict[str, aiohttp.ClientSession] = {}  # per node: force_close, never pooled
+        self._children: dict[object, Any] = {}  # Prometheus children by model (and status)
 
     def in_flight(self, served_name: str) -> int:
         stats = self.stats.get(served_name)
@@ -238,10 +242,13 @@ class Router:
         exchange.model, exchange.node = definition.id, definition.node
         body = self._ask_for_usage(request, payload, body, exchange)
         served = definition.served_name
-        stats = self.stats.setdefault(served, RouterStats())
+        stats = self.stats.get(served)
+        if stats is None:
+            stats = self.stats[served] = RouterStats()
+        in_flight, failures = self._model_metrics(served)
         stats.total += 1
         stats.in_flight += 1
-        self.metrics.in_flight.labels(served).inc()
+        in_flight.inc()
         try:
             response = await self._forward(request, definition, body, exchange)
         except (asyncio.CancelledError, ConnectionResetError):
@@ -252,20 +259,34 @@ class Router:
             raise
         finally:
             stats.in_flight -= 1
-            self.metrics.in_flight.labels(served).dec()
+            in_flight.dec()
             ok = 200 <= exchange.status < 400
             if not ok:
                 stats.failed += 1
-                self.metrics.failures.labels(served).inc()
-            self.metrics.requests.labels(served, str(exchange.status)).inc()
+                failures.inc()
+            self._requests_metric(served, exchange.status).inc()
         return response
+
+    def _model_metrics(self, served: str) -> tuple[Any, Any]:
+        """The model's in-flight gauge and failure counter (``labels()`` looked up once per model)."""
+        found = self._children.get(served)
+        if found is None:
+            found = self._children[served] = (self.metrics.in_flight.labels(served),
+                                              self.metrics.failures.labels(served))
+        return found
+
+    def _requests_metric(self, served: str, status: int) -> Any:
+        found = self._children.get((served, status))
+        if found is None:
+            found = self._children[(served, status)] = self.metrics.requests.labels(served, str(status))
+        return found
 
     def _resolve(self, body: bytes, method: str
                  ) -> tuple[ModelDefinition | None, dict[str, Any] | None, web.Response | None]:
         if method == "GET" and not body:
             return None, None, error_response(400, "model_required", "Send a JSON body with a 'model' field.")
         try:
-            payload = json.loads(body)
+            payload = _loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             return None, None, error_response(400, "invalid_json", f"Request body is not valid JSON: {exc}")
         name = payload.get("model") if isinstance(payload, dict) else None
@@ -289,7 +310,7 @@ class Router:
             return body
         payload["stream_options"] = {**(options or {}), "include_usage": True}
         exchange.strip_usage = True
-        return json.dumps(payload).encode()
+        return _dumps(payload)
 
     def _gate(self, definition: ModelDefinition) -> ModelGate:
         slots = definition.settings.parallel
@@ -436,7 +457,9 @@ class Router:
             response.headers["Cache-Control"] = "no-cache"
             response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
         await response.prepare(request)
-        tail = b""
+        # The last chunks, by reference, just enough to hold USAGE_TAIL_BYTES: joined once at the end.
+        recent: list[bytes] = []
+        held = 0
         relayed = 0
         while True:
             try:
@@ -447,14 +470,18 @@ class Router:
                 break
             if exchange.first_byte is None:
                 exchange.first_byte = time.perf_counter()
-            relayed += len(chunk)
-            tail = (tail + chunk)[-USAGE_TAIL_BYTES:] if len(chunk) < USAGE_TAIL_BYTES else chunk[-USAGE_TAIL_BYTES:]
+            size = len(chunk)
+            relayed += size
+            recent.append(chunk)
+            held += size
+            while held - len(recent[0]) >= USAGE_TAIL_BYTES:
+                held -= len(recent.pop(0))
             out = usage_filter.feed(chunk) if usage_filter is not None else chunk
             if out:
                 await response.write(out)  # a client that left raises ConnectionResetError: logged as 499
         if usage_filter is not None and (rest := usage_filter.rest()):
             await response.write(rest)
-        exchange.tail = tail
+        exchange.tail = (recent[0] if len(recent) == 1 else b"".join(recent))[-USAGE_TAIL_BYTES:]
         await response.write_eof()
         return response
 
@@ -481,12 +508,13 @@ class Router:
         ttft = (exchange.first_byte - exchange.started - exchange.queue_s) * 1000 if exchange.first_byte else None
         if exchange.key_id is not None:
             self.keys.count_use(exchange.key_id, (prompt or 0) + (completion or 0))
-        self.history.record_request(RequestRecord(
-            id=request.get(REQUEST_ID) or CURRENT_REQUEST_ID.get() or "-", ts=time.time(), model=exchange.model,
-            node=exchange.node, path=request.path, status=exchange.status, queue_ms=exchange.queue_s * 1000,
-            ttft_ms=ttft, total_ms=(now - exchange.started) * 1000, prompt_tokens=prompt,
-            completion_tokens=completion, key_id=exchange.key_id,
-            error="; ".join(exchange.failures)[:2000] if exchange.failures else None))
+        # A RequestRecord's fields in REQUEST_COLUMNS order, without building (and validating) one.
+        self.history.record_request_row((
+            request.get(REQUEST_ID) or CURRENT_REQUEST_ID.get() or "-", time.time(), exchange.model,
+            exchange.node, request.path, exchange.status, exchange.queue_s * 1000,
+            ttft, (now - exchange.started) * 1000, prompt,
+            completion, exchange.key_id,
+            "; ".join(exchange.failures)[:2000] if exchange.failures else None))
 
 
 class _UsageFilter:
@@ -566,10 +594,32 @@ def _usage_from_tail(tail: bytes) -> tuple[int | None, int | None]:
     at = tail.rfind(b'"usage"')
     if at < 0:
         return None, None
-    text = tail[at:].decode("utf-8", "replace")
+    prompt, completion = _PROMPT_TOKENS.search(tail, at), _COMPLETION_TOKENS.search(tail, at)
+    return int(prompt.group(1)) if prompt else None, int(completion.group(1)) if completion else None
 
-    def number(key: str) -> int | None:
-        found = re.search(rf'"{key}"\s*:\s*(\d+)', text)
-        return int(found.group(1)) if found else None
 
-    return number("prompt_tokens"), number("completion_tokens")
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+
+
+class _JsonOnly(dict):  # type: ignore[type-arg]
+    """A body only ``json`` could parse, so written back with ``json`` too (orjson writes NaN as null)."""
+
+
+def _loads(body: bytes) -> Any:
+    """A request body, parsed with orjson; what only ``json`` takes (NaN, integers past 64 bits,
+    UTF-16) is parsed by ``json``, which also words the error for a body that is not JSON at all."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = json.loads(body)
+        return _JsonOnly(parsed) if isinstance(parsed, dict) else parsed
+
+
+def _dumps(payload: dict[str, Any]) -> bytes:
+    if not isinstance(payload, _JsonOnly):
+        try:
+            return orjson.dumps(payload)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (254 levels)
+            pass
+    return json.dumps(payload).encode()
