@@ -57,6 +57,14 @@ class RemoveFile:
 
 
 @dataclass(frozen=True)
+class CopyFile:
+    source: str
+    path: str
+    mode: int = 0o755
+    owner: str | None = None
+
+
+@dataclass(frozen=True)
 class MakeDir:
     path: str
     mode: int = 0o700
@@ -68,7 +76,7 @@ class Run:
     ok_codes: tuple[int, ...] = (0,)
 
 
-Step = WriteFile | RemoveFile | MakeDir | Run
+Step = WriteFile | CopyFile | RemoveFile | MakeDir | Run
 
 
 @dataclass(frozen=True)
@@ -92,10 +100,17 @@ def _pairing_hint(executable: str, platform: str) -> list[str]:
             "then pair it in the app (Nodes → Pair a node) or with `mirbadllm ctl nodes pair ADDRESS CODE`."]
 
 
+LINUX_AGENT_APPIMAGE = f"{LINUX_AGENT_HOME}/mirbadllm.AppImage"
+
+
 def linux_install_plan(executable: str, user_exists: bool, groups: Sequence[str]) -> Plan:
-    command = AgentCommand(executable, LINUX_AGENT_HOME)
+    """An AppImage is copied into the service's own folder, so the agent can replace it on upgrade."""
+    appimage = executable.endswith(".AppImage")
+    command = (AgentCommand(LINUX_AGENT_APPIMAGE, LINUX_AGENT_HOME, upgrade_target=LINUX_AGENT_APPIMAGE)
+               if appimage else AgentCommand(executable, LINUX_AGENT_HOME))
     unit = systemd_agent_unit(command)
-    if PurePath(executable).is_relative_to("/home") or PurePath(executable).is_relative_to("/root"):
+    runs = PurePath(command.executable)
+    if runs.is_relative_to("/home") or runs.is_relative_to("/root"):
         # ProtectHome=yes would hide the program from its own service.
         unit = unit.replace("ProtectHome=yes", "ProtectHome=read-only")
     steps: list[Step] = []
@@ -105,6 +120,9 @@ def linux_install_plan(executable: str, user_exists: bool, groups: Sequence[str]
     present = [g for g in GPU_GROUPS if g in groups]
     if present:  # GPU device nodes are group-owned by video/render on most distributions
         steps.append(Run(("usermod", "--append", "--groups", ",".join(present), LINUX_AGENT_USER)))
+    if appimage:
+        steps += [MakeDir(LINUX_AGENT_HOME), Run(("chown", f"{LINUX_AGENT_USER}:{LINUX_AGENT_USER}", LINUX_AGENT_HOME)),
+                  CopyFile(executable, LINUX_AGENT_APPIMAGE, 0o755, LINUX_AGENT_USER)]
     steps += [WriteFile(f"{SYSTEMD_DIR}/{LINUX_AGENT_UNIT}", unit.encode()),
               Run(("systemctl", "daemon-reload")),
               Run(("systemctl", "enable", "--now", LINUX_AGENT_UNIT))]
@@ -162,6 +180,7 @@ class System(Protocol):
     def groups(self) -> list[str]: ...
     def run(self, argv: Sequence[str]) -> int: ...
     def write(self, path: str, content: bytes, mode: int) -> None: ...
+    def copy(self, source: str, path: str, mode: int, owner: str | None) -> None: ...
     def remove(self, path: str) -> None: ...
     def make_dir(self, path: str, mode: int) -> None: ...
 
@@ -205,6 +224,15 @@ class RealSystem:
         os.chmod(tmp, mode)
         os.replace(tmp, target)
 
+    def copy(self, source: str, path: str, mode: int, owner: str | None) -> None:
+        target = Path(path)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(source, tmp)
+        os.chmod(tmp, mode)
+        if owner is not None:
+            shutil.chown(tmp, owner, owner)
+        os.replace(tmp, target)
+
     def remove(self, path: str) -> None:
         Path(path).unlink(missing_ok=True)
 
@@ -214,6 +242,9 @@ class RealSystem:
 
 def program_executable() -> str:
     """The command a service should run: the frozen program, or this environment's ``mirbadllm``."""
+    appimage = os.environ.get("APPIMAGE")  # set by the AppImage runtime: the file, not its unpacked copy
+    if appimage:
+        return str(Path(appimage).absolute())
     if getattr(sys, "frozen", False):
         return str(Path(sys.executable).resolve())
     name = "mirbadllm.exe" if sys.platform == "win32" else "mirbadllm"
@@ -246,6 +277,8 @@ def apply(plan: Plan, system: System, say: Callable[[str], None] = print) -> Non
     for step in plan.steps:
         if isinstance(step, WriteFile):
             system.write(step.path, step.content, step.mode)
+        elif isinstance(step, CopyFile):
+            system.copy(step.source, step.path, step.mode, step.owner)
         elif isinstance(step, RemoveFile):
             system.remove(step.path)
         elif isinstance(step, MakeDir):

@@ -48,9 +48,13 @@ class AgentCommand:
     executable: str
     home: str
     port: int = AGENT_PORT
+    upgrade_target: str | None = None  # a single-file build (AppImage) the agent may replace itself
 
     def argv(self) -> list[str]:
-        return [self.executable, "agent", "--home", self.home, "--port", str(self.port)]
+        argv = [self.executable, "agent", "--home", self.home, "--port", str(self.port)]
+        if self.upgrade_target:
+            argv += ["--upgrade-target", self.upgrade_target]
+        return argv
 
 
 def _systemd_quote(arg: str) -> str:

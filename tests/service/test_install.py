@@ -11,7 +11,14 @@ import pytest
 
 from agent import main as agent_main
 from agent.service import install
-from agent.service.install import MakeDir, Plan, RemoveFile, Run, ServiceError, WriteFile
+from agent.service.install import (
+    MakeDir,
+    Plan,
+    RemoveFile,
+    Run,
+    ServiceError,
+    WriteFile,
+)
 from agent.service.units import AgentCommand, systemd_agent_unit
 from daemon.pki import CertificateAuthority
 from daemon.tls import ensure_client_certificate
@@ -43,6 +50,9 @@ class FakeSystem:
     def write(self, path: str, content: bytes, mode: int) -> None:
         self.done.append(("write", path, mode))
 
+    def copy(self, source: str, path: str, mode: int, owner: str | None) -> None:
+        self.done.append(("copy", source, path, mode, owner))
+
     def remove(self, path: str) -> None:
         self.done.append(("remove", path))
 
@@ -73,6 +83,20 @@ def test_an_existing_user_is_kept_and_a_program_in_a_home_gets_a_read_only_home(
     assert [type(s).__name__ for s in plan.steps] == ["WriteFile", "Run", "Run"]
     unit = plan.steps[0].content.decode()  # type: ignore[union-attr]
     assert "ProtectHome=read-only" in unit and "ProtectHome=yes" not in unit
+
+
+def test_an_appimage_is_copied_into_the_service_folder_so_the_agent_can_replace_it_on_upgrade() -> None:
+    system = FakeSystem("linux", user=True, groups=[])
+    plan = install.plan_for("install", system, "/home/ada/Apps/MirbadLLM-0.1.0-x86_64.AppImage")
+    install.apply(plan, system, lambda _line: None)
+    assert system.done[:3] == [("mkdir", "/var/lib/mirbadllm-agent", 0o700),
+                               ("chown", "mirbadllm-agent:mirbadllm-agent", "/var/lib/mirbadllm-agent"),
+                               ("copy", "/home/ada/Apps/MirbadLLM-0.1.0-x86_64.AppImage",
+                                "/var/lib/mirbadllm-agent/mirbadllm.AppImage", 0o755, "mirbadllm-agent")]
+    unit = next(s for s in plan.steps if isinstance(s, WriteFile)).content.decode()
+    assert ("ExecStart=/var/lib/mirbadllm-agent/mirbadllm.AppImage agent --home /var/lib/mirbadllm-agent "
+            "--port 9443 --upgrade-target /var/lib/mirbadllm-agent/mirbadllm.AppImage") in unit
+    assert "ProtectHome=yes" in unit  # the copy does not live in a home
 
 
 def test_linux_uninstall_stops_disables_and_removes_the_unit_but_keeps_the_identity() -> None:

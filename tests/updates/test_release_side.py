@@ -7,6 +7,8 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from daemon.api.updates import (
     sign_bytes,
     verify_feed_signature,
 )
+from daemon.api.updates.installer import DebInstaller, MacInstaller, WindowsInstaller
 from daemon.api.updates.signing import SigningKeyError, public_key_b64
 from mirbadllm.updates.cli import main as cli
 from tests.updates.release import ReleaseKey
@@ -128,19 +131,71 @@ def test_the_appimage_installer_refuses_a_staged_file_changed_after_verification
     assert target.read_bytes() == b"0.1.0"
 
 
-@pytest.mark.parametrize(("platform", "environ", "expected"), [
-    ("linux", {"APPIMAGE": "/opt/MirbadLLM.AppImage"}, "linux-x86_64-appimage"),
-    ("linux", {}, "linux-x86_64-deb"),
-    ("darwin", {}, "macos-arm64-dmg"),
-    ("win32", {}, "windows-x86_64-exe"),
+@pytest.mark.parametrize(("platform", "environ", "executable", "expected"), [
+    ("linux", {"APPIMAGE": "/opt/MirbadLLM.AppImage"}, "/tmp/x/mirbadllm", AppImageInstaller),
+    ("linux", {}, "/opt/mirbadllm/mirbadllm", DebInstaller),
+    ("darwin", {}, "/Applications/MirbadLLM.app/Contents/MacOS/mirbadllm", MacInstaller),
+    ("win32", {}, r"C:\Program Files\MirbadLLM\mirbadllm.exe", WindowsInstaller),
 ])
-def test_each_os_gets_its_installer_and_the_unsupported_ones_say_so(platform: str, environ: dict[str, str],
-                                                                    expected: str, tmp_path: Path) -> None:
-    installer = installer_for_this_os(platform, environ)
-    assert installer.platform == expected
-    if expected == "linux-x86_64-appimage":
-        assert installer.unsupported is None
-        return
-    assert isinstance(installer, UnsupportedInstaller) and "not supported" in (installer.unsupported or "")
-    with pytest.raises(UpdateError, match="Install failed: .*not supported"):
-        installer.apply(_staged(tmp_path, b"x"))
+def test_each_os_gets_the_installer_of_how_it_was_installed(platform: str, environ: dict[str, str],
+                                                            executable: str, expected: type) -> None:
+    installer = installer_for_this_os(platform, environ, executable=executable, frozen=True)
+    assert isinstance(installer, expected) and installer.unsupported is None
+
+
+def test_a_copy_from_source_or_an_unknown_install_says_why_it_cannot_update(tmp_path: Path) -> None:
+    staged = _staged(tmp_path, b"x")
+    for installer in (installer_for_this_os("linux", {}, executable="/usr/bin/python3", frozen=False),
+                      installer_for_this_os("linux", {}, executable="/home/u/dist/mirbadllm", frozen=True)):
+        assert isinstance(installer, UnsupportedInstaller) and installer.unsupported
+        with pytest.raises(UpdateError, match="Install failed: "):
+            installer.apply(staged)
+
+
+def test_the_deb_is_installed_by_the_package_manager_after_its_checksum_is_checked(tmp_path: Path) -> None:
+    ran: list[list[str]] = []
+    staged = _staged(tmp_path, b"a deb")
+    staged = replace(staged, platform="linux-x86_64-deb")
+    installer = DebInstaller(run=lambda argv: ran.append(list(argv)) or 0)
+    assert installer.apply(staged) == Path("/usr/bin/mirbadllm")
+    assert ran == [["pkexec", "apt-get", "install", "-y", "--reinstall", str(staged.path.absolute())]]
+    refused = DebInstaller(run=lambda argv: 126)
+    with pytest.raises(UpdateError, match="administrator password was not given.*sudo apt install"):
+        refused.apply(staged)
+    staged.path.write_bytes(b"tampered")
+    with pytest.raises(UpdateError, match="Checksum check failed"):
+        DebInstaller(run=lambda argv: ran.append(list(argv)) or 0).apply(staged)
+    assert len(ran) == 1  # nothing ran for the tampered file
+    assert installer.restart_command(Path("/usr/bin/mirbadllm"), 42)[-2:] == ["42", "/usr/bin/mirbadllm"]
+
+
+def test_macos_attaches_the_dmg_copies_the_app_and_swaps_it_in(tmp_path: Path) -> None:
+    app = tmp_path / "Applications" / "MirbadLLM.app"
+    (app / "Contents").mkdir(parents=True)
+    (app / "Contents" / "version").write_text("0.1.0")
+    staged = replace(_staged(tmp_path, b"a dmg"), platform="macos-arm64-dmg")
+    ran: list[list[str]] = []
+
+    def run(argv: Sequence[str]) -> int:
+        ran.append(list(argv))
+        if argv[0] == "ditto":  # what ditto would copy out of the attached image
+            fresh = Path(argv[2])
+            (fresh / "Contents").mkdir(parents=True)
+            (fresh / "Contents" / "version").write_text("0.2.0")
+        return 0
+
+    assert MacInstaller(app, run).apply(staged) == app
+    assert [a[:2] for a in ran] == [["hdiutil", "attach"], ["ditto", str(staged.path.with_name("mount") / app.name)],
+                                    ["hdiutil", "detach"]]
+    assert (app / "Contents" / "version").read_text() == "0.2.0"
+    assert sorted(p.name for p in app.parent.iterdir()) == ["MirbadLLM.app"]
+
+
+def test_windows_runs_the_verified_installer_silently_after_the_app_has_exited(tmp_path: Path) -> None:
+    staged = replace(_staged(tmp_path, b"an exe"), platform="windows-x86_64-exe")
+    installer = WindowsInstaller()
+    program = installer.apply(staged)
+    command = installer.restart_command(program, 4242)
+    assert command[:4] == ["powershell", "-NoProfile", "-NonInteractive", "-Command"]
+    assert command[4].startswith("Wait-Process -Id 4242") and "'/VERYSILENT'" in command[4]
+    assert str(staged.path) in command[4]

@@ -1,9 +1,16 @@
 """Applying a staged update: replacing the installed program is per OS, behind ``Installer``.
 
-Only the Linux AppImage is implemented: the new file is copied beside the running one and renamed
-over it (one atomic ``os.replace``, so the path always holds a whole program), the previous one
-kept as ``NAME.old``. The .deb, the macOS .dmg and the Windows installer say they are not
-supported yet instead of half-working.
+- AppImage: the new file is copied beside the running one and renamed over it (one atomic
+  ``os.replace``, so the path always holds a whole program), the previous one kept as ``NAME.old``.
+- .deb (a frozen program in ``/opt/mirbadllm``): the package manager installs the verified file,
+  asking for the administrator's password through polkit (``pkexec apt-get install``).
+- macOS (``/Applications/MirbadLLM.app``): the verified .dmg is attached read-only, the app copied
+  over the old one with ``ditto`` into a temporary bundle that then replaces it, and detached.
+- Windows: the verified installer runs silently once the app has exited (Inno Setup's
+  ``/VERYSILENT``), then the app starts again.
+
+Every installer re-checks the staged file's SHA-256 first: the staging folder is user-writable.
+Commands run through a ``Runner`` seam, so the tests assert them exactly.
 """
 
 from __future__ import annotations
@@ -11,8 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -42,6 +50,115 @@ class Installer(Protocol):
         ...
 
 
+Runner = Callable[[Sequence[str]], int]  # runs a command, returns its exit code
+
+DEB_PROGRAM = Path("/usr/bin/mirbadllm")
+DEB_INSTALL_DIR = Path("/opt/mirbadllm")
+MACOS_APP = Path("/Applications/MirbadLLM.app")
+
+
+def run_command(argv: Sequence[str]) -> int:
+    return subprocess.run(list(argv), check=False).returncode
+
+
+def _verified(staged: StagedUpdate, platform: str) -> None:
+    if staged.platform != platform:
+        raise UpdateError("install", f"Install failed: {staged.path.name} is a {staged.platform} build, "
+                                     f"this is a {platform}")
+    if file_sha256(staged.path) != staged.sha256:  # the staging folder is user-writable
+        raise UpdateError("checksum", f"Checksum check failed: the staged {staged.path.name} changed since "
+                                      "it was verified; check for updates again")
+
+
+def _after_exit(pid: int, *argv: str) -> list[str]:
+    """Start ``argv`` once process ``pid`` has gone (a second instance would only raise the first)."""
+    script = 'pid="$1"; shift; while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done; exec "$@"'
+    return ["/bin/sh", "-c", script, "mirbadllm-restart", str(pid), *argv]
+
+
+class DebInstaller:
+    platform = "linux-x86_64-deb"
+    unsupported: str | None = None
+
+    def __init__(self, run: Runner = run_command, elevate: str = "pkexec") -> None:
+        self._run = run
+        self._elevate = elevate
+
+    def install_argv(self, staged: StagedUpdate) -> list[str]:
+        return [self._elevate, "apt-get", "install", "-y", "--reinstall", str(staged.path.absolute())]
+
+    def apply(self, staged: StagedUpdate) -> Path:
+        _verified(staged, self.platform)
+        code = self._run(self.install_argv(staged))
+        if code != 0:
+            hint = "the administrator password was not given" if code in (126, 127) else f"exit code {code}"
+            raise UpdateError("install", f"Install failed ({hint}): install it by hand with "
+                                         f"`sudo apt install {staged.path.absolute()}`")
+        _LOGGER.info("installed MirbadLLM %s from %s", staged.version, staged.path.name)
+        return DEB_PROGRAM
+
+    def restart_command(self, program: Path, pid: int) -> list[str]:
+        return _after_exit(pid, str(program))
+
+
+class MacInstaller:
+    platform = "macos-arm64-dmg"
+    unsupported: str | None = None
+
+    def __init__(self, app: Path = MACOS_APP, run: Runner = run_command) -> None:
+        self.app = app
+        self._run = run
+
+    def plan(self, staged: StagedUpdate, mount: Path) -> list[list[str]]:
+        fresh = self.app.with_name(f".{self.app.name}.new")
+        return [["hdiutil", "attach", "-readonly", "-nobrowse", "-mountpoint", str(mount), str(staged.path)],
+                ["ditto", str(mount / self.app.name), str(fresh)],
+                ["hdiutil", "detach", str(mount)]]
+
+    def apply(self, staged: StagedUpdate) -> Path:
+        _verified(staged, self.platform)
+        mount = staged.path.with_name("mount")
+        fresh = self.app.with_name(f".{self.app.name}.new")
+        for argv in self.plan(staged, mount):
+            if self._run(argv) != 0:
+                raise UpdateError("install", f"Install failed: `{' '.join(argv)}` did not succeed")
+        old = self.app.with_name(f".{self.app.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        try:
+            if self.app.exists():
+                os.replace(self.app, old)
+            os.replace(fresh, self.app)
+        except OSError as exc:
+            raise UpdateError("install", f"Install failed: could not replace {self.app}: {exc}") from exc
+        shutil.rmtree(old, ignore_errors=True)
+        return self.app
+
+    def restart_command(self, program: Path, pid: int) -> list[str]:
+        return _after_exit(pid, "open", str(program))
+
+
+class WindowsInstaller:
+    platform = "windows-x86_64-exe"
+    unsupported: str | None = None
+
+    def apply(self, staged: StagedUpdate) -> Path:
+        _verified(staged, self.platform)
+        return staged.path  # Windows cannot replace a running program: the installer runs after exit
+
+    def restart_command(self, program: Path, pid: int) -> list[str]:
+        # The installer waits for nothing itself; PowerShell waits for this app, runs the installer
+        # silently, then starts the installed app again.
+        exe = r"$env:ProgramFiles\MirbadLLM\mirbadllm.exe"
+        script = (f"Wait-Process -Id {pid} -ErrorAction SilentlyContinue; "
+                  f"Start-Process -Wait -FilePath '{program}' -ArgumentList '/VERYSILENT','/SUPPRESSMSGBOXES',"
+                  f"'/NORESTART'; Start-Process -FilePath \"{exe}\"")
+        return ["powershell", "-NoProfile", "-NonInteractive", "-Command", script]
+
+
+def installed_from_deb(executable: str, frozen: bool) -> bool:
+    return frozen and Path(executable).resolve().is_relative_to(DEB_INSTALL_DIR)
+
+
 class AppImageInstaller:
     platform = "linux-x86_64-appimage"
     unsupported: str | None = None
@@ -54,12 +171,7 @@ class AppImageInstaller:
         return self.target.with_name(self.target.name + ".old")
 
     def apply(self, staged: StagedUpdate) -> Path:
-        if staged.platform != self.platform:
-            raise UpdateError("install", f"Install failed: {staged.path.name} is a {staged.platform} build, "
-                                         f"this is a {self.platform}")
-        if file_sha256(staged.path) != staged.sha256:  # the staging folder is user-writable
-            raise UpdateError("checksum", f"Checksum check failed: the staged {staged.path.name} changed since "
-                                          "it was verified; check for updates again")
+        _verified(staged, self.platform)
         new = self.target.with_name(f".{self.target.name}.new")
         try:
             shutil.copyfile(staged.path, new)
@@ -80,10 +192,7 @@ class AppImageInstaller:
         return self.target
 
     def restart_command(self, program: Path, pid: int) -> list[str]:
-        # The new program must start after this one has gone: a second instance would only raise
-        # this one's window (single_instance.py) and exit.
-        script = 'while kill -0 "$1" 2>/dev/null; do sleep 0.2; done; exec "$2"'
-        return ["/bin/sh", "-c", script, "mirbadllm-restart", str(pid), str(program)]
+        return _after_exit(pid, str(program))
 
 
 class UnsupportedInstaller:
@@ -98,20 +207,26 @@ class UnsupportedInstaller:
         raise UpdateError("install", f"Install failed: {self.unsupported}")
 
 
-def installer_for_this_os(platform: str | None = None, environ: Mapping[str, str] | None = None) -> Installer:
+def installer_for_this_os(platform: str | None = None, environ: Mapping[str, str] | None = None,
+                          executable: str | None = None, frozen: bool | None = None) -> Installer:
     """The installer for how this copy of MirbadLLM was installed."""
     platform = platform or sys.platform
     environ = os.environ if environ is None else environ
+    executable = executable or sys.executable
+    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    if not frozen:
+        return UnsupportedInstaller(platform, "this copy runs from source: update it with git pull and "
+                                    "make run")
     if platform.startswith("linux"):
         appimage = environ.get("APPIMAGE")  # set by the AppImage runtime to the .AppImage file
         if appimage:
             return AppImageInstaller(Path(appimage))
-        return UnsupportedInstaller("linux-x86_64-deb", "updating this installation is not supported yet: "
-                                    "install the new .deb with your package manager, or update your checkout")
+        if installed_from_deb(executable, frozen):
+            return DebInstaller()
+        return UnsupportedInstaller("linux-x86_64-deb", "this copy was not installed from the .deb or the "
+                                    "AppImage: install the new release the way you installed this one")
     if platform == "darwin":
-        return UnsupportedInstaller("macos-arm64-dmg", "installing updates is not supported on macOS yet: "
-                                    "download the new .dmg from the release page")
+        return MacInstaller()
     if platform.startswith("win"):
-        return UnsupportedInstaller("windows-x86_64-exe", "installing updates is not supported on Windows yet: "
-                                    "download the new installer from the release page")
+        return WindowsInstaller()
     return UnsupportedInstaller(platform, f"installing updates is not supported on {platform} yet")
