@@ -95,6 +95,20 @@ async def test_every_v1_request_leaves_one_row_with_its_key(tmp_path: Path, mode
         assert info.tokens_24h == info.tokens_total == 12  # two answers of 1 prompt + 5 completion tokens
 
 
+async def test_a_stream_longer_than_the_usage_tail_still_counts_its_tokens(tmp_path: Path, model_file: Path) -> None:
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=600, usage_when_asked=True)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        status, _, streamed = await _call("POST", f"{d.v1}/chat/completions",
+                                          body=json.dumps({**CHAT, "stream": True}).encode())
+        assert status == 200 and len(streamed) > 4 * 16384  # many chunks past the 16 KiB the router keeps
+        events = [json.loads(line[5:]) for line in streamed.decode().splitlines() if line.startswith("data: {")]
+        assert len(events) >= 600 and all(e["choices"] for e in events)  # the usage-only chunk was dropped
+        (row,) = await _rows(d, 1)
+        assert (row.status, row.prompt_tokens, row.completion_tokens) == (200, 1, 600)
+
+
 async def test_loopback_without_a_key_is_logged_keyless_and_usage_asked_for_is_kept(
         tmp_path: Path, model_file: Path) -> None:
     runtime = write_fake_runtime(tmp_path / "bin", tokens=3, usage_when_asked=True)

@@ -31,7 +31,7 @@ from agent.runtimes.process import (
 )
 from app import autostart
 from daemon.atomic import write_atomic
-from daemon.main import install_stop_handlers, stop_signal_names
+from daemon.main import install_stop_handlers, loop_factory, stop_signal_names
 from tests.fakes import fake_runtime_script
 
 NOWHERE = "no-such-distribution"
@@ -68,6 +68,19 @@ def test_stop_signals_per_platform() -> None:
     assert stop_signal_names("linux") == ["SIGINT", "SIGTERM"]
     assert stop_signal_names("darwin") == ["SIGINT", "SIGTERM"]
     assert stop_signal_names("win32") == ["SIGINT", "SIGTERM", "SIGBREAK"]
+
+
+def test_daemon_event_loop_is_uvloop_on_posix_and_asyncio_on_windows() -> None:
+    assert loop_factory("win32") is None  # no uvloop build there: asyncio's proactor loop
+    if os.name == "nt":
+        return  # uvloop is not installed on Windows, so there is no POSIX loop to make here
+    factory = loop_factory("linux")
+    assert factory is not None  # uvloop is a dependency off Windows
+    loop = factory()
+    try:
+        assert type(loop).__module__.startswith("uvloop")
+    finally:
+        loop.close()
 
 
 def test_without_loop_signal_handlers_a_signal_still_stops_the_daemon() -> None:
