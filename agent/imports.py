@@ -29,6 +29,7 @@ from agent.api.safe_names import (
 from agent.api.sources import (
     FolderImportRequest,
     ImportedModel,
+    LmStudioModelInfo,
     OllamaImportRequest,
     OllamaModelInfo,
 )
@@ -211,6 +212,41 @@ async def run_ollama(req: OllamaImportRequest, handle: TransferHandle, store: Mo
                           size=models[0]["size"], sha256=wanted[0][2], origin=f"ollama:{req.model}")]
 
 
+def lmstudio_folders() -> list[Path]:
+    """LM Studio's models folders: the current one and the older one under ~/.cache."""
+    home = Path.home()
+    return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+
+
+def _is_later_shard(name: str) -> bool:
+    return re.search(r"-0000[2-9]-of-|-000[1-9]\d-of-", name) is not None
+
+
+def list_lmstudio(folders: list[Path] | None = None) -> list[LmStudioModelInfo]:
+    """The GGUF models under LM Studio's ``publisher/model/`` folders (blocking; names only, no
+    header is read: a file named ``mmproj*`` is the folder's vision projector)."""
+    found: list[LmStudioModelInfo] = []
+    seen: set[str] = set()
+    for root in folders if folders is not None else lmstudio_folders():
+        if not root.is_dir():
+            continue
+        for folder in sorted(p for p in root.glob("*/*") if p.is_dir() and not p.is_symlink()):
+            ggufs = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".gguf" and p.is_file())
+            projectors = [p for p in ggufs if p.name.lower().startswith("mmproj")]
+            projector = str(projectors[0]) if len(projectors) == 1 else None
+            for path in ggufs:
+                real = str(path.resolve())
+                if path in projectors or _is_later_shard(path.name) or real in seen:
+                    continue
+                seen.add(real)
+                found.append(LmStudioModelInfo(model=str(path.relative_to(root)).replace(os.sep, "/"),
+                                               path=str(path), size=path.stat().st_size,
+                                               projector_path=projector))
+                if len(found) >= MAX_LISTED:
+                    return found
+    return found
+
+
 def check_folder(req: FolderImportRequest) -> str:
     try:
         check_node_path(req.folder, "folder")
@@ -227,7 +263,7 @@ def _scan_folder(folder: Path) -> tuple[list[ImportedModel], list[str]]:
     projectors: list[Path] = []
     problems: list[str] = []
     for path in ggufs:
-        if re.search(r"-0000[2-9]-of-|-000[1-9]\d-of-", path.name):
+        if _is_later_shard(path.name):
             continue  # later shards of a split model load with the first
         try:
             summary = inspect_file(str(path))

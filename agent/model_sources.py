@@ -24,6 +24,7 @@ from agent.api.sources import (
     FitRequest,
     FolderImportRequest,
     GgufSummary,
+    LmStudioModelInfo,
     OllamaImportRequest,
     OllamaModelInfo,
     TransferInfo,
@@ -40,6 +41,7 @@ from agent.hf_source import (
 from agent.imports import (
     check_folder,
     check_ollama,
+    list_lmstudio,
     list_models,
     run_folder,
     run_ollama,
@@ -61,6 +63,7 @@ class ModelSources:
         self.transfers = TransferManager()
         self.context = DownloadContext(self.store, allow_private, resolver)
         self._loading = loading
+        self.lmstudio_folders: list[Path] | None = None  # None: LM Studio's own folders in the home
 
     async def fit(self, req: FitRequest) -> FitReport:
         """The estimate for a local file or a Hugging Face file (only its header is read)."""
@@ -113,6 +116,9 @@ class ModelSources:
             except UnsafeName as exc:
                 raise BadSourceRequest(str(exc)) from exc
         return await asyncio.to_thread(list_models, Path(store) if store else None)
+
+    async def lmstudio_models(self) -> list[LmStudioModelInfo]:
+        return await asyncio.to_thread(list_lmstudio, self.lmstudio_folders)
 
     async def close(self) -> None:
         await self.transfers.close()

@@ -5,6 +5,7 @@
     GET  /imports/ollama          -> list[OllamaModelInfo]  # ?store=PATH
     POST /imports/ollama          -> TransferInfo     # body: OllamaImportRequest; 202
     POST /imports/folder          -> TransferInfo     # body: FolderImportRequest; 202
+    GET  /imports/lmstudio        -> list[LmStudioModelInfo]  # GGUFs in LM Studio's models folders
     GET  /transfers               -> TransfersPage    # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}          -> TransferInfo
     POST /transfers/{id}/cancel   -> TransferInfo
@@ -80,6 +81,9 @@ def routes(prefix: str, sources_of: SourcesOf) -> list[web.RouteDef]:
     async def ollama_models(request: web.Request) -> web.Response:
         return _json(list(await sources_of(request).ollama_models(request.query.get("store") or None)))
 
+    async def lmstudio_models(request: web.Request) -> web.Response:
+        return _json(list(await sources_of(request).lmstudio_models()))
+
     async def import_ollama(request: web.Request) -> web.Response:
         return _json(sources_of(request).import_ollama(await _body(request, OllamaImportRequest)), 202)
 
@@ -106,6 +110,7 @@ def routes(prefix: str, sources_of: SourcesOf) -> list[web.RouteDef]:
         web.get(f"{p}/imports/ollama", ollama_models),                  # ?store=PATH
         web.post(f"{p}/imports/ollama", import_ollama),                 # body: OllamaImportRequest
         web.post(f"{p}/imports/folder", import_folder),                 # body: FolderImportRequest
+        web.get(f"{p}/imports/lmstudio", lmstudio_models),
         web.get(f"{p}/transfers", transfers),                           # ?since=VERSION&timeout=S
         web.get(f"{p}/transfers/{{id}}", transfer),
         web.post(f"{p}/transfers/{{id}}/cancel", cancel),

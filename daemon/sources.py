@@ -11,6 +11,7 @@ registered (``model.added``) unless the request said not to. Routes (admin token
     GET  /api/imports/ollama            -> list[OllamaModelInfo]  # ?node=ID&store=PATH
     POST /api/imports/ollama            -> Transfer    # body: OllamaImportQuery; 202
     POST /api/imports/folder            -> Transfer    # body: FolderImportQuery; 202
+    GET  /api/imports/lmstudio          -> list[LmStudioModelInfo]  # ?node=ID; GGUFs in LM Studio's folders
     GET  /api/transfers                 -> list[Transfer]
     GET  /api/transfers/{id}            -> Transfer
     POST /api/transfers/{id}/cancel     -> Transfer
@@ -128,6 +129,7 @@ class SourcesApi:
             web.get("/api/imports/ollama", _answers(self.ollama_models)),  # ?node=ID&store=PATH
             web.post("/api/imports/ollama", _answers(self.import_ollama)),  # body: OllamaImportQuery
             web.post("/api/imports/folder", _answers(self.import_folder)),  # body: FolderImportQuery
+            web.get("/api/imports/lmstudio", _answers(self.lmstudio_models)),  # ?node=ID
             web.get("/api/transfers", self.list_transfers),
             web.get("/api/transfers/{id}", _answers(self.get_transfer)),
             web.post("/api/transfers/{id}/cancel", _answers(self.cancel)),
@@ -163,6 +165,9 @@ class SourcesApi:
     async def ollama_models(self, request: web.Request) -> web.Response:
         client = self._client(request.query.get("node") or "local")
         return _json(await client.ollama_models(request.query.get("store") or None))
+
+    async def lmstudio_models(self, request: web.Request) -> web.Response:
+        return _json(await self._client(request.query.get("node") or "local").lmstudio_models())
 
     async def import_ollama(self, request: web.Request) -> web.Response:
         query = await _body(request, OllamaImportQuery)

@@ -1,7 +1,8 @@
 """Registering the models a finished download or import put on a node.
 
 Each model found gets an id (the one asked for, else one made from its file name, made unique),
-a served name, and ``--mmproj`` when it came with a vision projector. The registry checks every
+a served name, and ``--mmproj`` when it came with a vision projector; with ``preset="demo"`` the
+first model gets the demo model's definition (``daemon.api.demo_model``). The registry checks every
 definition as it would one typed by the user (``daemon.validation``).
 """
 
@@ -11,6 +12,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+from daemon.api.demo_model import demo_definition
 from daemon.api.models import ModelDefinition, ModelSource
 from daemon.api.sources import Transfer
 from daemon.registry import RegistryError
@@ -50,6 +52,9 @@ async def register_models(d: Daemon, transfer: Transfer, query: Any) -> tuple[li
             id=model_id, served_name=served, node=transfer.node, model_path=imported.model_path, sources=source,
             extra_args=["--mmproj", imported.projector_path] if imported.projector_path else [],
             tags=list(query.tags), description=f"Added from {imported.origin}"[:500])
+        if n == 0 and getattr(query, "preset", None) == "demo":
+            definition = demo_definition(imported.model_path, node=transfer.node, model_id=model_id, source=source)
+            definition = definition.model_copy(update={"served_name": served})
         try:
             await d.registry.add(definition)
         except RegistryError as exc:

@@ -17,6 +17,7 @@ Route table (``/agent/v1``):
     GET  /imports/ollama                  -> list[OllamaModelInfo]  # ?store=PATH
     POST /imports/ollama                  -> TransferInfo    # body: OllamaImportRequest; 202
     POST /imports/folder                  -> TransferInfo    # body: FolderImportRequest; 202
+    GET  /imports/lmstudio                -> list[LmStudioModelInfo]  # GGUFs in LM Studio's models folders
     GET  /transfers                       -> TransfersPage   # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}                  -> TransferInfo
     POST /transfers/{id}/cancel           -> TransferInfo
@@ -48,6 +49,7 @@ from agent.api.sources import (
     FitReport,
     FitRequest,
     FolderImportRequest,
+    LmStudioModelInfo,
     OllamaImportRequest,
     OllamaModelInfo,
     TransferInfo,
@@ -181,6 +183,9 @@ class AgentClient:
     async def ollama_models(self, store: str | None = None) -> list[OllamaModelInfo]:
         data = await self._call("GET", "/imports/ollama", params={"store": store} if store else None)
         return [OllamaModelInfo.model_validate(m) for m in data]
+
+    async def lmstudio_models(self) -> list[LmStudioModelInfo]:
+        return [LmStudioModelInfo.model_validate(m) for m in await self._call("GET", "/imports/lmstudio")]
 
     async def import_ollama(self, request: OllamaImportRequest) -> TransferInfo:
         data = await self._call("POST", "/imports/ollama", body=request.model_dump(mode="json"))

@@ -145,6 +145,15 @@ class OllamaModelInfo(BaseModel):
     has_projector: bool = False
 
 
+class LmStudioModelInfo(BaseModel):
+    """A GGUF model in one of LM Studio's models folders (``publisher/model/file.gguf``)."""
+
+    model: str = Field(description="publisher/model/file.gguf, as LM Studio shows it.")
+    path: str = Field(description="The file on the node.")
+    size: int = 0
+    projector_path: str | None = Field(default=None, description="The folder's one vision projector.")
+
+
 class ImportedModel(BaseModel):
     """A model file now on the node, ready to register."""
 

@@ -35,6 +35,7 @@ Route table (admin token as ``Authorization: Bearer``):
     POST   /api/fit                         -> FitReport        # body: FitQuery
     POST   /api/downloads                   -> Transfer         # body: DownloadQuery; 202
     GET    /api/imports/ollama              -> list[OllamaModelInfo]  # ?node=ID&store=PATH
+    GET    /api/imports/lmstudio            -> list[LmStudioModelInfo]  # ?node=ID
     POST   /api/imports/ollama              -> Transfer         # body: OllamaImportQuery; 202
     POST   /api/imports/folder              -> Transfer         # body: FolderImportQuery; 202
     GET    /api/transfers                   -> list[Transfer]   # events: transfer.state, transfer.progress
@@ -60,7 +61,7 @@ from typing import Any
 import aiohttp
 
 from agent.api.client import iter_sse_data
-from agent.api.sources import FitReport, OllamaModelInfo
+from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.models import (
     ApiKeyCreate,
@@ -244,6 +245,11 @@ class DaemonClient:
     async def ollama_models(self, node: str = "local", store: str | None = None) -> list[OllamaModelInfo]:
         params = {"node": node, **({"store": store} if store else {})}
         return [OllamaModelInfo.model_validate(m) for m in await self._call("GET", "/api/imports/ollama", params=params)]
+
+    async def lmstudio_models(self, node: str = "local") -> list[LmStudioModelInfo]:
+        """GGUF models in LM Studio's models folders on ``node``; add one with ``create_model``."""
+        data = await self._call("GET", "/api/imports/lmstudio", params={"node": node})
+        return [LmStudioModelInfo.model_validate(m) for m in data]
 
     async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
         data = await self._call("POST", "/api/imports/ollama", body=query.model_dump(mode="json"))

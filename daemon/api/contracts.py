@@ -18,6 +18,7 @@ from agent.api.sources import (
     GgufSummary,
     HfFileRef,
     ImportedModel,
+    LmStudioModelInfo,
     MemoryEstimate,
     OllamaModelInfo,
     TransferState,
@@ -26,5 +27,5 @@ from agent.api.sources import (
 _LOGGER = logging.getLogger(__name__)
 
 __all__ = ["FitReport", "GgufSummary", "GpuInfo", "HfFileRef", "ImportedModel", "LlamaCppSettings",
-           "MemoryEstimate", "OllamaModelInfo", "TransferState", "format_code", "normalize_code",
+           "LmStudioModelInfo", "MemoryEstimate", "OllamaModelInfo", "TransferState", "format_code", "normalize_code",
            "short_fingerprint"]

@@ -8,6 +8,7 @@ register once a transfer is done. Progress reaches the app as events: ``transfer
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -37,6 +38,9 @@ class Registration(BaseModel):
     model_id: str | None = Field(default=None, pattern=MODEL_ID_PATTERN, description="Id of the one model.")
     served_name: str | None = Field(default=None, min_length=1, max_length=128)
     tags: list[str] = Field(default_factory=list)
+    preset: Literal["demo"] | None = Field(
+        default=None, description="Register the first model with a known definition: the demo model's "
+                                  "settings (daemon.api.demo_model).")
 
 
 class DownloadQuery(DownloadRequest, Registration):

@@ -2,7 +2,8 @@
 
 A download or import answers with a queued transfer; the test moves it along with
 ``advance(...)``, which publishes ``transfer.progress`` / ``transfer.state`` events exactly as the
-daemon does, and registers the model when the transfer is done.
+daemon does, and registers the model when the transfer is done (with the demo's definition when
+the query asks for ``preset="demo"``). ``lmstudio`` is what ``lmstudio_models`` finds.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import (
     FitReport,
     GgufSummary,
+    LmStudioModelInfo,
     MemoryEstimate,
     OllamaModelInfo,
     TransferState,
@@ -42,6 +44,7 @@ class FakeSourcesClient(FakeDaemonClient):
         super().__init__(*args, **kw)
         self.fit_report = report()
         self.ollama = [OllamaModelInfo(model="llama3.2:3b", size=2 * GiB), OllamaModelInfo(model="qwen3:4b")]
+        self.lmstudio: list[LmStudioModelInfo] = []
         self.transfers: dict[str, Transfer] = {}
         self.queries: dict[str, Any] = {}
 
@@ -54,6 +57,10 @@ class FakeSourcesClient(FakeDaemonClient):
     async def ollama_models(self, node: str = "local", store: str | None = None) -> list[OllamaModelInfo]:
         self._record("ollama_models", node, store)
         return list(self.ollama)
+
+    async def lmstudio_models(self, node: str = "local") -> list[LmStudioModelInfo]:
+        self._record("lmstudio_models", node)
+        return list(self.lmstudio)
 
     def _start(self, kind: str, label: str, query: Any) -> Transfer:
         transfer = Transfer(id=f"x{len(self.transfers) + 1}", kind=kind, label=label, node=query.node)  # type: ignore[arg-type]
@@ -81,8 +88,14 @@ class FakeSourcesClient(FakeDaemonClient):
         old = self.transfers[transfer_id]
         new = old.model_copy(update=changes)
         if new.state == TransferState.DONE and old.state != TransferState.DONE:
-            model_id = self.queries[transfer_id].model_id or "downloaded"
+            query = self.queries[transfer_id]
+            model_id = query.model_id or "downloaded"
             self.definitions[model_id] = definition(model_id)
+            if getattr(query, "preset", None) == "demo":
+                from daemon.api.demo_model import demo_definition
+
+                path = new.result[0].model_path if new.result else f"/models/{model_id}.gguf"
+                self.definitions[model_id] = demo_definition(path, node=new.node, model_id=model_id)
             from daemon.api.models import ModelState, ModelStatus
 
             self.statuses[model_id] = ModelStatus(id=model_id, served_name=model_id, state=ModelState.STOPPED)
