@@ -16,6 +16,7 @@ from typing import Any
 from app.viewmodels.access import AccessViewModel
 from app.viewmodels.app_settings import AppSettingsViewModel
 from app.viewmodels.charts import ChartsViewModel
+from app.viewmodels.first_run import FirstRunViewModel
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.logs import LogsViewModel
 from app.viewmodels.models_page import ModelsPageViewModel
@@ -51,6 +52,7 @@ class AppContext:
     nodes: NodesViewModel
     node_charts: NodeChartsViewModel
     pairing: PairingWizard
+    first_run: FirstRunViewModel
 
     @classmethod
     def create(cls, client: DaemonApi, home: Path, *, prefs_path: Path | None = None,
@@ -61,7 +63,8 @@ class AppContext:
                    playground=PlaygroundViewModel(fleet), access=AccessViewModel(fleet),
                    settings=AppSettingsViewModel(home, prefs_path, platform), messages=Emitter(),
                    nodes=NodesViewModel(client, fleet, refresh_s=host_refresh_s),
-                   node_charts=NodeChartsViewModel(client), pairing=PairingWizard(client))
+                   node_charts=NodeChartsViewModel(client), pairing=PairingWizard(client),
+                   first_run=FirstRunViewModel(client, fleet))
 
     def act(self, action: Awaitable[Any], done: str | None = None) -> asyncio.Future[Any]:
         """Run a user's action; report its failure (or ``done``) as a message."""
@@ -86,6 +89,7 @@ class AppContext:
 
     async def close(self) -> None:
         self.logs.stop()
+        self.first_run.close()
         self.charts.hide()
         self.nodes.close()
         self.node_charts.hide()
