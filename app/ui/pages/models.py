@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
+from app.ui.pages.first_run import FirstRunCard
 from app.ui.pages.model_panel import ModelPanel
 from app.ui.widgets import StateBadge, button, label, page, page_header
 from app.viewmodels.models_page import ModelsPageState
@@ -54,6 +55,8 @@ class ModelsPage(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(body)
         layout.addWidget(page_header("Models", "Each model is one runtime process; start, tune and watch it here."))
+        self.first_run = FirstRunCard(ctx)  # the empty state's offer, shown only while there is no model
+        layout.addWidget(self.first_run)
 
         split = QSplitter(Qt.Orientation.Horizontal)
         left = QWidget()

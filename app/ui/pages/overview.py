@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.context import AppContext
+from app.ui.pages.first_run import FirstRunCard
 from app.ui.widgets import (
     Card,
     CopyField,
@@ -58,6 +59,8 @@ class OverviewPage(QScrollArea):
         body, layout = page()
         self.setWidget(body)
         layout.addWidget(page_header("Overview", "One OpenAI-compatible endpoint for every model you run."))
+        self.first_run = FirstRunCard(ctx)  # shown only while the daemon has no model
+        layout.addWidget(self.first_run)
 
         endpoint = Card("Endpoint")
         self.url = CopyField()
