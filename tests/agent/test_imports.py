@@ -120,3 +120,21 @@ async def test_a_folder_of_gguf_files_is_registered_where_it_is(agent: SourcesAg
         with pytest.raises(AgentError) as caught:
             await agent.client.import_folder(FolderImportRequest(folder=bad))
         assert caught.value.status in (404, 422)
+
+
+async def test_lm_studio_models_are_listed_one_row_per_gguf_with_the_folder_projector(
+        agent: SourcesAgent, tmp_path: Path) -> None:
+    current, older = tmp_path / "lmstudio" / "models", tmp_path / "cache" / "lm-studio" / "models"
+    qwen = current / "lmstudio-community" / "Qwen3-4B-GGUF"
+    write_gguf(qwen / "Qwen3-4B-Q4_K_M.gguf")
+    write_gguf(qwen / "mmproj-Qwen3-4B-F16.gguf", arch="clip")
+    write_gguf(older / "bartowski" / "big-GGUF" / "big-Q8_0-00001-of-00002.gguf")
+    write_gguf(older / "bartowski" / "big-GGUF" / "big-Q8_0-00002-of-00002.gguf")
+    (current / "loose.gguf").write_bytes(MODEL)  # not under publisher/model: not LM Studio's layout
+    assert agent.deps.sources is not None
+    agent.deps.sources.lmstudio_folders = [current, older, tmp_path / "missing"]
+    listed = await agent.client.lmstudio_models()
+    assert [(m.model, m.projector_path) for m in listed] == [
+        ("lmstudio-community/Qwen3-4B-GGUF/Qwen3-4B-Q4_K_M.gguf", str(qwen / "mmproj-Qwen3-4B-F16.gguf")),
+        ("bartowski/big-GGUF/big-Q8_0-00001-of-00002.gguf", None)]
+    assert listed[0].path == str(qwen / "Qwen3-4B-Q4_K_M.gguf") and listed[0].size > 0

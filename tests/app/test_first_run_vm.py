@@ -11,7 +11,12 @@ from fake_daemon import definition
 from fake_sources import FakeSourcesClient
 from helpers import until
 
-from agent.api.sources import ImportedModel, LmStudioModelInfo, OllamaModelInfo, TransferState
+from agent.api.sources import (
+    ImportedModel,
+    LmStudioModelInfo,
+    OllamaModelInfo,
+    TransferState,
+)
 from app.viewmodels.first_run import FirstRunViewModel
 from app.viewmodels.fleet import FleetViewModel
 from daemon.api.models import ModelState

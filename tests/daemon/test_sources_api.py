@@ -165,6 +165,33 @@ async def test_a_hub_download_becomes_a_registered_model(
         await hub.close()
 
 
+async def test_the_demo_model_from_the_hub_is_registered_with_the_demo_settings(
+        tmp_path: Path, fake_runtime: Path, hf_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.api.demo_model import (
+        DEMO_HF_FILE,
+        DEMO_HF_REPO,
+        DEMO_MODEL_ID,
+        demo_definition,
+    )
+
+    hub = await FakeHub().start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.hub_url)
+    hub.add(DEMO_HF_REPO, DEMO_HF_FILE, gguf_bytes())
+    try:
+        async with running_daemon(tmp_path / "home", fake_runtime) as d:
+            since = (await d.client.status()).last_event_id
+            started = await d.client.download(DownloadQuery(hf=HfFileRef(repo=DEMO_HF_REPO, file=DEMO_HF_FILE),
+                                                            model_id=DEMO_MODEL_ID, preset="demo"))
+            done, _states = await transfer_end(d.client, started.id, since)
+            assert done.registered == [DEMO_MODEL_ID], done.error or done.register_error
+            got = (await d.client.get_model(DEMO_MODEL_ID)).definition
+            assert got.settings == demo_definition("x").settings and got.tags == ["demo", "chat"]
+            assert got.sources is not None and got.sources.hf_repo == DEMO_HF_REPO
+            assert (await d.client.start_model(DEMO_MODEL_ID, wait=True)).state == ModelState.READY
+    finally:
+        await hub.close()
+
+
 async def test_an_ollama_import_and_a_cancel_through_the_daemon(
         tmp_path: Path, fake_runtime: Path, hf_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     store = ollama_store(tmp_path / "ollama", name="tiny", tag="1b")
