@@ -93,8 +93,9 @@ class FirstRunCard(Card):
         self._found_keys = keys
         while self.found_rows.count():
             child = self.found_rows.takeAt(0)
-            if child.widget():
-                child.widget().deleteLater()
+            widget = child.widget() if child is not None else None
+            if widget is not None:
+                widget.deleteLater()
         for row, model in enumerate(s.found):
             self.found_rows.addWidget(label(model.name, selectable=True), row, 0)
             self.found_rows.addWidget(label(model.source_text, muted=True), row, 1)
