@@ -103,6 +103,18 @@ class RuntimeRun:
         except (aiohttp.ClientError, TimeoutError):
             return False
 
+    async def _answers_with_our_key(self, session: aiohttp.ClientSession) -> bool | None:
+        """``/health`` is public: a server already on this port (another agent's runtime, say) would
+        pass it. ``/slots`` needs the key, so only our own runtime answers it (None: cannot tell)."""
+        try:
+            async with session.get(f"{self.endpoint}/slots", headers=self.auth_headers(),
+                                   timeout=HEALTH_TIMEOUT) as resp:
+                if resp.status in (401, 403):
+                    return False
+                return True if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
     async def wait_ready(self, session: aiohttp.ClientSession, startup_timeout_s: float) -> None:
         """Return once ``/health`` says ready; raise ``StartFailed`` on exit or silence."""
         while True:
@@ -110,6 +122,12 @@ class RuntimeRun:
                 code = await self.wait_exit()
                 raise StartFailed(self.exit_message(code), self.last_lines(), code)
             if await self._healthy(session):
+                if await self._answers_with_our_key(session) is False:
+                    # Another server took the port between our probe and the runtime's bind: not ready;
+                    # the runtime exits when its bind fails, and that exit is the honest failure.
+                    _LOGGER.warning("port %d answers /health but not with this instance's key", self.port)
+                    await asyncio.sleep(HEALTH_POLL_S)
+                    continue
                 self.record.process_exe = self.process.executable() or self.record.process_exe
                 self.tailer.read_available()  # the lines that announced readiness, for whoever looks now
                 return

@@ -197,3 +197,31 @@ async def test_an_executable_that_cannot_run_is_failed_with_the_reason(
     info = await manager.start(make_spec(model_file))
     assert info.state is InstanceState.FAILED
     assert (info.error or "").startswith("cannot start the runtime: [Errno 2]")
+
+
+async def test_a_server_that_took_the_port_first_is_not_mistaken_for_the_runtime(
+        make_manager: Callable[..., InstanceManager], fake_runtime: Callable[..., Path], model_file: Path) -> None:
+    """/health is public, so a foreign server on the port would pass it; only our key proves it is ours."""
+    from aiohttp import web
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def refuse(_request: web.Request) -> web.Response:
+        return web.json_response({"error": {"code": 401, "message": "Invalid API Key"}}, status=401)
+
+    foreign = web.Application()
+    foreign.router.add_get("/health", health)
+    foreign.router.add_get("/slots", refuse)
+    manager = make_manager(fake_runtime(bind_delay_s=1.5))
+    info = await manager.start(make_spec(model_file))
+    runner = web.AppRunner(foreign)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", info.port).start()  # in the gap between the probe and the bind
+    try:
+        await _wait_state(manager, "m", READY, InstanceState.FAILED)
+        failed = manager.info("m")
+        assert failed.state is InstanceState.FAILED, "a foreign server was taken for the runtime"
+        assert "couldn't bind" in (failed.error or "")
+    finally:
+        await runner.cleanup()

@@ -30,6 +30,7 @@ llama-server does. Fault switches (environment):
     FAKE_TOOL_ARGS        a JSON text: the arguments of every tool call, instead of ones built
                           from the tool's schema (a model that calls its tools wrongly)
     FAKE_LOG_REQUESTS     print a "slot launch_slot_: ... processing task" line per generation
+    FAKE_BIND_DELAY_S     wait this long before binding the port (another server may take it first)
     FAKE_SIGILL           "load": die by SIGILL while loading; "generate": at the first generation
                           (what a build for another CPU does in its first matrix kernel)
 
@@ -418,6 +419,10 @@ async def serve(args: argparse.Namespace) -> int:
     runner = web.AppRunner(fake.app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5,
                            keepalive_timeout=env_float("FAKE_KEEPALIVE_S", 75.0))
     await runner.setup()
+    bind_delay = env_float("FAKE_BIND_DELAY_S")
+    if bind_delay:
+        log(f"fake: waiting {bind_delay:g} s before binding, as asked")
+        await asyncio.sleep(bind_delay)
     try:
         await web.TCPSite(runner, args.host, args.port).start()
     except OSError as exc:
