@@ -70,6 +70,33 @@ async def running_daemon(home: Path, llama_server: Path | str | None, **config: 
                 _LOGGER.warning("could not stop %s: %s", definition.id, exc)
         await client.close()
         await runner.cleanup()
+        _kill_leftover_runtimes(home)
+
+
+def _kill_leftover_runtimes(home: Path) -> None:
+    """A runtime a stop did not reach (its node went away first, say) must not outlive the test and
+    hold a port the next test's runtime expects: end what the local agent's records still list."""
+    import json
+    import os
+    import signal
+
+    import psutil
+
+    try:
+        records = json.loads((home / "agent" / "processes.json").read_text()).get("processes", [])
+    except (OSError, ValueError):
+        return
+    for record in records:
+        try:
+            process = psutil.Process(int(record["pid"]))
+            if abs(process.create_time() - float(record["create_time"])) < 1.0:
+                _LOGGER.warning("killing leftover runtime %s (pid %d)", record.get("instance_id"), process.pid)
+                if hasattr(os, "killpg"):
+                    os.killpg(process.pid, signal.SIGKILL)  # the runtime leads its own session
+                else:
+                    process.kill()
+        except (psutil.Error, KeyError, ValueError, OSError):
+            continue
 
 
 def model(model_id: str, path: str = "/models/fake.gguf", **fields: object) -> ModelDefinition:
