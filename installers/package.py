@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import logging
 import os
 import platform
@@ -30,7 +31,12 @@ from daemon.api.updates.feed import (
     file_sha256,
     make_feed,
 )
-from daemon.api.updates.signing import sign_bytes
+from daemon.api.updates.signing import (
+    BUNDLED_KEYS_FILE,
+    load_private_key_file,
+    public_key_b64,
+    sign_bytes,
+)
 from installers import appimage, linux_deb
 
 _LOGGER = logging.getLogger(__name__)
@@ -49,10 +55,21 @@ def sha256sums_text(files: Sequence[Path]) -> str:
     return "".join(f"{file_sha256(path)}  {path.name}\n" for path in sorted(files, key=lambda p: p.name))
 
 
-def freeze(runtime: Path | None, work: Path, dist: Path) -> Path:
+def release_keys_file(key_file: Path, work: Path) -> Path:
+    """The public half of the signing key, for the frozen build to trust (``bundled_release_keys``)."""
+    public = public_key_b64(load_private_key_file(key_file))
+    out = work / BUNDLED_KEYS_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"keys": [public]}) + "\n")
+    return out
+
+
+def freeze(runtime: Path | None, work: Path, dist: Path, keys: Path | None = None) -> Path:
     env = dict(os.environ)
     if runtime is not None:
         env["MIRBADLLM_RUNTIME_DIR"] = str(runtime)
+    if keys is not None:
+        env["MIRBADLLM_RELEASE_KEYS_FILE"] = str(keys)
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
                     "--distpath", str(dist), "--workpath", str(work / "pyinstaller"), str(SPEC)],
@@ -83,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     version = product_version()
     frozen_root = args.work / "frozen"
-    frozen = frozen_root / "mirbadllm" if args.skip_freeze else freeze(args.runtime, args.work, frozen_root)
+    key = os.environ.get(SIGNING_KEY_ENV)
+    keys = release_keys_file(Path(key), args.work) if key else None
+    frozen = frozen_root / "mirbadllm" if args.skip_freeze else freeze(args.runtime, args.work, frozen_root, keys)
     if not (frozen / "mirbadllm").is_file():
         print(f"error: no frozen program in {frozen}", file=sys.stderr)
         return 1
@@ -104,7 +123,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     feed = args.dist / FEED_NAME
     feed.write_bytes(feed_bytes(make_feed(version, {"linux-x86_64-deb": deb, "linux-x86_64-appimage": image})))
     print(f"wrote {sums} and {feed}")
-    key = os.environ.get(SIGNING_KEY_ENV)
     if key:
         for path in (sums, feed):
             print(f"signed: {sign_file(path, Path(key))}")

@@ -90,3 +90,21 @@ def test_the_package_step_signs_what_the_update_checker_verifies(tmp_path: Path)
     assert verify_feed_signature(sums.read_bytes(), signature.read_bytes(), trusted) is None
     sums.write_text("abd  mirbadllm_0.1.0_amd64.deb\n")  # tampered
     assert verify_feed_signature(sums.read_bytes(), signature.read_bytes(), trusted) is not None
+
+
+def test_a_build_trusts_the_key_make_package_signed_it_with(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from daemon.api.updates.signing import (
+        bundled_release_keys,
+        private_key_pem,
+        public_key_b64,
+    )
+    from installers.package import release_keys_file
+
+    key = Ed25519PrivateKey.generate()
+    (tmp_path / "release.key").write_bytes(private_key_pem(key))
+    written = release_keys_file(tmp_path / "release.key", tmp_path / "work")
+    assert written.name == "release-keys.json"
+    assert bundled_release_keys(str(written.parent)) == (public_key_b64(key),)
+    assert bundled_release_keys(str(tmp_path / "nowhere")) == ()

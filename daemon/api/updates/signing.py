@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,9 +27,26 @@ _LOGGER = logging.getLogger(__name__)
 #: The release public keys this build trusts (base64 of the raw 32 bytes). The private halves
 #: never enter the repository: the release owner makes one with ``python -m mirbadllm.updates
 #: keygen`` on the signing machine and pastes its public key here (installers/README.md, "Signing a
-#: release"). Two entries during a key rotation. Empty: this build cannot verify any feed, so
+#: release"). Two entries during a key rotation. A frozen build also trusts the key `make package`
+#: signed it with (``bundled_release_keys``). None at all: this build cannot verify any feed, so
 #: every check is refused at the signature step.
-RELEASE_PUBLIC_KEYS: tuple[str, ...] = ()
+BUNDLED_KEYS_FILE = "release-keys.json"  # {"keys": [base64, ...]}, written by `make package`
+
+
+def bundled_release_keys(folder: str | None = None) -> tuple[str, ...]:
+    """The public keys ``make package`` put beside the frozen program: the key of the release key it
+    signed that very build's feed and sums with (``MIRBADLLM_SIGNING_KEY``)."""
+    base = folder or getattr(sys, "_MEIPASS", None)
+    if not base:
+        return ()
+    try:
+        keys = json.loads((Path(base) / BUNDLED_KEYS_FILE).read_text()).get("keys", [])
+    except (OSError, ValueError, AttributeError):
+        return ()
+    return tuple(k for k in keys if isinstance(k, str))
+
+
+RELEASE_PUBLIC_KEYS: tuple[str, ...] = () + bundled_release_keys()
 
 SIGNATURE_SIZE = 64
 SEED_SIZE = 32
