@@ -67,7 +67,7 @@ def release_keys_file(key_file: Path, work: Path) -> Path:
 def freeze(runtime: Path | None, work: Path, dist: Path, keys: Path | None = None) -> Path:
     env = dict(os.environ)
     if runtime is not None:
-        env["MIRBADLLM_RUNTIME_DIR"] = str(runtime)
+        env["MIRBADLLM_RUNTIME_DIR"] = str(runtime.resolve())  # the spec resolves paths from its own folder
     if keys is not None:
         env["MIRBADLLM_RELEASE_KEYS_FILE"] = str(keys)
     started = time.monotonic()
