@@ -62,6 +62,27 @@ def daemon_start_s(argv: list[str]) -> float:
             process.wait(30)
 
 
+def app_start_s(argv: list[str], home: str) -> float:
+    """Seconds from exec to the app's main window first painted (offscreen), against a running daemon."""
+    marker = Path(home) / "shown"
+    marker.unlink(missing_ok=True)
+    env = {**os.environ, "MIRBADLLM_SHOWN_MARKER": str(marker), "QT_QPA_PLATFORM": "offscreen",
+           "MIRBADLLM_APP_CONFIG": str(Path(home) / "app-config.json")}
+    started = time.time()
+    app = subprocess.Popen([*argv, "--home", home, "--no-daemon-start"], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() or not marker.read_text():
+            if app.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the app did not show its window")
+            time.sleep(0.01)
+        return float(marker.read_text()) - started
+    finally:
+        app.terminate()
+        app.wait(30)
+
+
 def cli_start_s(argv: list[str]) -> float:
     started = time.monotonic()
     subprocess.run([*argv, "ctl", "--help"], check=True, stdout=subprocess.DEVNULL)
@@ -100,17 +121,31 @@ def main() -> int:
     print(f"apt-get install: {installed_at - started:.1f} s; install to first /v1 answer: "
           f"{answered - started:.1f} s (the model loaded on the first request)")
     frozen, source = ["/usr/bin/mirbadllm"], [sys.executable, "-m", "mirbadllm"]
-    runs: dict[str, list[float]] = {"frozen daemon": [], "source daemon": [], "frozen ctl": [], "source ctl": []}
-    for _ in range(5):  # interleaved, so both see the same machine
-        runs["frozen daemon"].append(daemon_start_s(frozen))
-        runs["source daemon"].append(daemon_start_s(source))
-        runs["frozen ctl"].append(cli_start_s(frozen))
-        runs["source ctl"].append(cli_start_s(source))
+    runs: dict[str, list[float]] = {"frozen daemon": [], "source daemon": [], "frozen ctl": [], "source ctl": [],
+                                    "frozen app": [], "source app": []}
+    with tempfile.TemporaryDirectory() as home:
+        port = free_port()
+        denv = {**os.environ, "MIRBADLLM_HOME": home, "MIRBADLLM_NO_MDNS": "1"}
+        daemon = subprocess.Popen([*source, "daemon", "--home", home, "--port", str(port)], env=denv,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_healthy(port, daemon)
+            for _ in range(5):  # interleaved, so both see the same machine
+                runs["frozen daemon"].append(daemon_start_s(frozen))
+                runs["source daemon"].append(daemon_start_s(source))
+                runs["frozen ctl"].append(cli_start_s(frozen))
+                runs["source ctl"].append(cli_start_s(source))
+                runs["frozen app"].append(app_start_s(frozen, home))
+                runs["source app"].append(app_start_s(source, home))
+        finally:
+            daemon.terminate()
+            daemon.wait(30)
     med = {k: statistics.median(v) for k, v in runs.items()}
     for k, v in med.items():
         print(f"{k:>14}: median {v * 1000:.0f} ms over {len(runs[k])} runs")
     print(f"daemon start, frozen ÷ source: {med['frozen daemon'] / med['source daemon']:.2f}")
     print(f"ctl start, frozen ÷ source: {med['frozen ctl'] / med['source ctl']:.2f}")
+    print(f"app window shown, frozen ÷ source: {med['frozen app'] / med['source app']:.2f}")
     return 0
 
 
