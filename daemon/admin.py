@@ -1,4 +1,4 @@
-"""The admin API under ``/api`` (admin token required); see ``daemon.api.client`` for the table."""
+"""Handlers of the admin API under ``/api`` (admin token required); the routes are in ``daemon.routes``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import time
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from pydantic import ValidationError
 
 from agent.api.client import AgentError
 from daemon.api.models import (
@@ -21,7 +20,13 @@ from daemon.api.models import (
     ModelView,
     StatusResponse,
 )
-from daemon.errors import error_response
+from daemon.errors import (
+    DaemonProblem,
+    error_response,
+    json_response,
+    read_json,
+    validated,
+)
 from daemon.jobs.api import JobsApi
 from daemon.sources import SourcesApi
 
@@ -33,33 +38,8 @@ _LOGGER = logging.getLogger(__name__)
 MAX_ADMIN_BODY = 1024 * 1024
 
 
-def _json(model: object, status: int = 200) -> web.Response:
-    dump = getattr(model, "model_dump_json", None)
-    text = dump() if dump else json.dumps(model)
-    return web.Response(text=text, status=status, content_type="application/json")
-
-
 async def _body(request: web.Request) -> object:
-    if request.content_length is not None and request.content_length > MAX_ADMIN_BODY:
-        raise web.HTTPRequestEntityTooLarge(max_size=MAX_ADMIN_BODY, actual_size=request.content_length)
-    try:
-        return await request.json()
-    except ValueError as exc:
-        raise _Invalid(400, "invalid_json", f"Request body is not valid JSON: {exc}") from exc
-
-
-class _Invalid(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "body"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+    return await read_json(request, MAX_ADMIN_BODY)
 
 
 class AdminApi:
@@ -68,49 +48,17 @@ class AdminApi:
         self.sources = SourcesApi(daemon)  # fit, downloads, imports, transfers: daemon.sources
         self.jobs = JobsApi(daemon)
 
-    def routes(self) -> list[web.RouteDef]:
-        return [
-            web.get("/api/status", self.status),
-            web.get("/api/events", self.events),                         # ?since=ID&timeout=S
-            web.get("/api/models", self.list_models),
-            web.post("/api/models", self.create_model),
-            web.get("/api/models/{id}", self.get_model),
-            web.put("/api/models/{id}", self.update_model),
-            web.delete("/api/models/{id}", self.delete_model),
-            web.post("/api/models/{id}/start", self.start_model),        # ?wait=0|1&force=0|1
-            web.post("/api/models/{id}/stop", self.stop_model),
-            web.post("/api/models/{id}/restart", self.restart_model),
-            web.get("/api/models/{id}/logs", self.model_logs),           # ?tail=N&follow=0|1
-            web.get("/api/models/{id}/history", self.model_history),     # ?range=5m|1h|24h|7d
-            web.get("/api/nodes/{id}/history", self.node_history),       # ?range=5m|1h|24h|7d
-            web.get("/api/keys", self.list_keys),
-            web.post("/api/keys", self.create_key),
-            web.delete("/api/keys/{id}", self.revoke_key),
-            web.get("/api/settings", self.get_settings),
-            web.put("/api/settings", self.put_settings),
-            web.get("/api/requests", self.recent_requests),              # ?limit=N
-            web.post("/api/shutdown", self.shutdown),                    # ?stop_models=0|1
-            *self.sources.routes(),                                      # /api/fit, downloads, imports, transfers
-            web.post("/api/jobs/benchmark", self.jobs.start_benchmark),    # body: BenchmarkRequest
-            web.post("/api/jobs/tune", self.jobs.start_tune),              # body: TuneRequest
-            web.post("/api/jobs/tune/plan", self.jobs.plan_tune),          # body: TuneRequest
-            web.get("/api/jobs", self.jobs.list_jobs),                     # ?model=ID&kind=benchmark|tune
-            web.get("/api/jobs/{id}", self.jobs.get_job),
-            web.post("/api/jobs/{id}/cancel", self.jobs.cancel_job),
-            web.post("/api/jobs/{id}/apply", self.jobs.apply_job),         # ?restart=0|1
-        ]
-
     # --- status and events ---------------------------------------------------------------------
     async def status(self, request: web.Request) -> web.Response:
         d = self.d
-        return _json(StatusResponse(daemon=d.info(), models=d.orchestrator.all_statuses(),
+        return json_response(StatusResponse(daemon=d.info(), models=d.orchestrator.all_statuses(),
                                     router=d.router.stats, hosts=d.telemetry.hosts(),
                                     last_event_id=d.events.last_id))
 
     async def events(self, request: web.Request) -> web.Response:
         since = _int(request, "since", 0)
         timeout = min(max(float(request.query.get("timeout", "30")), 0.0), 60.0)
-        return _json(await self.d.events.wait(since, timeout))
+        return json_response(await self.d.events.wait(since, timeout))
 
     # --- models --------------------------------------------------------------------------------
     def _view(self, definition: ModelDefinition) -> ModelView:
@@ -121,29 +69,26 @@ class AdminApi:
         return web.json_response(views)
 
     async def _definition(self, request: web.Request) -> ModelDefinition:
-        try:
-            return ModelDefinition.model_validate(await _body(request))
-        except ValidationError as exc:
-            raise _Invalid(422, "invalid_model", _validation_message(exc)) from exc
+        return validated(ModelDefinition, await _body(request), "invalid_model")
 
     async def create_model(self, request: web.Request) -> web.Response:
         definition = await self.d.registry.add(await self._definition(request))
         self.d.events.publish("model.added", definition.id)
         await self.d.history.audit("admin", "model.add", definition.id)
-        return _json(self._view(definition), status=201)
+        return json_response(self._view(definition), status=201)
 
     async def get_model(self, request: web.Request) -> web.Response:
-        return _json(self._view(self.d.registry.require(request.match_info["id"])))
+        return json_response(self._view(self.d.registry.require(request.match_info["id"])))
 
     async def update_model(self, request: web.Request) -> web.Response:
         definition = await self._definition(request)
         if definition.id != request.match_info["id"]:
-            raise _Invalid(400, "id_mismatch", "The id in the body differs from the id in the path.")
+            raise DaemonProblem(400, "id_mismatch", "The id in the body differs from the id in the path.")
         definition = await self.d.registry.update(definition)
         self.d.events.publish("model.updated", definition.id)
         await self.d.history.audit("admin", "model.update", definition.id)
         self.d.orchestrator.on_instances(definition.node, {})
-        return _json(self._view(definition))
+        return json_response(self._view(definition))
 
     async def delete_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]
@@ -164,13 +109,13 @@ class AdminApi:
         if request.query.get("wait") in ("1", "true"):
             definition = self.d.registry.require(model_id)
             status = await self.d.orchestrator.wait_settled(model_id, definition.startup_timeout_s + 5)
-        return _json(status, status=202 if status.state == ModelState.STARTING else 200)
+        return json_response(status, status=202 if status.state == ModelState.STARTING else 200)
 
     async def stop_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]
         status = await self.d.orchestrator.stop(model_id)
         await self.d.history.audit("admin", "model.stop", model_id)
-        return _json(status)
+        return json_response(status)
 
     async def shutdown(self, request: web.Request) -> web.Response:
         """End the daemon process (``mirbadllm ctl daemon stop``); its models keep running and are
@@ -189,7 +134,7 @@ class AdminApi:
         model_id = request.match_info["id"]
         status = await self.d.orchestrator.restart(model_id)
         await self.d.history.audit("admin", "model.restart", model_id)
-        return _json(status, status=202 if status.state == ModelState.STARTING else 200)
+        return json_response(status, status=202 if status.state == ModelState.STARTING else 200)
 
     async def model_logs(self, request: web.Request) -> web.StreamResponse:
         definition = self.d.registry.require(request.match_info["id"])
@@ -212,10 +157,10 @@ class AdminApi:
 
     async def model_history(self, request: web.Request) -> web.Response:
         self.d.registry.require(request.match_info["id"])
-        return _json(await self.d.history.series("model", request.match_info["id"], _range(request)))
+        return json_response(await self.d.history.series("model", request.match_info["id"], _range(request)))
 
     async def node_history(self, request: web.Request) -> web.Response:
-        return _json(await self.d.history.series("node", request.match_info["id"], _range(request)))
+        return json_response(await self.d.history.series("node", request.match_info["id"], _range(request)))
 
     # --- keys and settings ---------------------------------------------------------------------
     async def list_keys(self, request: web.Request) -> web.Response:
@@ -223,14 +168,11 @@ class AdminApi:
         return web.json_response([k.model_dump() for k in self.d.keys.list(last_24h)])
 
     async def create_key(self, request: web.Request) -> web.Response:
-        try:
-            body = ApiKeyCreate.model_validate(await _body(request))
-        except ValidationError as exc:
-            raise _Invalid(422, "invalid_key_request", _validation_message(exc)) from exc
+        body = validated(ApiKeyCreate, await _body(request), "invalid_key_request")
         created = self.d.keys.create(body.name)
         self.d.events.publish("keys.changed")
         await self.d.history.audit("admin", "key.create", created.info.id)
-        return _json(created, status=201)
+        return json_response(created, status=201)
 
     async def revoke_key(self, request: web.Request) -> web.Response:
         key_id = request.match_info["id"]
@@ -241,19 +183,16 @@ class AdminApi:
         return web.Response(status=204)
 
     async def get_settings(self, request: web.Request) -> web.Response:
-        return _json(self.d.config.settings())
+        return json_response(self.d.config.settings())
 
     async def put_settings(self, request: web.Request) -> web.Response:
-        try:
-            settings = DaemonSettings.model_validate(await _body(request))
-        except ValidationError as exc:
-            raise _Invalid(422, "invalid_settings", _validation_message(exc)) from exc
+        settings = validated(DaemonSettings, await _body(request), "invalid_settings")
         if settings.lan_access and not self.d.keys.list():
-            raise _Invalid(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
+            raise DaemonProblem(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
         await self.d.apply_settings(settings)
         self.d.events.publish("settings.changed", **settings.model_dump())
         await self.d.history.audit("admin", "settings.update", "", json.dumps(settings.model_dump()))
-        return _json(self.d.config.settings())
+        return json_response(self.d.config.settings())
 
     async def recent_requests(self, request: web.Request) -> web.Response:
         rows = await self.d.history.recent_requests(min(_int(request, "limit", 100), 1000))
@@ -264,14 +203,12 @@ def _int(request: web.Request, name: str, default: int) -> int:
     try:
         return int(request.query.get(name, default))
     except ValueError as exc:
-        raise _Invalid(400, "invalid_parameter", f"'{name}' must be an integer") from exc
+        raise DaemonProblem(400, "invalid_parameter", f"'{name}' must be an integer") from exc
 
 
 def _range(request: web.Request) -> str:
     value = request.query.get("range", "5m")
     if value not in ("5m", "1h", "24h", "7d"):
-        raise _Invalid(400, "invalid_parameter", "range must be one of 5m, 1h, 24h, 7d")
+        raise DaemonProblem(400, "invalid_parameter", "range must be one of 5m, 1h, 24h, 7d")
     return value
 
-
-Invalid = _Invalid

@@ -2,14 +2,21 @@
 
 Inside a request the error also carries that request's id (``request_id``, the same value as the
 ``X-Request-Id`` header), so a report of a failure can be matched with the daemon log.
+
+``DaemonProblem(status, code, message)`` is the one error a handler or a part raises for the
+client to see; the errors middleware (``daemon.server``) answers it with ``problem.response()``.
+``json_response``, ``read_json`` and ``validated`` are the one way handlers answer and read bodies.
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
+from typing import Any, TypeVar
 
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -29,6 +36,67 @@ def error_response(status: int, code: str, message: str, *, type_: str | None = 
     if request_id is not None:
         error["request_id"] = request_id
     return web.json_response({"error": error}, status=status, headers=headers)
+
+
+class DaemonProblem(Exception):
+    """An error the client sees: HTTP status, a stable code and a message (never a secret)."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None, *,
+                 type_: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.retry_after, self.type_, self.headers = retry_after, type_, headers
+
+    def response(self) -> web.Response:
+        headers = dict(self.headers or {})
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, round(self.retry_after)))
+        return error_response(self.status, self.code, self.message, type_=self.type_, headers=headers or None)
+
+
+M = TypeVar("M", bound=BaseModel)
+_NO_DEFAULT: Any = object()
+
+
+def json_response(value: object, status: int = 200) -> web.Response:
+    """A pydantic model, a list of them, or plain JSON data as a JSON answer."""
+    if isinstance(value, BaseModel):
+        text = value.model_dump_json()
+    elif isinstance(value, list) and all(isinstance(v, BaseModel) for v in value):
+        text = "[" + ",".join(v.model_dump_json() for v in value) + "]"
+    else:
+        text = json.dumps(value)
+    return web.Response(text=text, status=status, content_type="application/json")
+
+
+def validation_message(exc: ValidationError) -> str:
+    """Field names and pydantic's messages, never the input (which may hold a secret)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+
+
+async def read_json(request: web.Request, limit: int, empty: Any = _NO_DEFAULT) -> Any:
+    """The request's JSON body, up to ``limit`` bytes (413), else 400 ``invalid_json``; an empty
+    body is ``empty`` when given."""
+    if request.content_length is not None and request.content_length > limit:
+        raise DaemonProblem(413, "request_too_large", "Request body is too large.")
+    raw = await request.read()
+    if empty is not _NO_DEFAULT and not raw.strip():
+        return empty
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise DaemonProblem(400, "invalid_json", f"Request body is not valid JSON: {exc.msg} "
+                            f"(line {exc.lineno} column {exc.colno}).") from None
+    except ValueError:
+        raise DaemonProblem(400, "invalid_json", "Request body is not valid JSON.") from None
+
+
+def validated(model: type[M], data: object, code: str = "invalid_request") -> M:
+    """``data`` as ``model``, else 422 ``code`` naming each bad field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise DaemonProblem(422, code, validation_message(exc)) from None
 
 
 def internal_error(request: web.Request, exc: BaseException) -> web.Response:

@@ -20,10 +20,10 @@ from cryptography import x509
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.pairing import short_fingerprint
-from daemon.admin import Invalid
 from daemon.api.models import LOCAL_NODE, ModelState
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodePairRequest, NodeView
 from daemon.discovery import Discovery, mdns_disabled_by_env
+from daemon.errors import DaemonProblem
 from daemon.node_monitor import NodeHealth, NodeLink, NodeMonitor
 from daemon.nodes import (
     NodeRecord,
@@ -114,7 +114,7 @@ class NodeManager:
     def view(self, node_id: str) -> NodeView:
         record = self.store.get(node_id)
         if record is None and not (node_id == LOCAL_NODE and node_id in self.links):
-            raise Invalid(404, "node_not_found", f"no paired node with id '{node_id}'")
+            raise DaemonProblem(404, "node_not_found", f"no paired node with id '{node_id}'")
         health = self.monitor.health.get(node_id) or NodeHealth()
         status, sample = health.status, self.d.telemetry.latest.get(node_id)
         view = NodeView(
@@ -154,7 +154,7 @@ class NodeManager:
         try:
             return parse_address(text)
         except ValueError as exc:
-            raise Invalid(422, "invalid_address", str(exc)) from exc
+            raise DaemonProblem(422, "invalid_address", str(exc)) from exc
 
     async def add_address(self, address: str) -> NodeAddResult:
         """Look at an address: an agent waiting to be paired becomes a discovered entry; a node of
@@ -165,7 +165,7 @@ class NodeManager:
         try:
             found = await probe(host, port, self.ca, {r.id for r in self.store.all()}, (str(cert), str(key)))
         except PairingFailed as exc:
-            raise Invalid(exc.status, exc.code, exc.message) from exc
+            raise DaemonProblem(exc.status, exc.code, exc.message) from exc
         where = format_address(host, port)
         if found.kind == "unpaired" and found.info is not None:
             entry = DiscoveredNode(name=found.info.name, address=where, host=host, port=port,
@@ -197,7 +197,7 @@ class NodeManager:
         except PairingFailed:
             return  # nothing answers: the caller's 502 stands
         if found.kind == "ours":
-            raise Invalid(409, "already_paired", f"The agent at {format_address(host, port)} is already paired "
+            raise DaemonProblem(409, "already_paired", f"The agent at {format_address(host, port)} is already paired "
                           "with this daemon.")
         if found.kind != "unpaired":
             _refuse(found.kind, format_address(host, port))
@@ -214,7 +214,7 @@ class NodeManager:
                 _LOGGER.warning("pairing with %s failed: %s", format_address(host, port), exc.code)
                 if exc.code == "node_unreachable":
                     await self._refuse_if_paired(host, port)  # an agent answers, but only over mutual TLS
-                raise Invalid(exc.status, exc.code, exc.message) from exc
+                raise DaemonProblem(exc.status, exc.code, exc.message) from exc
             record = NodeRecord(id=paired.node_id, name=paired.info.name, host=host, port=port,
                                 certificate_pem=paired.certificate_pem,
                                 pairing_fingerprint=request.fingerprint.lower(), hostname=paired.info.hostname,
@@ -234,11 +234,11 @@ class NodeManager:
     async def remove(self, node_id: str) -> bool:
         """Stop the node's models, tell its agent to unpair, forget it. True if the agent was told."""
         if node_id == LOCAL_NODE:
-            raise Invalid(409, "cannot_remove_local", "This machine's own agent cannot be removed; run the "
+            raise DaemonProblem(409, "cannot_remove_local", "This machine's own agent cannot be removed; run the "
                           "daemon with --no-local-agent instead.")
         record = self.store.get(node_id)
         if record is None:
-            raise Invalid(404, "node_not_found", f"no paired node with id '{node_id}'")
+            raise DaemonProblem(404, "node_not_found", f"no paired node with id '{node_id}'")
         link = self.links.get(node_id)
         told = False
         if link is not None and link.online:
@@ -267,8 +267,8 @@ class NodeManager:
 def _refuse(kind: str, where: str) -> NoReturn:
     """The 409 for an agent at ``where`` that cannot be paired: a removed node of ours, or another's."""
     if kind == "removed":
-        raise Invalid(409, "node_removed", f"The agent at {where} holds a certificate from this daemon for a "
+        raise DaemonProblem(409, "node_removed", f"The agent at {where} holds a certificate from this daemon for a "
                       "node that was removed; it is refused. Run `mirbadllm agent --unpair` on that "
                       "machine, then pair it again.")
-    raise Invalid(409, "not_pairable", f"The agent at {where} is not waiting to be paired: it is paired with "
+    raise DaemonProblem(409, "not_pairable", f"The agent at {where} is not waiting to be paired: it is paired with "
                   "another daemon, or it is not a MirbadLLM agent.")

@@ -1,4 +1,4 @@
-"""The nodes part of the admin API (admin token required); see ``daemon.api.client`` for the table.
+"""Handlers of the nodes part of the admin API (admin token required); the routes are in ``daemon.routes``.
 
     GET    /api/nodes                          -> list[NodeView]
     GET    /api/nodes/discovered               -> list[DiscoveredNode]
@@ -14,15 +14,13 @@ and is never logged, stored, audited or echoed in an error.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
 
-from daemon.admin import Invalid
 from daemon.api.nodes import NodeAddressRequest, NodePairRequest
+from daemon.errors import DaemonProblem, M, json_response, read_json, validated
 from daemon.telemetry import gpu_subject
 
 if TYPE_CHECKING:
@@ -34,62 +32,33 @@ MAX_NODES_BODY = 64 * 1024
 RANGES = ("5m", "1h", "24h", "7d")
 
 
-def _json(model: BaseModel | list[BaseModel], status: int = 200) -> web.Response:
-    if isinstance(model, list):
-        text = "[" + ",".join(m.model_dump_json() for m in model) + "]"
-    else:
-        text = model.model_dump_json()
-    return web.Response(text=text, status=status, content_type="application/json")
-
-
-async def _body(request: web.Request, contract: type[BaseModel]) -> BaseModel:
-    if request.content_length is not None and request.content_length > MAX_NODES_BODY:
-        raise Invalid(413, "request_too_large", "Request body is too large.")
-    try:
-        data = json.loads(await request.read())
-    except ValueError:
-        raise Invalid(400, "invalid_json", "Request body is not valid JSON.") from None
-    try:
-        return contract.model_validate(data)
-    except ValidationError as exc:
-        # Field names and pydantic's messages only: never the input, which may hold the code.
-        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()]
-        raise Invalid(422, "invalid_request", "; ".join(parts)) from None
+async def _body(request: web.Request, contract: type[M]) -> M:
+    # Field names and pydantic's messages only: never the input, which may hold the code.
+    return validated(contract, await read_json(request, MAX_NODES_BODY))
 
 
 class NodesApi:
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
 
-    def routes(self) -> list[web.RouteDef]:
-        return [
-            web.get("/api/nodes", self.list_nodes),
-            web.get("/api/nodes/discovered", self.discovered),
-            web.post("/api/nodes/discovered", self.add_address),            # body: NodeAddressRequest
-            web.post("/api/nodes/pair", self.pair),                         # body: NodePairRequest
-            web.get("/api/nodes/{id}", self.get_node),
-            web.delete("/api/nodes/{id}", self.remove),
-            web.get("/api/nodes/{id}/gpus/{gpu}/history", self.gpu_history),  # ?range=5m|1h|24h|7d
-        ]
-
     async def list_nodes(self, request: web.Request) -> web.Response:
-        return _json(self.d.nodes.views())  # type: ignore[arg-type]
+        return json_response(self.d.nodes.views())
 
     async def discovered(self, request: web.Request) -> web.Response:
-        return _json(self.d.nodes.discovered())  # type: ignore[arg-type]
+        return json_response(self.d.nodes.discovered())
 
     async def add_address(self, request: web.Request) -> web.Response:
         body = await _body(request, NodeAddressRequest)
         assert isinstance(body, NodeAddressRequest)
-        return _json(await self.d.nodes.add_address(body.address))
+        return json_response(await self.d.nodes.add_address(body.address))
 
     async def pair(self, request: web.Request) -> web.Response:
         body = await _body(request, NodePairRequest)
         assert isinstance(body, NodePairRequest)
-        return _json(await self.d.nodes.pair(body), status=201)
+        return json_response(await self.d.nodes.pair(body), status=201)
 
     async def get_node(self, request: web.Request) -> web.Response:
-        return _json(self.d.nodes.view(request.match_info["id"]))
+        return json_response(self.d.nodes.view(request.match_info["id"]))
 
     async def remove(self, request: web.Request) -> web.Response:
         await self.d.nodes.remove(request.match_info["id"])
@@ -100,8 +69,8 @@ class NodesApi:
         wanted = request.match_info["gpu"]
         gpu = next((g for g in node.gpus if wanted in (g.uuid, str(g.index))), None)
         if gpu is None:
-            raise Invalid(404, "gpu_not_found", f"node '{node.name}' has no GPU '{wanted}'")
+            raise DaemonProblem(404, "gpu_not_found", f"node '{node.name}' has no GPU '{wanted}'")
         range_ = request.query.get("range", "5m")
         if range_ not in RANGES:
-            raise Invalid(400, "invalid_parameter", "range must be one of 5m, 1h, 24h, 7d")
-        return _json(await self.d.history.series("gpu", gpu_subject(node.id, gpu), range_))  # type: ignore[arg-type]
+            raise DaemonProblem(400, "invalid_parameter", "range must be one of 5m, 1h, 24h, 7d")
+        return json_response(await self.d.history.series("gpu", gpu_subject(node.id, gpu), range_))  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from typing import Any
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
+from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.fleet import AgentLink
 from daemon.health import RestartBook
@@ -26,10 +27,8 @@ _LOGGER = logging.getLogger(__name__)
 FIRST_CONTACT_S = 30.0
 
 
-class OrchestratorError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+class OrchestratorError(DaemonProblem):
+    """A start, stop or restart refused."""
 
 
 class Orchestrator:

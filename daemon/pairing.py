@@ -33,6 +33,7 @@ from agent.api.pairing import (
     proofs_equal,
     transcript,
 )
+from daemon.errors import DaemonProblem
 from daemon.nodes import format_address, issued_by
 from daemon.pki import CertificateAuthority, cert_pem, fingerprint
 
@@ -42,12 +43,8 @@ PROBE_TIMEOUT_S = 8.0
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-class PairingFailed(Exception):
-    """Pairing or probing failed; ``status``/``code``/``message`` become the API's error."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+class PairingFailed(DaemonProblem):
+    """Pairing or probing failed; it becomes the API's error."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from agent.api.json_store import JsonStore, UnreadableStore
 from agent.api.llamacpp import config_hash, lift_extra_args
 from daemon.api.demo_model import DEMO_MODEL_ID, DEMO_PACKAGE, demo_definition
 from daemon.api.models import ModelDefinition
+from daemon.errors import DaemonProblem
 from daemon.validation import (
     DefinitionRejected,
     UnknownNode,
@@ -24,10 +25,8 @@ from daemon.validation import (
 _LOGGER = logging.getLogger(__name__)
 
 
-class RegistryError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+class RegistryError(DaemonProblem):
+    """A model definition refused (unknown model, name clash, unknown node)."""
 
 
 class _RegistryFile(BaseModel):

@@ -1,12 +1,5 @@
-"""Wiring of the daemon: ``Daemon`` owns the parts, ``create_app`` builds the aiohttp application.
-
-Route table (besides ``/api``, listed in ``daemon.admin``):
-
-    GET  /healthz                 no token
-    GET  /metrics                 Prometheus text, no token
-    GET  /v1/models               API key when keys are required
-    GET  /v1/models/{name}        one entry of that list, else 404 model_not_found
-    *    /v1/{path}               routed by the body's ``model``
+"""Wiring of the daemon: ``Daemon`` owns the parts, ``create_app`` builds the aiohttp application
+from the one route table in ``daemon.routes``.
 """
 
 from __future__ import annotations
@@ -22,12 +15,16 @@ from aiohttp import web
 
 from agent.api.client import AgentClient
 from daemon import admin_token
-from daemon.admin import AdminApi, Invalid
 from daemon.api.models import DaemonInfo, DaemonSettings
 from daemon.api.program import program_version
 from daemon.atomic import write_json_atomic
 from daemon.config import DaemonConfig, save_settings
-from daemon.errors import CURRENT_REQUEST_ID, error_response, internal_error
+from daemon.errors import (
+    CURRENT_REQUEST_ID,
+    DaemonProblem,
+    error_response,
+    internal_error,
+)
 from daemon.events import EventBus
 from daemon.fleet import AgentLink, LocalAgentProcess
 from daemon.health import HealthMonitor, RestartBook
@@ -36,14 +33,18 @@ from daemon.jobs.manager import JobManager
 from daemon.keys import KeyStore
 from daemon.metrics import RouterMetrics
 from daemon.node_manager import NodeManager
-from daemon.nodes_api import NodesApi
-from daemon.orchestrator import Orchestrator, OrchestratorError
+from daemon.orchestrator import Orchestrator
 from daemon.paths import DaemonPaths
 from daemon.pki import CertificateAuthority
-from daemon.registry import Registry, RegistryError, assemble_demo_gguf
+from daemon.registry import Registry, assemble_demo_gguf
 from daemon.router import REQUEST_ID, Router, note_failure, request_id_for
+from daemon.routes import route_table
 from daemon.telemetry import TelemetryCollector
-from daemon.tls import client_ssl_context, ensure_client_certificate, ensure_local_agent_identity
+from daemon.tls import (
+    client_ssl_context,
+    ensure_client_certificate,
+    ensure_local_agent_identity,
+)
 from daemon.upgrades.manager import UpgradeManager
 
 _LOGGER = logging.getLogger(__name__)
@@ -220,8 +221,8 @@ def _middlewares(daemon: Daemon) -> list[Any]:
     async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             return await handler(request)
-        except (RegistryError, OrchestratorError, Invalid) as exc:
-            return error_response(exc.status, exc.code, exc.message)
+        except DaemonProblem as problem:
+            return problem.response()
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, "request_too_large", "Request body is too large.")
         except web.HTTPException as exc:
@@ -239,29 +240,25 @@ def _middlewares(daemon: Daemon) -> list[Any]:
     return [request_id, daemon.router.access_log, errors, host_check, admin_auth]
 
 
-def create_app(daemon: Daemon) -> web.Application:
-    app = web.Application(middlewares=_middlewares(daemon))
-    admin = AdminApi(daemon)
+class Probes:
+    """``/healthz`` and ``/metrics``."""
 
-    async def healthz(request: web.Request) -> web.Response:
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+
+    async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "version": _VERSION})
 
-    async def metrics(request: web.Request) -> web.Response:
-        for definition in daemon.registry.all():
-            ready = daemon.orchestrator.status(definition).state.value == "ready"
-            daemon.metrics.model_ready.labels(definition.served_name).set(1 if ready else 0)
-        return web.Response(body=daemon.metrics.render(), content_type="text/plain", charset="utf-8")
+    async def metrics(self, request: web.Request) -> web.Response:
+        for definition in self.d.registry.all():
+            ready = self.d.orchestrator.status(definition).state.value == "ready"
+            self.d.metrics.model_ready.labels(definition.served_name).set(1 if ready else 0)
+        return web.Response(body=self.d.metrics.render(), content_type="text/plain", charset="utf-8")
 
-    app.add_routes([
-        web.get("/healthz", healthz),
-        web.get("/metrics", metrics),
-        web.get("/v1/models", daemon.router.list_models),
-        web.get("/v1/models/{name:.+}", daemon.router.retrieve_model),
-        web.route("*", "/v1/{path:.*}", daemon.router.proxy),
-        *admin.routes(),
-        *daemon.upgrades.routes(),  # before /api/nodes/{id}, which would take "upgrade" for an id
-        *NodesApi(daemon).routes(),
-    ])
+
+def create_app(daemon: Daemon) -> web.Application:
+    app = web.Application(middlewares=_middlewares(daemon))
+    app.add_routes(route_table(daemon, Probes(daemon)))
 
     async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
         if REQUEST_ID in request:

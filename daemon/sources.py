@@ -3,7 +3,8 @@
 The node's agent does the file work; this module picks the node's link, forwards the request,
 then follows the agent's transfers by long-poll and turns every change into an event
 (``transfer.state``, ``transfer.progress``). When a transfer is done, the models it produced are
-registered (``model.added``) unless the request said not to. Routes (admin token required):
+registered (``model.added``) unless the request said not to. Routes (admin token required; the
+table is ``daemon.routes``):
 
     GET  /api/fit                       -> FitReport   # ?node=ID&path=P | &hf_repo=R&hf_file=F&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
     POST /api/fit                       -> FitReport   # body: FitQuery
@@ -20,10 +21,11 @@ registered (``model.added``) unless the request said not to. Routes (admin token
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -47,7 +49,14 @@ from daemon.api.sources import (
     OllamaImportQuery,
     Transfer,
 )
-from daemon.errors import error_response
+from daemon.errors import (
+    DaemonProblem,
+    M,
+    error_response,
+    json_response,
+    read_json,
+    validated,
+)
 from daemon.transfer_registration import register_models
 
 if TYPE_CHECKING:
@@ -57,24 +66,16 @@ _LOGGER = logging.getLogger(__name__)
 
 MAX_BODY = 256 * 1024
 POLL_S = 20.0
-M = TypeVar("M", bound=BaseModel)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+Handler = Callable[[Any, web.Request], Awaitable[web.StreamResponse]]
 
 
 def _answers(handler: Handler) -> Handler:
-    """Agent failures and bad bodies as the API's own error shape."""
+    """Agent failures as the API's own error shape."""
 
-    async def wrapped(request: web.Request) -> web.StreamResponse:
+    @functools.wraps(handler)
+    async def wrapped(self: SourcesApi, request: web.Request) -> web.StreamResponse:
         try:
-            return await handler(request)
-        except _Refused as exc:
-            return error_response(exc.status, exc.code, exc.message)
+            return await handler(self, request)
         except AgentError as exc:
             return error_response(exc.status or 502, exc.code, exc.message)
 
@@ -82,19 +83,7 @@ def _answers(handler: Handler) -> Handler:
 
 
 async def _body(request: web.Request, model: type[M]) -> M:
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise _Refused(413, "request_too_large", "Request body is too large.")
-    try:
-        return model.model_validate_json(await request.read() or b"null")
-    except ValidationError as exc:
-        where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
-        raise _Refused(422, "invalid_request", where) from exc
-
-
-def _json(value: BaseModel | list[Any], status: int = 200) -> web.Response:
-    if isinstance(value, list):
-        return web.json_response([v.model_dump(mode="json") for v in value], status=status)
-    return web.Response(text=value.model_dump_json(), status=status, content_type="application/json")
+    return validated(model, await read_json(request, MAX_BODY, empty=None))
 
 
 def _as_agent(model: type[M], query: BaseModel) -> M:
@@ -121,83 +110,78 @@ class SourcesApi:
         self._watching: set[str] = set()
         self._queries: dict[str, Any] = {}  # what to register when a transfer is done
 
-    def routes(self) -> list[web.RouteDef]:
-        return [
-            web.get("/api/fit", _answers(self.fit_get)),         # ?node=&path= | &hf_repo=&hf_file=&revision=; &ctx_size=
-            web.post("/api/fit", _answers(self.fit)),            # body: FitQuery
-            web.post("/api/downloads", _answers(self.download)),  # body: DownloadQuery
-            web.get("/api/imports/ollama", _answers(self.ollama_models)),  # ?node=ID&store=PATH
-            web.post("/api/imports/ollama", _answers(self.import_ollama)),  # body: OllamaImportQuery
-            web.post("/api/imports/folder", _answers(self.import_folder)),  # body: FolderImportQuery
-            web.get("/api/imports/lmstudio", _answers(self.lmstudio_models)),  # ?node=ID
-            web.get("/api/transfers", self.list_transfers),
-            web.get("/api/transfers/{id}", _answers(self.get_transfer)),
-            web.post("/api/transfers/{id}/cancel", _answers(self.cancel)),
-        ]
-
     def _client(self, node: str) -> AgentClient:
         link = self.d.orchestrator.links.get(node)
         if link is None:
-            raise _Refused(404, "node_unknown", f"no node '{node}'")
+            raise DaemonProblem(404, "node_unknown", f"no node '{node}'")
         if not link.online:
-            raise _Refused(503, "node_offline", f"node '{node}' is offline: {link.last_error}")
+            raise DaemonProblem(503, "node_offline", f"node '{node}' is offline: {link.last_error}")
         return link.client
 
+    @_answers
     async def fit_get(self, request: web.Request) -> web.Response:
         try:
             query = fit_query_from(request.query)
         except (ValueError, ValidationError) as exc:
-            raise _Refused(422, "invalid_request", f"bad query: {exc}") from exc
+            raise DaemonProblem(422, "invalid_request", f"bad query: {exc}") from exc
         return await self._fit(query)
 
+    @_answers
     async def fit(self, request: web.Request) -> web.Response:
         return await self._fit(await _body(request, FitQuery))
 
     async def _fit(self, query: FitQuery) -> web.Response:
         client = self._client(query.node)
-        return _json(await client.fit(_as_agent(FitRequest, query)))
+        return json_response(await client.fit(_as_agent(FitRequest, query)))
 
+    @_answers
     async def download(self, request: web.Request) -> web.Response:
         query = await _body(request, DownloadQuery)
         info = await self._client(query.node).download(_as_agent(DownloadRequest, query))
-        return _json(await self._track(query.node, info, query), 202)
+        return json_response(await self._track(query.node, info, query), 202)
 
+    @_answers
     async def ollama_models(self, request: web.Request) -> web.Response:
         client = self._client(request.query.get("node") or "local")
-        return _json(await client.ollama_models(request.query.get("store") or None))
+        return json_response(await client.ollama_models(request.query.get("store") or None))
 
+    @_answers
     async def lmstudio_models(self, request: web.Request) -> web.Response:
-        return _json(await self._client(request.query.get("node") or "local").lmstudio_models())
+        return json_response(await self._client(request.query.get("node") or "local").lmstudio_models())
 
+    @_answers
     async def import_ollama(self, request: web.Request) -> web.Response:
         query = await _body(request, OllamaImportQuery)
         info = await self._client(query.node).import_ollama(_as_agent(OllamaImportRequest, query))
-        return _json(await self._track(query.node, info, query), 202)
+        return json_response(await self._track(query.node, info, query), 202)
 
+    @_answers
     async def import_folder(self, request: web.Request) -> web.Response:
         query = await _body(request, FolderImportQuery)
         info = await self._client(query.node).import_folder(_as_agent(FolderImportRequest, query))
-        return _json(await self._track(query.node, info, query), 202)
+        return json_response(await self._track(query.node, info, query), 202)
 
     async def list_transfers(self, request: web.Request) -> web.Response:
-        return _json(sorted(self.transfers.values(), key=lambda t: t.created_at))
+        return json_response(sorted(self.transfers.values(), key=lambda t: t.created_at))
 
     def _find(self, request: web.Request) -> Transfer:
         found = self.transfers.get(request.match_info["id"])
         if found is None:
-            raise _Refused(404, "transfer_not_found", f"no transfer '{request.match_info['id']}'")
+            raise DaemonProblem(404, "transfer_not_found", f"no transfer '{request.match_info['id']}'")
         return found
 
+    @_answers
     async def get_transfer(self, request: web.Request) -> web.Response:
-        return _json(self._find(request))
+        return json_response(self._find(request))
 
+    @_answers
     async def cancel(self, request: web.Request) -> web.Response:
         transfer = self._find(request)
         if transfer.state not in FINISHED_TRANSFERS:
             info = await self._client(transfer.node).cancel_transfer(transfer.agent_id)
             await self._update(transfer.id, info)
         await self.d.history.audit("admin", "transfer.cancel", transfer.id)
-        return _json(self.transfers[transfer.id])
+        return json_response(self.transfers[transfer.id])
 
     # --- following the agents' transfers -------------------------------------------------------
     async def _track(self, node: str, info: TransferInfo, query: Any) -> Transfer:

@@ -1,4 +1,4 @@
-"""Handlers of ``/api/jobs`` (the routes are listed in ``daemon.admin``'s one table).
+"""Handlers of ``/api/jobs`` (the routes are in ``daemon.routes``' one table).
 
     POST /api/jobs/benchmark        body BenchmarkRequest -> JobView (202); 409 job_conflict | model_not_ready
     POST /api/jobs/tune             body TuneRequest -> JobView (202); 409 job_conflict
@@ -12,17 +12,16 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from agent.api.client import AgentError
 from daemon.api.jobs import BenchmarkRequest, PlanStep, TuneRequest, TuningPlan
-from daemon.errors import error_response
+from daemon.errors import error_response, json_response, read_json, validation_message
 from daemon.jobs.manager import JobError, JobManager
 from daemon.jobs.planner import (
     DIMENSIONS,
@@ -49,11 +48,8 @@ def _answers(handler: Handler) -> Callable[[JobsApi, web.Request], Awaitable[web
     async def wrapped(self: JobsApi, request: web.Request) -> web.StreamResponse:
         try:
             return await handler(self, request)
-        except JobError as exc:
-            return error_response(exc.status, exc.code, exc.message)
         except ValidationError as exc:
-            where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
-            return error_response(422, "invalid_job", where)
+            return error_response(422, "invalid_job", validation_message(exc))
         except ValueError as exc:
             return error_response(400, "invalid_job", str(exc))
         except AgentError as exc:
@@ -61,18 +57,8 @@ def _answers(handler: Handler) -> Callable[[JobsApi, web.Request], Awaitable[web
     return wrapped
 
 
-def _json(value: BaseModel | list[Any], status: int = 200) -> web.Response:
-    if isinstance(value, list):
-        text = json.dumps([v.model_dump(mode="json") for v in value])
-    else:
-        text = value.model_dump_json()
-    return web.Response(text=text, status=status, content_type="application/json")
-
-
 async def _body(request: web.Request) -> Any:
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise ValueError("request body too large")
-    return await request.json()
+    return await read_json(request, MAX_BODY)
 
 
 class JobsApi:
@@ -88,18 +74,18 @@ class JobsApi:
         body = BenchmarkRequest.model_validate(await _body(request))
         view = await self.jobs.start_benchmark(body)
         await self.d.history.audit("admin", "job.benchmark", body.model, view.id)
-        return _json(view, status=202)
+        return json_response(view, status=202)
 
     @_answers
     async def start_tune(self, request: web.Request) -> web.StreamResponse:
         body = TuneRequest.model_validate(await _body(request))
         view = await self.jobs.start_tune(body)
         await self.d.history.audit("admin", "job.tune", body.model, view.id)
-        return _json(view, status=202)
+        return json_response(view, status=202)
 
     @_answers
     async def plan_tune(self, request: web.Request) -> web.StreamResponse:
-        return _json(await self.plan(TuneRequest.model_validate(await _body(request))))
+        return json_response(await self.plan(TuneRequest.model_validate(await _body(request))))
 
     async def plan(self, body: TuneRequest) -> TuningPlan:
         definition = self.d.registry.require(body.model)
@@ -130,21 +116,21 @@ class JobsApi:
         kind = request.query.get("kind")
         if kind not in (None, "benchmark", "tune"):
             raise ValueError("kind must be benchmark or tune")
-        return _json(await self.jobs.list(request.query.get("model"), kind))
+        return json_response(await self.jobs.list(request.query.get("model"), kind))
 
     @_answers
     async def get_job(self, request: web.Request) -> web.StreamResponse:
-        return _json(self.jobs.get(request.match_info["id"]))
+        return json_response(self.jobs.get(request.match_info["id"]))
 
     @_answers
     async def cancel_job(self, request: web.Request) -> web.StreamResponse:
         view = await self.jobs.cancel(request.match_info["id"])
         await self.d.history.audit("admin", "job.cancel", view.model, view.id)
-        return _json(view)
+        return json_response(view)
 
     @_answers
     async def apply_job(self, request: web.Request) -> web.StreamResponse:
         restart = request.query.get("restart") in ("1", "true")
         view = await self.jobs.apply(request.match_info["id"], restart)
         await self.d.history.audit("admin", "job.apply", view.definition.id, request.match_info["id"])
-        return _json(view)
+        return json_response(view)

@@ -28,6 +28,7 @@ from daemon.api.jobs import (
     TuningResult,
 )
 from daemon.api.models import ModelDefinition, ModelState, ModelView
+from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.jobs.instances import NodeAccess, runtime_session
 from daemon.jobs.job import Job, MaintenanceWindow, view_of_result
@@ -42,10 +43,8 @@ _LOGGER = logging.getLogger(__name__)
 CANCEL_WAIT_S = 300.0
 
 
-class JobError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+class JobError(DaemonProblem):
+    """A job refused (conflict, unknown job, no winner)."""
 
 
 class JobManager:

@@ -1,4 +1,4 @@
-"""``UpgradeManager``: at most one rollout at a time, its state, and the admin routes.
+"""``UpgradeManager``: at most one rollout at a time, its state, and the admin handlers.
 
     GET  /api/nodes/upgrade   -> RolloutView     # state idle until the first rollout
     POST /api/nodes/upgrade   -> RolloutView     # body: UpgradeRequest (optional); 202, 409 upgrade_running
@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from pydantic import ValidationError
 
-from daemon.admin import Invalid
 from daemon.api.models import LOCAL_NODE
 from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.updates.staging import UpdateError
 from daemon.api.upgrades import RolloutState, RolloutView, UpgradeRequest
+from daemon.errors import DaemonProblem, json_response, read_json, validated
 from daemon.upgrades.release import load_release_async
 from daemon.upgrades.rollout import NodeTarget, Rollout
 
@@ -61,16 +59,16 @@ class UpgradeManager:
 
     async def start(self, request: UpgradeRequest) -> RolloutView:
         if self._task is not None and not self._task.done():
-            raise Invalid(409, "upgrade_running", f"A rollout of {self.view().version} is running; wait for it "
+            raise DaemonProblem(409, "upgrade_running", f"A rollout of {self.view().version} is running; wait for it "
                           "to finish (GET /api/nodes/upgrade).")
         targets = self._targets()
         if not targets:
-            raise Invalid(409, "no_nodes", "No paired node to upgrade: pair a node first.")
+            raise DaemonProblem(409, "no_nodes", "No paired node to upgrade: pair a node first.")
         folder = Path(request.folder).expanduser() if request.folder else self.default_folder
         try:
             release = await load_release_async(folder, self.trusted_keys)
         except UpdateError as exc:
-            raise Invalid(422, "release_refused", exc.message) from None
+            raise DaemonProblem(422, "release_refused", exc.message) from None
         self.rollout = Rollout(release, targets, self.d.config.upgrades, self._publish)
         self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name="agent-rollout")
         _LOGGER.info("rolling out agent %s to %d node(s)", release.version, len(targets))
@@ -89,25 +87,10 @@ class UpgradeManager:
         if self.rollout is not None and self.rollout.view.state == RolloutState.RUNNING:
             _LOGGER.warning("the daemon stopped during the rollout of %s", self.rollout.release.version)
 
-    # --- routes --------------------------------------------------------------------------------
-    def routes(self) -> list[web.RouteDef]:
-        return [
-            web.get("/api/nodes/upgrade", self._get),
-            web.post("/api/nodes/upgrade", self._post),     # body: UpgradeRequest (optional)
-        ]
-
+    # --- handlers (the routes are in daemon.routes) ----------------------------------------
     async def _get(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.view().model_dump_json(), content_type="application/json")
+        return json_response(self.view())
 
     async def _post(self, request: web.Request) -> web.Response:
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            raise Invalid(413, "request_too_large", "Request body is too large.")
-        raw = await request.read()
-        try:
-            body = UpgradeRequest.model_validate(json.loads(raw) if raw.strip() else {})
-        except ValueError as exc:
-            if isinstance(exc, ValidationError):
-                raise Invalid(422, "invalid_request", exc.errors()[0]["msg"]) from None
-            raise Invalid(400, "invalid_json", "Request body is not valid JSON.") from None
-        view = await self.start(body)
-        return web.Response(text=view.model_dump_json(), status=202, content_type="application/json")
+        body = validated(UpgradeRequest, await read_json(request, MAX_BODY, empty={}))
+        return json_response(await self.start(body), status=202)

@@ -1,0 +1,87 @@
+"""The daemon's one route table: every route of ``/healthz``, ``/metrics``, ``/v1`` and ``/api``.
+
+Each line is method, path, handler, and in a trailing comment its query parameters or body. The
+handlers live with their parts (``daemon.admin``, ``daemon.sources``, ``daemon.jobs.api``,
+``daemon.nodes_api``, ``daemon.upgrades.manager``, ``daemon.router``); errors they raise are
+``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``.
+
+Order matters where a literal path shares a prefix with a ``{id}`` path: ``/api/nodes/upgrade``,
+``/api/nodes/discovered`` and ``/api/nodes/pair`` come before ``/api/nodes/{id}``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from daemon.admin import AdminApi
+from daemon.nodes_api import NodesApi
+
+if TYPE_CHECKING:
+    from daemon.server import Daemon, Probes
+
+
+def route_table(daemon: Daemon, probes: Probes) -> list[web.RouteDef]:
+    admin = AdminApi(daemon)
+    sources, jobs, nodes, upgrades, router = admin.sources, admin.jobs, NodesApi(daemon), daemon.upgrades, daemon.router
+    return [
+        web.get("/healthz", probes.healthz),                                 # no token
+        web.get("/metrics", probes.metrics),                                 # Prometheus text, no token
+
+        # --- /v1: API key when keys are required -------------------------------------------------
+        web.get("/v1/models", router.list_models),
+        web.get("/v1/models/{name:.+}", router.retrieve_model),              # else 404 model_not_found
+        web.route("*", "/v1/{path:.*}", router.proxy),                      # routed by the body's model
+
+        # --- /api: admin token ---------------------------------------------------------------------
+        web.get("/api/status", admin.status),
+        web.get("/api/events", admin.events),                                # ?since=ID&timeout=S
+        web.get("/api/models", admin.list_models),
+        web.post("/api/models", admin.create_model),                         # body: ModelDefinition
+        web.get("/api/models/{id}", admin.get_model),
+        web.put("/api/models/{id}", admin.update_model),                     # body: ModelDefinition
+        web.delete("/api/models/{id}", admin.delete_model),
+        web.post("/api/models/{id}/start", admin.start_model),               # ?wait=0|1&force=0|1
+        web.post("/api/models/{id}/stop", admin.stop_model),
+        web.post("/api/models/{id}/restart", admin.restart_model),
+        web.get("/api/models/{id}/logs", admin.model_logs),                  # ?tail=N&follow=0|1
+        web.get("/api/models/{id}/history", admin.model_history),            # ?range=5m|1h|24h|7d
+        web.get("/api/nodes/{id}/history", admin.node_history),              # ?range=5m|1h|24h|7d
+        web.get("/api/keys", admin.list_keys),
+        web.post("/api/keys", admin.create_key),                             # body: ApiKeyCreate
+        web.delete("/api/keys/{id}", admin.revoke_key),
+        web.get("/api/settings", admin.get_settings),
+        web.put("/api/settings", admin.put_settings),                        # body: DaemonSettings
+        web.get("/api/requests", admin.recent_requests),                     # ?limit=N
+        web.post("/api/shutdown", admin.shutdown),                           # ?stop_models=0|1
+
+        web.get("/api/fit", sources.fit_get),                                # ?node=ID&path=P | &hf_repo=R&hf_file=F&quant=Q&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
+        web.post("/api/fit", sources.fit),                                   # body: FitQuery
+        web.post("/api/downloads", sources.download),                        # body: DownloadQuery
+        web.get("/api/imports/ollama", sources.ollama_models),               # ?node=ID&store=PATH
+        web.post("/api/imports/ollama", sources.import_ollama),              # body: OllamaImportQuery
+        web.post("/api/imports/folder", sources.import_folder),              # body: FolderImportQuery
+        web.get("/api/imports/lmstudio", sources.lmstudio_models),           # ?node=ID
+        web.get("/api/transfers", sources.list_transfers),
+        web.get("/api/transfers/{id}", sources.get_transfer),
+        web.post("/api/transfers/{id}/cancel", sources.cancel),
+
+        web.post("/api/jobs/benchmark", jobs.start_benchmark),               # body: BenchmarkRequest
+        web.post("/api/jobs/tune", jobs.start_tune),                         # body: TuneRequest
+        web.post("/api/jobs/tune/plan", jobs.plan_tune),                     # body: TuneRequest
+        web.get("/api/jobs", jobs.list_jobs),                                # ?model=ID&kind=benchmark|tune
+        web.get("/api/jobs/{id}", jobs.get_job),
+        web.post("/api/jobs/{id}/cancel", jobs.cancel_job),
+        web.post("/api/jobs/{id}/apply", jobs.apply_job),                    # ?restart=0|1
+
+        web.get("/api/nodes/upgrade", upgrades._get),                        # before /api/nodes/{id}
+        web.post("/api/nodes/upgrade", upgrades._post),                      # body: UpgradeRequest (optional)
+        web.get("/api/nodes", nodes.list_nodes),
+        web.get("/api/nodes/discovered", nodes.discovered),
+        web.post("/api/nodes/discovered", nodes.add_address),                # body: NodeAddressRequest
+        web.post("/api/nodes/pair", nodes.pair),                             # body: NodePairRequest
+        web.get("/api/nodes/{id}", nodes.get_node),
+        web.delete("/api/nodes/{id}", nodes.remove),
+        web.get("/api/nodes/{id}/gpus/{gpu}/history", nodes.gpu_history),    # ?range=5m|1h|24h|7d
+    ]
