@@ -37,6 +37,9 @@ class DaemonConfig(BaseModel):
     event_ring: int = Field(default=2000, ge=10, description="Events kept for the long-poll feed.")
     history_interval_s: float = Field(default=2.0, gt=0, description="Telemetry pull interval.")
     telemetry_interval_s: float = Field(default=2.0, gt=0, description="Agent telemetry sampling interval.")
+    runtime_first_port: int | None = Field(default=None, ge=1024, le=65000,
+                                           description="Lowest loopback port for the local agent's runtimes "
+                                                       "(default: the agent's, 18080).")
     seed_demo_model: bool = Field(default=True, description="Register the demo model on first run.")
     health: HealthPolicy = Field(default_factory=HealthPolicy, description="Crash restarts and probes.")
     nodes: NodePolicy = Field(default_factory=NodePolicy, description="LAN discovery and the node monitor.")

@@ -85,8 +85,9 @@ class LocalAgentProcess:
     """
 
     def __init__(self, home: Path, log_path: Path, llama_server: str | None,
-                 telemetry_interval_s: float = 2.0) -> None:
+                 telemetry_interval_s: float = 2.0, first_port: int | None = None) -> None:
         self.home = home
+        self._first_port = first_port
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self._log_path = log_path
@@ -100,6 +101,8 @@ class LocalAgentProcess:
                             "--port", str(self.port), "--telemetry-interval", str(self._telemetry_interval_s))
         if self._llama_server:
             argv += ["--llama-server", self._llama_server]
+        if self._first_port is not None:
+            argv += ["--first-port", str(self._first_port)]
         return argv
 
     async def spawn(self) -> None:

@@ -119,7 +119,8 @@ class Daemon:
         key, cert = ensure_client_certificate(ca, self.paths.pki)
         ensure_local_agent_identity(ca, self.paths.local_agent_home / "identity")
         self.local_agent = LocalAgentProcess(self.paths.local_agent_home, self.paths.logs / "agent.log",
-                                             self.config.llama_server, self.config.telemetry_interval_s)
+                                             self.config.llama_server, self.config.telemetry_interval_s,
+                                             self.config.runtime_first_port)
         await self.local_agent.spawn()
         self.spawn(self.local_agent.supervise())
         client = AgentClient(self.local_agent.url, client_ssl_context(self.paths.pki / "ca.crt", key, cert))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
-import random
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -15,9 +13,10 @@ from agent.manager import InstanceManager
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
 from agent.runtimes.catalog import RuntimeCatalog
-from agent.runtimes.llamacpp import LlamaCppDriver, port_is_free
+from agent.runtimes.llamacpp import LlamaCppDriver
 from agent.runtimes.run import RuntimeRun
 from tests.fakes.gguf_files import gguf_bytes
+from tests.fakes.ports import free_port_block
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -30,21 +29,11 @@ def model_file(tmp_path: Path) -> Path:
     return path
 
 
-# Each test gets the next block, from a random start, so tests of one run never share ports.
-_ALL_BASES = list(range(20000, 32000, 50))
-_START = random.randrange(len(_ALL_BASES))
-_BASES = itertools.cycle(_ALL_BASES[_START:] + _ALL_BASES[:_START])
-
-
 @pytest.fixture
 def port_base() -> int:
     """A first runtime port away from the default 18080 (and below the ephemeral range), with the
     next 20 ports free, so tests neither meet a real agent nor each other."""
-    for _ in range(240):
-        base = next(_BASES)
-        if all(port_is_free(port) for port in range(base, base + 20)):
-            return base
-    raise RuntimeError("no free block of 20 ports in 20000-32000")
+    return free_port_block(20)
 
 
 @pytest.fixture

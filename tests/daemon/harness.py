@@ -13,6 +13,7 @@ from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 from daemon.config import DaemonConfig
 from daemon.paths import DaemonPaths
 from daemon.server import Daemon, start_server
+from tests.fakes.ports import free_port_block
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -49,8 +50,10 @@ class RunningDaemon:
 
 @asynccontextmanager
 async def running_daemon(home: Path, llama_server: Path | str | None, **config: object) -> AsyncIterator[RunningDaemon]:
+    # Runtimes on a block of their own: never 18080, where `make run` (or another test) may be.
     values: dict[str, object] = {"port": 0, "seed_demo_model": False, "telemetry_interval_s": 0.5,
-                                 "history_interval_s": 0.5, "llama_server": str(llama_server) if llama_server else None}
+                                 "history_interval_s": 0.5, "llama_server": str(llama_server) if llama_server else None,
+                                 "runtime_first_port": free_port_block(20)}
     values.update(config)
     daemon = Daemon(DaemonConfig.model_validate(values), DaemonPaths(home))
     runner = await start_server(daemon)

@@ -26,4 +26,15 @@ def test_the_local_agent_and_the_app_daemon_use_it() -> None:
     assert daemon_command(Path("/h"))[:4] == [sys.executable, "-m", "mirbadllm", "daemon"]
     agent = LocalAgentProcess.__new__(LocalAgentProcess)
     agent.home, agent.port, agent._telemetry_interval_s, agent._llama_server = Path("/a"), 1, 2.0, None
+    agent._first_port = None
     assert agent.argv()[:4] == [sys.executable, "-m", "mirbadllm", "agent"]
+
+
+def test_the_local_agent_gets_the_configured_first_runtime_port() -> None:
+    from pathlib import Path
+
+    from daemon.fleet import LocalAgentProcess
+
+    agent = LocalAgentProcess(Path("/a"), Path("/a/agent.log"), None, 2.0, first_port=24000)
+    assert agent.argv()[-2:] == ["--first-port", "24000"]
+    assert "--first-port" not in LocalAgentProcess(Path("/a"), Path("/a/agent.log"), None).argv()
