@@ -22,7 +22,6 @@ import hashlib
 import logging
 import os
 import platform
-import shutil
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +29,7 @@ from typing import Protocol
 from aiohttp import web
 from pydantic import ValidationError
 
+from agent.api.file_swap import previous_of, swap_in
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer, agent_platform
 from agent.problems import AgentProblem
 
@@ -79,25 +79,12 @@ class FileInstaller:
 
     @property
     def previous(self) -> Path:
-        return self.target.with_name(self.target.name + ".old")
+        return previous_of(self.target)
 
     def apply(self, artefact: Path, offer: AgentUpgradeOffer) -> None:
-        new = self.target.with_name(f".{self.target.name}.new")
         try:
-            shutil.copyfile(artefact, new)
-            mode = self.target.stat().st_mode & 0o777 if self.target.exists() else 0o755
-            os.chmod(new, mode)
-            with new.open("rb") as fh:
-                os.fsync(fh.fileno())
-            if self.target.exists():
-                self.previous.unlink(missing_ok=True)
-                try:
-                    os.link(self.target, self.previous)
-                except OSError:
-                    shutil.copy2(self.target, self.previous)
-            os.replace(new, self.target)
+            swap_in(artefact, self.target)
         except OSError as exc:
-            new.unlink(missing_ok=True)
             raise AgentProblem(f"could not replace {self.target}: {exc}", status=500,
                                code="upgrade_failed") from exc
         _LOGGER.info("installed agent %s at %s (previous kept as %s)", offer.version, self.target,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from agent.api.file_swap import previous_of, swap_in
 from daemon.api.updates.feed import file_sha256
 from daemon.api.updates.staging import StagedUpdate, UpdateError
 
@@ -168,24 +169,13 @@ class AppImageInstaller:
 
     @property
     def previous(self) -> Path:
-        return self.target.with_name(self.target.name + ".old")
+        return previous_of(self.target)
 
     def apply(self, staged: StagedUpdate) -> Path:
         _verified(staged, self.platform)
-        new = self.target.with_name(f".{self.target.name}.new")
         try:
-            shutil.copyfile(staged.path, new)
-            os.chmod(new, 0o755)
-            with new.open("rb") as fh:
-                os.fsync(fh.fileno())
-            self.previous.unlink(missing_ok=True)
-            try:
-                os.link(self.target, self.previous)
-            except OSError:
-                shutil.copy2(self.target, self.previous)
-            os.replace(new, self.target)
+            swap_in(staged.path, self.target, 0o755)
         except OSError as exc:
-            new.unlink(missing_ok=True)
             raise UpdateError("install", f"Install failed: could not replace {self.target}: {exc}") from exc
         _LOGGER.info("installed MirbadLLM %s at %s (previous kept as %s)", staged.version, self.target,
                      self.previous.name)
