@@ -28,7 +28,6 @@ import aiohttp
 
 from agent.api.client import iter_sse_data
 from daemon.api.client import DaemonClient, DaemonError
-from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelState, ModelView
 from daemon.api.sources import FitQuery
 
@@ -300,24 +299,6 @@ async def chat(args: argparse.Namespace, client: DaemonClient) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    home = (args.home or default_home()).expanduser()
-    token = read_admin_token(home)
-    if token is None:
-        print(f"no admin token in {home}: is the daemon installed there? (--home DIR)", file=sys.stderr)
-        return 2
-    client = DaemonClient(args.url or read_daemon_url(home), token)
+    from mirbadllm.ctl import run_with_client
 
-    async def go() -> int:
-        try:
-            return await chat(args, client)
-        except DaemonError as exc:
-            print(f"error: {exc.message}", file=sys.stderr)
-            return 1
-        finally:
-            await client.close()
-
-    try:
-        return asyncio.run(go())
-    except KeyboardInterrupt:
-        return 130
+    return run_with_client(parse_args(argv), chat)

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -75,7 +76,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def _fmt_model(view_status: object) -> str:
     s = view_status
-    state = getattr(s, "state").value
+    state = s.state.value
     extra = f"  pid {s.pid}" if getattr(s, "pid", None) else ""  # type: ignore[attr-defined]
     extra += "  (restart pending)" if getattr(s, "restart_pending", False) else ""
     error = f"\n    {s.error}" if getattr(s, "error", None) else ""  # type: ignore[attr-defined]
@@ -145,7 +146,13 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    return run_with_client(parse_args(argv), run)
+
+
+def run_with_client(args: argparse.Namespace,
+                    body: Callable[[argparse.Namespace, DaemonClient], Awaitable[int]]) -> int:
+    """Connect to the daemon of ``args.home`` / ``args.url``, run ``body``, and turn its errors and
+    Ctrl-C into messages and exit codes (shared by ``ctl`` and ``mirbadllm run``)."""
     home = (args.home or default_home()).expanduser()
     token = read_admin_token(home)
     if token is None:
@@ -155,7 +162,7 @@ def main(argv: list[str]) -> int:
 
     async def go() -> int:
         try:
-            return await run(args, client)
+            return await body(args, client)
         except DaemonError as exc:
             print(f"error: {exc.message}", file=sys.stderr)
             return 1
