@@ -90,7 +90,7 @@ async def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="mirbadllm-remote-bench-"))
     if args.real:
-        from daemon.registry import assemble_demo_gguf
+        from daemon.models.registry import assemble_demo_gguf
 
         model_path = await asyncio.get_running_loop().run_in_executor(None, assemble_demo_gguf, work / "models")
         if model_path is None:

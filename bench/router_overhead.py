@@ -24,7 +24,7 @@ from _harness import ROOT, BenchDaemon, ensure_ready, median, percentile, start_
 
 sys.path.insert(0, str(ROOT))
 from daemon.api.models import ModelDefinition  # noqa: E402
-from daemon.registry import DEMO_MODEL_ID  # noqa: E402
+from daemon.models.registry import DEMO_MODEL_ID  # noqa: E402
 from tests.fakes import write_fake_runtime  # noqa: E402
 from tests.fakes.gguf_files import gguf_bytes  # noqa: E402
 

@@ -28,7 +28,7 @@ from daemon.errors import (
     validated,
 )
 from daemon.jobs.api import JobsApi
-from daemon.sources import SourcesApi
+from daemon.sources.api import SourcesApi
 
 if TYPE_CHECKING:
     from daemon.server import Daemon
@@ -45,7 +45,7 @@ async def _body(request: web.Request) -> object:
 class AdminApi:
     def __init__(self, daemon: "Daemon") -> None:
         self.d = daemon
-        self.sources = SourcesApi(daemon)  # fit, downloads, imports, transfers: daemon.sources
+        self.sources = SourcesApi(daemon)  # fit, downloads, imports, transfers: daemon.sources.api
         self.jobs = JobsApi(daemon)
 
     # --- status and events ---------------------------------------------------------------------

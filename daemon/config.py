@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from daemon.api.models import DEFAULT_PORT, DaemonSettings
 from daemon.atomic import write_atomic
-from daemon.health import HealthPolicy
-from daemon.node_monitor import NodePolicy
+from daemon.models.health import HealthPolicy
+from daemon.nodes.monitor import NodePolicy
 from daemon.upgrades.rollout import UpgradePolicy
 
 _LOGGER = logging.getLogger(__name__)

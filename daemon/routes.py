@@ -1,8 +1,8 @@
 """The daemon's one route table: every route of ``/healthz``, ``/metrics``, ``/v1`` and ``/api``.
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
-handlers live with their parts (``daemon.admin``, ``daemon.sources``, ``daemon.jobs.api``,
-``daemon.nodes_api``, ``daemon.upgrades.manager``, ``daemon.router``); errors they raise are
+handlers live with their parts (``daemon.admin``, ``daemon.sources.api``, ``daemon.jobs.api``,
+``daemon.nodes.api``, ``daemon.upgrades.manager``, ``daemon.router.router``); errors they raise are
 ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``.
 
 Order matters where a literal path shares a prefix with a ``{id}`` path: ``/api/nodes/upgrade``,
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from daemon.admin import AdminApi
-from daemon.nodes_api import NodesApi
+from daemon.nodes.api import NodesApi
 
 if TYPE_CHECKING:
     from daemon.server import Daemon, Probes

@@ -26,18 +26,18 @@ from daemon.errors import (
     internal_error,
 )
 from daemon.events import EventBus
-from daemon.fleet import AgentLink, LocalAgentProcess
-from daemon.health import HealthMonitor, RestartBook
+from daemon.nodes.links import AgentLink, LocalAgentProcess
+from daemon.models.health import HealthMonitor, RestartBook
 from daemon.history import History
 from daemon.jobs.manager import JobManager
 from daemon.keys import KeyStore
-from daemon.metrics import RouterMetrics
-from daemon.node_manager import NodeManager
-from daemon.orchestrator import Orchestrator
+from daemon.router.metrics import RouterMetrics
+from daemon.nodes.manager import NodeManager
+from daemon.models.orchestrator import Orchestrator
 from daemon.paths import DaemonPaths
 from daemon.pki import CertificateAuthority
-from daemon.registry import Registry, assemble_demo_gguf
-from daemon.router import REQUEST_ID, Router, note_failure, request_id_for
+from daemon.models.registry import Registry, assemble_demo_gguf
+from daemon.router.router import REQUEST_ID, Router, note_failure, request_id_for
 from daemon.routes import route_table
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import (

@@ -8,7 +8,7 @@ import logging
 from agent.api.client import AgentError
 from agent.api.models import GpuInfo, TelemetrySample
 from daemon.api.models import HostSnapshot
-from daemon.fleet import AgentLink
+from daemon.nodes.links import AgentLink
 from daemon.history import History
 
 _LOGGER = logging.getLogger(__name__)

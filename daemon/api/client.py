@@ -232,7 +232,7 @@ class DaemonClient:
         data = await self._call("POST", "/api/shutdown", params={"stop_models": int(stop_models)}, timeout=timeout)
         return dict(data)
 
-    # --- getting models: fit, downloads, imports, transfers (daemon.sources) -------------------
+    # --- getting models: fit, downloads, imports, transfers (daemon.sources.api) -------------------
     async def fit(self, query: FitQuery) -> FitReport:
         """Will it fit? For a file on the node or a Hugging Face file (only its header is read)."""
         timeout = aiohttp.ClientTimeout(total=200, connect=5)

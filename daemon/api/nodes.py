@@ -2,7 +2,7 @@
 
 A node is a machine with an agent. ``local`` is this machine's own agent; every other node has
 the SHA-256 of its (daemon-signed) agent certificate as its id, and is reached at an address over
-mutual TLS. Storage shapes (``nodes.json``) live in ``daemon.nodes``, not here.
+mutual TLS. Storage shapes (``nodes.json``) live in ``daemon.nodes.store``, not here.
 """
 
 from __future__ import annotations

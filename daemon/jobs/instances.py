@@ -19,7 +19,7 @@ import aiohttp
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
 from daemon.api.models import LOCAL_NODE
-from daemon.fleet import AgentLink
+from daemon.nodes.links import AgentLink
 from daemon.jobs.calls import RuntimeTarget
 
 _LOGGER = logging.getLogger(__name__)

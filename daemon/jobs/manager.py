@@ -35,7 +35,7 @@ from daemon.jobs.job import Job, MaintenanceWindow, view_of_result
 from daemon.jobs.planner import DEFAULT_BENCHMARK_S, pace_from_history
 from daemon.jobs.runs import JobContext, JobFailed, restore, run_benchmark, run_tune
 from daemon.jobs.store import JobStore, job_id, split_job_id
-from daemon.orchestrator import Orchestrator
+from daemon.models.orchestrator import Orchestrator
 from daemon.telemetry import TelemetryCollector
 
 _LOGGER = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ from daemon.jobs.planner import Machine, count_candidates, dimensions_for, estim
 from daemon.jobs.presets import preset_for_model
 from daemon.jobs.store import JobStore
 from daemon.jobs.tuning import CONFIRM_SLOTS, TuningFailed, TuningRun
-from daemon.orchestrator import Orchestrator, OrchestratorError
-from daemon.registry import RegistryError
+from daemon.models.orchestrator import Orchestrator, OrchestratorError
+from daemon.models.registry import RegistryError
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -149,7 +149,7 @@ async def test_models_retrieve_with_the_openai_client(tmp_path: Path, fake_runti
 
 async def test_connection_failures_are_retried_fresh_and_their_reasons_recorded(
         tmp_path: Path, model_file: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="daemon.router")
+    caplog.set_level(logging.WARNING, logger="daemon.router.router")
     runtime = write_fake_runtime(tmp_path / "bin", reset_first=2)
     async with running_daemon(tmp_path / "home", runtime) as d:
         await d.client.create_model(model("m", str(model_file)))
@@ -160,7 +160,7 @@ async def test_connection_failures_are_retried_fresh_and_their_reasons_recorded(
         assert row.status == 200 and row.completion_tokens
         assert "attempt 1: " in row.error and "attempt 2: " in row.error and "attempt 3" not in row.error
         assert "Error" in row.error  # the exception's class
-        logged = [r.getMessage() for r in caplog.records if r.name == "daemon.router"]
+        logged = [r.getMessage() for r in caplog.records if r.name == "daemon.router.router"]
         assert len(logged) == 2 and all(row.id in line and "failed before any answer" in line for line in logged)
         instance = d.daemon.orchestrator.instance(d.daemon.registry.require("m"))
         assert instance.api_key and instance.api_key not in row.error + "".join(logged)

@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from daemon.api.models import ModelState
-from daemon.registry import DEMO_MODEL_ID
+from daemon.models.registry import DEMO_MODEL_ID
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]

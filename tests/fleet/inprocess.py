@@ -13,7 +13,7 @@ from agent.api.models import GpuInfo
 from agent.deps import AgentDeps, build_deps
 from agent.lifecycle import AgentLifecycle
 from agent.paths import AgentPaths
-from daemon.pairing import Paired, pair
+from daemon.nodes.pairing import Paired, pair
 from daemon.pki import CertificateAuthority
 from tests.fakes import FakeGpuProbe
 from tests.fleet.agents import eventually

@@ -21,7 +21,7 @@ from agent.enrollment import install_enrollment, paired_ssl_context
 from agent.identity import load_or_create_identity, make_csr
 from agent.paths import AgentPaths
 from agent.server import create_app, start_server
-from daemon.nodes import node_ssl_context
+from daemon.nodes.store import node_ssl_context
 from daemon.pki import CertificateAuthority, cert_pem, key_pem, new_key
 from daemon.tls import ensure_client_certificate
 from tests.fakes import FakeGpuProbe

@@ -17,7 +17,7 @@ import pytest
 
 from daemon.api.models import ModelState
 from daemon.api.nodes import NodeState
-from daemon.node_monitor import NodePolicy
+from daemon.nodes.monitor import NodePolicy
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fleet.agents import eventually
 

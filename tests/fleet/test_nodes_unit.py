@@ -12,10 +12,10 @@ import pytest
 from agent.api.client import AgentError
 from agent.api.models import AgentStatus, InstanceInfo, InstancesPage, InstanceState
 from daemon.api.nodes import NodeState
-from daemon.discovery import entry_from_service
+from daemon.nodes.discovery import entry_from_service
 from daemon.events import EventBus
-from daemon.node_monitor import NodeLink, NodeMonitor, NodePolicy
-from daemon.nodes import NodeRecord, NodeStore, parse_address
+from daemon.nodes.monitor import NodeLink, NodeMonitor, NodePolicy
+from daemon.nodes.store import NodeRecord, NodeStore, parse_address
 from tests.fleet.agents import eventually
 
 FP = "0123456789abcdef" * 4

@@ -121,10 +121,10 @@ def test_the_check_sees_a_violation(tmp_path: Path) -> None:
     """The checker itself must catch a forbidden import, or the tests above prove nothing: one at
     the top of a module and one inside a function, as the app imports Qt lazily."""
     bad = ROOT / "agent" / "_boundary_probe.py"
-    bad.write_text("import daemon.registry\n\n\ndef later():\n    from daemon.keys import KeyStore\n")
+    bad.write_text("import daemon.models.registry\n\n\ndef later():\n    from daemon.keys import KeyStore\n")
     try:
         assert sorted(_violations("agent", lambda n: _top(n) != "daemon")) == [
-            "agent/_boundary_probe.py:1 imports daemon.registry",
+            "agent/_boundary_probe.py:1 imports daemon.models.registry",
             "agent/_boundary_probe.py:5 imports daemon.keys"]
     finally:
         bad.unlink()

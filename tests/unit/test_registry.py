@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemon.api.models import ModelDefinition
-from daemon.registry import Registry, RegistryError, assemble_demo_gguf, definition_hash
+from daemon.models.registry import Registry, RegistryError, assemble_demo_gguf, definition_hash
 
 
 def _model(model_id: str, **fields: object) -> ModelDefinition:
@@ -45,7 +45,7 @@ def test_bad_ids_are_refused() -> None:
 def test_hash_changes_with_settings_not_with_order_of_extra_flags() -> None:
     a = _model("a", settings={"ctx_size": 1024})
     b = _model("a", extra_args=["--ctx-size", "1024"])
-    from daemon.registry import normalize
+    from daemon.models.registry import normalize
 
     assert definition_hash(normalize(a)) == definition_hash(normalize(b))
     assert definition_hash(a) != definition_hash(_model("a", settings={"ctx_size": 2048}))
@@ -68,7 +68,7 @@ def test_demo_model_is_assembled_and_verified(tmp_path: Path) -> None:
 
 WRITER = """
 import asyncio, sys
-from daemon.registry import Registry
+from daemon.models.registry import Registry
 from daemon.api.models import ModelDefinition
 async def main():
     reg = Registry(__import__('pathlib').Path(sys.argv[1]))

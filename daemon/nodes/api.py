@@ -8,7 +8,7 @@
     DELETE /api/nodes/{id}                     -> 204
     GET    /api/nodes/{id}/gpus/{gpu}/history  -> HistorySeries     # ?range=5m|1h|24h|7d
 
-The pairing code arrives in one request body, is handed to ``daemon.pairing`` as a ``SecretStr``
+The pairing code arrives in one request body, is handed to ``daemon.nodes.pairing`` as a ``SecretStr``
 and is never logged, stored, audited or echoed in an error.
 """
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.api.pairing import SERVICE_TYPE, short_fingerprint
 from daemon.api.nodes import DiscoveredNode
-from daemon.nodes import format_address
+from daemon.nodes.store import format_address
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ from daemon.errors import (
     read_json,
     validated,
 )
-from daemon.transfer_registration import register_models
+from daemon.sources.registration import register_models
 
 if TYPE_CHECKING:
     from daemon.server import Daemon

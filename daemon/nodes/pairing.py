@@ -34,7 +34,7 @@ from agent.api.pairing import (
     transcript,
 )
 from daemon.errors import DaemonProblem
-from daemon.nodes import format_address, issued_by
+from daemon.nodes.store import format_address, issued_by
 from daemon.pki import CertificateAuthority, cert_pem, fingerprint
 
 _LOGGER = logging.getLogger(__name__)

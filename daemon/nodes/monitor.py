@@ -25,7 +25,7 @@ from agent.api.models import AgentStatus
 from daemon.api.models import LOCAL_NODE
 from daemon.api.nodes import NodeState
 from daemon.events import EventBus
-from daemon.fleet import AgentLink
+from daemon.nodes.links import AgentLink
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.api.demo_model import demo_definition
 from daemon.api.models import ModelDefinition, ModelSource
 from daemon.api.sources import Transfer
-from daemon.registry import RegistryError
+from daemon.models.registry import RegistryError
 
 if TYPE_CHECKING:
     from daemon.server import Daemon

@@ -22,7 +22,7 @@ from daemon.api.models import LOCAL_NODE, ModelState, ModelStatus
 from daemon.atomic import write_json_atomic
 
 if TYPE_CHECKING:
-    from daemon.orchestrator import Orchestrator
+    from daemon.models.orchestrator import Orchestrator
 
 _LOGGER = logging.getLogger(__name__)
 

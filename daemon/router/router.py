@@ -27,11 +27,11 @@ from agent.api.models import InstanceInfo, InstanceState
 from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, error_response
-from daemon.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
+from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.history import History
 from daemon.keys import KeyStore
-from daemon.metrics import RouterMetrics
-from daemon.orchestrator import Orchestrator
+from daemon.router.metrics import RouterMetrics
+from daemon.models.orchestrator import Orchestrator
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The fleet beyond this machine: paired nodes, their links and monitor, discovery, pairing, removal.
 
 Each paired node gets an ``AgentClient`` whose pooled keep-alive mTLS session pins that node's
-certificate (``daemon.nodes.node_ssl_context``) and a ``NodeLink`` in ``Orchestrator.links`` under
+certificate (``daemon.nodes.store.node_ssl_context``) and a ``NodeLink`` in ``Orchestrator.links`` under
 its node id, so placement (``ModelDefinition.node``), the router's proxy path and the telemetry
 collector reach it exactly as they reach the local agent. ``NodeMonitor`` decides online /
 degraded / offline. ``Discovery`` lists agents waiting to be paired.
@@ -22,10 +22,10 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.pairing import short_fingerprint
 from daemon.api.models import LOCAL_NODE, ModelState
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodePairRequest, NodeView
-from daemon.discovery import Discovery, mdns_disabled_by_env
+from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
 from daemon.errors import DaemonProblem
-from daemon.node_monitor import NodeHealth, NodeLink, NodeMonitor
-from daemon.nodes import (
+from daemon.nodes.monitor import NodeHealth, NodeLink, NodeMonitor
+from daemon.nodes.store import (
     NodeRecord,
     NodeStore,
     format_address,
@@ -33,7 +33,7 @@ from daemon.nodes import (
     node_ssl_context,
     parse_address,
 )
-from daemon.pairing import PairingFailed, pair, probe
+from daemon.nodes.pairing import PairingFailed, pair, probe
 from daemon.pki import CertificateAuthority, fingerprint
 from daemon.tls import ensure_client_certificate
 
