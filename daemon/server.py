@@ -27,7 +27,8 @@ from daemon.errors import (
 )
 from daemon.events import EventBus
 from daemon.nodes.links import AgentLink, LocalAgentProcess
-from daemon.models.health import HealthMonitor, RestartBook
+from daemon.models.health import HealthMonitor
+from daemon.models.restarts import RestartBook
 from daemon.history import History
 from daemon.jobs.manager import JobManager
 from daemon.keys import KeyStore

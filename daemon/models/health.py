@@ -1,38 +1,27 @@
 """Models that look after themselves: crash restarts with backoff, pauses, stall probes, idle unload.
 
-``RestartBook`` is the persistent part: which models the user wants running (``running-models.json``)
-and which crashed too often (``restart-pauses.json``, so a pause survives a daemon restart).
-``HealthMonitor`` watches state changes and ticks once a second for the timed rules.
+``HealthMonitor`` watches state changes and ticks once a second for the timed rules; what must
+survive a daemon restart (wanted models, pauses) is the ``RestartBook`` of ``daemon.models.restarts``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiohttp
 from pydantic import BaseModel
 
 from daemon.api.models import LOCAL_NODE, ModelState, ModelStatus
-from daemon.atomic import write_json_atomic
+from daemon.models.restarts import RestartBook
 
 if TYPE_CHECKING:
     from daemon.models.orchestrator import Orchestrator
 
 _LOGGER = logging.getLogger(__name__)
-
-
-class RestartPause(BaseModel):
-    model: str
-    node: str
-    crashes: int
-    last_error: str | None
-    since: float
 
 
 class HealthPolicy(BaseModel):
@@ -47,52 +36,8 @@ class HealthPolicy(BaseModel):
         return self.backoff_s[min(crashes, len(self.backoff_s)) - 1]
 
 
-class RestartBook:
-    """Crash counts, pauses and the models meant to be running; the last two on disk."""
-
-    def __init__(self, home: Path) -> None:
-        self._pauses_path = home / "restart-pauses.json"
-        self._running_path = home / "running-models.json"
-        self.crashes: dict[str, int] = {}
-        self.pauses: dict[str, RestartPause] = {}
-        self.wanted: set[str] = set()
-
-    def load(self) -> None:
-        try:
-            raw = json.loads(self._pauses_path.read_text(encoding="utf-8"))
-            self.pauses = {p["model"]: RestartPause.model_validate(p) for p in raw}
-            self.crashes = {m: p.crashes for m, p in self.pauses.items()}
-        except (OSError, ValueError, KeyError, TypeError):
-            self.pauses = {}
-        try:
-            self.wanted = set(json.loads(self._running_path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            self.wanted = set()
-
-    def _save(self) -> None:
-        write_json_atomic(self._pauses_path, [p.model_dump() for p in self.pauses.values()])
-
-    def want(self, model_id: str, running: bool) -> None:
-        before = set(self.wanted)
-        (self.wanted.add if running else self.wanted.discard)(model_id)
-        if before != self.wanted:
-            write_json_atomic(self._running_path, sorted(self.wanted))
-
-    def clear(self, model_id: str) -> None:
-        self.crashes.pop(model_id, None)
-        if self.pauses.pop(model_id, None) is not None:
-            self._save()
-
-    def pause(self, status: ModelStatus) -> RestartPause:
-        pause = RestartPause(model=status.id, node=status.node, crashes=self.crashes.get(status.id, 0),
-                             last_error=status.error, since=time.time())
-        self.pauses[status.id] = pause
-        self._save()
-        return pause
-
-
 class HealthMonitor:
-    def __init__(self, orchestrator: "Orchestrator", policy: HealthPolicy,
+    def __init__(self, orchestrator: Orchestrator, policy: HealthPolicy,
                  in_flight: Callable[[str], int], clock: Callable[[], float] = time.monotonic) -> None:
         self.orch = orchestrator
         self.policy = policy
@@ -163,7 +108,7 @@ class HealthMonitor:
                 await asyncio.sleep(self.policy.tick_s)
                 try:
                     await self.tick()
-                except Exception:  # noqa: BLE001 - keep watching
+                except Exception:
                     _LOGGER.exception("health tick failed")
         finally:
             await self._session.close()

@@ -18,9 +18,9 @@ from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
-from daemon.nodes.links import AgentLink
-from daemon.models.health import RestartBook
 from daemon.models.registry import Registry, RegistryError, definition_hash
+from daemon.models.restarts import RestartBook
+from daemon.nodes.links import AgentLink
 
 _LOGGER = logging.getLogger(__name__)
 
