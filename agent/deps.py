@@ -17,18 +17,18 @@ from agent.admission import Admission, AdmissionPolicy, MemoryProbe, PsutilMemor
 from agent.gpu import GpuProbe, NvmlProbe
 from agent.identity import AgentIdentity, load_or_create_identity
 from agent.manager import InstanceManager
-from agent.model_sources import ModelSources
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
 from agent.runtimes.catalog import RuntimeCatalog
 from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
+from agent.sources.service import ModelSources
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
 from agent.upgrade import AgentUpgrades
 
 _LOGGER = logging.getLogger(__name__)
 
 FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade"]
-# Admission and getting models (agent.model_sources).
+# Admission and getting models (agent.sources.service).
 SOURCES_FEATURES = ["admission", "fit", "gguf-inspect", "downloads-hf", "downloads-url", "imports-ollama",
                     "imports-folder", "transfers-long-poll"]
 

@@ -24,11 +24,11 @@ from pydantic import ValidationError
 from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
 from agent.deps import AgentDeps
 from agent.manager import AlreadyRunning, UnknownInstance
-from agent.model_sources import ModelSources
 from agent.problems import AgentProblem
 from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
 from agent.runtimes.llamacpp import NoRuntime, SpecRejected
-from agent.sources_api import routes as sources_routes
+from agent.sources.api import routes as sources_routes
+from agent.sources.service import ModelSources
 from agent.upgrade import AgentUpgrades
 from agent.upgrade import routes as upgrade_routes
 
@@ -240,7 +240,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         web.get(f"{p}/instances/{{id}}/logs", instance_logs),       # ?tail=N&follow=0|1
         web.get(f"{p}/telemetry", telemetry),                       # ?since=SEQ
         web.route("*", f"{p}/proxy/{{id}}/{{path:.*}}", proxy),     # any method, streamed
-        *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources_api
+        *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources.api
         web.post(f"{p}/unpair", unpair),                            # then waits to be paired again
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
     ])

@@ -18,8 +18,8 @@ from agent.api.sources import (
     TransferInfo,
     TransferState,
 )
-from agent.fetch import Expected, FetchSettings, fetch_file, partial_path
-from agent.url_guard import UrlPolicy
+from agent.sources.fetch import Expected, FetchSettings, fetch_file, partial_path
+from agent.sources.url_guard import UrlPolicy
 from tests.agent._sources_support import SourcesAgent, listener, sources_agent  # noqa: F401
 from tests.fakes.fake_hf_hub import FakeHub
 from tests.fakes.gguf_files import gguf_bytes

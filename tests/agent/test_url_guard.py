@@ -15,8 +15,8 @@ from yarl import URL
 
 from agent.api.client import AgentError
 from agent.api.sources import DownloadRequest, TransferState
-from agent.fetch import Expected, FetchSettings, fetch_file
-from agent.url_guard import SourceRefused, UrlPolicy
+from agent.sources.fetch import Expected, FetchSettings, fetch_file
+from agent.sources.url_guard import SourceRefused, UrlPolicy
 from tests.agent._sources_support import SourcesAgent, listener, sources_agent  # noqa: F401
 from tests.agent.test_downloads import files_under, finished
 from tests.fakes.gguf_files import gguf_bytes

@@ -3,7 +3,7 @@
 ``huggingface_hub`` builds the URLs (``hf_hub_url``), reads each file's metadata
 (``get_hf_file_metadata``: size, commit, and the ``X-Linked-Etag`` that is the SHA-256 of an LFS
 file, or the git SHA-1 of a small one) and lists a repo (``HfApi.list_repo_files``). The bytes
-come through ``agent.fetch`` so that every redirect is checked and the token stays on the hub.
+come through ``agent.sources.fetch`` so that every redirect is checked and the token stays on the hub.
 ``HF_ENDPOINT`` is read when a call is made, so tests and mirrors point it at their own hub.
 A repo, revision or file name is checked (``agent.api.safe_names``) before any URL is built.
 """
@@ -36,11 +36,11 @@ from agent.api.safe_names import (
     check_relative_name,
 )
 from agent.api.sources import GgufSummary, HfFileRef
-from agent.fetch import DownloadFailed, Expected, FetchSettings, open_guarded
 from agent.gguf_facts import shard_names, summarize
 from agent.gguf_reader import GgufError, read_header_ranged
 from agent.problems import AgentProblem, InvalidModelFile
-from agent.url_guard import GuardedResolver, UrlPolicy, is_public
+from agent.sources.fetch import DownloadFailed, Expected, FetchSettings, open_guarded
+from agent.sources.url_guard import GuardedResolver, UrlPolicy, is_public
 
 _LOGGER = logging.getLogger(__name__)
 

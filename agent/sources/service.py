@@ -1,6 +1,6 @@
 """``ModelSources``: the agent's side of getting models — will it fit, downloads, imports.
 
-One object per agent, built by ``agent.deps`` and used by the routes in ``agent.sources_api``.
+One object per agent, built by ``agent.deps`` and used by the routes in ``agent.sources.api``.
 Each request is checked completely before a transfer starts, so a bad name is a 422 with nothing
 created; the transfer itself reports its progress through ``TransferManager``.
 """
@@ -29,8 +29,15 @@ from agent.api.sources import (
     OllamaModelInfo,
     TransferInfo,
 )
-from agent.downloads import DownloadContext, check_download, hf_files, run_hf, run_url
-from agent.hf_source import (
+from agent.problems import InvalidModelFile
+from agent.sources.downloads import (
+    DownloadContext,
+    check_download,
+    hf_files,
+    run_hf,
+    run_url,
+)
+from agent.sources.huggingface import (
     BadSourceRequest,
     check_ref,
     file_info,
@@ -38,7 +45,7 @@ from agent.hf_source import (
     hub_settings,
     remote_summary,
 )
-from agent.imports import (
+from agent.sources.imports import (
     check_folder,
     check_ollama,
     list_lmstudio,
@@ -46,9 +53,8 @@ from agent.imports import (
     run_folder,
     run_ollama,
 )
-from agent.model_store import ModelStore
-from agent.problems import InvalidModelFile
-from agent.transfers import TransferManager
+from agent.sources.store import ModelStore
+from agent.sources.transfers import TransferManager
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
 from agent.problems import AgentProblem
-from agent.url_guard import GuardedResolver, SourceRefused, UrlPolicy, precheck
+from agent.sources.url_guard import GuardedResolver, SourceRefused, UrlPolicy, precheck
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Names are checked before the transfer starts (``check_download``: a bad repo, file or target is a
 422 at once, nothing created). Inside the transfer the hub is asked for each file's size and
-checksum before a byte of it is fetched; each file is fetched by ``agent.fetch`` and its header
+checksum before a byte of it is fetched; each file is fetched by ``agent.sources.fetch`` and its header
 read once it is complete: a file that is not a usable GGUF model is deleted again.
 """
 
@@ -21,9 +21,10 @@ from yarl import URL
 from agent.admission import inspect_file
 from agent.api.safe_names import UnsafeName, check_component
 from agent.api.sources import DownloadRequest, HfFileRef, ImportedModel
-from agent.fetch import Expected, FetchSettings, fetch_file
 from agent.gguf_facts import shard_names
-from agent.hf_source import (
+from agent.problems import InvalidModelFile
+from agent.sources.fetch import Expected, FetchSettings, fetch_file
+from agent.sources.huggingface import (
     BadSourceRequest,
     HfFile,
     check_ref,
@@ -33,10 +34,9 @@ from agent.hf_source import (
     list_files,
     pick_files,
 )
-from agent.model_store import ModelStore, slug
-from agent.problems import InvalidModelFile
-from agent.transfers import TransferHandle
-from agent.url_guard import UrlPolicy
+from agent.sources.store import ModelStore, slug
+from agent.sources.transfers import TransferHandle
+from agent.sources.url_guard import UrlPolicy
 
 _LOGGER = logging.getLogger(__name__)
 

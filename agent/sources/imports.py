@@ -33,11 +33,11 @@ from agent.api.sources import (
     OllamaImportRequest,
     OllamaModelInfo,
 )
-from agent.fetch import ChecksumMismatch, partial_path
-from agent.hf_source import BadSourceRequest
-from agent.model_store import ModelStore, link_or_copy, slug
 from agent.problems import AgentProblem, InvalidModelFile
-from agent.transfers import TransferHandle
+from agent.sources.fetch import ChecksumMismatch, partial_path
+from agent.sources.huggingface import BadSourceRequest
+from agent.sources.store import ModelStore, link_or_copy, slug
+from agent.sources.transfers import TransferHandle
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from agent.api.sources import (
     FolderImportRequest,
     OllamaImportRequest,
 )
-from agent.model_sources import ModelSources
 from agent.problems import AgentProblem
+from agent.sources.service import ModelSources
 
 _LOGGER = logging.getLogger(__name__)
 
