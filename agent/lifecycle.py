@@ -24,15 +24,15 @@ from typing import Any
 from agent.api.pairing import short_fingerprint
 from agent.deps import AgentDeps
 from agent.discovery import Advertiser, advertised_addresses
-from agent.enrollment import (
+from agent.identity import IdentityError, load_or_create_identity
+from agent.pairing.enrollment import (
     is_paired,
     paired_ssl_context,
     pairing_ssl_context,
     reset_identity,
 )
-from agent.identity import IdentityError, load_or_create_identity
-from agent.pairing import PairingService
-from agent.pairing_server import create_pairing_app
+from agent.pairing.server import create_pairing_app
+from agent.pairing.service import PairingService
 from agent.paths import AgentPaths
 from agent.server import create_app, start_server
 from agent.service.pairing_code import ShownCode, forget_code, write_code

@@ -22,13 +22,13 @@ from pathlib import Path
 from agent.admission import AdmissionPolicy
 from agent.deps import AgentDeps, agent_version, build_deps
 from agent.discovery import mdns_disabled_by_env
-from agent.enrollment import is_paired, paired_ssl_context, reset_identity
 from agent.identity import (
     IdentityError,
     load_or_create_identity,
     pin_ca,
 )
 from agent.lifecycle import AgentLifecycle
+from agent.pairing.enrollment import is_paired, paired_ssl_context, reset_identity
 from agent.paths import AgentPaths, default_home
 from agent.runtimes.llamacpp import FIRST_PORT
 from agent.service.units import EXIT_RESTART

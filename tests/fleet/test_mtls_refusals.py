@@ -17,8 +17,8 @@ import pytest
 from agent.api.client import AgentClient, AgentError
 from agent.api.pairing import PairingClient
 from agent.deps import build_deps
-from agent.enrollment import install_enrollment, paired_ssl_context
 from agent.identity import load_or_create_identity, make_csr
+from agent.pairing.enrollment import install_enrollment, paired_ssl_context
 from agent.paths import AgentPaths
 from agent.server import create_app, start_server
 from daemon.nodes.store import node_ssl_context

@@ -18,9 +18,9 @@ from agent.api.pairing import (
     short_fingerprint,
     transcript,
 )
-from agent.enrollment import is_paired
 from agent.identity import load_or_create_identity
-from agent.pairing import PairingRefused, PairingService
+from agent.pairing.enrollment import is_paired
+from agent.pairing.service import PairingRefused, PairingService
 from agent.paths import AgentPaths
 from daemon.pki import CertificateAuthority, cert_pem, fingerprint
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from agent.api.models import API_PREFIX
 from agent.api.pairing import PairingComplete, PairingResult
-from agent.pairing import PairingRefused, PairingService
+from agent.pairing.service import PairingRefused, PairingService
 
 _LOGGER = logging.getLogger(__name__)
 

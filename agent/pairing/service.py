@@ -33,8 +33,8 @@ from agent.api.pairing import (
     proofs_equal,
     transcript,
 )
-from agent.enrollment import install_enrollment
 from agent.identity import AgentIdentity, IdentityError, make_csr
+from agent.pairing.enrollment import install_enrollment
 
 _LOGGER = logging.getLogger(__name__)
 
