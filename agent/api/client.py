@@ -36,6 +36,7 @@ from typing import Any
 
 import aiohttp
 
+from agent.api.http import ErrorMap, JsonHttp, error_envelope, iter_sse_data
 from agent.api.models import (
     API_PREFIX,
     AgentStatus,
@@ -57,6 +58,8 @@ from agent.api.sources import (
 )
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer
 
+__all__ = ["AgentClient", "AgentError", "iter_sse_data"]
+
 _LOGGER = logging.getLogger(__name__)
 
 _CALL_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
@@ -74,6 +77,13 @@ class AgentError(Exception):
         self.details = details or {}
 
 
+def agent_errors(base_url: str) -> ErrorMap:
+    """``AgentError`` for each way a call to the agent at ``base_url`` can fail."""
+    return ErrorMap(answered=_error_from,
+                    unreachable=lambda exc: AgentError(0, "unreachable", f"{base_url}: {exc}"),
+                    timed_out=lambda: AgentError(0, "timeout", f"{base_url}: no answer in time"))
+
+
 class AgentClient:
     """Typed client for one agent. ``ssl_context`` carries our client certificate."""
 
@@ -81,15 +91,17 @@ class AgentClient:
                  session: aiohttp.ClientSession | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else False
-        self._own_session = session is None
-        self._session = session
+        self._http = JsonHttp(self.base_url, agent_errors(self.base_url), prefix=API_PREFIX, session=session,
+                              new_session=self._new_session, ssl=self._ssl, connect_s=10,
+                              call_timeout=_CALL_TIMEOUT, poll_grace_s=30)
+
+    def _new_session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(ssl=self._ssl, limit=0, keepalive_timeout=60)
+        return aiohttp.ClientSession(connector=connector)
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=0, keepalive_timeout=60)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+        return self._http.session
 
     @property
     def ssl(self) -> ssl.SSLContext | bool:
@@ -97,12 +109,10 @@ class AgentClient:
         return self._ssl
 
     async def close(self) -> None:
-        if self._session is not None and self._own_session:
-            await self._session.close()
-        self._session = None
+        await self._http.close()
 
     def url(self, path: str) -> str:
-        return f"{self.base_url}{API_PREFIX}{path}"
+        return self._http.url(path)
 
     def proxy_url(self, instance_id: str, path: str) -> str:
         """Where to send a runtime request through the agent (``path`` starts with ``/v1/``)."""
@@ -110,28 +120,13 @@ class AgentClient:
 
     async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                     body: Any = None, timeout: aiohttp.ClientTimeout = _CALL_TIMEOUT) -> Any:
-        try:
-            async with self.session.request(method, self.url(path), params=params, json=body,
-                                            ssl=self._ssl, timeout=timeout) as resp:
-                text = await resp.text()
-                if resp.status >= 400:
-                    raise _error_from(resp.status, text)
-                return json.loads(text) if text else None
-        except aiohttp.ClientError as exc:
-            raise AgentError(0, "unreachable", f"{self.base_url}: {exc}") from exc
-        except TimeoutError as exc:
-            raise AgentError(0, "timeout", f"{self.base_url}: no answer in time") from exc
+        return await self._http.call(method, path, params=params, body=body, timeout=timeout)
 
     async def status(self) -> AgentStatus:
         return AgentStatus.model_validate(await self._call("GET", "/status"))
 
     async def instances(self, since: int | None = None, timeout: float = 0) -> InstancesPage:
-        params: dict[str, Any] = {}
-        if since is not None:
-            params = {"since": since, "timeout": timeout}
-        call_timeout = aiohttp.ClientTimeout(total=timeout + 30, connect=10)
-        data = await self._call("GET", "/instances", params=params, timeout=call_timeout)
-        return InstancesPage.model_validate(data)
+        return InstancesPage.model_validate(await self._http.poll("/instances", since, timeout))
 
     async def instance(self, instance_id: str) -> InstanceInfo:
         return InstanceInfo.model_validate(await self._call("GET", f"/instances/{instance_id}"))
@@ -141,9 +136,8 @@ class AgentClient:
         return InstanceInfo.model_validate(data)
 
     async def stop(self, instance_id: str, timeout: float = 10.0) -> InstanceInfo:
-        call_timeout = aiohttp.ClientTimeout(total=timeout + 30, connect=10)
         data = await self._call("POST", f"/instances/{instance_id}/stop",
-                                params={"timeout": timeout}, timeout=call_timeout)
+                                params={"timeout": timeout}, timeout=self._http.timeout(timeout + 30))
         return InstanceInfo.model_validate(data)
 
     async def telemetry(self, since: int = 0) -> TelemetryPage:
@@ -157,20 +151,11 @@ class AgentClient:
         """Push the agent build at ``build`` to the agent; it verifies it against ``offer``, swaps it in,
         answers, then exits 75 to be started again by its service manager."""
         params = {k: str(v) for k, v in offer.model_dump().items()}
-        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=120)
-        try:
-            with build.open("rb") as body:
-                async with self.session.post(self.url("/upgrade"), params=params, data=body, ssl=self._ssl,
-                                             headers={"Content-Type": "application/octet-stream"},
-                                             timeout=timeout) as resp:
-                    text = await resp.text()
-                    if resp.status >= 400:
-                        raise _error_from(resp.status, text)
-                    return AgentUpgradeAnswer.model_validate_json(text)
-        except aiohttp.ClientError as exc:
-            raise AgentError(0, "unreachable", f"{self.base_url}: {exc}") from exc
-        except TimeoutError as exc:
-            raise AgentError(0, "timeout", f"{self.base_url}: no answer in time") from exc
+        with build.open("rb") as body:
+            text = await self._http.text("POST", "/upgrade", params=params, data=body,
+                                         headers={"Content-Type": "application/octet-stream"},
+                                         timeout=self._http.timeout(None, sock_read=120))
+        return AgentUpgradeAnswer.model_validate_json(text)
 
     async def fit(self, request: FitRequest) -> FitReport:
         """Will this model fit this node? Reads a Hugging Face file's header by ranges, nothing more."""
@@ -196,9 +181,7 @@ class AgentClient:
         return TransferInfo.model_validate(data)
 
     async def transfers(self, since: int | None = None, timeout: float = 0) -> TransfersPage:
-        params: dict[str, Any] = {} if since is None else {"since": since, "timeout": timeout}
-        call_timeout = aiohttp.ClientTimeout(total=timeout + 30, connect=10)
-        return TransfersPage.model_validate(await self._call("GET", "/transfers", params=params, timeout=call_timeout))
+        return TransfersPage.model_validate(await self._http.poll("/transfers", since, timeout))
 
     async def transfer(self, transfer_id: str) -> TransferInfo:
         return TransferInfo.model_validate(await self._call("GET", f"/transfers/{transfer_id}"))
@@ -208,36 +191,14 @@ class AgentClient:
 
     async def logs(self, instance_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
         """Log lines of an instance: the last ``tail`` lines, then new ones while ``follow``."""
-        params = {"tail": tail, "follow": int(follow)}
-        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)
-        try:
-            async with self.session.get(self.url(f"/instances/{instance_id}/logs"), params=params,
-                                        ssl=self._ssl, timeout=timeout) as resp:
-                if resp.status >= 400:
-                    raise _error_from(resp.status, await resp.text())
-                async for line in iter_sse_data(resp.content):
-                    yield json.loads(line)
-        except aiohttp.ClientError as exc:
-            raise AgentError(0, "unreachable", f"{self.base_url}: {exc}") from exc
-
-
-async def iter_sse_data(stream: aiohttp.StreamReader) -> AsyncIterator[str]:
-    """The ``data:`` payloads of a server-sent event stream, one per event."""
-    data: list[str] = []
-    async for raw in stream:
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
+        async for data in self._http.sse(f"/instances/{instance_id}/logs",
+                                         params={"tail": tail, "follow": int(follow)}):
+            yield json.loads(data)
 
 
 def _error_from(status: int, text: str) -> AgentError:
-    try:
-        err = json.loads(text)["error"]
-        details = err.get("details") if isinstance(err.get("details"), dict) else None
-        return AgentError(status, str(err.get("code", "error")), str(err.get("message", text)), details)
-    except (ValueError, KeyError, TypeError):
+    err = error_envelope(text)
+    if err is None:
         return AgentError(status, "error", text[:500])
+    details = err.get("details") if isinstance(err.get("details"), dict) else None
+    return AgentError(status, str(err.get("code", "error")), str(err.get("message", text)), details)

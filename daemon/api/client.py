@@ -60,7 +60,7 @@ from typing import Any
 
 import aiohttp
 
-from agent.api.client import iter_sse_data
+from agent.api.http import ErrorMap, JsonHttp, error_envelope
 from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.models import (
@@ -102,39 +102,33 @@ class DaemonError(Exception):
         self.message = message
 
 
+def daemon_errors(base_url: str) -> ErrorMap:
+    """``DaemonError`` for each way a call to the daemon at ``base_url`` can fail."""
+    return ErrorMap(answered=_error_from,
+                    unreachable=lambda exc: DaemonError(0, "unreachable",
+                                                        f"cannot reach the daemon at {base_url}: {exc}"),
+                    timed_out=lambda: DaemonError(0, "timeout", f"the daemon at {base_url} did not answer in time"))
+
+
 class DaemonClient:
     """Typed admin client. One instance per daemon; close it when done."""
 
     def __init__(self, base_url: str, token: str, session: aiohttp.ClientSession | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}"}
-        self._own_session = session is None
-        self._session = session
+        self._http = JsonHttp(self.base_url, daemon_errors(self.base_url), session=session,
+                              headers={"Authorization": f"Bearer {token}"}, connect_s=5,
+                              call_timeout=_CALL_TIMEOUT, poll_grace_s=15)
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return self._session
+        return self._http.session
 
     async def close(self) -> None:
-        if self._session is not None and self._own_session:
-            await self._session.close()
-        self._session = None
+        await self._http.close()
 
     async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                     body: Any = None, timeout: aiohttp.ClientTimeout = _CALL_TIMEOUT) -> Any:
-        try:
-            async with self.session.request(method, self.base_url + path, params=params, json=body,
-                                            headers=self._headers, timeout=timeout) as resp:
-                text = await resp.text()
-                if resp.status >= 400:
-                    raise _error_from(resp.status, text)
-                return json.loads(text) if text else None
-        except aiohttp.ClientError as exc:
-            raise DaemonError(0, "unreachable", f"cannot reach the daemon at {self.base_url}: {exc}") from exc
-        except TimeoutError as exc:
-            raise DaemonError(0, "timeout", f"the daemon at {self.base_url} did not answer in time") from exc
+        return await self._http.call(method, path, params=params, body=body, timeout=timeout)
 
     async def healthz(self) -> bool:
         try:
@@ -148,10 +142,7 @@ class DaemonClient:
         return StatusResponse.model_validate(await self._call("GET", "/api/status"))
 
     async def events(self, since: int, timeout: float = 30.0) -> EventsPage:
-        call_timeout = aiohttp.ClientTimeout(total=timeout + 15, connect=5)
-        data = await self._call("GET", "/api/events", params={"since": since, "timeout": timeout},
-                                timeout=call_timeout)
-        return EventsPage.model_validate(data)
+        return EventsPage.model_validate(await self._http.poll("/api/events", since, timeout))
 
     async def list_models(self) -> list[ModelView]:
         return [ModelView.model_validate(m) for m in await self._call("GET", "/api/models")]
@@ -185,17 +176,9 @@ class DaemonClient:
 
     async def logs(self, model_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
         """Log lines of a model: the last ``tail``, then new ones while ``follow``."""
-        timeout = aiohttp.ClientTimeout(total=None, connect=5, sock_read=None)
-        params = {"tail": tail, "follow": int(follow)}
-        try:
-            async with self.session.get(f"{self.base_url}/api/models/{model_id}/logs", params=params,
-                                        headers=self._headers, timeout=timeout) as resp:
-                if resp.status >= 400:
-                    raise _error_from(resp.status, await resp.text())
-                async for data in iter_sse_data(resp.content):
-                    yield json.loads(data)
-        except aiohttp.ClientError as exc:
-            raise DaemonError(0, "unreachable", f"cannot reach the daemon at {self.base_url}: {exc}") from exc
+        async for data in self._http.sse(f"/api/models/{model_id}/logs",
+                                         params={"tail": tail, "follow": int(follow)}):
+            yield json.loads(data)
 
     async def model_history(self, model_id: str, range_: HistoryRange = "5m") -> HistorySeries:
         data = await self._call("GET", f"/api/models/{model_id}/history", params={"range": range_})
@@ -333,8 +316,7 @@ class DaemonClient:
 
 
 def _error_from(status: int, text: str) -> DaemonError:
-    try:
-        err = json.loads(text)["error"]
-        return DaemonError(status, str(err.get("code") or err.get("type") or "error"), str(err.get("message", text)))
-    except (ValueError, KeyError, TypeError):
+    err = error_envelope(text)
+    if err is None:
         return DaemonError(status, "error", text[:500])
+    return DaemonError(status, str(err.get("code") or err.get("type") or "error"), str(err.get("message", text)))
