@@ -1,0 +1,246 @@
+"""One relay for runtime streams: the daemon's ``/v1`` router and the agent's proxy both use it.
+
+The policy, the same wherever a request is relayed to a runtime:
+
+- Hop-by-hop headers (RFC 9110 §7.6.1, the older proxy ones, and any header a ``Connection``
+  header names) are dropped both ways, with ``Host``, ``Content-Length`` and ``Authorization``,
+  which the relay sets itself.
+- Runtime connections are pooled and dropped after ``RUNTIME_KEEPALIVE_S`` idle (llama-server
+  closes idle keep-alive connections after 5 s: ours go first, so none is reused as it closes).
+  10 s connect timeout, no read timeout: a generation may think for minutes.
+- A try that failed before any response byte (refused, reset, hung up before the headers, so
+  nothing of the answer exists) is tried again, twice at most, each time on a fresh unpooled
+  connection; a TLS refusal or a timeout is not retried, and nothing is once a response started.
+  Every failed try is recorded and logged; when none got an answer, ``Unreachable`` says why.
+- An upstream that dies mid-answer: an SSE client gets one error event (code ``upstream_broken``;
+  not a second one when the upstream, an agent relaying a runtime, already sent it), then the
+  connection is cut without a final chunk so no client takes the answer for complete. The reason
+  is recorded and logged.
+- A client that goes away cancels the handler (servers run with ``handler_cancellation``), or
+  its write raises ``ConnectionResetError``; either way the upstream answer is closed, which
+  makes llama-server free the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import ssl as ssl_module
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+HOP_BY_HOP = frozenset({
+    "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",  # RFC 9110 §7.6.1
+    "trailer", "trailers", "proxy-authenticate", "proxy-authorization",  # hop-by-hop in RFC 2616 too
+})
+SET_BY_RELAY = frozenset({"host", "content-length", "authorization"})
+DROPPED = HOP_BY_HOP | SET_BY_RELAY
+
+RUNTIME_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10, sock_read=None)
+RUNTIME_KEEPALIVE_S = 3.0
+# Pauses before the second and third try of a request that got no answer at all.
+RETRY_PAUSES_S = (0.0, 0.25)
+BROKEN_CODE = "upstream_broken"
+_BROKEN_MARK = f'"{BROKEN_CODE}"'.encode()
+
+Headers = CIMultiDictProxy[str] | CIMultiDict[str]
+
+
+def forwardable(headers: Headers) -> CIMultiDict[str]:
+    """``headers`` without the hop-by-hop ones, those ``Connection`` names, and those the relay sets."""
+    named = headers.getall("Connection", ())
+    if not named:
+        return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in DROPPED)
+    dropped = DROPPED | {h.strip().lower() for line in named for h in line.split(",")}
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in dropped)
+
+
+def runtime_session(ssl: ssl_module.SSLContext | bool = True, *, fresh: bool = False) -> aiohttp.ClientSession:
+    """Bytes pass through untouched: no decompression, no cookies, no overall timeout. ``fresh``:
+    every request opens its own connection (a retry's), else pooled with the keep-alive above."""
+    if fresh:
+        connector = aiohttp.TCPConnector(limit=0, force_close=True, ssl=ssl)
+    else:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=RUNTIME_KEEPALIVE_S, ttl_dns_cache=300, ssl=ssl)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                 timeout=RUNTIME_TIMEOUT)
+
+
+@dataclass(slots=True)
+class Upstream:
+    """Where a runtime answers: ``base`` + the request's path, with ``headers`` (its key) added.
+
+    ``session`` carries the first try (pooled); ``ssl`` is what a retry's fresh connection uses;
+    ``secret`` is masked wherever a failure is written down.
+    """
+
+    base: str
+    headers: Mapping[str, str]
+    session: aiohttp.ClientSession
+    ssl: ssl_module.SSLContext | bool = True
+    secret: str | None = None
+
+
+@dataclass
+class Record:
+    """What the relay saw of one exchange: the status the client got, when the first byte came,
+    the answer's last bytes (``tail_bytes`` of them) and every failure on the way."""
+
+    status: int = 0
+    first_byte: float | None = None
+    tail: bytes = b""
+    failures: list[str] = field(default_factory=list)
+
+
+class Rewrite(Protocol):
+    """Changes an SSE answer on its way (the router drops a usage chunk the client did not ask for)."""
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def rest(self) -> bytes: ...
+
+
+class Unreachable(Exception):
+    """No try got an answer; the message is the last failure (exception class and text, no key)."""
+
+
+def describe(exc: BaseException, secret: str | None = None) -> str:
+    """An exception's class and message for a log or a row, with no key in it."""
+    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if secret:
+        text = text.replace(secret, "***")
+    return re.sub(r"(Bearer\s+|sk-mirbad-)[A-Za-z0-9._~+/=-]+", r"\1***", text)[:500]
+
+
+async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: bytes, *, record: Record,
+                log: logging.Logger, label: str, request_id: str | None = None,
+                sse_rewrite: Rewrite | None = None, tail_bytes: int = 0) -> web.StreamResponse:
+    """Send ``request`` (its method, headers and ``body``) to ``upstream.base + path_qs`` and stream
+    the answer back; ``label`` ("request <id> to <where>") starts each line written to ``log``.
+    Raises ``Unreachable`` when no try got an answer (nothing has been sent to the client then)."""
+    headers = forwardable(request.headers)
+    headers.update(upstream.headers)
+    if request_id is not None:
+        headers["X-Request-Id"] = request_id
+    answer, retry_session = await _open(request.method, upstream, upstream.base + path_qs, headers, body,
+                                        record, log, label)
+    try:
+        return await _stream(request, answer, record, log, label, request_id, sse_rewrite, tail_bytes)
+    finally:
+        answer.close()  # a no-op once fully read; drops the connection (and the generation) if not
+        if retry_session is not None:
+            await retry_session.close()
+
+
+async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[str], body: bytes,
+                record: Record, log: logging.Logger, label: str
+                ) -> tuple[aiohttp.ClientResponse, aiohttp.ClientSession | None]:
+    """The answer's status and headers, and the retry session it came on (closed after it), if any."""
+    session, retry_session = upstream.session, None
+    try:
+        for attempt in range(1, len(RETRY_PAUSES_S) + 2):
+            try:
+                answer = await session.request(method, url, data=body or None, headers=headers,
+                                               timeout=RUNTIME_TIMEOUT, allow_redirects=False)
+                return answer, retry_session
+            except aiohttp.ClientSSLError as exc:  # a TLS refusal is not a dropped connection
+                failure, again = exc, False
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # Refused, reset, or hung up before the response headers: nothing of the answer
+                # exists, so trying again on a fresh connection is safe.
+                failure, again = exc, attempt <= len(RETRY_PAUSES_S)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                failure, again = exc, False
+            reason = f"attempt {attempt}: {describe(failure, upstream.secret)}"
+            record.failures.append(reason)
+            log.warning("%s failed before any answer, %s", label, reason)
+            if not again:
+                raise Unreachable(describe(failure, upstream.secret)) from failure
+            await asyncio.sleep(RETRY_PAUSES_S[attempt - 1])
+            # The pool may hold more connections the runtime closed or reset: a retry opens its own.
+            if retry_session is None:
+                retry_session = runtime_session(upstream.ssl, fresh=True)
+            session = retry_session
+        raise AssertionError("unreachable: the last try either answers or raises")
+    except BaseException:
+        if retry_session is not None:
+            await retry_session.close()
+        raise
+
+
+async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
+                  label: str, request_id: str | None, sse_rewrite: Rewrite | None,
+                  tail_bytes: int) -> web.StreamResponse:
+    record.status = answer.status
+    response = web.StreamResponse(status=answer.status, reason=answer.reason)
+    response.headers.extend(forwardable(answer.headers))
+    sse = answer.content_type == "text/event-stream"
+    rewrite = sse_rewrite if sse else None
+    if answer.content_length is not None and rewrite is None:
+        response.content_length = answer.content_length
+    if sse:
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
+    await response.prepare(request)
+    # The last chunks, by reference, just enough to hold tail_bytes: joined once at the end.
+    recent: list[bytes] = []
+    held = relayed = 0
+    last = b""
+    content = answer.content
+    while True:
+        try:
+            chunk = await content.readany()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            await _broken(request, response, record, log, label, request_id, sse, relayed, last, exc)
+            return response
+        if not chunk:
+            break
+        if record.first_byte is None:
+            record.first_byte = time.perf_counter()
+        size = len(chunk)
+        relayed += size
+        if tail_bytes:
+            recent.append(chunk)
+            held += size
+            while held - len(recent[0]) >= tail_bytes:
+                held -= len(recent.pop(0))
+        out = rewrite.feed(chunk) if rewrite is not None else chunk
+        if out:
+            await response.write(out)  # a client that left raises ConnectionResetError
+            last = out
+    if rewrite is not None and (rest := rewrite.rest()):
+        await response.write(rest)
+    if recent:
+        record.tail = (recent[0] if len(recent) == 1 else b"".join(recent))[-tail_bytes:]
+    await response.write_eof()
+    return response
+
+
+async def _broken(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,
+                  label: str, request_id: str | None, sse: bool, relayed: int, last: bytes,
+                  exc: BaseException) -> None:
+    """The upstream died mid-answer: say so to an SSE client, then cut the connection without a
+    final chunk so no client mistakes the answer for complete."""
+    reason = f"the runtime's answer broke after {relayed} bytes: {describe(exc)}"
+    log.warning("%s: %s", label, reason)
+    record.status = 502
+    record.failures.append(reason)
+    if sse and _BROKEN_MARK not in last:
+        error: dict[str, object] = {"message": "The model's runtime stopped in the middle of the answer.",
+                                    "type": "server_error", "code": BROKEN_CODE}
+        if request_id is not None:
+            error["request_id"] = request_id
+        try:
+            await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
+        except ConnectionResetError:
+            pass  # the client left as well: nobody to tell
+    if request.transport is not None:
+        request.transport.abort()
