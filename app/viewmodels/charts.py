@@ -1,9 +1,15 @@
-"""Charts of one model over 5 min / 1 h / 24 h / 7 d, from ``DaemonClient.model_history``.
+"""Live history charts over 5 min / 1 h / 24 h / 7 d: one implementation, parameterised by what it charts.
 
-The view-model turns a ``HistorySeries`` into plain columns (timestamps and one tuple per metric,
-``nan`` where a point has no value) so the widget can hand them to the plotting library as arrays.
-It also says whether the model's node has a GPU (from the fleet's host figures), so the GPU charts
-can say "No GPU on this node" instead of drawing empty axes.
+``HistoryCharts`` holds the subject being charted (a model, a node and maybe one of its GPUs), the
+range, and the refresh loop that re-reads the subject's history while it is shown; a subclass says
+only how to fetch the history of its subject (``fetch``) and, if it knows, whether the subject's
+node has a GPU (``has_gpu``). Each fetched ``HistorySeries`` becomes a ``Plot``: plain columns
+(timestamps and one tuple per metric, ``nan`` where a point has no value) the widget hands to the
+plotting library as arrays.
+
+``ChartsViewModel`` charts one model (``DaemonApi.model_history``); it also says whether the model's
+node has a GPU (from the fleet's host figures), so the GPU charts can say "No GPU on this node"
+instead of drawing empty axes. ``app.viewmodels.node_charts`` charts a node and one of its GPUs.
 """
 
 from __future__ import annotations
@@ -11,13 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
 from daemon.api.models import HistoryRange, HistorySeries
 from daemon.api.protocol import DaemonApi
+
+if TYPE_CHECKING:
+    from app.viewmodels.fleet import FleetViewModel
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -29,7 +39,7 @@ REFRESH_S: dict[str, float] = {"5m": 2.0, "1h": 15.0, "24h": 60.0, "7d": 300.0}
 @dataclass(frozen=True)
 class ChartSpec:
     title: str
-    unit: str  # tok/s | % | bytes | ""
+    unit: str  # tok/s | % | bytes | °C | W | ""
     series: tuple[tuple[str, str], ...]  # (history value key, legend)
     scale: float = 1.0
     needs_gpu: bool = False  # nothing to draw on a node without a GPU
@@ -49,24 +59,61 @@ CHARTS: tuple[ChartSpec, ...] = (
 
 
 @dataclass(frozen=True)
-class ChartsState:
-    model_id: str | None = None
-    range: HistoryRange = "5m"
+class Plot:
+    """One history series as columns: the timestamps, and per value key one value per timestamp."""
+
     ts: tuple[float, ...] = ()
     columns: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    error: str | None = None
-    loading: bool = False
-    node_has_gpu: bool | None = None  # None: not known (yet)
 
-    def message(self, spec: ChartSpec) -> str | None:
-        """What a chart shows instead of axes, if anything."""
-        return NO_GPU if spec.needs_gpu and self.node_has_gpu is False else None
+    @classmethod
+    def of(cls, series: HistorySeries | None, specs: tuple[ChartSpec, ...]) -> Plot:
+        """The columns ``specs`` draw from ``series`` (None: nothing to draw)."""
+        if series is None:
+            return cls()
+        return cls(tuple(p.ts for p in series.points), columns_of(series, specs))
 
     def latest(self, key: str) -> float | None:
         for value in reversed(self.columns.get(key, ())):
             if not math.isnan(value):
                 return value
         return None
+
+    def lines(self, spec: ChartSpec) -> list[tuple[float, ...]]:
+        """One column per line of ``spec``'s chart; all ``nan`` for a key the history lacks."""
+        return [self.columns.get(key, ()) or (math.nan,) * len(self.ts) for key, _legend in spec.series]
+
+
+S = TypeVar("S", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class ChartsState(Generic[S]):
+    """What is charted (``subject``, None: nothing), over which range, and one ``Plot`` per chart group."""
+
+    subject: S | None = None
+    range: HistoryRange = "5m"
+    plots: tuple[Plot, ...] = ()
+    error: str | None = None
+    loading: bool = False
+    node_has_gpu: bool | None = None  # None: not known (yet)
+
+    def plot(self, group: int = 0) -> Plot:
+        return self.plots[group] if group < len(self.plots) else Plot()
+
+    @property
+    def ts(self) -> tuple[float, ...]:
+        return self.plot().ts
+
+    @property
+    def columns(self) -> dict[str, tuple[float, ...]]:
+        return self.plot().columns
+
+    def latest(self, key: str) -> float | None:
+        return self.plot().latest(key)
+
+    def message(self, spec: ChartSpec) -> str | None:
+        """What a chart shows instead of axes, if anything."""
+        return NO_GPU if spec.needs_gpu and self.node_has_gpu is False else None
 
 
 def columns_of(series: HistorySeries, specs: tuple[ChartSpec, ...] = CHARTS) -> dict[str, tuple[float, ...]]:
@@ -81,37 +128,44 @@ def columns_of(series: HistorySeries, specs: tuple[ChartSpec, ...] = CHARTS) -> 
     return columns
 
 
-def node_has_gpu(fleet: Any, node_id: str | None) -> bool | None:
-    """Whether the fleet's latest figures for ``node_id`` list a GPU; None when it has none for it."""
-    if fleet is None or node_id is None:
-        return None
-    host = next((h for h in fleet.snapshot.value.hosts if h.node == node_id), None)
-    return None if host is None or not host.online else bool(host.gpus)
+class HistoryCharts(Generic[S]):
+    """Charts of one subject: ``show_subject`` starts re-reading its history (every ``REFRESH_S`` of the
+    range) until ``hide``; a failed read keeps the last plots and says why; an answer for a subject or
+    range the user has since left is dropped.
 
+    ``groups``: the chart groups, one ``Plot`` each, in the order ``fetch`` returns their series.
+    """
 
-class ChartsViewModel:
-    def __init__(self, client: DaemonApi, fleet: Any = None) -> None:
-        """``fleet``: the ``FleetViewModel`` whose host figures say which nodes have a GPU."""
+    groups: tuple[tuple[ChartSpec, ...], ...] = ()
+
+    def __init__(self, client: DaemonApi) -> None:
         self.client = client
-        self.fleet = fleet
-        self.state: Observable[ChartsState] = Observable(ChartsState())
+        self.state: Observable[ChartsState[S]] = Observable(ChartsState())
         self._task: asyncio.Task[None] | None = None
 
-    def show(self, model_id: str | None, range_: HistoryRange | None = None) -> None:
-        """Chart ``model_id`` (None: nothing) and keep refreshing until ``hide``."""
+    async def fetch(self, subject: S, range_: HistoryRange) -> tuple[HistorySeries | None, ...]:
+        """The history of ``subject`` over ``range_``, one series per group (None: nothing to draw)."""
+        raise NotImplementedError
+
+    def has_gpu(self, subject: S) -> bool | None:
+        """Whether ``subject``'s node has a GPU; None when not known."""
+        return None
+
+    def show_subject(self, subject: S | None, range_: HistoryRange | None = None) -> None:
+        """Chart ``subject`` (None: nothing) and keep refreshing until ``hide``."""
         current = self.state.value
         new_range = range_ or current.range
-        if model_id == current.model_id and new_range == current.range and self._task is not None:
+        same = subject == current.subject and new_range == current.range
+        if same and self._task is not None:
             return
         self.hide()
-        keep = model_id == current.model_id and new_range == current.range
-        self.state.set(ChartsState(model_id=model_id, range=new_range, loading=model_id is not None,
-                                   ts=current.ts if keep else (), columns=current.columns if keep else {}))
-        if model_id is not None:
-            self._task = asyncio.ensure_future(self._run(model_id, new_range))
+        self.state.set(ChartsState(subject=subject, range=new_range, loading=subject is not None,
+                                   plots=current.plots if same else ()))
+        if subject is not None:
+            self._task = asyncio.ensure_future(self._run(new_range))
 
     def set_range(self, range_: HistoryRange) -> None:
-        self.show(self.state.value.model_id, range_)
+        self.show_subject(self.state.value.subject, range_)
 
     def hide(self) -> None:
         if self._task is not None:
@@ -120,26 +174,60 @@ class ChartsViewModel:
 
     async def refresh(self) -> None:
         s = self.state.value
-        if s.model_id is None:
+        if s.subject is None:
             return
+        subject = s.subject
         try:
-            series = await self.client.model_history(s.model_id, s.range)
+            series = await self.fetch(subject, s.range)
         except DaemonError as exc:
-            self.state.set(ChartsState(s.model_id, s.range, s.ts, s.columns, f"history unavailable: {exc.message}",
-                                       node_has_gpu=s.node_has_gpu))
+            if self._still(s):
+                self.state.set(replace(self.state.value, error=f"history unavailable: {exc.message}", loading=False))
             return
-        if self.state.value.model_id != s.model_id or self.state.value.range != s.range:
+        if not self._still(s):
             return  # the user moved on while we waited
-        self.state.set(ChartsState(s.model_id, s.range, tuple(p.ts for p in series.points), columns_of(series),
-                                   node_has_gpu=node_has_gpu(self.fleet, self._node_of(s.model_id))))
+        plots = tuple(Plot.of(one, specs) for one, specs in zip(series, self.groups))
+        self.state.set(ChartsState(subject, s.range, plots, node_has_gpu=self.has_gpu(subject)))
+
+    def _still(self, asked: ChartsState[S]) -> bool:
+        now = self.state.value
+        return (now.subject, now.range) == (asked.subject, asked.range)
+
+    async def _run(self, range_: HistoryRange) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(REFRESH_S[range_])
+
+
+def node_has_gpu(fleet: FleetViewModel | None, node_id: str | None) -> bool | None:
+    """Whether the fleet's latest figures for ``node_id`` list a GPU; None when it has none for it."""
+    if fleet is None or node_id is None:
+        return None
+    host = next((h for h in fleet.snapshot.value.hosts if h.node == node_id), None)
+    return None if host is None or not host.online else bool(host.gpus)
+
+
+class ChartsViewModel(HistoryCharts[str]):
+    """The model panel's charts: one model's history (``CHARTS``)."""
+
+    groups = (CHARTS,)
+
+    def __init__(self, client: DaemonApi, fleet: FleetViewModel | None = None) -> None:
+        """``fleet``: the ``FleetViewModel`` whose host figures say which nodes have a GPU."""
+        super().__init__(client)
+        self.fleet = fleet
+
+    def show(self, model_id: str | None, range_: HistoryRange | None = None) -> None:
+        """Chart ``model_id`` (None: nothing) and keep refreshing until ``hide``."""
+        self.show_subject(model_id, range_)
+
+    async def fetch(self, subject: str, range_: HistoryRange) -> tuple[HistorySeries | None, ...]:
+        return (await self.client.model_history(subject, range_),)
+
+    def has_gpu(self, subject: str) -> bool | None:
+        return node_has_gpu(self.fleet, self._node_of(subject))
 
     def _node_of(self, model_id: str) -> str | None:
         if self.fleet is None:
             return None
         view = next((m for m in self.fleet.snapshot.value.models if m.definition.id == model_id), None)
         return view.definition.node if view is not None else None
-
-    async def _run(self, model_id: str, range_: HistoryRange) -> None:
-        while True:
-            await self.refresh()
-            await asyncio.sleep(REFRESH_S[range_])

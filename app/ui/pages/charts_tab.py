@@ -52,7 +52,7 @@ class ChartsTab(QWidget):
         layout.addLayout(grid, 1)
         self.vm.state.subscribe(self.show_state, now=True)
 
-    def show_state(self, state: ChartsState) -> None:
+    def show_state(self, state: ChartsState[str]) -> None:
         for b in self.range_buttons.buttons():
             b.setChecked(b.objectName() == f"range-{state.range}")
         if state.error:
@@ -64,5 +64,4 @@ class ChartsTab(QWidget):
             self.status.setText(f"{len(state.ts)} points" + (f" · now {gen:.1f} tok/s" if gen is not None else ""))
         for chart, spec in zip(self.charts, CHARTS):
             chart.set_message(state.message(spec))
-            chart.set_data(state.ts, [state.columns.get(key, ()) or (float("nan"),) * len(state.ts)
-                                      for key, _legend in spec.series])
+            chart.set_data(state.ts, state.plot().lines(spec))

@@ -34,7 +34,13 @@ from app.ui.charts import LiveChart
 from app.ui.pages.pair_dialog import PairDialog
 from app.ui.widgets import Card, StateBadge, button, label, page, page_header, set_prop
 from app.viewmodels.charts import NO_GPU, RANGES
-from app.viewmodels.node_charts import GPU_CHARTS, NODE_CHARTS, NodeChartsState
+from app.viewmodels.node_charts import (
+    GPU,
+    GPU_CHARTS,
+    NODE,
+    NODE_CHARTS,
+    NodeChartsState,
+)
 from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState
 from daemon.api.contracts import short_fingerprint
 from daemon.api.nodes import NodeView
@@ -208,13 +214,14 @@ class NodePanel(QScrollArea):
     def show_charts(self, s: NodeChartsState) -> None:
         for b in self.range_buttons.buttons():
             b.setChecked(b.objectName() == f"node-range-{s.range}")
-        for chart, spec in zip(self.charts, NODE_CHARTS + GPU_CHARTS):
-            gpu = spec in GPU_CHARTS
-            ts, columns = (s.gpu_ts, s.gpu_columns) if gpu else (s.ts, s.columns)
-            chart.setVisible(not gpu or s.gpu is not None)
+        gpu_chosen = s.subject is not None and s.subject.gpu is not None
+        charted = [(NODE, spec) for spec in NODE_CHARTS] + [(GPU, spec) for spec in GPU_CHARTS]
+        for chart, (group, spec) in zip(self.charts, charted):
+            plot = s.plot(group)
+            chart.setVisible(group == NODE or gpu_chosen)
             no_gpu = spec.needs_gpu and self.node is not None and not self.node.gpus
             chart.set_message(NO_GPU if no_gpu else None)
-            chart.set_data(ts, [columns.get(key, ()) or (float("nan"),) * len(ts) for key, _legend in spec.series])
+            chart.set_data(plot.ts, plot.lines(spec))
 
     def _remove(self) -> None:
         node = self.node
