@@ -2,7 +2,8 @@
 
 Each change of any instance bumps a monotonic ``version`` and wakes the long-poll of
 ``GET /instances?since=V``; it also rewrites ``processes.json`` so a restarted agent can adopt
-what still runs.
+what still runs. The runtime is its ``RuntimeDriver``'s (``agent.runtimes.driver``): the manager
+checks, picks a loopback port and hands over, and knows nothing of llama.cpp.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from agent.api.models import InstanceInfo, InstancesPage, InstanceState, LaunchSpec
-from agent.records import ProcessRecords, find_live_process
-from agent.runtimes.llamacpp import LlamaCppDriver, check_spec, find_free_port
-from agent.runtimes.process import RuntimeProcess
+from agent.records import ProcessRecords
+from agent.runtimes.driver import RuntimeDriver
+from agent.runtimes.ports import FIRST_PORT, find_free_port
 from agent.runtimes.run import RuntimeRun
 from agent.supervisor import AlreadyRunning, InstanceSupervisor
 
@@ -36,7 +37,7 @@ class UnknownInstance(KeyError):
 class InstanceManager:
     """Holds the supervisors of one agent."""
 
-    def __init__(self, driver: LlamaCppDriver, records: ProcessRecords, first_port: int = 18080,
+    def __init__(self, driver: RuntimeDriver, records: ProcessRecords, first_port: int = FIRST_PORT,
                  admission: Admission | None = None) -> None:
         self.driver = driver
         self.admission = admission
@@ -61,7 +62,7 @@ class InstanceManager:
     def _supervisor(self, instance_id: str) -> InstanceSupervisor:
         sup = self._supervisors.get(instance_id)
         if sup is None:
-            sup = InstanceSupervisor(instance_id, self._on_change, self.session)
+            sup = InstanceSupervisor(instance_id, self._on_change, self.session, self.driver.wait_ready)
             self._supervisors[instance_id] = sup
         return sup
 
@@ -108,8 +109,7 @@ class InstanceManager:
 
     async def start(self, spec: LaunchSpec) -> InstanceInfo:
         """Check the spec, pick a port and spawn; raises SpecRejected, NoRuntime, AlreadyRunning."""
-        check_spec(spec)
-        self.driver.executable()
+        self.driver.check(spec)
         async with self._start_lock:
             sup = self._supervisor(spec.instance_id)
             if sup.busy:
@@ -130,13 +130,12 @@ class InstanceManager:
         """Adopt each recorded runtime that still runs; drop the other records. The adopted ids."""
         adopted: list[str] = []
         for instance_id, record in self.records.load().items():
-            handle = await asyncio.to_thread(find_live_process, record)
-            if handle is None:
+            sup = self._supervisor(instance_id)
+            run = await self.driver.adopt(record, sup.logs)
+            if run is None:
                 _LOGGER.warning("dropping the record of %s: pid %d is not that runtime any more",
                                 instance_id, record.pid)
                 continue
-            sup = self._supervisor(instance_id)
-            run = self.driver.adopt(record, RuntimeProcess.adopt(handle), sup.logs)
             await sup.adopt(run)
             adopted.append(instance_id)
         self.records.save({i: run.record for i, run in self.runs().items()})

@@ -17,13 +17,17 @@ import aiohttp
 
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
 from agent.logring import LogRing
-from agent.runtimes.checks import RuntimeUnusable
+from agent.runtimes.driver import RuntimeUnusable
 from agent.runtimes.run import RuntimeRun, StartFailed
 
 _LOGGER = logging.getLogger(__name__)
 
 LIVE_STATES = frozenset({InstanceState.STARTING, InstanceState.READY, InstanceState.STOPPING})
 KILL_SILENT_AFTER_S = 5.0
+
+
+# The driver's wait for readiness (``RuntimeDriver.wait_ready``): returns once ready, else StartFailed.
+WaitReady = Callable[[RuntimeRun, aiohttp.ClientSession, float], Awaitable[None]]
 
 
 class AlreadyRunning(Exception):
@@ -34,11 +38,12 @@ class InstanceSupervisor:
     """Owns one instance id: its current run, its state and its log ring."""
 
     def __init__(self, instance_id: str, on_change: Callable[[], Awaitable[None]],
-                 session: Callable[[], aiohttp.ClientSession]) -> None:
+                 session: Callable[[], aiohttp.ClientSession], wait_ready: WaitReady) -> None:
         self.instance_id = instance_id
         self.logs = LogRing()
         self._on_change = on_change
         self._session = session
+        self._wait_ready = wait_ready
         self._lock = asyncio.Lock()
         self._state = InstanceState.STOPPED
         self._run: RuntimeRun | None = None
@@ -106,7 +111,7 @@ class InstanceSupervisor:
             return self.info()
 
     async def adopt(self, run: RuntimeRun) -> None:
-        """Take over a live process from an earlier agent; ready again once ``/health`` says so."""
+        """Take over a live process from an earlier agent; ready again once its driver says so."""
         async with self._lock:
             self._reset(adopted=True)
             self._run = run
@@ -117,11 +122,7 @@ class InstanceSupervisor:
 
     async def _lifecycle(self, run: RuntimeRun, startup_timeout_s: float) -> None:
         try:
-            await run.wait_ready(self._session(), startup_timeout_s)
-            await run.check_build(self._session())
-            if run.process.poll():  # the build died on its first generation (SIGILL, say)
-                code = await run.wait_exit()
-                raise StartFailed(run.exit_message(code), run.last_lines(), code)
+            await self._wait_ready(run, self._session(), startup_timeout_s)
         except StartFailed as exc:
             async with self._lock:
                 if self._run is run and self._state is InstanceState.STARTING:

@@ -2,13 +2,10 @@
 
 Each sample holds the host's CPU and memory, the GPUs, and per instance its process memory and
 CPU, its own GPU memory and utilisation (its PID in the GPUs' process lists), plus for ready
-instances what llama-server's ``/metrics`` and ``/slots`` say (token counters turned into
-per-second rates between two samples). Blocking reads (psutil, NVML) run in an executor; HTTP
-reads have short timeouts so one stuck runtime cannot stall the others.
-
-KV-cache use: older llama-server builds export ``llamacpp:kv_cache_usage_ratio``; newer ones
-dropped it, so it is then summed over ``/slots`` (each slot's ``n_prompt_tokens``, the tokens its
-sequence holds, over the slots' ``n_ctx``). ``kv_source`` says which one a sample used.
+instances the figures their runtime's driver reads (``RuntimeDriver.scrape``: llama-server's
+``/metrics`` and ``/slots``), token counters turned into per-second rates between two samples.
+Blocking reads (psutil, NVML) run in an executor; a driver's HTTP reads have short timeouts so
+one stuck runtime cannot stall the others.
 """
 
 from __future__ import annotations
@@ -19,45 +16,18 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import aiohttp
 import psutil
 
-from agent.api.llamacpp import parse_args
 from agent.api.models import GpuInfo, InstanceSample, TelemetryPage, TelemetrySample
 from agent.gpu import GpuProbe
 from agent.manager import InstanceManager
+from agent.runtimes.driver import Figures
 from agent.runtimes.run import RuntimeRun
 
 _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 2.0
 RING_SAMPLES = 1800
-SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
-_METRICS = {  # llama.cpp name -> InstanceSample field
-    "llamacpp:prompt_tokens_total": "prompt_tokens_total",
-    "llamacpp:tokens_predicted_total": "generation_tokens_total",
-    "llamacpp:requests_processing": "requests_processing",
-    "llamacpp:requests_deferred": "requests_deferred",
-    "llamacpp:kv_cache_usage_ratio": "kv_cache_usage_ratio",  # removed from newer builds
-    "llamacpp:kv_cache_tokens": "kv_cache_tokens",  # removed from newer builds
-}
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Unlabelled samples of a Prometheus text exposition: name -> value."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split()
-        if len(parts) < 2 or "{" in parts[0]:
-            continue
-        try:
-            values[parts[0]] = float(parts[1])
-        except ValueError:
-            continue
-    return values
 
 
 def instance_gpu_figures(pid: int, gpus: list[GpuInfo]) -> tuple[int | None, float | None]:
@@ -74,34 +44,6 @@ def instance_gpu_figures(pid: int, gpus: list[GpuInfo]) -> tuple[int | None, flo
                 utilization.append(proc.utilization_percent)
     return (sum(memory) if memory else None,
             sum(utilization) / len(utilization) if utilization else None)
-
-
-def kv_from_slots(slots: list[object], ctx_size: int | None) -> dict[str, float | int | None]:
-    """KV-cache figures summed over llama-server's ``/slots``; empty when the slots do not say.
-
-    With a unified cache every slot reports the whole context as its ``n_ctx``, so the sum is
-    capped by the configured ``--ctx-size`` when the runtime was given one.
-    """
-    held = capacity = 0
-    for slot in slots:
-        if not isinstance(slot, dict) or not isinstance(slot.get("n_ctx"), int):
-            return {}
-        capacity += slot["n_ctx"]
-        tokens = slot.get("n_prompt_tokens")  # the tokens its sequence holds, prompt and generated
-        held += tokens if isinstance(tokens, int) and tokens > 0 else 0
-    if ctx_size:
-        capacity = min(capacity, ctx_size)
-    if capacity <= 0:
-        return {}
-    return {"kv_cache_tokens": held, "kv_cache_capacity": capacity,
-            "kv_cache_usage_ratio": min(1.0, held / capacity)}
-
-
-def _ctx_size(run: RuntimeRun) -> int | None:
-    try:
-        return parse_args(run.record.argv).settings.ctx_size
-    except ValueError:  # an adopted argv we cannot read: no cap
-        return None
 
 
 def _rate(now: float | None, before: float | None, seconds: float) -> float | None:
@@ -201,37 +143,11 @@ class TelemetryCollector:
             del self._processes[key]
         return _Host(psutil.cpu_percent(None), memory.total, memory.available), instances
 
-    async def _scrape(self, run: RuntimeRun) -> dict[str, float | int | str | None]:
-        session = self.manager.session()
-        figures: dict[str, float | int | str | None] = {}
-        try:
-            async with session.get(f"{run.endpoint}/metrics", headers=run.auth_headers(),
-                                   timeout=SCRAPE_TIMEOUT) as resp:
-                if resp.status == 200:
-                    metrics = parse_prometheus(await resp.text())
-                    figures.update({field: metrics.get(name) for name, field in _METRICS.items()})
-                    if figures.get("kv_cache_tokens") is not None:
-                        figures["kv_cache_tokens"] = int(figures["kv_cache_tokens"] or 0)
-                    if figures.get("kv_cache_usage_ratio") is not None:
-                        figures["kv_source"] = "metrics"
-            async with session.get(f"{run.endpoint}/slots", headers=run.auth_headers(),
-                                   timeout=SCRAPE_TIMEOUT) as resp:
-                if resp.status == 200:
-                    slots = await resp.json()
-                    if isinstance(slots, list):
-                        figures["slots_total"] = len(slots)
-                        figures["slots_busy"] = sum(1 for s in slots if isinstance(s, dict)
-                                                    and s.get("is_processing"))
-                        if figures.get("kv_source") is None:
-                            kv = kv_from_slots(slots, _ctx_size(run))
-                            if kv:
-                                figures.update(kv, kv_source="slots")
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            _LOGGER.debug("cannot scrape %s: %s", run.endpoint, exc)
-        return figures
+    async def _scrape(self, run: RuntimeRun) -> Figures:
+        return await self.manager.driver.scrape(run, self.manager.session())
 
     def _fill(self, instance_id: str, run: RuntimeRun, sample: InstanceSample,
-              figures: dict[str, float | int | str | None], ts: float) -> None:
+              figures: Figures, ts: float) -> None:
         for field, value in figures.items():
             setattr(sample, field, value)
         before = self._previous.get(instance_id)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from agent.runtimes.driver import RuntimeUnusable
+
 _LOGGER = logging.getLogger(__name__)
 
 ILLEGAL_INSTRUCTION = ("llama-server stopped on an illegal instruction: this build uses CPU features "
@@ -35,10 +37,6 @@ SIGILL_CODE = -int(signal.SIGILL)
 STATUS_ILLEGAL_INSTRUCTION = 0xC000001D
 LIBRARY_PREFIXES = ("libggml", "libllama", "libmtmd", "ggml", "llama")
 Verdict = Literal["ok", "illegal_instruction"]
-
-
-class RuntimeUnusable(Exception):
-    """This build is known not to run on this machine; ``str()`` says what to do."""
 
 
 @dataclass(frozen=True)

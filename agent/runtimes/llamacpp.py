@@ -1,6 +1,8 @@
-"""The llama.cpp driver: checks a launch spec, starts ``llama-server``, waits for it, stops it.
+"""The llama.cpp driver (a ``RuntimeDriver``): checks a launch spec, starts ``llama-server``, says
+when it is ready, adopts it after an agent restart and reads its ``/metrics`` and ``/slots``.
 
-The argv is ``[exe] + agent.api.llamacpp.build_args(...)`` and nothing else. The per-instance API
+The argv is ``[exe] + build_command(spec, port)`` (``agent.api.llamacpp.build_args``) and nothing
+else. The per-instance API
 key travels in the child's environment (``LLAMA_API_KEY``), never on the command line where every
 user of the machine could read it. The child's environment is a small base plus the spec's
 variables that ``ENV_ALLOWLIST`` admits; anything else is refused, not dropped silently.
@@ -8,36 +10,55 @@ variables that ``ENV_ALLOWLIST`` admits; anything else is refused, not dropped s
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
-import socket
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+import aiohttp
 
 from agent.api.launch_policy import ENV_ALLOWED_PREFIXES, ENV_ALLOWLIST, PolicyViolation
 from agent.api.launch_policy import check_env as policy_check_env
 from agent.api.launch_policy import check_extra_args as policy_check_extra_args
-from agent.api.llamacpp import build_args, config_hash, lift_extra_args
+from agent.api.llamacpp import build_args, config_hash, lift_extra_args, parse_args
 from agent.api.models import LaunchSpec
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
-from agent.records import ProcessRecord
+from agent.records import ProcessRecord, find_live_process
 from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
-from agent.runtimes.checks import RuntimeChecks
+from agent.runtimes.checks import (
+    ILLEGAL_INSTRUCTION,
+    RuntimeChecks,
+    is_illegal_instruction,
+)
+from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
+from agent.runtimes.ports import FIRST_PORT  # noqa: F401 - the agent's default port, kept importable here
 from agent.runtimes.process import RuntimeProcess
-from agent.runtimes.run import CHECK_TIMEOUT_S, BuildCheck, RuntimeRun
+from agent.runtimes.prometheus import parse_prometheus
+from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, StartFailed
 
 _LOGGER = logging.getLogger(__name__)
 
+RUNTIME = "llamacpp"
 RUNTIME_NAME = "llama-server"
-FIRST_PORT = 18080
-PORT_RANGE = 2000
-LOOPBACK = "127.0.0.1"
 API_KEY_ENV = "LLAMA_API_KEY"
+CHECK_TIMEOUT_S = 15.0  # a build that loaded but cannot give one token by then stays unchecked
+SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
+_METRICS = {  # llama.cpp name -> InstanceSample field
+    "llamacpp:prompt_tokens_total": "prompt_tokens_total",
+    "llamacpp:tokens_predicted_total": "generation_tokens_total",
+    "llamacpp:requests_processing": "requests_processing",
+    "llamacpp:requests_deferred": "requests_deferred",
+    "llamacpp:kv_cache_usage_ratio": "kv_cache_usage_ratio",  # removed from newer builds
+    "llamacpp:kv_cache_tokens": "kv_cache_tokens",  # removed from newer builds
+}
 
 # Variables of the agent's own environment every runtime gets.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
@@ -45,23 +66,8 @@ BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
 # names there are case-insensitive (``Path``, ``SystemRoot``), so they are matched that way.
 WINDOWS_BASE_ENV_KEYS = ("PATH", "PATHEXT", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP",
                          "USERPROFILE", "LOCALAPPDATA", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE")
-# Variables a launch spec may set, and the argument rules: one owner, shared with the daemon.
-# Flags a spec may not pass in extra_args: they would change the key, the log file, serve files,
-# or download a model from the network. (--host/--port/--model/--alias are the builder's and are
-# dropped by build_args.)
-EXTRA_ARGS_DENYLIST = frozenset({
-    "--api-key", "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "--path", "--log-file",
-    "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token",
-    "-hfv", "--hf-repo-v", "-hffv", "--hf-file-v", "-dr", "--docker-repo", "--webui",
-})
-
-
-class SpecRejected(ValueError):
-    """The launch spec cannot be run as it is; the message says what to change."""
-
-
-class NoRuntime(RuntimeError):
-    """No llama-server executable was found."""
+# Variables a launch spec may set, and the flags it may not pass (``DENIED_FLAGS``): one owner,
+# ``agent.api.launch_policy``, shared with the daemon.
 
 
 def env_allowed(name: str) -> bool:
@@ -84,13 +90,6 @@ def real_inside(folder: str, path: str) -> bool:
 
 
 def check_extra_args(extra_args: Iterable[str], model_path: str = "/") -> None:
-    extra_args = list(extra_args)
-    for arg in extra_args:
-        flag = arg.split("=", 1)[0] if arg.startswith("--") else arg
-        if flag in EXTRA_ARGS_DENYLIST:
-            raise SpecRejected(f"extra argument {flag} is not allowed: the agent owns that setting")
-        if "\0" in arg:
-            raise SpecRejected("an extra argument contains a NUL byte")
     try:
         policy_check_extra_args(extra_args, model_path, inside=real_inside)
     except PolicyViolation as exc:
@@ -147,53 +146,133 @@ def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | Non
     return env
 
 
-# (level, option, value) by name: SO_EXCLUSIVEADDRUSE exists only in Windows' socket module.
-SocketOption = tuple[str, str, int]
-SO_EXCLUSIVEADDRUSE_FALLBACK = ~4  # ~SO_REUSEADDR, its value in winsock2.h
+def build_command(spec: LaunchSpec, port: int) -> list[str]:
+    """llama-server's argv after the executable for ``spec`` on ``port``: pure, golden-tested."""
+    return build_args(spec.settings, spec.model_path, spec.served_name, port, spec.extra_args)
 
 
-def probe_socket_options(platform: str = sys.platform) -> list[SocketOption]:
-    """The options the free-port probe sets before it binds.
+def kv_from_slots(slots: list[object], ctx_size: int | None) -> dict[str, float | int | None]:
+    """KV-cache figures summed over llama-server's ``/slots``; empty when the slots do not say.
 
-    POSIX: SO_REUSEADDR, as the runtime's own listener, so a port in TIME_WAIT counts as free.
-    Windows: SO_REUSEADDR there lets a bind *steal* a port another socket is listening on, so the
-    probe would call a busy port free; SO_EXCLUSIVEADDRUSE makes a bind fail on any port in use.
+    With a unified cache every slot reports the whole context as its ``n_ctx``, so the sum is
+    capped by the configured ``--ctx-size`` when the runtime was given one.
     """
-    if platform == "win32":
-        return [("SOL_SOCKET", "SO_EXCLUSIVEADDRUSE", 1)]
-    return [("SOL_SOCKET", "SO_REUSEADDR", 1)]
+    held = capacity = 0
+    for slot in slots:
+        if not isinstance(slot, dict) or not isinstance(slot.get("n_ctx"), int):
+            return {}
+        capacity += slot["n_ctx"]
+        tokens = slot.get("n_prompt_tokens")  # the tokens its sequence holds, prompt and generated
+        held += tokens if isinstance(tokens, int) and tokens > 0 else 0
+    if ctx_size:
+        capacity = min(capacity, ctx_size)
+    if capacity <= 0:
+        return {}
+    return {"kv_cache_tokens": held, "kv_cache_capacity": capacity,
+            "kv_cache_usage_ratio": min(1.0, held / capacity)}
 
 
-def _socket_constant(name: str) -> int:
-    if name == "SO_EXCLUSIVEADDRUSE":
-        return int(getattr(socket, name, SO_EXCLUSIVEADDRUSE_FALLBACK))
-    return int(getattr(socket, name))
+def parse_metrics(text: str) -> Figures:
+    """llama-server's ``/metrics`` as ``InstanceSample`` fields (``kv_source`` when it has the gauge)."""
+    metrics = parse_prometheus(text)
+    figures: Figures = {field: metrics.get(name) for name, field in _METRICS.items()}
+    if figures.get("kv_cache_tokens") is not None:
+        figures["kv_cache_tokens"] = int(figures["kv_cache_tokens"] or 0)
+    if figures.get("kv_cache_usage_ratio") is not None:
+        figures["kv_source"] = "metrics"
+    return figures
 
 
-def port_is_free(port: int, host: str = LOOPBACK, platform: str = sys.platform,
-                 make_socket: Callable[..., socket.socket] = socket.socket) -> bool:
-    with make_socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        for level, option, value in probe_socket_options(platform):
-            sock.setsockopt(_socket_constant(level), _socket_constant(option), value)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
+def _ctx_size(run: RuntimeRun) -> int | None:
+    try:
+        return parse_args(run.record.argv).settings.ctx_size
+    except ValueError:  # an adopted argv we cannot read: no cap
+        return None
+
+
+@dataclass(frozen=True)
+class BuildCheck:
+    """The build a run uses, and where its verdict is kept (see ``agent.runtimes.checks``)."""
+
+    checks: RuntimeChecks
+    fingerprint: str
+    executable: str
+    timeout_s: float = CHECK_TIMEOUT_S
+
+
+def explain_exit(build_check: BuildCheck | None) -> Callable[[int | None], str | None]:
+    """``ILLEGAL_INSTRUCTION`` for an exit on SIGILL, recorded against the build when it is known."""
+    def explain(code: int | None) -> str | None:
+        if not is_illegal_instruction(code):
+            return None
+        if build_check is not None:
+            build_check.checks.record(build_check.fingerprint, "illegal_instruction",
+                                      build_check.executable, "stopped on SIGILL")
+        return ILLEGAL_INSTRUCTION
+    return explain
+
+
+async def _healthy(run: RuntimeRun, session: aiohttp.ClientSession) -> bool:
+    try:
+        async with session.get(f"{run.endpoint}/health", headers=run.auth_headers(),
+                               timeout=HEALTH_TIMEOUT) as resp:
+            return resp.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def _answers_with_our_key(run: RuntimeRun, session: aiohttp.ClientSession) -> bool | None:
+    """``/health`` is public: a server already on this port (another agent's runtime, say) would
+    pass it. ``/slots`` needs the key, so only our own runtime answers it (None: cannot tell)."""
+    try:
+        async with session.get(f"{run.endpoint}/slots", headers=run.auth_headers(),
+                               timeout=HEALTH_TIMEOUT) as resp:
+            if resp.status in (401, 403):
+                return False
+            return True if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+async def serves(run: RuntimeRun, session: aiohttp.ClientSession) -> bool:
+    """llama-server's "ready": ``/health`` says 200 and the server on the port holds our key."""
+    if not await _healthy(run, session):
+        return False
+    if await _answers_with_our_key(run, session) is False:
+        # Another server took the port between our probe and the runtime's bind: not ready;
+        # the runtime exits when its bind fails, and that exit is the honest failure.
+        _LOGGER.warning("port %d answers /health but not with this instance's key", run.port)
+        return False
     return True
 
 
-def find_free_port(taken: Iterable[int] = (), first: int = FIRST_PORT, count: int = PORT_RANGE,
-                   platform: str = sys.platform) -> int:
-    """The lowest port from ``first`` that no instance holds and that binds on loopback."""
-    held = set(taken)
-    for port in range(first, first + count):
-        if port not in held and port_is_free(port, platform=platform):
-            return port
-    raise RuntimeError(f"no free port in {first}-{first + count - 1} on {LOOPBACK}")
+async def check_build(run: RuntimeRun, check: BuildCheck | None, session: aiohttp.ClientSession) -> None:
+    """First sight of this build: one one-token generation; an answer records it as ``ok``.
+
+    Done before the run counts as ready, so "ready" has generated and the first user request
+    finds every slot free. No answer in time leaves the build unchecked (next start asks again).
+    """
+    if check is None or check.checks.verdict(check.fingerprint) is not None:
+        return
+    try:
+        async with session.post(f"{run.endpoint}/v1/completions", headers=run.auth_headers(),
+                                json={"prompt": "Hello", "max_tokens": 1, "temperature": 0},
+                                timeout=aiohttp.ClientTimeout(total=check.timeout_s, connect=5)) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status == 200 and isinstance(body, dict) and body.get("choices"):
+                check.checks.record(check.fingerprint, "ok", check.executable, "one-token generation")
+                return
+            _LOGGER.info("runtime check of %s inconclusive: HTTP %d", check.executable, resp.status)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        # A build that dies here is recorded by the exit path (SIGILL); anything else: next time.
+        _LOGGER.info("runtime check of %s inconclusive: %s", check.executable, exc)
 
 
 class LlamaCppDriver:
-    """Starts and adopts llama-server processes for one agent home."""
+    """Starts and adopts llama-server processes for one agent home: a ``RuntimeDriver``."""
+
+    runtime = RUNTIME
+    runtime_name = RUNTIME_NAME
 
     def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog, checks: RuntimeChecks | None = None,
                  check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
@@ -201,6 +280,7 @@ class LlamaCppDriver:
         self.catalog = catalog
         self.checks = checks if checks is not None else RuntimeChecks(paths.runtime_checks_file)
         self.check_timeout_s = check_timeout_s
+        self._build_checks: weakref.WeakKeyDictionary[RuntimeRun, BuildCheck] = weakref.WeakKeyDictionary()
 
     def executable(self) -> RuntimeExecutable:
         exe = self.catalog.llama_server()
@@ -209,6 +289,13 @@ class LlamaCppDriver:
                             "on PATH, or start the agent with --llama-server PATH")
         return exe
 
+    def build_command(self, spec: LaunchSpec, port: int) -> list[str]:
+        return build_command(spec, port)
+
+    def check(self, spec: LaunchSpec) -> None:
+        check_spec(spec)
+        self.executable()
+
     def _build_check(self, exe: RuntimeExecutable) -> BuildCheck:
         """This build's fingerprint; refuses a build already seen to stop on SIGILL here."""
         fingerprint = self.checks.fingerprint(exe.path, exe.library_dir)
@@ -216,12 +303,11 @@ class LlamaCppDriver:
         return BuildCheck(self.checks, fingerprint, str(exe.path), self.check_timeout_s)
 
     def launch(self, spec: LaunchSpec, port: int, ring: LogRing) -> RuntimeRun:
-        """Spawn llama-server for ``spec`` on ``port``; readiness is the run's to wait for."""
+        """Spawn llama-server for ``spec`` on ``port``; readiness is ``wait_ready``'s."""
         check_spec(spec, self.paths.models_dir)
         exe = self.executable()
         build_check = self._build_check(exe)
-        argv = [str(exe.path)] + build_args(spec.settings, spec.model_path, spec.served_name, port,
-                                            spec.extra_args)
+        argv = [str(exe.path)] + self.build_command(spec, port)
         api_key = secrets.token_urlsafe(32)
         env = child_env(spec.env, api_key, exe.library_dir)
         log_path = self.paths.instance_log(spec.instance_id)
@@ -236,14 +322,58 @@ class LlamaCppDriver:
             served_name=spec.served_name,
             config_hash=config_hash(spec.settings, spec.model_path, spec.served_name, spec.extra_args),
             started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
-        return RuntimeRun(RUNTIME_NAME, process, record, tailer, build_check=build_check)
+        run = RuntimeRun(RUNTIME_NAME, process, record, tailer, explain_exit=explain_exit(build_check))
+        self._build_checks[run] = build_check  # until it is ready
+        return run
 
-    def adopt(self, record: ProcessRecord, process: RuntimeProcess, ring: LogRing) -> RuntimeRun:
-        """Take over a runtime a previous agent started; its log keeps being followed."""
+    async def adopt(self, record: ProcessRecord, ring: LogRing) -> RuntimeRun | None:
+        """Take over a runtime a previous agent started (same PID, creation time and executable);
+        its log keeps being followed. None when that process is gone."""
+        handle = await asyncio.to_thread(find_live_process, record)
+        if handle is None:
+            return None
         tailer = LogTailer(self.paths.instance_log(record.instance_id), ring, from_end=True)
         _LOGGER.info("adopted %s for %s: pid %d, port %d", RUNTIME_NAME, record.instance_id,
                      record.pid, record.port)
-        return RuntimeRun(RUNTIME_NAME, process, record, tailer, adopted=True)
+        return RuntimeRun(RUNTIME_NAME, RuntimeProcess.adopt(handle), record, tailer, adopted=True,
+                          explain_exit=explain_exit(None))
+
+    async def wait_ready(self, run: RuntimeRun, session: aiohttp.ClientSession,
+                         startup_timeout_s: float) -> None:
+        """``serves``, then the build's first generation; a build that died on it fails the start."""
+        build_check = self._build_checks.pop(run, None)
+        await run.wait_ready(session, startup_timeout_s, serves)
+        await check_build(run, build_check, session)
+        if run.process.poll():  # the build died on its first generation (SIGILL, say)
+            code = await run.wait_exit()
+            raise StartFailed(run.exit_message(code), run.last_lines(), code)
+
+    def parse_metrics(self, text: str) -> Figures:
+        return parse_metrics(text)
+
+    async def scrape(self, run: RuntimeRun, session: aiohttp.ClientSession) -> Figures:
+        """``/metrics``, then ``/slots`` (busy slots, and the KV use when the metrics lack it)."""
+        figures: Figures = {}
+        try:
+            async with session.get(f"{run.endpoint}/metrics", headers=run.auth_headers(),
+                                   timeout=SCRAPE_TIMEOUT) as resp:
+                if resp.status == 200:
+                    figures.update(self.parse_metrics(await resp.text()))
+            async with session.get(f"{run.endpoint}/slots", headers=run.auth_headers(),
+                                   timeout=SCRAPE_TIMEOUT) as resp:
+                if resp.status == 200:
+                    slots = await resp.json()
+                    if isinstance(slots, list):
+                        figures["slots_total"] = len(slots)
+                        figures["slots_busy"] = sum(1 for s in slots if isinstance(s, dict)
+                                                    and s.get("is_processing"))
+                        if figures.get("kv_source") is None:
+                            kv = kv_from_slots(slots, _ctx_size(run))
+                            if kv:
+                                figures.update(kv, kv_source="slots")
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            _LOGGER.debug("cannot scrape %s: %s", run.endpoint, exc)
+        return figures
 
 
 def _rotate(log_path: Path) -> None:

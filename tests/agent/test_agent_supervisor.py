@@ -13,7 +13,8 @@ import pytest
 
 from agent.api.models import InstanceState
 from agent.manager import AlreadyRunning, InstanceManager
-from agent.runtimes.llamacpp import NoRuntime, SpecRejected, child_env, find_free_port
+from agent.runtimes.llamacpp import NoRuntime, SpecRejected, child_env
+from agent.runtimes.ports import find_free_port
 from tests.agent._support import eventually, make_spec
 
 READY = InstanceState.READY

@@ -22,8 +22,10 @@ from agent.api.models import (
 from agent.deps import build_deps
 from agent.gpu import NvmlProbe
 from agent.identity import server_ssl_context
+from agent.runtimes.llamacpp import kv_from_slots
+from agent.runtimes.prometheus import parse_prometheus
 from agent.server import create_app, start_server
-from agent.telemetry import instance_gpu_figures, kv_from_slots, parse_prometheus
+from agent.telemetry import instance_gpu_figures
 from daemon.telemetry import model_row
 from tests.agent._support import eventually, issue_tls, make_spec
 from tests.agent.test_agent_server import GPU, _until_state, start_agent  # noqa: F401 - the fixture

@@ -7,7 +7,7 @@ import itertools
 import logging
 import random
 
-from agent.runtimes.llamacpp import port_is_free
+from agent.runtimes.ports import port_is_free
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ import pytest
 from agent.api.safe_names import commonpath_inside
 from agent.main import install_stop_handlers as install_agent_stop_handlers
 from agent.runtimes.catalog import RuntimeCatalog, built_llama_server
-from agent.runtimes.llamacpp import child_env, port_is_free, probe_socket_options
+from agent.runtimes.llamacpp import child_env
+from agent.runtimes.ports import port_is_free, probe_socket_options
 from agent.runtimes.process import (
     CTRL_BREAK_HELPER,
     ProcessOps,
