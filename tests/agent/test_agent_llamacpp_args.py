@@ -79,3 +79,18 @@ def test_a_built_in_chat_template_turns_jinja_off() -> None:
         "--chat-template", "gemma", "--no-jinja"]
     assert "--jinja" not in argv
     assert parse_args(argv).settings.chat_template == "gemma"
+
+
+def test_the_driver_command_is_the_spec_through_build_args() -> None:
+    # The llama.cpp driver's ``build_command(spec, port)`` (the argv after the executable) is the
+    # same golden list: spec fields in, no I/O.
+    from agent.api.models import LaunchSpec
+    from agent.runtimes.llamacpp import build_command
+
+    spec = LaunchSpec(instance_id="m", model_path="/m.gguf", served_name="m", settings=LlamaCppSettings(ctx_size=512),
+                      extra_args=["--ctx-size=2048", "--port", "9999", "--temp", "0.7"])
+    assert build_command(spec, 18080) == [
+        "--model", "/m.gguf", "--alias", "m", "--host", "127.0.0.1", "--port", "18080",
+        "--ctx-size", "2048", "--jinja", "--metrics", "--slots", "--no-webui", "--temp", "0.7"]
+    plain = LaunchSpec(instance_id="g", model_path="/m/g.gguf", served_name="gemma")
+    assert build_command(plain, 18080) == build_args(LlamaCppSettings(), "/m/g.gguf", "gemma", 18080)
