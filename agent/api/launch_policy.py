@@ -8,6 +8,9 @@ Arguments: flags that open the runtime to the network, run tools or commands, wr
 code or download weights are refused outright; flags that read a file (a LoRA, a projector, a
 chat template...) may only read from the model's own folder; a value that starts with ``-``
 where a value is expected is refused (``--model=-oProxyCommand=x``), as is any NUL byte.
+``DENIED_FLAGS`` is the one list of flags a launch may not pass (the agent's driver and the daemon
+both refuse through ``check_extra_args``); the flags the argv builder sets itself and drops from
+``extra_args`` are ``agent.api.llamacpp.OWNED_VALUE_FLAGS``/``OWNED_BOOL_FLAGS``.
 Environment: only ``ENV_ALLOWLIST`` and ``GGML_*`` names, so nothing preloads code
 (``LD_PRELOAD``, ``DYLD_*``, ``PYTHON*``), re-enables a refused flag (``LLAMA_ARG_*``) or redirects
 the network (``HF_ENDPOINT``, ``*_PROXY``).
@@ -19,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from agent.api.llamacpp import _VALUE_FLAGS
+from agent.api.llamacpp import _VALUE_FLAGS, OWNED_VALUE_FLAGS
 from agent.api.safe_names import folder_of, lexically_inside
 
 _LOGGER = logging.getLogger(__name__)
@@ -54,7 +57,7 @@ for _reason, _flags in {
     "names the model, which the definition's model_path owns": ("-m", "--model"),
 }.items():
     _DENIED.update(dict.fromkeys(_flags, _reason))
-DENIED_FLAGS: Mapping[str, str] = _DENIED
+DENIED_FLAGS: Mapping[str, str] = _DENIED  # flag -> why; the one denylist of runtime flags
 # llama-server presets that fetch a model from the internet.
 _PRESET_DOWNLOAD_RE = re.compile(r"--(embd|fim|gpt|vision)-[a-z0-9.-]+-(default|spec)")
 
@@ -66,8 +69,8 @@ PATH_FLAGS = frozenset({
 })
 _SCALED_PATH_FLAGS = frozenset({"--lora-scaled", "--control-vector-scaled"})  # FNAME:SCALE,...
 _LIST_PATH_FLAGS = frozenset({"--lora", "--control-vector"})  # comma-separated files
-VALUE_FLAGS = frozenset(_VALUE_FLAGS) | PATH_FLAGS | {"--alias", "-a", "--port", "--temp", "--top-k",
-                                                      "--top-p", "--min-p", "-n", "--n-predict"}
+VALUE_FLAGS = frozenset(_VALUE_FLAGS) | OWNED_VALUE_FLAGS | PATH_FLAGS | {"--temp", "--top-k", "--top-p",
+                                                                          "--min-p", "-n", "--n-predict"}
 _NUMBER_RE = re.compile(r"-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 Inside = Callable[[str, str], bool]

@@ -78,9 +78,11 @@ _BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--embedding": ("embeddings", True), "--embeddings": ("embeddings", True),
     "--jinja": ("jinja", True), "--no-jinja": ("jinja", False),
 }
-# Flags the builder owns; in extra_args they are dropped (with their value) and never passed twice.
-_OWNED_VALUE_FLAGS = {"-m", "--model", "-a", "--alias", "--host", "--port"}
-_OWNED_BOOL_FLAGS = {"--metrics", "--slots", "--no-webui"}
+# Flags the builder sets itself; in extra_args they are dropped (with their value) and never passed
+# twice. Which of them a user may not pass at all (the model, the host) is ``launch_policy``'s word:
+# ``DENIED_FLAGS`` there is the one list of refused flags.
+OWNED_VALUE_FLAGS = frozenset({"-m", "--model", "-a", "--alias", "--host", "--port"})
+OWNED_BOOL_FLAGS = frozenset({"--metrics", "--slots", "--no-webui"})
 
 
 def _coerce(name: str, raw: str) -> Any:
@@ -110,7 +112,7 @@ def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand:
     while i < len(args):
         arg = args[i]
         flag, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if flag in _VALUE_FLAGS or flag in _OWNED_VALUE_FLAGS:
+        if flag in _VALUE_FLAGS or flag in OWNED_VALUE_FLAGS:
             if eq:
                 raw = inline
             elif i + 1 < len(args):
@@ -125,7 +127,7 @@ def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand:
         elif arg in _BOOL_FLAGS:
             name, value = _BOOL_FLAGS[arg]
             values[name] = value
-        elif arg in _OWNED_BOOL_FLAGS:
+        elif arg in OWNED_BOOL_FLAGS:
             pass
         else:
             rest.append(arg)

@@ -103,6 +103,25 @@ def test_runtime_arguments_that_reach_beyond_the_model_are_refused(args: list[st
         check_extra_args(args, MODEL)
 
 
+# What the agent's driver kept a denylist of its own for (its key, its log, downloads, the web UI):
+# one list now, ``DENIED_FLAGS``, refused by the daemon and by the agent alike.
+AGENT_OWNED = ["--api-key", "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "--path", "--log-file",
+               "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token",
+               "-hfv", "--hf-repo-v", "-hffv", "--hf-file-v", "-dr", "--docker-repo", "--webui"]
+
+
+@pytest.mark.parametrize("flag", AGENT_OWNED)
+def test_one_denylist_refuses_for_the_daemon_and_the_agent(flag: str) -> None:
+    from agent.runtimes.llamacpp import SpecRejected
+    from agent.runtimes.llamacpp import check_extra_args as agent_check_extra_args
+
+    for args in ([flag, "x"], [f"{flag}=x"] if flag.startswith("--") else [flag, "y"]):
+        with pytest.raises(PolicyViolation, match=f"{flag} is not allowed"):
+            check_extra_args(args, MODEL)
+        with pytest.raises(SpecRejected, match=f"{flag} is not allowed"):
+            agent_check_extra_args(args, MODEL)
+
+
 def test_ordinary_arguments_and_files_of_the_model_pass() -> None:
     check_extra_args(["--temp", "0.7", "--top-k", "40", "-ngl", "-1", "--seed", "-1", "--no-webui",
                       "--mmproj", "/models/llama/mmproj.gguf", "--chat-template-file=/models/llama/t.jinja",
