@@ -145,6 +145,7 @@ async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[
                 ) -> tuple[aiohttp.ClientResponse, aiohttp.ClientSession | None]:
     """The answer's status and headers, and the retry session it came on (closed after it), if any."""
     session, retry_session = upstream.session, None
+    failure: BaseException
     try:
         for attempt in range(1, len(RETRY_PAUSES_S) + 2):
             try:

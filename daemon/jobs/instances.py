@@ -3,8 +3,8 @@
 Tuning candidates run as their own instances (``{model}-tune-N``) next to an untouched registry;
 ``launch`` waits for ready (a failure is the candidate's, with the runtime's last log lines) and
 ``remove`` stops one and checks it is gone (a failure there stops the run: the node is in doubt).
-``target`` says where a job's requests go: the loopback port with the instance key for the local
-node, the agent's proxy for a remote one.
+``target`` says where a job's requests go (``daemon.nodes.answer`` decides: the loopback port with
+the instance key for the local node, the agent's proxy for a remote one).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import aiohttp
 
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
-from daemon.api.models import LOCAL_NODE
-from daemon.nodes.links import AgentLink
 from daemon.jobs.calls import RuntimeTarget
+from daemon.nodes.answer import answer_at
+from daemon.nodes.links import AgentLink
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -63,11 +63,8 @@ class NodeAccess:
                session: aiohttp.ClientSession | None = None) -> RuntimeTarget:
         """``session``: a candidate's own, so no pooled connection outlives its runtime (the next
         candidate may get the same port, and a write on the dead connection would fail)."""
-        if self.link.node_id == LOCAL_NODE and instance.endpoint:
-            headers = {"Authorization": f"Bearer {instance.api_key}"} if instance.api_key else {}
-            return RuntimeTarget(instance.endpoint, headers, session or self.session, served_name, read_timeout_s)
-        base = self.link.client.proxy_url(instance.instance_id, "")
-        return RuntimeTarget(base, {}, self.link.client.session, served_name, read_timeout_s)
+        where = answer_at(self.link.node_id, instance, self.link.client, session or self.session)
+        return RuntimeTarget(where.base, dict(where.headers), where.session, served_name, read_timeout_s)
 
     async def _current(self, instance_id: str) -> InstanceInfo | None:
         try:

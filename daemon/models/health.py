@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 import aiohttp
 from pydantic import BaseModel
 
-from daemon.api.models import LOCAL_NODE, ModelState, ModelStatus
+from daemon.api.models import ModelState, ModelStatus
 from daemon.models.restarts import RestartBook
+from daemon.nodes.answer import answer_at
 
 if TYPE_CHECKING:
     from daemon.models.orchestrator import Orchestrator
@@ -140,17 +141,14 @@ class HealthMonitor:
         instance = self.orch.instance(definition)
         if instance is None or not instance.endpoint or definition.settings.embeddings:
             return
-        if definition.node == LOCAL_NODE:
-            url, session = f"{instance.endpoint}/v1/completions", self._session
-            headers = {"Authorization": f"Bearer {instance.api_key}"} if instance.api_key else {}
-        else:
-            link = self.orch.links[definition.node]
-            url, session, headers = link.client.proxy_url(model_id, "/v1/completions"), link.client.session, {}
-        assert session is not None
+        link = self.orch.links.get(definition.node)
+        assert self._session is not None  # opened by run(), which ticks
+        where = answer_at(definition.node, instance, link.client if link is not None else None, self._session)
         body = {"model": definition.served_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
         try:
             timeout = aiohttp.ClientTimeout(total=self.policy.probe_timeout_s)
-            async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
+            async with where.session.post(f"{where.base}/v1/completions", json=body, headers=dict(where.headers),
+                                          timeout=timeout) as resp:
                 if resp.status < 500:
                     return
                 reason = f"work-path probe answered {resp.status}"

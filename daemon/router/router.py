@@ -1,9 +1,13 @@
 """The OpenAI-compatible ``/v1`` router: resolve ``model``, proxy to its runtime, stream back.
 
 Bodies are read up to the limit (64 MiB) and no further; responses are streamed chunk by chunk
-(SSE is never buffered); a client that goes away cancels the upstream request, which frees the
-runtime's slot. Every ``/v1`` request, refusals included, leaves exactly one access-log row (the
-``access_log`` middleware writes it) with the API key's id and, when something failed, why.
+(SSE is never buffered) by the one relay of ``agent.api.relay`` (hop-by-hop headers, keep-alive,
+the safe retry and a broken stream's ending are its policy, shared with the agent's proxy); a
+client that goes away cancels the upstream request, which frees the runtime's slot. Where the
+model's instance answers is ``daemon.nodes.answer``'s decision. The router's own refusals are
+``DaemonProblem``s, answered by the errors middleware. Every ``/v1`` request, refusals included,
+leaves exactly one access-log row (the ``access_log`` middleware writes it) with the API key's id
+and, when something failed, why.
 """
 
 from __future__ import annotations
@@ -21,30 +25,24 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict
 
 from agent.api.models import InstanceInfo, InstanceState
-from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, RouterStats
+from agent.api.relay import Record, Unreachable, Upstream, relay, runtime_session
+from daemon.api.models import ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
-from daemon.errors import CURRENT_REQUEST_ID, error_response
+from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.history import History
 from daemon.keys import KeyStore
 from daemon.router.metrics import RouterMetrics
 from daemon.models.orchestrator import Orchestrator
+from daemon.nodes.answer import answer_at
 
 _LOGGER = logging.getLogger(__name__)
 
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-              "transfer-encoding", "upgrade", "host", "content-length", "authorization"}
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-CONNECT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10, sock_read=None)
 USAGE_TAIL_BYTES = 16384
 REQUEST_ID = web.RequestKey("request_id", str)
-RUNTIME_KEEPALIVE_S = 3.0
-# Connection-level failures before any answer (refused, reset, hung up before the headers) are
-# retried on fresh connections, after these pauses; nothing has reached the client yet.
-RETRY_PAUSES_S = (0.0, 0.25)
 USAGE_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
@@ -72,19 +70,17 @@ async def read_limited(request: web.Request, limit: int) -> bytes:
 
 
 @dataclass
-class _Exchange:
-    """What one /v1 request did, for the access log."""
+class _Exchange(Record):
+    """What one /v1 request did, for the access log. The relay fills in its ``Record`` part:
+    status, first byte, the answer's last USAGE_TAIL_BYTES (tokens and refusal reasons are read
+    from it) and failures."""
 
     started: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0
-    first_byte: float | None = None
-    tail: bytes = b""  # the answer's last USAGE_TAIL_BYTES (tokens and refusal reasons are read from it)
-    status: int = 0
     key_id: str | None = None
     model: str | None = None
     node: str | None = None
     strip_usage: bool = False  # we asked the runtime for usage the client did not ask for
-    failures: list[str] = field(default_factory=list)
 
 
 EXCHANGE = web.RequestKey("exchange", _Exchange)
@@ -104,17 +100,6 @@ def note_failure(request: web.Request, reason: str) -> None:
         found.failures.append(reason)
 
 
-@dataclass
-class _Target:
-    """Where one request goes: the pooled session for the first try, a fresh-connection one for retries."""
-
-    base: str
-    headers: dict[str, str]
-    session: aiohttp.ClientSession
-    fresh: aiohttp.ClientSession
-    secret: str | None = None  # never written to a log or a row
-
-
 class Router:
     def __init__(self, orchestrator: Orchestrator, keys: KeyStore, config: DaemonConfig,
                  history: History, metrics: RouterMetrics) -> None:
@@ -126,7 +111,6 @@ class Router:
         self.stats: dict[str, RouterStats] = {}
         self.gates = Gates()
         self._session: aiohttp.ClientSession | None = None
-        self._fresh: dict[str, aiohttp.ClientSession] = {}  # per node: force_close, never pooled
         self._children: dict[object, Any] = {}  # Prometheus children by model (and status)
 
     def in_flight(self, served_name: str) -> int:
@@ -134,27 +118,11 @@ class Router:
         return stats.in_flight if stats else 0
 
     async def open(self) -> None:
-        # llama-server (cpp-httplib) closes idle keep-alive connections after 5 s: drop ours first,
-        # or a request sent on a connection the runtime is closing fails with "Server disconnected".
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=RUNTIME_KEEPALIVE_S, ttl_dns_cache=300)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                              timeout=CONNECT_TIMEOUT)
+        self._session = runtime_session(False)  # to local runtimes, with the relay's keep-alive
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-        for fresh in self._fresh.values():
-            await fresh.close()
-        self._fresh.clear()
-
-    def _fresh_session(self, node: str, ssl: object) -> aiohttp.ClientSession:
-        """A session whose every request opens a new connection, for retries after a failed one."""
-        session = self._fresh.get(node)
-        if session is None or session.closed:
-            connector = aiohttp.TCPConnector(limit=0, force_close=True, ssl=ssl)  # type: ignore[arg-type]
-            session = self._fresh[node] = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                                                timeout=CONNECT_TIMEOUT)
-        return session
 
     # --- the access log ------------------------------------------------------------------------
     @web.middleware
@@ -184,23 +152,19 @@ class Router:
 
     # --- /v1/models ----------------------------------------------------------------------------
     async def list_models(self, request: web.Request) -> web.StreamResponse:
-        denied = self._check_key(request)
-        if denied is not None:
-            return denied
+        self._check_key(request)
         entries = (self._model_entry(definition) for definition in self.orchestrator.registry.all())
         return web.json_response({"object": "list", "data": [entry for entry in entries if entry is not None]})
 
     async def retrieve_model(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/models/{name}`` (the openai SDK's ``models.retrieve``): one entry of the list."""
-        denied = self._check_key(request)
-        if denied is not None:
-            return denied
+        self._check_key(request)
         name = request.match_info["name"]
         definition = self.orchestrator.registry.by_served_name(name)
         entry = self._model_entry(definition) if definition is not None else None
         if definition is None or entry is None:
             why = "does not exist" if definition is None else "is stopped and does not start on request"
-            return error_response(404, "model_not_found", f"The model '{name}' {why}.")
+            raise DaemonProblem(404, "model_not_found", f"The model '{name}' {why}.")
         exchange = _exchange(request)
         exchange.model, exchange.node = definition.id, definition.node
         return web.json_response(entry)
@@ -213,7 +177,7 @@ class Router:
         return {"id": definition.served_name, "object": "model", "created": int(status.started_at or 0),
                 "owned_by": "mirbadllm"}
 
-    def _check_key(self, request: web.Request) -> web.Response | None:
+    def _check_key(self, request: web.Request) -> None:
         """Note which key the request used (a valid one, even when none is required); refuse if needed."""
         header = request.headers.get("Authorization", "")
         secret = header[7:].strip() if header.startswith("Bearer ") else request.headers.get("x-api-key")
@@ -221,23 +185,17 @@ class Router:
         _exchange(request).key_id = key_id
         if key_id is None and self.config.keys_required:
             message = "Missing API key: send 'Authorization: Bearer <key>'." if not secret else "Invalid API key."
-            return error_response(401, "invalid_api_key", message)
-        return None
+            raise DaemonProblem(401, "invalid_api_key", message)
 
     # --- every other /v1 path ------------------------------------------------------------------
     async def proxy(self, request: web.Request) -> web.StreamResponse:
-        denied = self._check_key(request)
-        if denied is not None:
-            return denied
+        self._check_key(request)
         try:
             body = await read_limited(request, self.config.max_body_bytes)
         except BodyTooLarge:
             limit_mib = self.config.max_body_bytes // (1024 * 1024)
-            return error_response(413, "request_too_large", f"Request body is larger than {limit_mib} MiB.")
-        definition, payload, failure = self._resolve(body, request.method)
-        if failure is not None:
-            return failure
-        assert definition is not None and payload is not None
+            raise DaemonProblem(413, "request_too_large", f"Request body is larger than {limit_mib} MiB.") from None
+        definition, payload = self._resolve(body, request.method)
         exchange = _exchange(request)
         exchange.model, exchange.node = definition.id, definition.node
         body = self._ask_for_usage(request, payload, body, exchange)
@@ -253,6 +211,9 @@ class Router:
             response = await self._forward(request, definition, body, exchange)
         except (asyncio.CancelledError, ConnectionResetError):
             exchange.status = 499  # also over a 200 already relayed: the client left mid-answer
+            raise
+        except DaemonProblem as problem:  # a refusal of ours: the errors middleware answers it
+            exchange.status = problem.status
             raise
         except BaseException:
             exchange.status = 500
@@ -281,21 +242,21 @@ class Router:
             found = self._children[(served, status)] = self.metrics.requests.labels(served, str(status))
         return found
 
-    def _resolve(self, body: bytes, method: str
-                 ) -> tuple[ModelDefinition | None, dict[str, Any] | None, web.Response | None]:
+    def _resolve(self, body: bytes, method: str) -> tuple[ModelDefinition, dict[str, Any]]:
         if method == "GET" and not body:
-            return None, None, error_response(400, "model_required", "Send a JSON body with a 'model' field.")
+            raise DaemonProblem(400, "model_required", "Send a JSON body with a 'model' field.")
         try:
             payload = _loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
-            return None, None, error_response(400, "invalid_json", f"Request body is not valid JSON: {exc}")
+            raise DaemonProblem(400, "invalid_json", f"Request body is not valid JSON: {exc}") from None
         name = payload.get("model") if isinstance(payload, dict) else None
         if not isinstance(name, str) or not name:
-            return None, None, error_response(400, "model_required", "The request needs a 'model' field (a string).")
+            raise DaemonProblem(400, "model_required", "The request needs a 'model' field (a string).")
         definition = self.orchestrator.registry.by_served_name(name)
         if definition is None:
-            return None, None, error_response(404, "model_not_found", f"The model '{name}' does not exist.")
-        return definition, payload, _check_limits(payload)
+            raise DaemonProblem(404, "model_not_found", f"The model '{name}' does not exist.")
+        _check_limits(payload)
+        return definition, payload
 
     @staticmethod
     def _ask_for_usage(request: web.Request, payload: dict[str, Any], body: bytes, exchange: _Exchange) -> bytes:
@@ -322,7 +283,7 @@ class Router:
         return self.gates.for_model(definition.id, slots, definition.max_queue)
 
     async def _admit(self, definition: ModelDefinition, gate: ModelGate,
-                     exchange: _Exchange) -> _Target | web.Response:
+                     exchange: _Exchange) -> Upstream | web.Response:
         """Queue for the model (loading it when it allows that), then for a free slot."""
         waited = time.perf_counter()
         try:
@@ -331,15 +292,15 @@ class Router:
                 if not isinstance(target, web.Response):
                     await gate.acquire_slot()
         except QueueFull:
-            return error_response(503, "queue_full",
-                                  f"The model '{definition.served_name}' has {gate.waiting} requests waiting; "
-                                  "try again shortly.", headers={"Retry-After": "2"})
+            raise DaemonProblem(503, "queue_full",
+                                f"The model '{definition.served_name}' has {gate.waiting} requests waiting; "
+                                "try again shortly.", retry_after=2) from None
         finally:
             exchange.queue_s = time.perf_counter() - waited
         return target
 
     async def _ready_target(self, definition: ModelDefinition
-                            ) -> _Target | web.Response:
+                            ) -> Upstream | web.Response:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
         window = orch.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
@@ -359,27 +320,21 @@ class Router:
                 status.error = status.error or str(exc)
         if status.state != ModelState.READY:
             detail = f": {status.error}" if status.error else ""
-            retry = "5" if status.state == ModelState.STARTING else "30"
-            return error_response(503, "model_not_ready",
-                                  f"The model '{definition.served_name}' is {status.state.value}{detail}",
-                                  headers={"Retry-After": retry})
+            retry = 5 if status.state == ModelState.STARTING else 30
+            raise DaemonProblem(503, "model_not_ready",
+                                f"The model '{definition.served_name}' is {status.state.value}{detail}",
+                                retry_after=retry)
         instance = orch.instance(definition)
         assert instance is not None
         return self._target(definition, instance)
 
     def _target(self, definition: ModelDefinition,
-                instance: InstanceInfo) -> _Target:
+                instance: InstanceInfo) -> Upstream:
         orch = self.orchestrator
         orch.last_used[definition.id] = time.monotonic()
-        if definition.node == LOCAL_NODE and instance.endpoint:
-            # Hot path: straight to the local runtime's loopback port with its instance key.
-            headers = {"Authorization": f"Bearer {instance.api_key}"} if instance.api_key else {}
-            assert self._session is not None
-            return _Target(instance.endpoint, headers, self._session, self._fresh_session(LOCAL_NODE, False),
-                           instance.api_key)
-        link = orch.links[definition.node]  # a remote runtime is always reached through its agent
-        return _Target(link.client.proxy_url(definition.id, ""), {}, link.client.session,
-                       self._fresh_session(definition.node, link.client.ssl))
+        link = orch.links.get(definition.node)
+        assert self._session is not None
+        return answer_at(definition.node, instance, link.client if link is not None else None, self._session)
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:
@@ -394,113 +349,16 @@ class Router:
             gate.release_slot()
 
     async def _send(self, request: web.Request, definition: ModelDefinition, body: bytes, exchange: _Exchange,
-                    target: _Target) -> web.StreamResponse:
-        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
-        headers.update(target.headers)
-        headers["X-Request-Id"] = request[REQUEST_ID]
-        attempts = len(RETRY_PAUSES_S) + 1
-        for attempt in range(attempts):
-            # The first try may reuse a pooled connection; a retry always opens a new one, since
-            # the pool may hold more connections the runtime has closed or reset.
-            session = target.session if attempt == 0 else target.fresh
-            try:
-                upstream_cm = session.request(request.method, target.base + request.path_qs, data=body,
-                                              headers=headers, timeout=CONNECT_TIMEOUT, allow_redirects=False)
-                upstream = await upstream_cm.__aenter__()
-                break
-            except aiohttp.ClientSSLError as exc:  # a TLS refusal is not a dropped connection
-                return self._unreachable(request, definition, exchange, target, exc)
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                # Refused, reset, or hung up before the response headers: nothing of the answer
-                # has reached the client, so trying again on a fresh connection is safe.
-                if attempt + 1 == attempts:
-                    return self._unreachable(request, definition, exchange, target, exc)
-                self._failed_attempt(request, definition, exchange, target, exc, attempt + 1)
-                await asyncio.sleep(RETRY_PAUSES_S[attempt])
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                return self._unreachable(request, definition, exchange, target, exc)
+                    target: Upstream) -> web.StreamResponse:
+        request_id = request[REQUEST_ID]
         try:
-            return await self._relay(request, upstream, exchange)
-        finally:
-            upstream.close()  # no-op once fully read; drops the connection (and the generation) if not
-            await upstream_cm.__aexit__(None, None, None)
-
-    def _failed_attempt(self, request: web.Request, definition: ModelDefinition, exchange: _Exchange,
-                        target: _Target, exc: BaseException, attempt: int) -> str:
-        reason = f"attempt {attempt}: {_describe(exc, target.secret)}"
-        exchange.failures.append(reason)
-        _LOGGER.warning("request %s to '%s' failed before any answer, %s", request[REQUEST_ID],
-                        definition.served_name, reason)
-        return reason
-
-    def _unreachable(self, request: web.Request, definition: ModelDefinition, exchange: _Exchange,
-                     target: _Target, exc: BaseException) -> web.Response:
-        attempt = sum(1 for failure in exchange.failures if failure.startswith("attempt ")) + 1
-        self._failed_attempt(request, definition, exchange, target, exc, attempt)
-        exchange.status = 502
-        return error_response(502, "upstream_unreachable",
-                              f"The runtime of '{definition.served_name}' could not be reached: "
-                              f"{_describe(exc, target.secret)}")
-
-    async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                     exchange: _Exchange) -> web.StreamResponse:
-        exchange.status = upstream.status
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for key, value in upstream.headers.items():
-            if key.lower() not in HOP_BY_HOP:
-                response.headers.add(key, value)
-        sse = upstream.content_type == "text/event-stream"
-        usage_filter = _UsageFilter() if sse and exchange.strip_usage else None
-        if upstream.content_length is not None and usage_filter is None:
-            response.content_length = upstream.content_length
-        if sse:
-            response.headers["Cache-Control"] = "no-cache"
-            response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
-        await response.prepare(request)
-        # The last chunks, by reference, just enough to hold USAGE_TAIL_BYTES: joined once at the end.
-        recent: list[bytes] = []
-        held = 0
-        relayed = 0
-        while True:
-            try:
-                chunk = await upstream.content.readany()
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-                return await self._broken(request, response, exchange, sse, relayed, exc)
-            if not chunk:
-                break
-            if exchange.first_byte is None:
-                exchange.first_byte = time.perf_counter()
-            size = len(chunk)
-            relayed += size
-            recent.append(chunk)
-            held += size
-            while held - len(recent[0]) >= USAGE_TAIL_BYTES:
-                held -= len(recent.pop(0))
-            out = usage_filter.feed(chunk) if usage_filter is not None else chunk
-            if out:
-                await response.write(out)  # a client that left raises ConnectionResetError: logged as 499
-        if usage_filter is not None and (rest := usage_filter.rest()):
-            await response.write(rest)
-        exchange.tail = (recent[0] if len(recent) == 1 else b"".join(recent))[-USAGE_TAIL_BYTES:]
-        await response.write_eof()
-        return response
-
-    @staticmethod
-    async def _broken(request: web.Request, response: web.StreamResponse, exchange: _Exchange, sse: bool,
-                      relayed: int, exc: BaseException) -> web.StreamResponse:
-        """The runtime died mid-answer. Tell an SSE client in its own terms, then cut the
-        connection without a final chunk so no client mistakes the answer for complete."""
-        reason = f"the runtime's answer broke after {relayed} bytes: {_describe(exc, None)}"
-        _LOGGER.warning("request %s: %s", request[REQUEST_ID], reason)
-        exchange.status = 502
-        exchange.failures.append(reason)
-        if sse:
-            error = {"error": {"message": "The model's runtime stopped in the middle of the answer.",
-                               "type": "server_error", "code": "upstream_broken", "request_id": request[REQUEST_ID]}}
-            await response.write(f"data: {json.dumps(error)}\n\n".encode())
-        if request.transport is not None:
-            request.transport.abort()
-        return response
+            return await relay(request, target, request.path_qs, body, record=exchange, log=_LOGGER,
+                               label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
+                               sse_rewrite=_UsageFilter() if exchange.strip_usage else None,
+                               tail_bytes=USAGE_TAIL_BYTES)
+        except Unreachable as exc:
+            raise DaemonProblem(502, "upstream_unreachable",
+                                f"The runtime of '{definition.served_name}' could not be reached: {exc}") from None
 
     def _log(self, request: web.Request, exchange: _Exchange) -> None:
         now = time.perf_counter()
@@ -554,14 +412,6 @@ def _usage_only(event: bytes) -> bool:
     return isinstance(parsed, dict) and parsed.get("choices") == [] and bool(parsed.get("usage"))
 
 
-def _describe(exc: BaseException, secret: str | None) -> str:
-    """An exception's class and message for a log or a row, with no key in it."""
-    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    if secret:
-        text = text.replace(secret, "***")
-    return re.sub(r"(Bearer\s+|sk-mirbad-)[A-Za-z0-9._~+/=-]+", r"\1***", text)[:500]
-
-
 def _refusal_reason(response: web.StreamResponse, exchange: _Exchange) -> str:
     """Why a request was answered with an error: our own error code, or what the runtime said."""
     if isinstance(response, web.Response) and isinstance(response.body, bytes):
@@ -579,14 +429,13 @@ LIMITS: dict[str, int] = {"n": 16, "best_of": 16, "max_tokens": 1 << 22, "max_co
                           "n_predict": 1 << 22, "logprobs": 20, "top_logprobs": 20}
 
 
-def _check_limits(payload: dict[str, object]) -> web.Response | None:
-    for field, cap in LIMITS.items():
-        value = payload.get(field)
+def _check_limits(payload: dict[str, object]) -> None:
+    for name, cap in LIMITS.items():
+        value = payload.get(name)
         if value is None or isinstance(value, bool):
             continue
-        if not isinstance(value, int) or value > cap or (value < 0 and field != "n_predict"):
-            return error_response(400, "invalid_value", f"'{field}' must be an integer of at most {cap}.")
-    return None
+        if not isinstance(value, int) or value > cap or (value < 0 and name != "n_predict"):
+            raise DaemonProblem(400, "invalid_value", f"'{name}' must be an integer of at most {cap}.")
 
 
 def _usage_from_tail(tail: bytes) -> tuple[int | None, int | None]:
