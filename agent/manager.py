@@ -130,9 +130,12 @@ class InstanceManager:
         """Adopt each recorded runtime that still runs; drop the other records. The adopted ids."""
         adopted: list[str] = []
         for instance_id, record in self.records.load().items():
+            known = instance_id in self._supervisors
             sup = self._supervisor(instance_id)
             run = await self.driver.adopt(record, sup.logs)
             if run is None:
+                if not known:  # a dropped record leaves no instance behind
+                    del self._supervisors[instance_id]
                 _LOGGER.warning("dropping the record of %s: pid %d is not that runtime any more",
                                 instance_id, record.pid)
                 continue

@@ -162,3 +162,19 @@ def test_the_llama_cpp_driver_is_a_runtime_driver(tmp_path: Path) -> None:
                                                                  distribution="no-such-distribution",
                                                                  runtime_roots=[]))
     assert (driver.runtime, driver.runtime_name) == ("llamacpp", "llama-server")
+
+
+async def test_a_record_the_driver_cannot_adopt_is_dropped_and_leaves_no_instance(
+        tmp_path: Path, port_base: int) -> None:
+    paths = AgentPaths(tmp_path / "agent").ensure()
+    records = ProcessRecords(paths.records_file)
+    records.save({"gone": ProcessRecord(instance_id="gone", pid=os.getpid(), create_time=0.0, executable="x",
+                                        port=port_base, api_key="k", argv=["x"], model_path="/m.gguf",
+                                        served_name="gone", config_hash="h", started_at=0.0)})
+    manager = InstanceManager(MinimalDriver(None, paths), records, port_base)
+    try:
+        assert await manager.adopt_recorded() == []
+        assert manager.page().instances == []
+        assert ProcessRecords(paths.records_file).load() == {}
+    finally:
+        await manager.close()
