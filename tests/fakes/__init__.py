@@ -15,7 +15,7 @@ FAKE_LLAMA_SERVER = Path(__file__).with_name("fake_llama_server.py")
 SWITCHES = {"load_seconds", "load_quiet", "exit_code", "crash_after_s", "crash_exit_code", "stall",
             "ignore_sigterm", "token_delay_s", "tokens", "keepalive_s", "drop_reused",
             "fast_when", "fast_factor", "fast_once", "fail_when", "sigill", "bind_delay_s",
-            "reset_first", "starts_file", "usage_when_asked"}
+            "reset_first", "starts_file", "usage_when_asked", "break_after"}
 
 SWITCHES |= {"legacy_metrics", "tool_args", "log_requests"}  # KV-cache shapes, tool calls, request lines
 

@@ -16,6 +16,7 @@ llama-server does. Fault switches (environment):
     FAKE_KEEPALIVE_S      close idle keep-alive connections after this long (llama-server: 5 s)
     FAKE_DROP_REUSED      hang up, unanswered, on any /v1 request on a reused connection
     FAKE_RESET_FIRST      hang up, unanswered, on the first N connections that carry a chat request
+    FAKE_BREAK_AFTER      a stream dies after this many tokens: the connection is cut mid-answer
     FAKE_STARTS_FILE      append one line to this file at every start (tests count spawns)
     FAKE_USAGE_WHEN_ASKED a stream reports usage only with ``stream_options.include_usage``, in an
                           extra chunk with empty ``choices`` (today's llama-server; else: always,
@@ -291,7 +292,11 @@ class FakeServer:
 
         if chat:
             await response.write(f"data: {json.dumps({'id': ident, 'object': kind, 'model': self.alias, 'choices': [{'index': 0, 'finish_reason': None, 'delta': {'role': 'assistant', 'content': None}}]})}\n\n".encode())
+        break_after = int(env_float("FAKE_BREAK_AFTER", -1))
         for i in range(count):
+            if i == break_after and request.transport is not None:
+                request.transport.abort()  # dies mid-answer: no final chunk, no [DONE]
+                raise ConnectionResetError("FAKE_BREAK_AFTER")
             await self.tick()
             self.held[slot] = prompt_tokens + i  # the newest token is not in the cache yet
             await response.write(chunk(WORDS[i % len(WORDS)], None))
