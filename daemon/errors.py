@@ -5,7 +5,8 @@ Inside a request the error also carries that request's id (``request_id``, the s
 
 ``DaemonProblem(status, code, message)`` is the one error a handler or a part raises for the
 client to see; the errors middleware (``daemon.server``) answers it with ``problem.response()``.
-``json_response``, ``read_json`` and ``validated`` are the one way handlers answer and read bodies.
+``json_response``, ``read_json`` and ``validated`` are the one way handlers answer and read bodies;
+``query_int`` and ``query_range`` read query parameters.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
+
+from daemon.api.models import HistoryRange
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -107,3 +110,23 @@ def internal_error(request: web.Request, exc: BaseException) -> web.Response:
     return error_response(500, "internal_error",
                           f"The daemon failed on {request.method} {request.path} (request id {request_id}); "
                           "the daemon log has the details.")
+
+
+HISTORY_RANGES: tuple[HistoryRange, ...] = get_args(HistoryRange)
+
+
+def query_int(request: web.Request, name: str, default: int) -> int:
+    """An integer query parameter, or 400 ``invalid_parameter`` naming it."""
+    try:
+        return int(request.query.get(name, default))
+    except ValueError as exc:
+        raise DaemonProblem(400, "invalid_parameter", f"'{name}' must be an integer") from exc
+
+
+def query_range(request: web.Request) -> HistoryRange:
+    """The ``range`` of a history query (default 5m), or 400 ``invalid_parameter``."""
+    value = request.query.get("range", "5m")
+    for known in HISTORY_RANGES:
+        if value == known:
+            return known
+    raise DaemonProblem(400, "invalid_parameter", "range must be one of 5m, 1h, 24h, 7d")

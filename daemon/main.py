@@ -13,8 +13,9 @@ from pathlib import Path
 
 from daemon.api.locations import default_home
 from daemon.config import load_config
+from daemon.deps import DaemonDeps, build_deps
 from daemon.paths import DaemonPaths
-from daemon.server import Daemon, start_server
+from daemon.server import start_server
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -73,13 +74,13 @@ def install_stop_handlers(loop: asyncio.AbstractEventLoop, stop: Callable[[], No
         return "signal"
 
 
-async def serve(daemon: Daemon) -> None:
+async def serve(daemon: DaemonDeps) -> None:
     try:
         runner = await start_server(daemon)
     except OSError as exc:
         raise SystemExit(f"cannot listen on {daemon.config.bind_host}:{daemon.config.port}: {exc}. "
                          "Is another daemon running? Try --port.") from exc
-    _LOGGER.info("MirbadLLM daemon listening: %s (admin token in %s; event loop %s)", daemon.info().api_url,
+    _LOGGER.info("MirbadLLM daemon listening: %s (admin token in %s; event loop %s)", daemon.listener.info().api_url,
                  daemon.paths.admin_token, type(asyncio.get_running_loop()).__module__.split(".")[0])
     stop = daemon.shutdown_requested  # also set by POST /api/shutdown (`mirbadllm ctl daemon stop`)
     install_stop_handlers(asyncio.get_running_loop(), stop.set)
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> int:
                          telemetry_interval_s=args.telemetry_interval,
                          history_interval_s=args.telemetry_interval)
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(serve(Daemon(config, paths)))
+        runner.run(serve(build_deps(config, paths)))
     return 0
 
 

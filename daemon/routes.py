@@ -1,9 +1,10 @@
 """The daemon's one route table: every route of ``/healthz``, ``/metrics``, ``/v1`` and ``/api``.
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
-handlers live with their parts (``daemon.admin``, ``daemon.sources.api``, ``daemon.jobs.api``,
-``daemon.nodes.api``, ``daemon.upgrades.manager``, ``daemon.router.router``); errors they raise are
-``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``.
+handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.sources.api``,
+``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.router.router``,
+``daemon.probes``) and are built by the composition root (``daemon.deps.handlers``); errors they
+raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``.
 
 Order matters where a literal path shares a prefix with a ``{id}`` path: ``/api/nodes/upgrade``,
 ``/api/nodes/discovered`` and ``/api/nodes/pair`` come before ``/api/nodes/{id}``.
@@ -11,20 +12,35 @@ Order matters where a literal path shares a prefix with a ``{id}`` path: ``/api/
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from daemon.admin import AdminApi
+from daemon.jobs.api import JobsApi
+from daemon.models.api import ModelsApi
 from daemon.nodes.api import NodesApi
+from daemon.probes import Probes
+from daemon.router.router import Router
+from daemon.sources.api import SourcesApi
+from daemon.upgrades.api import UpgradesApi
 
-if TYPE_CHECKING:
-    from daemon.server import Daemon, Probes
+
+@dataclass(frozen=True)
+class Handlers:
+    probes: Probes
+    router: Router
+    admin: AdminApi
+    models: ModelsApi
+    sources: SourcesApi
+    jobs: JobsApi
+    nodes: NodesApi
+    upgrades: UpgradesApi
 
 
-def route_table(daemon: Daemon, probes: Probes) -> list[web.RouteDef]:
-    admin = AdminApi(daemon)
-    sources, jobs, nodes, upgrades, router = admin.sources, admin.jobs, NodesApi(daemon), daemon.upgrades, daemon.router
+def route_table(h: Handlers) -> list[web.RouteDef]:
+    probes, router, admin, models, sources, jobs, nodes, upgrades = (
+        h.probes, h.router, h.admin, h.models, h.sources, h.jobs, h.nodes, h.upgrades)
     return [
         web.get("/healthz", probes.healthz),                                 # no token
         web.get("/metrics", probes.metrics),                                 # Prometheus text, no token
@@ -32,22 +48,22 @@ def route_table(daemon: Daemon, probes: Probes) -> list[web.RouteDef]:
         # --- /v1: API key when keys are required -------------------------------------------------
         web.get("/v1/models", router.list_models),
         web.get("/v1/models/{name:.+}", router.retrieve_model),              # else 404 model_not_found
-        web.route("*", "/v1/{path:.*}", router.proxy),                      # routed by the body's model
+        web.route("*", "/v1/{path:.*}", router.proxy),                       # routed by the body's model
 
         # --- /api: admin token ---------------------------------------------------------------------
         web.get("/api/status", admin.status),
         web.get("/api/events", admin.events),                                # ?since=ID&timeout=S
-        web.get("/api/models", admin.list_models),
-        web.post("/api/models", admin.create_model),                         # body: ModelDefinition
-        web.get("/api/models/{id}", admin.get_model),
-        web.put("/api/models/{id}", admin.update_model),                     # body: ModelDefinition
-        web.delete("/api/models/{id}", admin.delete_model),
-        web.post("/api/models/{id}/start", admin.start_model),               # ?wait=0|1&force=0|1
-        web.post("/api/models/{id}/stop", admin.stop_model),
-        web.post("/api/models/{id}/restart", admin.restart_model),
-        web.get("/api/models/{id}/logs", admin.model_logs),                  # ?tail=N&follow=0|1
-        web.get("/api/models/{id}/history", admin.model_history),            # ?range=5m|1h|24h|7d
-        web.get("/api/nodes/{id}/history", admin.node_history),              # ?range=5m|1h|24h|7d
+        web.get("/api/models", models.list_models),
+        web.post("/api/models", models.create_model),                        # body: ModelDefinition
+        web.get("/api/models/{id}", models.get_model),
+        web.put("/api/models/{id}", models.update_model),                    # body: ModelDefinition
+        web.delete("/api/models/{id}", models.delete_model),
+        web.post("/api/models/{id}/start", models.start_model),              # ?wait=0|1&force=0|1
+        web.post("/api/models/{id}/stop", models.stop_model),
+        web.post("/api/models/{id}/restart", models.restart_model),
+        web.get("/api/models/{id}/logs", models.model_logs),                 # ?tail=N&follow=0|1
+        web.get("/api/models/{id}/history", models.model_history),           # ?range=5m|1h|24h|7d
+        web.get("/api/nodes/{id}/history", nodes.node_history),              # ?range=5m|1h|24h|7d
         web.get("/api/keys", admin.list_keys),
         web.post("/api/keys", admin.create_key),                             # body: ApiKeyCreate
         web.delete("/api/keys/{id}", admin.revoke_key),
@@ -75,8 +91,8 @@ def route_table(daemon: Daemon, probes: Probes) -> list[web.RouteDef]:
         web.post("/api/jobs/{id}/cancel", jobs.cancel_job),
         web.post("/api/jobs/{id}/apply", jobs.apply_job),                    # ?restart=0|1
 
-        web.get("/api/nodes/upgrade", upgrades._get),                        # before /api/nodes/{id}
-        web.post("/api/nodes/upgrade", upgrades._post),                      # body: UpgradeRequest (optional)
+        web.get("/api/nodes/upgrade", upgrades.status),                      # before /api/nodes/{id}
+        web.post("/api/nodes/upgrade", upgrades.start),                      # body: UpgradeRequest (optional)
         web.get("/api/nodes", nodes.list_nodes),
         web.get("/api/nodes/discovered", nodes.discovered),
         web.post("/api/nodes/discovered", nodes.add_address),                # body: NodeAddressRequest

@@ -8,8 +8,8 @@ import logging
 from agent.api.client import AgentError
 from agent.api.models import GpuInfo, TelemetrySample
 from daemon.api.models import HostSnapshot
-from daemon.nodes.links import AgentLink
 from daemon.history import History
+from daemon.nodes.links import Links
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def gpu_rows(node_id: str, sample: TelemetrySample) -> dict[str, dict[str, float
 
 
 class TelemetryCollector:
-    def __init__(self, links: dict[str, AgentLink], history: History, interval_s: float) -> None:
+    def __init__(self, links: Links, history: History, interval_s: float) -> None:
         self._links = links
         self._history = history
         self._interval = interval_s
@@ -58,7 +58,8 @@ class TelemetryCollector:
 
     def hosts(self) -> list[HostSnapshot]:
         out = []
-        for node_id, link in self._links.items():
+        for link in self._links:
+            node_id = link.node_id
             sample = self.latest.get(node_id)
             out.append(HostSnapshot(
                 node=node_id, online=link.online,
@@ -69,7 +70,8 @@ class TelemetryCollector:
         return out
 
     async def collect_once(self) -> None:
-        for node_id, link in list(self._links.items()):
+        for link in self._links:
+            node_id = link.node_id
             if not link.online:
                 continue
             try:
@@ -92,6 +94,6 @@ class TelemetryCollector:
         while True:
             try:
                 await self.collect_once()
-            except Exception:  # noqa: BLE001 - keep collecting; a bad tick is logged
+            except Exception:
                 _LOGGER.exception("telemetry collection failed")
             await asyncio.sleep(self._interval)

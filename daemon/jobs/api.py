@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from agent.api.client import AgentError
 from daemon.api.jobs import BenchmarkRequest, PlanStep, TuneRequest, TuningPlan
 from daemon.errors import error_response, json_response, read_json, validation_message
+from daemon.history import History
 from daemon.jobs.manager import JobError, JobManager
 from daemon.jobs.planner import (
     DIMENSIONS,
@@ -32,9 +33,8 @@ from daemon.jobs.planner import (
 )
 from daemon.jobs.presets import preset_for_model
 from daemon.jobs.tuning import CONFIRM_SLOTS
-
-if TYPE_CHECKING:
-    from daemon.server import Daemon
+from daemon.models.registry import Registry
+from daemon.nodes.links import Links
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -62,25 +62,24 @@ async def _body(request: web.Request) -> Any:
 
 
 class JobsApi:
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
-
-    @property
-    def jobs(self) -> JobManager:
-        return self.d.jobs
+    def __init__(self, jobs: JobManager, registry: Registry, links: Links, history: History) -> None:
+        self.jobs = jobs
+        self._registry = registry
+        self._links = links
+        self._history = history
 
     @_answers
     async def start_benchmark(self, request: web.Request) -> web.StreamResponse:
         body = BenchmarkRequest.model_validate(await _body(request))
         view = await self.jobs.start_benchmark(body)
-        await self.d.history.audit("admin", "job.benchmark", body.model, view.id)
+        await self._history.audit("admin", "job.benchmark", body.model, view.id)
         return json_response(view, status=202)
 
     @_answers
     async def start_tune(self, request: web.Request) -> web.StreamResponse:
         body = TuneRequest.model_validate(await _body(request))
         view = await self.jobs.start_tune(body)
-        await self.d.history.audit("admin", "job.tune", body.model, view.id)
+        await self._history.audit("admin", "job.tune", body.model, view.id)
         return json_response(view, status=202)
 
     @_answers
@@ -88,9 +87,9 @@ class JobsApi:
         return json_response(await self.plan(TuneRequest.model_validate(await _body(request))))
 
     async def plan(self, body: TuneRequest) -> TuningPlan:
-        definition = self.d.registry.require(body.model)
+        definition = self._registry.require(body.model)
         preset = preset_for_model(body.preset, definition.settings.embeddings)
-        link = self.d.orchestrator.links.get(definition.node)
+        link = self._links.get(definition.node)
         if link is None or not link.online:
             raise JobError(503, "node_offline", f"node '{definition.node}' is not reachable")
         status = await link.client.status()
@@ -125,12 +124,12 @@ class JobsApi:
     @_answers
     async def cancel_job(self, request: web.Request) -> web.StreamResponse:
         view = await self.jobs.cancel(request.match_info["id"])
-        await self.d.history.audit("admin", "job.cancel", view.model, view.id)
+        await self._history.audit("admin", "job.cancel", view.model, view.id)
         return json_response(view)
 
     @_answers
     async def apply_job(self, request: web.Request) -> web.StreamResponse:
         restart = request.query.get("restart") in ("1", "true")
         view = await self.jobs.apply(request.match_info["id"], restart)
-        await self.d.history.audit("admin", "job.apply", view.definition.id, request.match_info["id"])
+        await self._history.audit("admin", "job.apply", view.definition.id, request.match_info["id"])
         return json_response(view)

@@ -1,20 +1,16 @@
-"""One job in progress (``Job``), its maintenance window, and the headline figures of a result.
+"""One job in progress (``Job``) and the headline figures of a result.
 
 ``Job`` is the daemon's mutable record; ``view()`` makes the immutable ``JobView`` the API and the
-event bus carry. ``MaintenanceWindow`` is what the router consults: while one is open for a model,
-``/v1`` answers 503 ``maintenance`` with a ``Retry-After`` from the job's estimate.
+event bus carry. The model's maintenance window while a job runs is ``daemon.models.maintenance``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-from aiohttp import web
 
 from daemon.api.jobs import (
     BenchmarkResult,
@@ -26,32 +22,8 @@ from daemon.api.jobs import (
     SearchMode,
     TuningResult,
 )
-from daemon.errors import error_response
 
 _LOGGER = logging.getLogger(__name__)
-
-_VERB = {"benchmark": "benchmarked", "tune": "tuned"}
-
-
-@dataclass
-class MaintenanceWindow:
-    """A model closed to ``/v1`` while a job runs on it; ``until`` is a monotonic estimate."""
-
-    job_id: str
-    kind: JobKind
-    model: str
-    until: float
-
-    def retry_after_s(self, now: float | None = None) -> int:
-        left = self.until - (time.monotonic() if now is None else now)
-        return max(1, math.ceil(left))
-
-    def refusal(self) -> web.Response:
-        seconds = self.retry_after_s()
-        return error_response(503, "maintenance",
-                              f"The model '{self.model}' is being {_VERB[self.kind]} (job {self.job_id}); "
-                              f"try again in about {seconds} s.", headers={"Retry-After": str(seconds)})
-
 
 @dataclass
 class Job:

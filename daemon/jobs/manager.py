@@ -1,6 +1,6 @@
 """``JobManager``: benchmarks and tuning runs, one job at a time per node.
 
-While a job runs on a model, ``maintenance[model]`` is open and the router answers that model's
+While a job runs on a model, its window in ``daemon.models.maintenance`` is open and the router answers that model's
 ``/v1`` requests with 503 ``maintenance`` and a ``Retry-After`` from the job's estimate. Progress
 goes out on the event bus as ``job.started`` / ``job.progress`` / ``job.finished``, each carrying
 the job's view; finished jobs are stored under the daemon's home and listed from there.
@@ -31,11 +31,14 @@ from daemon.api.models import ModelDefinition, ModelState, ModelView
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.jobs.instances import NodeAccess, runtime_session
-from daemon.jobs.job import Job, MaintenanceWindow, view_of_result
+from daemon.jobs.job import Job, view_of_result
 from daemon.jobs.planner import DEFAULT_BENCHMARK_S, pace_from_history
 from daemon.jobs.runs import JobContext, JobFailed, restore, run_benchmark, run_tune
 from daemon.jobs.store import JobStore, job_id, split_job_id
+from daemon.models.maintenance import Maintenance, MaintenanceWindow
 from daemon.models.orchestrator import Orchestrator
+from daemon.models.registry import Registry
+from daemon.nodes.links import Links
 from daemon.telemetry import TelemetryCollector
 
 _LOGGER = logging.getLogger(__name__)
@@ -48,14 +51,17 @@ class JobError(DaemonProblem):
 
 
 class JobManager:
-    def __init__(self, orchestrator: Orchestrator, events: EventBus, in_flight: Callable[[str], int],
-                 telemetry: TelemetryCollector, home: Path) -> None:
+    def __init__(self, registry: Registry, orchestrator: Orchestrator, links: Links, maintenance: Maintenance,
+                 events: EventBus, in_flight: Callable[[str], int], telemetry: TelemetryCollector,
+                 home: Path) -> None:
+        self.registry = registry
         self.orch = orchestrator
+        self.links = links
+        self.maintenance = maintenance  # opened per job here, read by the router and the health monitor
         self.events = events
         self.in_flight = in_flight
         self.telemetry = telemetry
         self.store = JobStore(home)
-        self.maintenance: dict[str, MaintenanceWindow] = {}
         self._active: dict[str, Job] = {}  # node -> its one job
         self._jobs: dict[str, Job] = {}  # this daemon run's jobs, by id
         self._session: aiohttp.ClientSession | None = None
@@ -81,9 +87,9 @@ class JobManager:
                            f"'{node}' ({busy.id}); wait for it or cancel it")
 
     def _claim(self, model_id: str, kind: JobKind, preset: Any, estimate_s: float) -> tuple[Job, ModelDefinition]:
-        definition = self.orch.registry.require(model_id)
+        definition = self.registry.require(model_id)
         self._ensure_free(definition.node)
-        link = self.orch.links.get(definition.node)
+        link = self.links.get(definition.node)
         if link is None or not link.online:
             raise JobError(503, "node_offline", f"node '{definition.node}' is not reachable")
         stamp = self.store.new_stamp(kind, definition.id)
@@ -92,19 +98,23 @@ class JobManager:
         job.eta_s = estimate_s
         self._active[definition.node] = job
         self._jobs[job.id] = job
-        self.maintenance[definition.id] = MaintenanceWindow(job.id, kind, definition.id,
-                                                            time.monotonic() + estimate_s)
+        self.maintenance.open(MaintenanceWindow(job.id, kind, definition.id, time.monotonic() + estimate_s))
         return job, definition
 
+    def _window(self, model_id: str) -> MaintenanceWindow:
+        window = self.maintenance.get(model_id)
+        assert window is not None, "a job's context is made after its claim opened the window"
+        return window
+
     def _context(self, job: Job, definition: ModelDefinition) -> JobContext:
-        link = self.orch.links[definition.node]
+        link = self.links[definition.node]
         return JobContext(orchestrator=self.orch, access=NodeAccess(link, self.session),
-                          window=self.maintenance[definition.id], in_flight=self.in_flight,
+                          window=self._window(definition.id), in_flight=self.in_flight,
                           latest=lambda: self.telemetry.latest.get(definition.node),
                           publish=lambda: self._publish("job.progress", job), store=self.store)
 
     async def start_benchmark(self, request: BenchmarkRequest) -> JobView:
-        definition = self.orch.registry.require(request.model)
+        definition = self.registry.require(request.model)
         self._ensure_free(definition.node)
         if self.orch.status(definition).state != ModelState.READY:
             raise JobError(409, "model_not_ready", f"'{definition.id}' is not ready: start it, then benchmark it")
@@ -160,7 +170,7 @@ class JobManager:
                 self.store.save(job.result)
             except OSError as exc:
                 _LOGGER.error("could not store the result of %s: %s", job.id, exc)
-        self.maintenance.pop(definition.id, None)
+        self.maintenance.close(definition.id)
         self._active.pop(definition.node, None)
         self._publish("job.finished", job)
 
@@ -236,11 +246,11 @@ class JobManager:
         result = self.get(value).result
         if not isinstance(result, TuningResult) or result.winner_settings is None:
             raise JobError(409, "no_winner", "this run has no winner to apply: the saved settings are already best")
-        definition = self.orch.registry.require(result.model)
+        definition = self.registry.require(result.model)
         changed = {k: v for k, v in result.winner_settings.model_dump().items()
                    if getattr(result.saved_settings, k) != v}
         settings = definition.settings.model_copy(update=changed)
-        definition = await self.orch.registry.update(definition.model_copy(update={"settings": settings}))
+        definition = await self.registry.update(definition.model_copy(update={"settings": settings}))
         self.events.publish("model.updated", definition.id, applied_from=value)
         self.orch.on_instances(definition.node, {})
         status = self.orch.status(definition)
@@ -251,15 +261,15 @@ class JobManager:
     # --- boot -----------------------------------------------------------------------------------
     async def recover(self) -> None:
         """After a crash during a tuning run: stop its leftover instances and bring the model back."""
-        for link in list(self.orch.links.values()):
+        for link in list(self.links):
             await link.first_sync.wait()
-            stopped = await NodeAccess(link, self.session).remove_leftovers({d.id for d in self.orch.registry.all()})
+            stopped = await NodeAccess(link, self.session).remove_leftovers({d.id for d in self.registry.all()})
             if stopped:
                 _LOGGER.warning("stopped leftover tuning instances on %s: %s", link.node_id, ", ".join(stopped))
         marker = self.store.read_active()
         if marker is None:
             return
-        definition = self.orch.registry.get(str(marker.get("model")))
+        definition = self.registry.get(str(marker.get("model")))
         if definition is not None and marker.get("was_running"):
             note = await restore(self.orch, definition, True)
             _LOGGER.warning("a tuning run of %s was cut short; saved settings restored%s", definition.id,

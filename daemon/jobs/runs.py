@@ -27,12 +27,13 @@ from daemon.api.jobs import (
 from daemon.api.models import ModelDefinition, ModelState
 from daemon.jobs.benchmark import measure
 from daemon.jobs.instances import NodeAccess, NodeTrouble, job_instances
-from daemon.jobs.job import Job, MaintenanceWindow
+from daemon.jobs.job import Job
 from daemon.jobs.load import drain, other_models_busy, outside_load
 from daemon.jobs.planner import Machine, count_candidates, dimensions_for, estimate_eta
 from daemon.jobs.presets import preset_for_model
 from daemon.jobs.store import JobStore
 from daemon.jobs.tuning import CONFIRM_SLOTS, TuningFailed, TuningRun
+from daemon.models.maintenance import MaintenanceWindow
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.models.registry import RegistryError
 
@@ -91,7 +92,7 @@ async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
 
     def progress(text: str, fraction: float) -> None:
         job.message, job.progress = text, fraction * 0.98
-        ctx.orchestrator.last_used[definition.id] = time.monotonic()  # a benchmark is use, not idleness
+        ctx.orchestrator.touch(definition.id)  # a benchmark is use, not idleness
         if fraction > 0:
             ctx.set_eta(job, (time.monotonic() - began) * (1 - fraction) / fraction)
         ctx.publish()

@@ -10,17 +10,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import aiohttp
 from pydantic import BaseModel
 
 from daemon.api.models import ModelState, ModelStatus
+from daemon.models.maintenance import Maintenance
+from daemon.models.orchestrator import Orchestrator
 from daemon.models.restarts import RestartBook
 from daemon.nodes.answer import answer_at
-
-if TYPE_CHECKING:
-    from daemon.models.orchestrator import Orchestrator
+from daemon.nodes.links import Links
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -38,9 +37,11 @@ class HealthPolicy(BaseModel):
 
 
 class HealthMonitor:
-    def __init__(self, orchestrator: Orchestrator, policy: HealthPolicy,
+    def __init__(self, orchestrator: Orchestrator, links: Links, maintenance: Maintenance, policy: HealthPolicy,
                  in_flight: Callable[[str], int], clock: Callable[[], float] = time.monotonic) -> None:
         self.orch = orchestrator
+        self.links = links
+        self.maintenance = maintenance  # a job owns these models: no probes, no unloading
         self.policy = policy
         self._in_flight = in_flight  # by served name
         self._clock = clock
@@ -68,7 +69,7 @@ class HealthMonitor:
             self._expected_stop.discard(model_id)
             if expected:
                 return
-        link = self.orch.links.get(status.node)
+        link = self.links.get(status.node)
         if crashed and model_id in self.book.wanted and link is not None and link.online:
             self._on_crash(status)
 
@@ -118,14 +119,14 @@ class HealthMonitor:
         now = self._clock()
         for definition in self.orch.registry.all():
             status = self.orch.status(definition)
-            if status.state != ModelState.READY or definition.id in self.orch.maintenance:
+            if status.state != ModelState.READY or definition.id in self.maintenance:
                 continue  # a job owns a model under maintenance: no probes, no unloading
             since = self._ready_since.get(definition.id, now)
             if now - since >= self.policy.healthy_reset_s and self.book.crashes.get(definition.id):
                 _LOGGER.info("%s healthy for %.0f s: crash count cleared", definition.id, now - since)
                 self.book.clear(definition.id)
             busy = self._in_flight(definition.served_name) > 0
-            last_used = self.orch.last_used.get(definition.id, since)
+            last_used = self.orch.last_used(definition.id, since)
             if definition.idle_unload_seconds and not busy and now - last_used >= definition.idle_unload_seconds:
                 _LOGGER.info("%s idle for %.0f s: unloading", definition.id, now - last_used)
                 self.orch.events.publish("model.unloaded", definition.id, idle_s=now - last_used)
@@ -141,7 +142,7 @@ class HealthMonitor:
         instance = self.orch.instance(definition)
         if instance is None or not instance.endpoint or definition.settings.embeddings:
             return
-        link = self.orch.links.get(definition.node)
+        link = self.links.get(definition.node)
         assert self._session is not None  # opened by run(), which ticks
         where = answer_at(definition.node, instance, link.client if link is not None else None, self._session)
         body = {"model": definition.served_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
@@ -20,11 +19,13 @@ from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
-from daemon.nodes.links import AgentLink
+from daemon.nodes.links import AgentLink, Links
 
 _LOGGER = logging.getLogger(__name__)
 
 FIRST_CONTACT_S = 30.0
+
+StateListener = Callable[[str, ModelState | None, ModelStatus], None]
 
 
 class OrchestratorError(DaemonProblem):
@@ -32,30 +33,38 @@ class OrchestratorError(DaemonProblem):
 
 
 class Orchestrator:
-    def __init__(self, registry: Registry, events: EventBus, book: RestartBook) -> None:
+    def __init__(self, registry: Registry, events: EventBus, book: RestartBook, links: Links) -> None:
         self.registry = registry
         self.events = events
         self.book = book
-        self.listeners: list[Callable[[str, ModelState | None, ModelStatus], None]] = []
-        # Models a benchmark or tuning job owns right now (daemon.jobs fills it; the router and
-        # the health monitor leave them alone).
-        self.maintenance: dict[str, Any] = {}
-        self.links: dict[str, AgentLink] = {}
+        self._links = links
+        self._listeners: list[StateListener] = []
         self._states: dict[str, ModelState] = {}
         self._changed = asyncio.Condition()
         self._ready_waits: dict[str, asyncio.Task[ModelStatus]] = {}
-        self.last_used: dict[str, float] = {}
+        self._last_used: dict[str, float] = {}
+
+    def on_state_change(self, listener: StateListener) -> None:
+        """Call ``listener(model_id, previous, status)`` on each model state change (the health monitor)."""
+        self._listeners.append(listener)
+
+    def touch(self, model_id: str) -> None:
+        """The model was used now (a routed request, a benchmark): it is not idle."""
+        self._last_used[model_id] = time.monotonic()
+
+    def last_used(self, model_id: str, default: float) -> float:
+        return self._last_used.get(model_id, default)
 
     # --- status --------------------------------------------------------------------------------
     def instance(self, definition: ModelDefinition) -> InstanceInfo | None:
-        link = self.links.get(definition.node)
+        link = self._links.get(definition.node)
         return link.instances.get(definition.id) if link is not None else None
 
     def status(self, definition: ModelDefinition) -> ModelStatus:
         return self._decorate(self._status(definition))
 
     def _status(self, definition: ModelDefinition) -> ModelStatus:
-        link = self.links.get(definition.node)
+        link = self._links.get(definition.node)
         inst = link.instances.get(definition.id) if link is not None else None
         wanted_hash = definition_hash(definition)
         if link is None or not link.online:
@@ -103,7 +112,7 @@ class Orchestrator:
                 self._states[definition.id] = status.state
                 self.events.publish("model.state", definition.id, state=status.state.value,
                                     previous=previous.value if previous else None, error=status.error)
-                for listener in self.listeners:
+                for listener in self._listeners:
                     listener(definition.id, previous, status)
         asyncio.get_running_loop().create_task(self._notify())
 
@@ -113,7 +122,7 @@ class Orchestrator:
 
     # --- actions -------------------------------------------------------------------------------
     async def _link(self, definition: ModelDefinition) -> AgentLink:
-        link = self.links.get(definition.node)
+        link = self._links.get(definition.node)
         if link is None:
             raise OrchestratorError(409, "node_unknown", f"model '{definition.id}' is placed on unknown node "
                                     f"'{definition.node}'")
@@ -151,7 +160,7 @@ class Orchestrator:
             except AgentError as exc:
                 raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
             await link.refresh()
-        self.last_used[model_id] = time.monotonic()
+        self.touch(model_id)
         return self.status(definition)
 
     async def stop(self, model_id: str, *, keep_wanted: bool = False) -> ModelStatus:
@@ -209,13 +218,13 @@ class Orchestrator:
         the nodes in parallel, so a node that is offline or slow to load holds up only its own."""
         by_node: dict[str, list[ModelDefinition]] = {}
         for definition in self.registry.all():
-            if definition.auto_start and definition.node in self.links:
+            if definition.auto_start and definition.node in self._links:
                 by_node.setdefault(definition.node, []).append(definition)
         await asyncio.gather(*(self._auto_start_node(models) for models in by_node.values()))
 
     async def _auto_start_node(self, definitions: list[ModelDefinition]) -> None:
         for definition in definitions:
-            link = self.links.get(definition.node)
+            link = self._links.get(definition.node)
             if link is None:
                 return
             await link.first_sync.wait()

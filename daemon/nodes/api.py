@@ -6,6 +6,7 @@
     POST   /api/nodes/pair                     -> NodeView          # body: NodePairRequest; 201
     GET    /api/nodes/{id}                     -> NodeView
     DELETE /api/nodes/{id}                     -> 204
+    GET    /api/nodes/{id}/history             -> HistorySeries     # ?range=5m|1h|24h|7d
     GET    /api/nodes/{id}/gpus/{gpu}/history  -> HistorySeries     # ?range=5m|1h|24h|7d
 
 The pairing code arrives in one request body, is handed to ``daemon.nodes.pairing`` as a ``SecretStr``
@@ -15,21 +16,25 @@ and is never logged, stored, audited or echoed in an error.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from daemon.api.nodes import NodeAddressRequest, NodePairRequest
-from daemon.errors import DaemonProblem, M, json_response, read_json, validated
+from daemon.errors import (
+    DaemonProblem,
+    M,
+    json_response,
+    query_range,
+    read_json,
+    validated,
+)
+from daemon.history import History
+from daemon.nodes.manager import NodeManager
 from daemon.telemetry import gpu_subject
-
-if TYPE_CHECKING:
-    from daemon.server import Daemon
 
 _LOGGER = logging.getLogger(__name__)
 
 MAX_NODES_BODY = 64 * 1024
-RANGES = ("5m", "1h", "24h", "7d")
 
 
 async def _body(request: web.Request, contract: type[M]) -> M:
@@ -38,39 +43,41 @@ async def _body(request: web.Request, contract: type[M]) -> M:
 
 
 class NodesApi:
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
+    def __init__(self, nodes: NodeManager, history: History) -> None:
+        self._nodes = nodes
+        self._history = history
 
     async def list_nodes(self, request: web.Request) -> web.Response:
-        return json_response(self.d.nodes.views())
+        return json_response(self._nodes.views())
 
     async def discovered(self, request: web.Request) -> web.Response:
-        return json_response(self.d.nodes.discovered())
+        return json_response(self._nodes.discovered())
 
     async def add_address(self, request: web.Request) -> web.Response:
         body = await _body(request, NodeAddressRequest)
         assert isinstance(body, NodeAddressRequest)
-        return json_response(await self.d.nodes.add_address(body.address))
+        return json_response(await self._nodes.add_address(body.address))
 
     async def pair(self, request: web.Request) -> web.Response:
         body = await _body(request, NodePairRequest)
         assert isinstance(body, NodePairRequest)
-        return json_response(await self.d.nodes.pair(body), status=201)
+        return json_response(await self._nodes.pair(body), status=201)
 
     async def get_node(self, request: web.Request) -> web.Response:
-        return json_response(self.d.nodes.view(request.match_info["id"]))
+        return json_response(self._nodes.view(request.match_info["id"]))
 
     async def remove(self, request: web.Request) -> web.Response:
-        await self.d.nodes.remove(request.match_info["id"])
+        await self._nodes.remove(request.match_info["id"])
         return web.Response(status=204)
 
+    async def node_history(self, request: web.Request) -> web.Response:
+        return json_response(await self._history.series("node", request.match_info["id"], query_range(request)))
+
     async def gpu_history(self, request: web.Request) -> web.Response:
-        node = self.d.nodes.view(request.match_info["id"])
+        node = self._nodes.view(request.match_info["id"])
         wanted = request.match_info["gpu"]
         gpu = next((g for g in node.gpus if wanted in (g.uuid, str(g.index))), None)
         if gpu is None:
             raise DaemonProblem(404, "gpu_not_found", f"node '{node.name}' has no GPU '{wanted}'")
-        range_ = request.query.get("range", "5m")
-        if range_ not in RANGES:
-            raise DaemonProblem(400, "invalid_parameter", "range must be one of 5m, 1h, 24h, 7d")
-        return json_response(await self.d.history.series("gpu", gpu_subject(node.id, gpu), range_))  # type: ignore[arg-type]
+        range_ = query_range(request)
+        return json_response(await self._history.series("gpu", gpu_subject(node.id, gpu), range_))

@@ -1,21 +1,21 @@
-"""Links to agents: an instance cache per node kept fresh by long-polling, and the local agent child.
+"""Links to agents: one per node, each an instance cache kept fresh by long-polling.
 
-``AgentLink`` is the daemon's view of one node. ``LocalAgentProcess`` runs this machine's agent as a
-supervised child process, reached over the same mutual TLS as any remote agent (one code path).
+``AgentLink`` is the daemon's view of one node's agent (the local agent's and every paired node's);
+``NodeLink`` is a paired node's, which the node monitor takes offline and brings back. ``Links`` is
+the one owner of which nodes are linked now: the orchestrator, the router, telemetry, jobs, sources
+and upgrades are handed it and look a node up by id; only the composition root (the local agent)
+and the node manager (pairing, removal) add or drop links.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-import socket
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.models import InstanceInfo, TelemetrySample
-from agent.api.program import program_argv
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -71,69 +71,59 @@ class AgentLink:
                 backoff = min(backoff * 2, 5.0)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+class NodeLink(AgentLink):
+    """A remote node's link: the monitor takes it offline and brings it back."""
 
+    _task: asyncio.Task[None] | None = None
 
-class LocalAgentProcess:
-    """Runs ``python -m agent`` for this machine and restarts it if it dies.
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
 
-    Runtimes live in their own sessions, so an agent restart does not touch them: the new agent
-    adopts them from its process records.
-    """
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._version = None  # ask for the full state at once, not for the next change
+            self._task = asyncio.get_running_loop().create_task(self.run(), name=f"link-{self.node_id[:8]}")
 
-    def __init__(self, home: Path, log_path: Path, llama_server: str | None,
-                 telemetry_interval_s: float = 2.0, first_port: int | None = None) -> None:
-        self.home = home
-        self._first_port = first_port
-        self.port = free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
-        self._log_path = log_path
-        self._llama_server = llama_server
-        self._telemetry_interval_s = telemetry_interval_s
-        self.process: asyncio.subprocess.Process | None = None
-        self._stopping = False
-
-    def argv(self) -> list[str]:
-        argv = program_argv("agent", "--home", str(self.home), "--host", "127.0.0.1",
-                            "--port", str(self.port), "--telemetry-interval", str(self._telemetry_interval_s))
-        if self._llama_server:
-            argv += ["--llama-server", self._llama_server]
-        if self._first_port is not None:
-            argv += ["--first-port", str(self._first_port)]
-        return argv
-
-    async def spawn(self) -> None:
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._log_path, "ab") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                *self.argv(), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        _LOGGER.info("local agent started (pid %s, %s)", self.process.pid, self.url)
-
-    async def supervise(self) -> None:
-        """Restart the agent when it exits unexpectedly, with a growing pause between tries."""
-        backoff = 0.5
-        while not self._stopping:
-            if self.process is None:
-                await self.spawn()
-            assert self.process is not None
-            code = await self.process.wait()
-            if self._stopping:
-                return
-            _LOGGER.error("local agent exited with %s; restarting (log: %s)", code, self._log_path)
-            self.process = None
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+    def mark_offline(self, reason: str) -> None:
+        if self._task is not None:
+            self._task.cancel()  # its long-poll would hang on a dead connection
+            self._task = None
+        self.online, self.last_error, self.instances = False, reason, {}
+        self.first_sync.set()  # a verdict exists: callers need not wait for a first answer
+        self._on_change(self.node_id, self.instances)
 
     async def stop(self) -> None:
-        self._stopping = True
-        if self.process is not None and self.process.returncode is None:
-            self.process.terminate()
-            try:
-                await asyncio.wait_for(self.process.wait(), 10)
-            except TimeoutError:
-                self.process.kill()
-                await self.process.wait()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class Links:
+    """The agents this daemon reaches now, by node id."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, AgentLink] = {}
+
+    def get(self, node_id: str) -> AgentLink | None:
+        return self._by_node.get(node_id)
+
+    def __getitem__(self, node_id: str) -> AgentLink:
+        return self._by_node[node_id]
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._by_node
+
+    def __iter__(self) -> Iterator[AgentLink]:
+        return iter(list(self._by_node.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_node)
+
+    def add(self, link: AgentLink) -> None:
+        self._by_node[link.node_id] = link
+
+    def pop(self, node_id: str) -> AgentLink | None:
+        return self._by_node.pop(node_id, None)

@@ -1,7 +1,7 @@
 """The fleet beyond this machine: paired nodes, their links and monitor, discovery, pairing, removal.
 
 Each paired node gets an ``AgentClient`` whose pooled keep-alive mTLS session pins that node's
-certificate (``daemon.nodes.store.node_ssl_context``) and a ``NodeLink`` in ``Orchestrator.links`` under
+certificate (``daemon.nodes.store.node_ssl_context``) and a ``NodeLink`` in the daemon's ``Links`` under
 its node id, so placement (``ModelDefinition.node``), the router's proxy path and the telemetry
 collector reach it exactly as they reach the local agent. ``NodeMonitor`` decides online /
 degraded / offline. ``Discovery`` lists agents waiting to be paired.
@@ -14,7 +14,8 @@ import contextlib
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from cryptography import x509
 
@@ -22,9 +23,15 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.pairing import short_fingerprint
 from daemon.api.models import LOCAL_NODE, ModelState
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodePairRequest, NodeView
-from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
 from daemon.errors import DaemonProblem
-from daemon.nodes.monitor import NodeHealth, NodeLink, NodeMonitor
+from daemon.events import EventBus
+from daemon.history import History
+from daemon.models.orchestrator import Orchestrator
+from daemon.models.registry import Registry
+from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
+from daemon.nodes.links import Links, NodeLink
+from daemon.nodes.monitor import NodeHealth, NodeMonitor, NodePolicy
+from daemon.nodes.pairing import PairingFailed, pair, probe
 from daemon.nodes.store import (
     NodeRecord,
     NodeStore,
@@ -33,12 +40,9 @@ from daemon.nodes.store import (
     node_ssl_context,
     parse_address,
 )
-from daemon.nodes.pairing import PairingFailed, pair, probe
 from daemon.pki import CertificateAuthority, fingerprint
+from daemon.telemetry import TelemetryCollector
 from daemon.tls import ensure_client_certificate
-
-if TYPE_CHECKING:
-    from daemon.server import Daemon
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -46,25 +50,29 @@ FIRST_CONTACT_S = 10.0
 
 
 class NodeManager:
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
-        self.policy = daemon.config.nodes
-        self.store = NodeStore(daemon.paths.nodes)
-        self.monitor = NodeMonitor(daemon.orchestrator.links, self.policy, daemon.events)
+    def __init__(self, policy: NodePolicy, pki_dir: Path, nodes_file: Path, links: Links,
+                 orchestrator: Orchestrator, registry: Registry, telemetry: TelemetryCollector,
+                 events: EventBus, history: History) -> None:
+        self.policy = policy
+        self._pki_dir = pki_dir
+        self.store = NodeStore(nodes_file)
+        self.links = links  # paired nodes join (and leave) the daemon's links here
+        self._orchestrator = orchestrator
+        self._registry = registry
+        self._telemetry = telemetry
+        self._events = events
+        self._history = history
+        self.monitor = NodeMonitor(links, policy, events)
         self.discovery = Discovery(self._discovery_event, interfaces=self.policy.mdns_interfaces)
         self.ca: CertificateAuthority | None = None
         self._client: tuple[Any, Any] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._pairing = asyncio.Lock()
 
-    @property
-    def links(self) -> dict[str, Any]:
-        return self.d.orchestrator.links
-
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
-        self.ca = CertificateAuthority.load_or_create(self.d.paths.pki)
-        self._client = ensure_client_certificate(self.ca, self.d.paths.pki)  # (key, cert)
+        self.ca = CertificateAuthority.load_or_create(self._pki_dir)
+        self._client = ensure_client_certificate(self.ca, self._pki_dir)  # (key, cert)
         self.store.load()
         for record in self.store.all():
             self._attach(record)
@@ -80,7 +88,7 @@ class NodeManager:
                 await task
         self._tasks.clear()
         await self.discovery.stop()
-        for link in list(self.links.values()):
+        for link in self.links:
             if isinstance(link, NodeLink):
                 await link.stop()
 
@@ -93,13 +101,13 @@ class NodeManager:
             return None
         key, client_cert = self._client
         client = AgentClient(record.url, node_ssl_context(record.certificate_pem, client_cert, key))
-        link = NodeLink(record.id, client, self.d.orchestrator.on_instances)
-        self.links[record.id] = link
+        link = NodeLink(record.id, client, self._orchestrator.on_instances)
+        self.links.add(link)
         link.start()
         return link
 
     async def _detach(self, node_id: str) -> None:
-        link = self.links.pop(node_id, None)
+        link = self.links.pop(node_id)
         if isinstance(link, NodeLink):
             await link.stop()
         if link is not None:
@@ -116,12 +124,12 @@ class NodeManager:
         if record is None and not (node_id == LOCAL_NODE and node_id in self.links):
             raise DaemonProblem(404, "node_not_found", f"no paired node with id '{node_id}'")
         health = self.monitor.health.get(node_id) or NodeHealth()
-        status, sample = health.status, self.d.telemetry.latest.get(node_id)
+        status, sample = health.status, self._telemetry.latest.get(node_id)
         view = NodeView(
             id=node_id, name=record.name if record else (status.hostname if status else socket.gethostname()),
             local=record is None, address=record.address if record else None, state=health.state,
             reason=health.reason, latency_ms=health.latency_ms, last_seen=health.last_seen,
-            models=[d.id for d in self.d.registry.all() if d.node == node_id],
+            models=[d.id for d in self._registry.all() if d.node == node_id],
             paired_at=record.paired_at if record else None,
             fingerprint=record.pairing_fingerprint if record else None)
         if status is not None:
@@ -146,7 +154,7 @@ class NodeManager:
         return self.discovery.listing({r.pairing_fingerprint for r in self.store.all()})
 
     def _discovery_event(self, type_: str, entry: DiscoveredNode) -> None:
-        self.d.events.publish(type_, None, name=entry.name, address=entry.address,
+        self._events.publish(type_, None, name=entry.name, address=entry.address,
                               fingerprint=entry.fingerprint, source=entry.source)
 
     # --- actions -------------------------------------------------------------------------------
@@ -183,7 +191,7 @@ class NodeManager:
                 await self.store.put(record)
                 await self._detach(record.id)
                 self._attach(record)
-                await self.d.history.audit("admin", "node.address", record.id, where)
+                await self._history.audit("admin", "node.address", record.id, where)
             return NodeAddResult(node=self.view(record.id))
         _refuse(found.kind, where)
 
@@ -223,8 +231,8 @@ class NodeManager:
             self.discovery.drop(record.pairing_fingerprint)
             link = self._attach(record)
         _LOGGER.info("paired node %r (%s) at %s", record.name, record.id[:12], record.address)
-        self.d.events.publish("node.paired", None, node=record.id, name=record.name, address=record.address)
-        await self.d.history.audit("admin", "node.pair", record.id, f"{record.name} at {record.address}")
+        self._events.publish("node.paired", None, node=record.id, name=record.name, address=record.address)
+        await self._history.audit("admin", "node.pair", record.id, f"{record.name} at {record.address}")
         if link is not None:
             with contextlib.suppress(TimeoutError):  # it is switching to mutual TLS: give it a moment
                 await asyncio.wait_for(link.first_sync.wait(), FIRST_CONTACT_S)
@@ -242,11 +250,11 @@ class NodeManager:
         link = self.links.get(node_id)
         told = False
         if link is not None and link.online:
-            for definition in self.d.registry.all():
+            for definition in self._registry.all():
                 if definition.node == node_id and \
-                        self.d.orchestrator.status(definition).state != ModelState.STOPPED:
+                        self._orchestrator.status(definition).state != ModelState.STOPPED:
                     try:
-                        await self.d.orchestrator.stop(definition.id)
+                        await self._orchestrator.stop(definition.id)
                     except Exception as exc:  # noqa: BLE001 - removal goes on regardless
                         _LOGGER.warning("could not stop %s on the removed node: %s", definition.id, exc)
             try:
@@ -257,10 +265,10 @@ class NodeManager:
                                 record.name, exc.message)
         await self._detach(node_id)
         await self.store.remove(node_id)
-        self.d.orchestrator.on_instances(node_id, {})
+        self._orchestrator.on_instances(node_id, {})
         _LOGGER.info("removed node %r (%s)", record.name, node_id[:12])
-        self.d.events.publish("node.removed", None, node=node_id, name=record.name, agent_unpaired=told)
-        await self.d.history.audit("admin", "node.remove", node_id, record.name)
+        self._events.publish("node.removed", None, node=node_id, name=record.name, agent_unpaired=told)
+        await self._history.audit("admin", "node.remove", node_id, record.name)
         return told
 
 

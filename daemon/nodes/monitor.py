@@ -13,7 +13,6 @@ models are back (adopted, never restarted).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from agent.api.models import AgentStatus
 from daemon.api.models import LOCAL_NODE
 from daemon.api.nodes import NodeState
 from daemon.events import EventBus
-from daemon.nodes.links import AgentLink
+from daemon.nodes.links import AgentLink, Links, NodeLink
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -46,36 +45,6 @@ class NodePolicy(BaseModel):
         return self.offline_after * (self.interval_s + self.probe_timeout_s)
 
 
-class NodeLink(AgentLink):
-    """A remote node's link: the monitor takes it offline and brings it back."""
-
-    _task: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
-
-    def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._version = None  # ask for the full state at once, not for the next change
-            self._task = asyncio.get_running_loop().create_task(self.run(), name=f"link-{self.node_id[:8]}")
-
-    def mark_offline(self, reason: str) -> None:
-        if self._task is not None:
-            self._task.cancel()  # its long-poll would hang on a dead connection
-            self._task = None
-        self.online, self.last_error, self.instances = False, reason, {}
-        self.first_sync.set()  # a verdict exists: callers need not wait for a first answer
-        self._on_change(self.node_id, self.instances)
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
 @dataclass
 class NodeHealth:
     state: NodeState = NodeState.UNKNOWN
@@ -88,7 +57,7 @@ class NodeHealth:
 
 
 class NodeMonitor:
-    def __init__(self, links: dict[str, AgentLink], policy: NodePolicy, events: EventBus) -> None:
+    def __init__(self, links: Links, policy: NodePolicy, events: EventBus) -> None:
         self.links = links
         self.policy = policy
         self.events = events
@@ -103,7 +72,7 @@ class NodeMonitor:
             await asyncio.sleep(self.policy.interval_s)
 
     async def check_all(self) -> None:
-        await asyncio.gather(*(self.check(node_id, link) for node_id, link in list(self.links.items())
+        await asyncio.gather(*(self.check(node_id, link) for node_id, link in ((link.node_id, link) for link in self.links)
                                if not self._booting(node_id, link)))
 
     @staticmethod

@@ -31,12 +31,14 @@ from agent.api.relay import Record, Unreachable, Upstream, relay, runtime_sessio
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
-from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.history import History
 from daemon.keys import KeyStore
-from daemon.router.metrics import RouterMetrics
+from daemon.models.maintenance import Maintenance
 from daemon.models.orchestrator import Orchestrator
 from daemon.nodes.answer import answer_at
+from daemon.nodes.links import Links
+from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
+from daemon.router.metrics import RouterMetrics
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -101,9 +103,11 @@ def note_failure(request: web.Request, reason: str) -> None:
 
 
 class Router:
-    def __init__(self, orchestrator: Orchestrator, keys: KeyStore, config: DaemonConfig,
-                 history: History, metrics: RouterMetrics) -> None:
+    def __init__(self, orchestrator: Orchestrator, links: Links, maintenance: Maintenance, keys: KeyStore,
+                 config: DaemonConfig, history: History, metrics: RouterMetrics) -> None:
         self.orchestrator = orchestrator
+        self.links = links  # which node answers for a model (daemon.nodes.links)
+        self.maintenance = maintenance  # models a job owns right now (daemon.models.maintenance)
         self.keys = keys
         self.config = config
         self.history = history
@@ -276,7 +280,7 @@ class Router:
     def _gate(self, definition: ModelDefinition) -> ModelGate:
         slots = definition.settings.parallel
         if slots is None:  # the runtime chose: use what its /slots reported, if anything yet
-            link = self.orchestrator.links.get(definition.node)
+            link = self.links.get(definition.node)
             latest = link.latest_sample if link is not None else None
             sample = latest.instances.get(definition.id) if latest is not None else None
             slots = (sample.slots_total if sample is not None else None) or DEFAULT_SLOTS
@@ -303,12 +307,12 @@ class Router:
                             ) -> Upstream | web.Response:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
-        window = orch.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
+        window = self.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
         if window is not None:
             refusal: web.Response = window.refusal()  # 503 maintenance, Retry-After from the job's estimate
             return refusal
         instance = orch.instance(definition)
-        link = orch.links.get(definition.node)
+        link = self.links.get(definition.node)
         if instance is not None and instance.state == InstanceState.READY and link is not None and link.online:
             return self._target(definition, instance)  # the hot path: no status to derive
         status = orch.status(definition)
@@ -331,8 +335,8 @@ class Router:
     def _target(self, definition: ModelDefinition,
                 instance: InstanceInfo) -> Upstream:
         orch = self.orchestrator
-        orch.last_used[definition.id] = time.monotonic()
-        link = orch.links.get(definition.node)
+        orch.touch(definition.id)
+        link = self.links.get(definition.node)
         assert self._session is not None
         return answer_at(definition.node, instance, link.client if link is not None else None, self._session)
 

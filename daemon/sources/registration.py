@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from daemon.api.demo_model import demo_definition
 from daemon.api.models import ModelDefinition, ModelSource
 from daemon.api.sources import Transfer
-from daemon.models.registry import RegistryError
-
-if TYPE_CHECKING:
-    from daemon.server import Daemon
+from daemon.events import EventBus
+from daemon.history import History
+from daemon.models.registry import Registry, RegistryError
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -35,16 +34,17 @@ def model_id_from(name: str, taken: set[str]) -> str:
     return candidate
 
 
-async def register_models(d: Daemon, transfer: Transfer, query: Any) -> tuple[list[str], str | None]:
+async def register_models(registry: Registry, events: EventBus, history: History, transfer: Transfer,
+                          query: Any) -> tuple[list[str], str | None]:
     """Register every model of ``transfer``; the ids registered and what went wrong, if anything."""
     ids: list[str] = []
     problems: list[str] = []
     for n, imported in enumerate(transfer.result):
-        taken = {m.id for m in d.registry.all()}
+        taken = {m.id for m in registry.all()}
         wanted = query.model_id if n == 0 and query.model_id and query.model_id not in taken else imported.name
         model_id = model_id_from(wanted, taken)
         served = query.served_name if n == 0 and query.served_name else model_id
-        if d.registry.by_served_name(served) is not None:
+        if registry.by_served_name(served) is not None:
             served = model_id
         source = ModelSource(hf_repo=imported.hf_repo, hf_file=imported.hf_file, revision=imported.revision) \
             if imported.hf_repo else None
@@ -56,11 +56,11 @@ async def register_models(d: Daemon, transfer: Transfer, query: Any) -> tuple[li
             definition = demo_definition(imported.model_path, node=transfer.node, model_id=model_id, source=source)
             definition = definition.model_copy(update={"served_name": served})
         try:
-            await d.registry.add(definition)
+            await registry.add(definition)
         except RegistryError as exc:
             problems.append(f"{model_id}: {exc.message}")
             continue
         ids.append(model_id)
-        d.events.publish("model.added", model_id)
-        await d.history.audit("admin", "model.add", model_id, f"from transfer {transfer.id}")
+        events.publish("model.added", model_id)
+        await history.audit("admin", "model.add", model_id, f"from transfer {transfer.id}")
     return ids, "; ".join(problems) or None

@@ -1,7 +1,4 @@
-"""``UpgradeManager``: at most one rollout at a time, its state, and the admin handlers.
-
-    GET  /api/nodes/upgrade   -> RolloutView     # state idle until the first rollout
-    POST /api/nodes/upgrade   -> RolloutView     # body: UpgradeRequest (optional); 202, 409 upgrade_running
+"""``UpgradeManager``: at most one rollout at a time and its state (the handlers: ``daemon.upgrades.api``).
 
 Every paired node takes part (this machine's own agent is the daemon's child and is upgraded with
 the daemon), in the order of ``/api/nodes``. Events: ``upgrade.started``, ``upgrade.node``
@@ -13,46 +10,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from aiohttp import web
+from typing import Any
 
 from daemon.api.models import LOCAL_NODE
+from daemon.api.nodes import NodeView
 from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.updates.staging import UpdateError
 from daemon.api.upgrades import RolloutState, RolloutView, UpgradeRequest
-from daemon.errors import DaemonProblem, json_response, read_json, validated
+from daemon.errors import DaemonProblem
+from daemon.events import EventBus
+from daemon.history import History
+from daemon.nodes.links import Links
 from daemon.upgrades.release import load_release_async
-from daemon.upgrades.rollout import NodeTarget, Rollout
-
-if TYPE_CHECKING:
-    from daemon.server import Daemon
+from daemon.upgrades.rollout import NodeTarget, Rollout, UpgradePolicy
 
 _LOGGER = logging.getLogger(__name__)
 
-MAX_BODY = 16 * 1024
 
 
 class UpgradeManager:
-    def __init__(self, daemon: Daemon, trusted_keys: Sequence[str] = RELEASE_PUBLIC_KEYS) -> None:
-        self.d = daemon
+    def __init__(self, home: Path, policy: UpgradePolicy, nodes: Callable[[], list[NodeView]], links: Links,
+                 events: EventBus, history: History, trusted_keys: Sequence[str] = RELEASE_PUBLIC_KEYS) -> None:
+        self._home = home
+        self._policy = policy
+        self._nodes = nodes  # the paired nodes in the order of /api/nodes
+        self._links = links
+        self._events = events
+        self._history = history
         self.trusted_keys = trusted_keys  # the release keys; tests hand in their own
         self.rollout: Rollout | None = None
         self._task: asyncio.Task[RolloutView] | None = None
 
     @property
     def default_folder(self) -> Path:
-        return self.d.paths.home / "agent-release"
+        return self._home / "agent-release"
 
     def view(self) -> RolloutView:
         return self.rollout.view if self.rollout is not None else RolloutView()
 
     def _targets(self) -> list[NodeTarget]:
         targets = []
-        for node in self.d.nodes.views():
-            link = self.d.orchestrator.links.get(node.id)
+        for node in self._nodes():
+            link = self._links.get(node.id)
             if node.id != LOCAL_NODE and link is not None:
                 targets.append(NodeTarget(node.id, node.name, link.client))
         return targets
@@ -69,14 +70,14 @@ class UpgradeManager:
             release = await load_release_async(folder, self.trusted_keys)
         except UpdateError as exc:
             raise DaemonProblem(422, "release_refused", exc.message) from None
-        self.rollout = Rollout(release, targets, self.d.config.upgrades, self._publish)
+        self.rollout = Rollout(release, targets, self._policy, self._publish)
         self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name="agent-rollout")
         _LOGGER.info("rolling out agent %s to %d node(s)", release.version, len(targets))
-        await self.d.history.audit("admin", "nodes.upgrade", "", f"agent {release.version}")
+        await self._history.audit("admin", "nodes.upgrade", "", f"agent {release.version}")
         return self.view()
 
     def _publish(self, type_: str, **data: Any) -> None:
-        self.d.events.publish(type_, None, **data)
+        self._events.publish(type_, None, **data)
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -86,11 +87,3 @@ class UpgradeManager:
                 await task
         if self.rollout is not None and self.rollout.view.state == RolloutState.RUNNING:
             _LOGGER.warning("the daemon stopped during the rollout of %s", self.rollout.release.version)
-
-    # --- handlers (the routes are in daemon.routes) ----------------------------------------
-    async def _get(self, request: web.Request) -> web.Response:
-        return json_response(self.view())
-
-    async def _post(self, request: web.Request) -> web.Response:
-        body = validated(UpgradeRequest, await read_json(request, MAX_BODY, empty={}))
-        return json_response(await self.start(body), status=202)

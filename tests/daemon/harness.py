@@ -11,8 +11,9 @@ from pathlib import Path
 from daemon.api.client import DaemonClient
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 from daemon.config import DaemonConfig
+from daemon.deps import DaemonDeps, build_deps
 from daemon.paths import DaemonPaths
-from daemon.server import Daemon, start_server
+from daemon.server import start_server
 from tests.fakes.ports import free_port_block
 
 _LOGGER = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ _LOGGER = logging.getLogger(__name__)
 
 @dataclass
 class RunningDaemon:
-    daemon: Daemon
+    daemon: DaemonDeps
     client: DaemonClient
 
     @property
@@ -55,11 +56,11 @@ async def running_daemon(home: Path, llama_server: Path | str | None, **config: 
                                  "history_interval_s": 0.5, "llama_server": str(llama_server) if llama_server else None,
                                  "runtime_first_port": free_port_block(20)}
     values.update(config)
-    daemon = Daemon(DaemonConfig.model_validate(values), DaemonPaths(home))
+    daemon = build_deps(DaemonConfig.model_validate(values), DaemonPaths(home))
     runner = await start_server(daemon)
     client = DaemonClient(f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token)
     try:
-        link = daemon.orchestrator.links.get("local")
+        link = daemon.links.get("local")
         if link is not None:
             import asyncio
 

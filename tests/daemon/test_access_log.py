@@ -16,9 +16,10 @@ from multidict import CIMultiDict
 
 from daemon.api.models import RequestRecord
 from daemon.config import DaemonConfig
+from daemon.deps import build_deps
 from daemon.history import History
 from daemon.paths import DaemonPaths
-from daemon.server import Daemon, _middlewares
+from daemon.server import _middlewares
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes import write_fake_runtime
 
@@ -181,7 +182,7 @@ async def test_a_runtime_that_keeps_resetting_answers_502_with_the_reasons(
 
 
 async def test_a_handler_that_raises_answers_in_the_api_shape(tmp_path: Path) -> None:
-    daemon = Daemon(DaemonConfig.model_validate({"port": 0, "local_agent": False}), DaemonPaths(tmp_path))
+    daemon = build_deps(DaemonConfig.model_validate({"port": 0, "local_agent": False}), DaemonPaths(tmp_path))
     daemon.admin_token = "admin-secret"
     await daemon.history.open()
 

@@ -112,7 +112,7 @@ async def test_agent_restart_adopts_the_running_llama_server(demo: RunningDaemon
     os.kill(old_agent_pid, signal.SIGKILL)  # the agent dies; its runtime must not
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 60
-    while agent.process is None or agent.process.pid == old_agent_pid or not demo.daemon.orchestrator.links["local"].online:
+    while agent.process is None or agent.process.pid == old_agent_pid or not demo.daemon.links["local"].online:
         assert loop.time() < deadline, "the local agent was not restarted"
         await asyncio.sleep(0.05)
     after = await demo.wait_state(DEMO_MODEL_ID, ModelState.READY, timeout=60)

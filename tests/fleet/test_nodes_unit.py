@@ -12,9 +12,10 @@ import pytest
 from agent.api.client import AgentError
 from agent.api.models import AgentStatus, InstanceInfo, InstancesPage, InstanceState
 from daemon.api.nodes import NodeState
-from daemon.nodes.discovery import entry_from_service
 from daemon.events import EventBus
-from daemon.nodes.monitor import NodeLink, NodeMonitor, NodePolicy
+from daemon.nodes.discovery import entry_from_service
+from daemon.nodes.links import Links, NodeLink
+from daemon.nodes.monitor import NodeMonitor, NodePolicy
 from daemon.nodes.store import NodeRecord, NodeStore, parse_address
 from tests.fleet.agents import eventually
 
@@ -85,7 +86,9 @@ async def test_the_monitor_degrades_then_takes_offline_then_resumes_the_link() -
     client = FakeAgentClient()
     reports: list[dict[str, Any]] = []
     link = NodeLink(FP, client, lambda _n, inst: reports.append(dict(inst)))  # type: ignore[arg-type]
-    monitor = NodeMonitor({FP: link}, NodePolicy(offline_after=3, slow_ms=200), events)
+    links = Links()
+    links.add(link)
+    monitor = NodeMonitor(links, NodePolicy(offline_after=3, slow_ms=200), events)
     link.start()
     await eventually(lambda: link.online, what="the first instance report")
     assert (await monitor.check(FP, link)).state == NodeState.ONLINE

@@ -61,7 +61,7 @@ async def started_model(d: RunningDaemon, model_file: Path, **settings: object) 
 
 async def tune_instances_running(d: RunningDaemon) -> list[str]:
     """Asked of the agent itself, not of the daemon's cache of it."""
-    page = await d.daemon.orchestrator.links["local"].client.instances()
+    page = await d.daemon.links["local"].client.instances()
     return [i.instance_id for i in page.instances if "-tune-" in i.instance_id
             and i.state in (InstanceState.STARTING, InstanceState.READY)]
 
@@ -215,7 +215,7 @@ async def test_cancel_stops_the_candidate_and_restores_the_saved_settings(
         assert view.state == JobState.CANCELLED
         status = (await d.client.get_model("m")).status
         assert status.state == ModelState.READY and not status.restart_pending
-        assert await tune_instances_running(d) == [] and d.daemon.jobs.maintenance == {}
+        assert await tune_instances_running(d) == [] and len(d.daemon.maintenance) == 0
         stored = (await d.client.get_job(job.id)).result
         assert stored is not None and stored.state == JobState.CANCELLED
 
@@ -225,7 +225,7 @@ async def test_after_a_crash_mid_tuning_the_next_boot_stops_leftovers_and_brings
     runtime = fake_runtime(token_delay_s=0.01, tokens=8)
     async with running_daemon(tmp_path / "home", runtime) as d:
         await started_model(d, model_file)
-        link = d.daemon.orchestrator.links["local"]
+        link = d.daemon.links["local"]
         definition = d.daemon.registry.require("m")
         await d.client.stop_model("m")  # as the run left it: model stopped, a candidate running
         leftover = d.daemon.orchestrator.launch_spec(definition).model_copy(update={"instance_id": "m-tune-4"})

@@ -10,7 +10,6 @@ from daemon.api.jobs import SuiteOptions
 from daemon.jobs.benchmark import level_metrics, plan_suite, with_roles
 from daemon.jobs.calls import ChatTiming
 from daemon.jobs.instances import is_tune_instance, job_instances, tune_instance_id
-from daemon.jobs.job import MaintenanceWindow
 from daemon.jobs.load import other_models_busy, outside_load
 from daemon.jobs.planner import (
     DIMENSIONS,
@@ -23,6 +22,7 @@ from daemon.jobs.planner import (
 )
 from daemon.jobs.presets import preset
 from daemon.jobs.store import JobStore, job_id, split_job_id
+from daemon.models.maintenance import MaintenanceWindow
 
 CPU2 = Machine(cpu_count=2, has_gpu=False)
 

@@ -21,7 +21,7 @@ def test_the_local_agent_and_the_app_daemon_use_it() -> None:
     from pathlib import Path
 
     from app.bootstrap import daemon_command
-    from daemon.nodes.links import LocalAgentProcess
+    from daemon.nodes.local_agent import LocalAgentProcess
 
     assert daemon_command(Path("/h"))[:4] == [sys.executable, "-m", "mirbadllm", "daemon"]
     agent = LocalAgentProcess.__new__(LocalAgentProcess)
@@ -33,7 +33,7 @@ def test_the_local_agent_and_the_app_daemon_use_it() -> None:
 def test_the_local_agent_gets_the_configured_first_runtime_port() -> None:
     from pathlib import Path
 
-    from daemon.nodes.links import LocalAgentProcess
+    from daemon.nodes.local_agent import LocalAgentProcess
 
     agent = LocalAgentProcess(Path("/a"), Path("/a/agent.log"), None, 2.0, first_port=24000)
     assert agent.argv()[-2:] == ["--first-port", "24000"]

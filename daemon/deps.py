@@ -1,0 +1,188 @@
+"""``DaemonDeps``: every part of the daemon, built in one place, and each handed exactly what it uses.
+
+``build_deps`` is the daemon's composition root, as ``agent.deps`` is the agent's: no part builds
+another or reaches through one for a third. The facts several parts read have one owner each and are
+handed around as typed collaborators: ``Links`` (which nodes answer now, ``daemon.nodes.links``),
+``Maintenance`` (models a job owns, ``daemon.models.maintenance``), the ``RestartBook``
+(``daemon.models.restarts``) and the ``Listener`` (where the daemon listens, ``daemon.listener``).
+``handlers`` builds the API handlers for the one route table (``daemon.routes``); ``start`` and
+``stop`` run the parts' lifecycles in order. ``daemon.server`` turns this into the aiohttp app;
+tests build it around a temporary home.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.api.client import AgentClient
+from daemon import admin_token
+from daemon.admin import AdminApi
+from daemon.api.sources import Transfer
+from daemon.background import Background
+from daemon.config import DaemonConfig
+from daemon.events import EventBus
+from daemon.history import History
+from daemon.jobs.api import JobsApi
+from daemon.jobs.manager import JobManager
+from daemon.keys import KeyStore
+from daemon.listener import Listener
+from daemon.models.api import ModelsApi
+from daemon.models.health import HealthMonitor
+from daemon.models.maintenance import Maintenance
+from daemon.models.orchestrator import Orchestrator
+from daemon.models.registry import Registry, assemble_demo_gguf
+from daemon.models.restarts import RestartBook
+from daemon.nodes.api import NodesApi
+from daemon.nodes.links import AgentLink, Links
+from daemon.nodes.local_agent import LocalAgentProcess
+from daemon.nodes.manager import NodeManager
+from daemon.paths import DaemonPaths
+from daemon.pki import CertificateAuthority
+from daemon.probes import Probes
+from daemon.router.metrics import RouterMetrics
+from daemon.router.router import Router
+from daemon.routes import Handlers
+from daemon.sources.api import SourcesApi
+from daemon.sources.registration import register_models
+from daemon.sources.transfers import Transfers
+from daemon.telemetry import TelemetryCollector
+from daemon.tls import (
+    client_ssl_context,
+    ensure_client_certificate,
+    ensure_local_agent_identity,
+)
+from daemon.upgrades.api import UpgradesApi
+from daemon.upgrades.manager import UpgradeManager
+
+MAINTENANCE_S = 60.0
+
+
+@dataclass
+class DaemonDeps:
+    config: DaemonConfig
+    paths: DaemonPaths
+    admin_token: str
+    listener: Listener
+    background: Background
+    events: EventBus
+    registry: Registry
+    keys: KeyStore
+    history: History
+    metrics: RouterMetrics
+    links: Links
+    maintenance: Maintenance
+    orchestrator: Orchestrator
+    router: Router
+    health: HealthMonitor
+    telemetry: TelemetryCollector
+    nodes: NodeManager
+    upgrades: UpgradeManager
+    jobs: JobManager
+    transfers: Transfers
+    shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)  # `mirbadllm daemon` exits on it
+    local_agent: LocalAgentProcess | None = None  # this machine's agent, once started
+
+
+def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
+    """The daemon's parts for ``config`` and the home ``paths`` (created where missing)."""
+    paths.ensure()
+    token = admin_token.load_or_create(paths.admin_token)
+    background, events, links, maintenance = Background(), EventBus(config.event_ring), Links(), Maintenance()
+    history, keys, metrics = History(paths.history), KeyStore(paths.keys), RouterMetrics()
+    registry = Registry(paths.models)
+    orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links)
+    router = Router(orchestrator, links, maintenance, keys, config, history, metrics)
+    health = HealthMonitor(orchestrator, links, maintenance, config.health, router.in_flight)
+    orchestrator.on_state_change(health.observe)
+    telemetry = TelemetryCollector(links, history, config.history_interval_s)
+    nodes = NodeManager(config.nodes, paths.pki, paths.nodes, links, orchestrator, registry, telemetry, events,
+                        history)
+    registry.known_nodes = nodes.names  # a model is saved only on a node that exists
+    upgrades = UpgradeManager(paths.home, config.upgrades, nodes.views, links, events, history)
+    jobs = JobManager(registry, orchestrator, links, maintenance, events, router.in_flight, telemetry, paths.home)
+
+    async def register(transfer: Transfer, query: Any) -> tuple[list[str], str | None]:
+        return await register_models(registry, events, history, transfer, query)
+
+    transfers = Transfers(links, events, history, register, background.spawn)
+    return DaemonDeps(config=config, paths=paths, admin_token=token, listener=Listener(config, paths),
+                      background=background, events=events, registry=registry, keys=keys, history=history,
+                      metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,
+                      router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades, jobs=jobs,
+                      transfers=transfers)
+
+
+def handlers(d: DaemonDeps) -> Handlers:
+    """The API handlers of the route table, each given only the parts it answers from."""
+    return Handlers(
+        probes=Probes(d.registry, d.orchestrator, d.metrics),
+        router=d.router,
+        admin=AdminApi(d.config, d.listener, d.registry, d.orchestrator, lambda: d.router.stats, d.telemetry,
+                       d.events, d.keys, d.history, d.shutdown_requested),
+        models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history),
+        sources=SourcesApi(d.links, d.transfers, d.history),
+        jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
+        nodes=NodesApi(d.nodes, d.history),
+        upgrades=UpgradesApi(d.upgrades))
+
+
+# --- lifecycle -------------------------------------------------------------------------------------
+async def start(d: DaemonDeps) -> None:
+    d.background.spawn(admin_token.store_in_keychain(d.paths.home, d.admin_token))
+    d.keys.load()
+    d.orchestrator.book.load()
+    if not d.registry.load() and d.config.seed_demo_model:
+        models_dir = d.paths.local_agent_home / "models"
+        gguf = await asyncio.get_running_loop().run_in_executor(None, assemble_demo_gguf, models_dir)
+        if gguf is not None:
+            d.registry.seed_demo(gguf)
+    await d.history.open()
+    await d.router.open()
+    if d.config.local_agent:
+        await _start_local_agent(d)
+    d.background.spawn(d.telemetry.run())
+    d.background.spawn(d.orchestrator.auto_start())
+    d.background.spawn(d.health.run())
+    d.background.spawn(_housekeeping(d.history, d.keys))
+    await d.nodes.start()
+    d.background.spawn(d.jobs.recover())
+
+
+async def _start_local_agent(d: DaemonDeps) -> None:
+    ca = CertificateAuthority.load_or_create(d.paths.pki)
+    key, cert = ensure_client_certificate(ca, d.paths.pki)
+    ensure_local_agent_identity(ca, d.paths.local_agent_home / "identity")
+    d.local_agent = LocalAgentProcess(d.paths.local_agent_home, d.paths.logs / "agent.log", d.config.llama_server,
+                                      d.config.telemetry_interval_s, d.config.runtime_first_port)
+    await d.local_agent.spawn()
+    d.background.spawn(d.local_agent.supervise())
+    client = AgentClient(d.local_agent.url, client_ssl_context(d.paths.pki / "ca.crt", key, cert))
+    link = AgentLink("local", client, d.orchestrator.on_instances)
+    d.links.add(link)
+    d.background.spawn(link.run())
+
+
+async def _housekeeping(history: History, keys: KeyStore) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        await history.flush()
+        keys.flush_usage()
+        if int(time.monotonic()) % int(MAINTENANCE_S) == 0:
+            await history.maintain()
+
+
+async def stop(d: DaemonDeps) -> None:
+    await d.jobs.close()  # a running job restores its model while the links still work
+    await d.upgrades.close()
+    await d.nodes.stop()
+    await d.background.cancel_all()
+    for link in d.links:
+        await link.client.close()
+    if d.local_agent is not None:
+        await d.local_agent.stop()  # models keep running; the next agent adopts them
+    await d.router.close()
+    d.keys.flush_usage()
+    await d.history.close()

@@ -1,0 +1,125 @@
+"""Handlers of the models part of the admin API (admin token required; the routes are in ``daemon.routes``).
+
+Definitions are the registry's (``daemon.models.registry``); start, stop and restart go through the
+orchestrator, which asks the node's agent; logs stream from the agent over the node's link.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from agent.api.client import AgentError
+from daemon.api.models import ModelDefinition, ModelState, ModelView
+from daemon.errors import (
+    DaemonProblem,
+    error_response,
+    json_response,
+    query_int,
+    query_range,
+    read_json,
+    validated,
+)
+from daemon.events import EventBus
+from daemon.history import History
+from daemon.models.orchestrator import Orchestrator
+from daemon.models.registry import Registry
+from daemon.nodes.links import Links
+
+MAX_BODY = 1024 * 1024
+
+
+class ModelsApi:
+    def __init__(self, registry: Registry, orchestrator: Orchestrator, links: Links, events: EventBus,
+                 history: History) -> None:
+        self._registry = registry
+        self._orchestrator = orchestrator
+        self._links = links
+        self._events = events
+        self._history = history
+
+    def _view(self, definition: ModelDefinition) -> ModelView:
+        return ModelView(definition=definition, status=self._orchestrator.status(definition))
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        views = [self._view(m).model_dump(mode="json") for m in self._registry.all()]
+        return web.json_response(views)
+
+    async def _definition(self, request: web.Request) -> ModelDefinition:
+        return validated(ModelDefinition, await read_json(request, MAX_BODY), "invalid_model")
+
+    async def create_model(self, request: web.Request) -> web.Response:
+        definition = await self._registry.add(await self._definition(request))
+        self._events.publish("model.added", definition.id)
+        await self._history.audit("admin", "model.add", definition.id)
+        return json_response(self._view(definition), status=201)
+
+    async def get_model(self, request: web.Request) -> web.Response:
+        return json_response(self._view(self._registry.require(request.match_info["id"])))
+
+    async def update_model(self, request: web.Request) -> web.Response:
+        definition = await self._definition(request)
+        if definition.id != request.match_info["id"]:
+            raise DaemonProblem(400, "id_mismatch", "The id in the body differs from the id in the path.")
+        definition = await self._registry.update(definition)
+        self._events.publish("model.updated", definition.id)
+        await self._history.audit("admin", "model.update", definition.id)
+        self._orchestrator.on_instances(definition.node, {})
+        return json_response(self._view(definition))
+
+    async def delete_model(self, request: web.Request) -> web.Response:
+        model_id = request.match_info["id"]
+        definition = self._registry.require(model_id)
+        if self._orchestrator.status(definition).state not in (ModelState.STOPPED, ModelState.FAILED) \
+                or self._orchestrator.instance(definition) is not None:
+            await self._orchestrator.stop(model_id)
+        await self._registry.remove(model_id)
+        self._events.publish("model.removed", model_id)
+        await self._history.audit("admin", "model.remove", model_id)
+        return web.Response(status=204)
+
+    async def start_model(self, request: web.Request) -> web.Response:
+        model_id = request.match_info["id"]
+        force = request.query.get("force") in ("1", "true")  # past memory admission
+        status = await self._orchestrator.start(model_id, force=force)
+        await self._history.audit("admin", "model.start", model_id, "forced" if force else "")
+        if request.query.get("wait") in ("1", "true"):
+            definition = self._registry.require(model_id)
+            status = await self._orchestrator.wait_settled(model_id, definition.startup_timeout_s + 5)
+        return json_response(status, status=202 if status.state == ModelState.STARTING else 200)
+
+    async def stop_model(self, request: web.Request) -> web.Response:
+        model_id = request.match_info["id"]
+        status = await self._orchestrator.stop(model_id)
+        await self._history.audit("admin", "model.stop", model_id)
+        return json_response(status)
+
+    async def restart_model(self, request: web.Request) -> web.Response:
+        model_id = request.match_info["id"]
+        status = await self._orchestrator.restart(model_id)
+        await self._history.audit("admin", "model.restart", model_id)
+        return json_response(status, status=202 if status.state == ModelState.STARTING else 200)
+
+    async def model_logs(self, request: web.Request) -> web.StreamResponse:
+        definition = self._registry.require(request.match_info["id"])
+        link = self._links.get(definition.node)
+        if link is None or not link.online:
+            return error_response(503, "node_offline", f"node '{definition.node}' is not reachable")
+        tail = min(query_int(request, "tail", 200), 5000)
+        follow = request.query.get("follow") in ("1", "true")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        try:
+            async for line in link.client.logs(definition.id, tail=tail, follow=follow):
+                await response.write(f"data: {json.dumps(line)}\n\n".encode())
+        except AgentError as exc:
+            if exc.status != 404:
+                await response.write(f"event: error\ndata: {json.dumps(exc.message)}\n\n".encode())
+        except ConnectionResetError:
+            pass
+        return response
+
+    async def model_history(self, request: web.Request) -> web.Response:
+        self._registry.require(request.match_info["id"])
+        return json_response(await self._history.series("model", request.match_info["id"], query_range(request)))

@@ -1,0 +1,63 @@
+"""Models closed to ``/v1`` while a benchmark or tuning job owns them.
+
+The job manager opens a window when a job claims a model and closes it when the model is restored;
+the router answers that model's ``/v1`` requests with 503 ``maintenance`` and a ``Retry-After``
+from the job's estimate, and the health monitor neither probes nor unloads it meanwhile.
+``Maintenance`` is the one owner of which windows are open; each of the three is handed it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from daemon.api.jobs import JobKind
+from daemon.errors import error_response
+
+_VERB = {"benchmark": "benchmarked", "tune": "tuned"}
+
+
+@dataclass
+class MaintenanceWindow:
+    """A model closed to ``/v1`` while a job runs on it; ``until`` is a monotonic estimate."""
+
+    job_id: str
+    kind: JobKind
+    model: str
+    until: float
+
+    def retry_after_s(self, now: float | None = None) -> int:
+        left = self.until - (time.monotonic() if now is None else now)
+        return max(1, math.ceil(left))
+
+    def refusal(self) -> web.Response:
+        seconds = self.retry_after_s()
+        return error_response(503, "maintenance",
+                              f"The model '{self.model}' is being {_VERB[self.kind]} (job {self.job_id}); "
+                              f"try again in about {seconds} s.", headers={"Retry-After": str(seconds)})
+
+
+class Maintenance:
+    """The open windows, by model id."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, MaintenanceWindow] = {}
+
+    def open(self, window: MaintenanceWindow) -> MaintenanceWindow:
+        self._windows[window.model] = window
+        return window
+
+    def close(self, model_id: str) -> None:
+        self._windows.pop(model_id, None)
+
+    def get(self, model_id: str) -> MaintenanceWindow | None:
+        return self._windows.get(model_id)
+
+    def __contains__(self, model_id: object) -> bool:
+        return model_id in self._windows
+
+    def __len__(self) -> int:
+        return len(self._windows)
