@@ -102,8 +102,19 @@ def _cycles(package: str) -> list[list[str]]:
     return found
 
 
-def test_agent_has_no_import_cycle() -> None:
-    assert _cycles("agent") == []
+@pytest.mark.parametrize("package", ["agent", "daemon"])
+def test_no_import_cycle(package: str) -> None:
+    assert _cycles(package) == []
+
+
+def test_only_the_entry_point_imports_the_daemon_server() -> None:
+    """The composition root (``daemon.deps``) hands each part what it uses: no part reaches back
+    for the whole daemon through ``daemon.server``."""
+    def allowed(name: str) -> bool:
+        return name != "daemon.server"
+
+    found = [v for v in _violations("daemon", allowed) if not v.startswith("daemon/main.py:")]
+    assert found == []
 
 
 def test_the_cycle_check_sees_a_cycle() -> None:
