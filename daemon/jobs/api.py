@@ -24,15 +24,8 @@ from daemon.api.jobs import BenchmarkRequest, PlanStep, TuneRequest, TuningPlan
 from daemon.errors import error_response, json_response, read_json, validation_message
 from daemon.history import History
 from daemon.jobs.manager import JobError, JobManager
-from daemon.jobs.planner import (
-    DIMENSIONS,
-    Machine,
-    count_candidates,
-    dimensions_for,
-    estimate_eta,
-)
+from daemon.jobs.planner import CONFIRM_SLOTS, DIMENSIONS, Machine, outline_tune
 from daemon.jobs.presets import preset_for_model
-from daemon.jobs.tuning import CONFIRM_SLOTS
 from daemon.models.registry import Registry
 from daemon.nodes.links import Links
 
@@ -93,22 +86,20 @@ class JobsApi:
         if link is None or not link.online:
             raise JobError(503, "node_offline", f"node '{definition.node}' is not reachable")
         status = await link.client.status()
-        machine = Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus))
-        dims = dimensions_for(body.search, body.dimensions, machine)
+        start_s, bench_s = self.jobs.pace_hint(definition.id, preset.id)
+        outline = outline_tune(body, definition.settings, Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus)),
+                               (start_s, bench_s))
+        machine = outline.machine
         steps = [PlanStep(dimension=d, values=[label for label, _ in DIMENSIONS[d].variants(
             definition.settings, machine, body.values.get(d))], goal=DIMENSIONS[d].goal,
-            tradeoff=DIMENSIONS[d].tradeoff) for d in dims]
-        candidates = 1 + count_candidates(dims, definition.settings, machine, body.values, body.max_candidates)
-        start_s, bench_s = self.jobs.pace_hint(definition.id, preset.id)
+            tradeoff=DIMENSIONS[d].tradeoff) for d in outline.dims]
         notes = [(f"{definition.id} is stopped during the run and restarted with its saved settings after it; "
                   "its /v1 requests are refused (503 maintenance) meanwhile.")]
         if body.search == "full" and not machine.has_gpu:
             notes.append("GPU layers are not searched: this node has no GPU.")
-        eta = estimate_eta(candidates, CONFIRM_SLOTS, start_s, bench_s, body.suite.repetitions,
-                           body.confirm_repetitions)
         return TuningPlan(model=definition.id, preset=preset.id, search=body.search, steps=steps,
-                          candidates=candidates, confirmations=CONFIRM_SLOTS, start_s=start_s,
-                          benchmark_s=bench_s, eta_s=eta, notes=notes)
+                          candidates=outline.candidates, confirmations=CONFIRM_SLOTS, start_s=start_s,
+                          benchmark_s=bench_s, eta_s=outline.eta_s, notes=notes)
 
     @_answers
     async def list_jobs(self, request: web.Request) -> web.StreamResponse:

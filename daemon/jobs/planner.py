@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.api.llamacpp import LlamaCppSettings
+from daemon.api.jobs import TuneRequest
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ QUICK = ("threads", "parallel", "flash_attn")
 FULL = ("threads", "batch", "parallel", "flash_attn", "cache_type", "n_gpu_layers")
 DEFAULT_START_S = 15.0
 DEFAULT_BENCHMARK_S = 60.0
+CONFIRM_SLOTS = 3  # the baseline and the top two
 
 
 @dataclass(frozen=True)
@@ -154,3 +156,22 @@ def pace_from_history(starts: Sequence[float], benches: Sequence[float],
     if benches:
         return start, statistics.median(benches)
     return start, last_benchmark_s or DEFAULT_BENCHMARK_S
+
+
+@dataclass(frozen=True)
+class TuneOutline:
+    """A tuning run before it measures anything: what ``POST /api/jobs/tune/plan`` shows and what
+    the run itself starts from (one computation for both)."""
+
+    machine: Machine
+    dims: list[str]
+    candidates: int  # the saved configuration plus the search's candidates
+    eta_s: float
+
+
+def outline_tune(request: TuneRequest, saved: LlamaCppSettings, machine: Machine,
+                 pace: tuple[float, float]) -> TuneOutline:
+    dims = dimensions_for(request.search, request.dimensions, machine)
+    candidates = 1 + count_candidates(dims, saved, machine, request.values, request.max_candidates)
+    eta = estimate_eta(candidates, CONFIRM_SLOTS, *pace, request.suite.repetitions, request.confirm_repetitions)
+    return TuneOutline(machine, dims, candidates, eta)

@@ -29,10 +29,10 @@ from daemon.jobs.benchmark import measure
 from daemon.jobs.instances import NodeAccess, NodeTrouble, job_instances
 from daemon.jobs.job import Job
 from daemon.jobs.load import drain, other_models_busy, outside_load
-from daemon.jobs.planner import Machine, count_candidates, dimensions_for, estimate_eta
+from daemon.jobs.planner import CONFIRM_SLOTS, Machine, outline_tune
 from daemon.jobs.presets import preset_for_model
 from daemon.jobs.store import JobStore
-from daemon.jobs.tuning import CONFIRM_SLOTS, TuningFailed, TuningRun
+from daemon.jobs.tuning import TuningFailed, TuningRun
 from daemon.models.maintenance import MaintenanceWindow
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.models.registry import RegistryError
@@ -116,15 +116,13 @@ async def run_tune(ctx: JobContext, job: Job, definition: ModelDefinition, reque
                    pace_hint: tuple[float, float]) -> TuningResult:
     preset = preset_for_model(request.preset, definition.settings.embeddings)
     status = await ctx.access.link.client.status()
-    machine = Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus))
-    dims = dimensions_for(request.search, request.dimensions, machine)
-    run = TuningRun(job, request, definition, ctx.access, machine, preset, dims, ctx.publish,
+    outline = outline_tune(request, definition.settings, Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus)),
+                           pace_hint)
+    run = TuningRun(job, request, definition, ctx.access, outline.machine, preset, outline.dims, ctx.publish,
                     ctx.watch(job, definition.id), pace_hint)
     job.result = run.result
-    planned = 1 + count_candidates(dims, definition.settings, machine, request.values, request.max_candidates)
-    job.candidates_total = planned + CONFIRM_SLOTS
-    ctx.set_eta(job, estimate_eta(planned, CONFIRM_SLOTS, *pace_hint, request.suite.repetitions,
-                                  request.confirm_repetitions))
+    job.candidates_total = outline.candidates + CONFIRM_SLOTS
+    ctx.set_eta(job, outline.eta_s)
     await settle(ctx, job, definition, request.suite.drain_timeout_s)
     was_running = ctx.orchestrator.status(definition).state in (ModelState.READY, ModelState.STARTING)
     ctx.store.mark_active({"model": definition.id, "node": definition.node, "was_running": was_running,

@@ -33,7 +33,13 @@ from daemon.jobs.instances import (
     tune_instance_id,
 )
 from daemon.jobs.job import Job
-from daemon.jobs.planner import DIMENSIONS, Machine, effective_config, estimate_eta
+from daemon.jobs.planner import (
+    CONFIRM_SLOTS,
+    DIMENSIONS,
+    Machine,
+    effective_config,
+    estimate_eta,
+)
 from daemon.jobs.presets import Preset
 from daemon.jobs.scoring import (
     decide,
@@ -45,7 +51,6 @@ from daemon.jobs.scoring import (
 
 _LOGGER = logging.getLogger(__name__)
 
-CONFIRM_SLOTS = 3  # the baseline and the top two
 
 
 class TuningFailed(Exception):
