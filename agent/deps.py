@@ -7,7 +7,6 @@ probe); ``agent.main`` builds it from the command line.
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +23,6 @@ from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
 from agent.sources.service import ModelSources
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
 from agent.upgrade import AgentUpgrades
-
-_LOGGER = logging.getLogger(__name__)
 
 FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade"]
 # Admission and getting models (agent.sources.service).

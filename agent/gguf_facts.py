@@ -7,14 +7,11 @@ a model family's sliding-window pattern in code instead of the file, ``SWA_PERIO
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
 
 from agent.api.sources import GgufSummary
 from agent.gguf_reader import GgufHeader
-
-_LOGGER = logging.getLogger(__name__)
 
 # llama.cpp's set_swa_pattern(n): layer i uses the window unless i % n == n - 1.
 SWA_PERIODS = {"gemma2": 2, "gemma3": 6, "gemma-embedding": 6, "cohere2": 4, "gpt-oss": 2, "exaone4": 4}

@@ -14,7 +14,6 @@ when the header runs beyond the prefix, so the same code serves a local file and
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import struct
@@ -24,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-_LOGGER = logging.getLogger(__name__)
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)

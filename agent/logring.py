@@ -8,12 +8,9 @@ how a loading runtime shows it is still making progress.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import deque
 from pathlib import Path
-
-_LOGGER = logging.getLogger(__name__)
 
 RING_LINES = 2000
 TAIL_POLL_S = 0.1

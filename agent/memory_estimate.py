@@ -22,14 +22,11 @@ to their free memory as llama.cpp's default split does.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import GgufSummary, MemoryEstimate
-
-_LOGGER = logging.getLogger(__name__)
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -5,14 +5,11 @@ Tests point ``AgentPaths`` at ``tmp_path``; nothing else in ``agent/`` builds a 
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
-
-_LOGGER = logging.getLogger(__name__)
 
 HOME_ENV = "MIRBADLLM_HOME"
 

@@ -6,10 +6,7 @@ them into ``{"error": {"code", "message", "details"}}`` with its status.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class AgentProblem(Exception):

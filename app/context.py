@@ -7,7 +7,6 @@ on the loop and turns a daemon error into a message for the status bar instead o
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,6 @@ from app.viewmodels.pairing import PairingWizard
 from app.viewmodels.playground import PlaygroundViewModel
 from daemon.api.client import DaemonError
 from daemon.api.protocol import DaemonApi
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 from daemon.api.models import ModelState
-
-_LOGGER = logging.getLogger(__name__)
 
 STATE_TEXT = {
     ModelState.READY: "Ready", ModelState.STARTING: "Starting", ModelState.STOPPING: "Stopping",

@@ -14,8 +14,6 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-_LOGGER = logging.getLogger(__name__)
-
 SIZE = (1280, 800)
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
 

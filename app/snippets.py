@@ -6,10 +6,7 @@ the page always shows the real address.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-
-_LOGGER = logging.getLogger(__name__)
 
 KEY_PLACEHOLDER = "YOUR_API_KEY"
 

@@ -6,10 +6,6 @@ directory, mode set on its path (skipped on Windows), fsync, then ``os.replace``
 
 from __future__ import annotations
 
-import logging
-
 from agent.api.json_store import apply_mode, write_atomic, write_json_atomic
-
-_LOGGER = logging.getLogger(__name__)
 
 __all__ = ["apply_mode", "write_atomic", "write_json_atomic"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import logging
 import tomllib
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from daemon.atomic import write_atomic
 from daemon.models.health import HealthPolicy
 from daemon.nodes.monitor import NodePolicy
 from daemon.upgrades.rollout import UpgradePolicy
-
-_LOGGER = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 

@@ -7,15 +7,12 @@ id the ring no longer holds (or from another boot) is told to resync from ``/api
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections import deque
 from typing import Any
 
 from daemon.api.models import Event, EventsPage
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class EventBus:

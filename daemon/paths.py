@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.api.locations import ADMIN_TOKEN_FILE, DAEMON_INFO_FILE
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

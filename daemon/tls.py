@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import ssl
 from pathlib import Path
 
@@ -10,8 +9,6 @@ from cryptography import x509
 
 from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
 from daemon.pki import CertificateAuthority, cert_pem
-
-_LOGGER = logging.getLogger(__name__)
 
 CLIENT_STEM = "daemon-client"
 

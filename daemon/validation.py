@@ -10,7 +10,6 @@ and places the model with ``resolve_node``: on a node that exists, named by id, 
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping
 
@@ -23,8 +22,6 @@ from agent.api.safe_names import (
     check_relative_name,
 )
 from daemon.api.models import ModelDefinition
-
-_LOGGER = logging.getLogger(__name__)
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TAGS = 32

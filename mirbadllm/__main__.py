@@ -6,10 +6,7 @@ machine never loads Qt.
 
 from __future__ import annotations
 
-import logging
 import sys
-
-_LOGGER = logging.getLogger(__name__)
 
 USAGE = """usage: mirbadllm [daemon|agent|ctl|run] [options]
 

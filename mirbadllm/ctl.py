@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,8 +25,6 @@ from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelDefinition
 from mirbadllm import ctl_daemon, ctl_jobs, ctl_nodes, ctl_sources
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import time
 from typing import Any
 
 import psutil
 
 from daemon.api.client import DaemonClient, DaemonError
-
-_LOGGER = logging.getLogger(__name__)
 
 STOP_WAIT_S = 120.0  # closing waits for open requests (long-polls end within a minute)
 

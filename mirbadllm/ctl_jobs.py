@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from typing import Any, TextIO
 
@@ -26,8 +25,6 @@ from daemon.api.jobs import (
     TuneRequest,
     TuningResult,
 )
-
-_LOGGER = logging.getLogger(__name__)
 
 BAR_WIDTH = 28
 

@@ -13,14 +13,11 @@ and shown for the user to compare with what the agent printed before anything is
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable
 
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.nodes import DiscoveredNode, NodeView
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

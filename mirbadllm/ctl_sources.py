@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import re
 import sys
 from pathlib import Path
@@ -28,8 +27,6 @@ from daemon.api.sources import (
     Transfer,
 )
 from mirbadllm import ctl_nodes
-
-_LOGGER = logging.getLogger(__name__)
 
 BAR_WIDTH = 28
 ANY_GGUF = "*.gguf"

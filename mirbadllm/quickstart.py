@@ -25,8 +25,6 @@ from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelState
 
-_LOGGER = logging.getLogger(__name__)
-
 DEFAULT_MODEL = "gemma-3-270m"
 WAIT_READY_S = 600.0
 

@@ -28,7 +28,6 @@ An unpaired agent answers only the pairing routes; see ``agent.api.pairing``.
 from __future__ import annotations
 
 import json
-import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -59,8 +58,6 @@ from agent.api.sources import (
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer
 
 __all__ = ["AgentClient", "AgentError", "iter_sse_data"]
-
-_LOGGER = logging.getLogger(__name__)
 
 _CALL_TIMEOUT = aiohttp.ClientTimeout(total=30, connect=10)
 _SLOW_CALL_TIMEOUT = aiohttp.ClientTimeout(total=180, connect=10)  # a fit may read a remote header

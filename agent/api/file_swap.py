@@ -6,12 +6,9 @@ Shared by the agent's self-upgrade and the app's AppImage update (the daemon sid
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from pathlib import Path
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def previous_of(target: Path) -> Path:

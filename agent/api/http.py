@@ -11,15 +11,12 @@ their routes and models; this module knows nothing of either API.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Any
 
 import aiohttp
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ ACL of its folder in the user's profile, and ``chmod`` only toggles the read-onl
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -23,8 +22,6 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
-
-_LOGGER = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -18,14 +18,11 @@ the network (``HF_ENDPOINT``, ``*_PROXY``).
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 
 from agent.api.llamacpp import _VALUE_FLAGS, OWNED_VALUE_FLAGS
 from agent.api.safe_names import folder_of, lexically_inside
-
-_LOGGER = logging.getLogger(__name__)
 
 ENV_ALLOWLIST = frozenset({
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agent.api.llamacpp import LlamaCppSettings
-
-_LOGGER = logging.getLogger(__name__)
 
 API_PREFIX = "/agent/v1"
 INSTANCE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import logging
 import secrets
 from typing import Any
 
@@ -29,8 +28,6 @@ from pydantic import BaseModel, Field
 
 from agent.api.client import AgentError
 from agent.api.models import API_PREFIX
-
-_LOGGER = logging.getLogger(__name__)
 
 SERVICE_TYPE = "_mirbadllm._tcp.local."
 PROTOCOL = b"mirbadllm-pair-v1"

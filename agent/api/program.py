@@ -10,11 +10,7 @@ to import the launcher for it.
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import sys
-
-_LOGGER = logging.getLogger(__name__)
-
 
 UNKNOWN_VERSION = "0.0.0+unknown"
 

@@ -8,12 +8,9 @@ UNC share on the node that finally uses it (huggingface_hub#4540, CVE-2024-37032
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from types import ModuleType
-
-_LOGGER = logging.getLogger(__name__)
 
 MAX_COMPONENT = 255
 MAX_RELATIVE = 1024

@@ -7,15 +7,12 @@ part of an answer.
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.api.llamacpp import LlamaCppSettings
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class GgufSummary(BaseModel):

@@ -9,11 +9,7 @@ manager starts the new build, which adopts the runtimes still running.
 
 from __future__ import annotations
 
-import logging
-
 from pydantic import BaseModel, ConfigDict, Field
-
-_LOGGER = logging.getLogger(__name__)
 
 #: (platform.system(), platform.machine()) -> the release feed's platform key of the agent build.
 _AGENT_PLATFORMS = {

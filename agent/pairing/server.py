@@ -11,7 +11,6 @@ daemon has proven the code. Route table (``/agent/v1``):
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -20,8 +19,6 @@ from pydantic import ValidationError
 from agent.api.models import API_PREFIX
 from agent.api.pairing import PairingComplete, PairingResult
 from agent.pairing.service import PairingRefused, PairingService
-
-_LOGGER = logging.getLogger(__name__)
 
 SERVICE = web.AppKey("pairing_service", PairingService)
 MAX_PAIRING_BODY = 64 * 1024

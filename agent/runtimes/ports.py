@@ -6,12 +6,9 @@ starts it; the probe's socket options are a pure choice per OS, golden-tested fo
 
 from __future__ import annotations
 
-import logging
 import socket
 import sys
 from collections.abc import Callable, Iterable
-
-_LOGGER = logging.getLogger(__name__)
 
 FIRST_PORT = 18080
 PORT_RANGE = 2000

@@ -9,7 +9,6 @@ model that is visibly loading is not killed for being big.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -18,8 +17,6 @@ import aiohttp
 from agent.logring import LogTailer
 from agent.records import ProcessRecord
 from agent.runtimes.process import RuntimeProcess, describe_exit
-
-_LOGGER = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.1
 HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

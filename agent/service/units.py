@@ -13,11 +13,8 @@ Tests assert these texts exactly; ``agent.service.install`` writes them and tell
 
 from __future__ import annotations
 
-import logging
 import plistlib
 from dataclasses import dataclass
-
-_LOGGER = logging.getLogger(__name__)
 
 EXIT_RESTART = 75  # EX_TEMPFAIL: "start me again", after the agent swapped in an upgrade
 AGENT_PORT = 9443

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -29,8 +28,6 @@ from agent.api.sources import (
 )
 from agent.problems import AgentProblem
 from agent.sources.service import ModelSources
-
-_LOGGER = logging.getLogger(__name__)
 
 MAX_BODY = 256 * 1024
 MAX_LONG_POLL_S = 300.0

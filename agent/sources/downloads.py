@@ -9,7 +9,6 @@ read once it is complete: a file that is not a usable GGUF model is deleted agai
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +36,6 @@ from agent.sources.huggingface import (
 from agent.sources.store import ModelStore, slug
 from agent.sources.transfers import TransferHandle
 from agent.sources.url_guard import UrlPolicy
-
-_LOGGER = logging.getLogger(__name__)
 
 URL_FOLDER = "downloads"
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import ipaddress
-import logging
 import os
 import re
 import socket
@@ -41,8 +40,6 @@ from agent.gguf_reader import GgufError, read_header_ranged
 from agent.problems import AgentProblem, InvalidModelFile
 from agent.sources.fetch import DownloadFailed, Expected, FetchSettings, open_guarded
 from agent.sources.url_guard import GuardedResolver, UrlPolicy, is_public
-
-_LOGGER = logging.getLogger(__name__)
 
 METADATA_TIMEOUT_S = 20.0
 MAX_LISTED = 20_000

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import os
 import re
 from collections.abc import Callable
@@ -38,8 +37,6 @@ from agent.sources.fetch import ChecksumMismatch, partial_path
 from agent.sources.huggingface import BadSourceRequest
 from agent.sources.store import ModelStore, link_or_copy, slug
 from agent.sources.transfers import TransferHandle
-
-_LOGGER = logging.getLogger(__name__)
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"
 PROJECTOR_MEDIA = "application/vnd.ollama.image.projector"

@@ -8,7 +8,6 @@ created; the transfer itself reports its progress through ``TransferManager``.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,8 +54,6 @@ from agent.sources.imports import (
 )
 from agent.sources.store import ModelStore
 from agent.sources.transfers import TransferManager
-
-_LOGGER = logging.getLogger(__name__)
 
 Loading = Callable[[], list[tuple[str, InstanceState, int | None]]]
 

@@ -9,7 +9,6 @@ points elsewhere is refused, not followed. Checks come before any directory is c
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import re
 import shutil
@@ -22,8 +21,6 @@ from agent.api.safe_names import (
     commonpath_inside,
 )
 from agent.problems import AgentProblem
-
-_LOGGER = logging.getLogger(__name__)
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 

@@ -14,7 +14,6 @@ unless the agent was started with ``--allow-private-sources`` or the origin is a
 from __future__ import annotations
 
 import ipaddress
-import logging
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +23,6 @@ from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
 from agent.problems import AgentProblem
-
-_LOGGER = logging.getLogger(__name__)
 
 SCHEMES = ("http", "https")
 NAT64 = ipaddress.ip_network("64:ff9b::/96")

@@ -4,7 +4,6 @@ before anything is downloaded and the transfer's progress until the model is reg
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -24,8 +23,6 @@ from PySide6.QtWidgets import (
 from app.context import AppContext, Message
 from app.ui.widgets import Card, button, label
 from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
-
-_LOGGER = logging.getLogger(__name__)
 
 SOURCES: tuple[tuple[SourceKind, str], ...] = (("hf", "Hugging Face"), ("file", "A file on the node"),
                                                ("ollama", "An Ollama model"))

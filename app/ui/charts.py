@@ -7,7 +7,6 @@ installed (``pip install pyqtgraph``), good enough for a few hundred points.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 
@@ -17,8 +16,6 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.ui import theme
 from app.ui.widgets import bind
-
-_LOGGER = logging.getLogger(__name__)
 
 try:
     import numpy as np

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QDialog,
@@ -16,8 +14,6 @@ from PySide6.QtWidgets import (
 from app.bootstrap import BootstrapError
 from app.ui.widgets import CopyField, label
 from daemon.api.models import ApiKeyCreated
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class NewKeyDialog(QDialog):

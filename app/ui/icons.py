@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QRectF, QSize, Qt
@@ -12,8 +11,6 @@ from PySide6.QtSvg import QSvgRenderer
 from app.ui import theme
 from app.ui.resources import resource
 from app.viewmodels.fleet import FleetState
-
-_LOGGER = logging.getLogger(__name__)
 
 TRAY_ICONS = {state: f"tray-{state.value}" for state in FleetState}
 

@@ -6,7 +6,6 @@ Closing the window hides it: the tray stays and the models keep running. Quittin
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
@@ -34,8 +33,6 @@ from app.ui.pages.playground import PlaygroundPage
 from app.ui.pages.settings import SettingsPage
 from app.ui.widgets import bind
 from app.viewmodels.fleet import FleetSnapshot, FleetState
-
-_LOGGER = logging.getLogger(__name__)
 
 PAGES = (("overview", "Overview"), ("models", "Models"), ("nodes", "Nodes"), ("playground", "Playground"),
          ("access", "Access"), ("settings", "Settings"))

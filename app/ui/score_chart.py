@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 
@@ -11,8 +10,6 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
 from app.ui import theme
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class ScoreChart(QWidget):

@@ -7,7 +7,6 @@ when the OS does.
 from __future__ import annotations
 
 import json
-import logging
 from functools import lru_cache
 
 from PySide6.QtCore import Qt
@@ -16,8 +15,6 @@ from PySide6.QtWidgets import QApplication, QStyleFactory
 
 from app.ui.resources import resource
 from app.viewmodels.observable import Emitter
-
-_LOGGER = logging.getLogger(__name__)
 
 _current: dict[str, str] = {}
 _mode = "system"

@@ -6,7 +6,6 @@ never stale. Notifications come from the fleet's notices (a model became ready o
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject
@@ -19,8 +18,6 @@ from app.ui import theme
 from app.ui.icons import state_dot, tray_icon
 from app.viewmodels.fleet import FleetSnapshot, FleetState, Notice
 from daemon.api.models import ModelState
-
-_LOGGER = logging.getLogger(__name__)
 
 RUNNING = (ModelState.READY, ModelState.STARTING)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import weakref
 from collections.abc import Callable
 from typing import TypeVar
@@ -26,8 +25,6 @@ from app.ui import theme
 from app.ui.icons import svg_icon
 from app.viewmodels.observable import Emitter
 from daemon.api.models import ModelState
-
-_LOGGER = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -9,7 +9,6 @@ and tokens, last 24 hours and in total), read again whenever the page asks for a
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, replace
 
 from app.snippets import Snippet, snippets
@@ -24,8 +23,6 @@ from daemon.api.models import (
     ModelState,
 )
 from daemon.api.protocol import DaemonApi
-
-_LOGGER = logging.getLogger(__name__)
 
 LAN_NEEDS_KEYS = ("Opening /v1 to your network turns on required API keys: every client, "
                   "including ones on this machine, must then send a key.")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -11,8 +10,6 @@ from app import autostart
 from app.preferences import AppPreferences, load_preferences, save_preferences
 from app.viewmodels.observable import Observable
 from app.viewmodels.updates import UpdatesViewModel
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

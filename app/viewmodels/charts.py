@@ -15,7 +15,6 @@ instead of drawing empty axes. ``app.viewmodels.node_charts`` charts a node and 
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
@@ -28,8 +27,6 @@ from daemon.api.protocol import DaemonApi
 
 if TYPE_CHECKING:
     from app.viewmodels.fleet import FleetViewModel
-
-_LOGGER = logging.getLogger(__name__)
 
 RANGES: tuple[tuple[HistoryRange, str], ...] = (("5m", "5 min"), ("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d"))
 # How often each range is worth re-reading: about one new point per refresh.

@@ -7,7 +7,6 @@ would stand still; the panel asks again every second.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -16,8 +15,6 @@ from app import format as fmt
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.models import ModelDefinition, ModelState, ModelView
-
-_LOGGER = logging.getLogger(__name__)
 
 ALL_TAGS = ""
 

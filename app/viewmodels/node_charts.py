@@ -4,13 +4,10 @@ over 5 min / 1 h / 24 h / 7 d, from ``DaemonApi.node_history`` and ``gpu_history
 
 from __future__ import annotations
 
-import logging
 from typing import NamedTuple
 
 from app.viewmodels.charts import ChartSpec, ChartsState, HistoryCharts
 from daemon.api.models import HistoryRange, HistorySeries
-
-_LOGGER = logging.getLogger(__name__)
 
 NODE_CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("CPU", "%", (("cpu_percent", "Busy"),)),

@@ -8,7 +8,6 @@ gets paired. The code only travels in that one request, and the wizard forgets i
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -17,8 +16,6 @@ from daemon.api.client import DaemonError
 from daemon.api.contracts import format_code, normalize_code
 from daemon.api.nodes import DiscoveredNode, NodeView
 from daemon.api.protocol import DaemonApi
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class WizardStep(str, Enum):

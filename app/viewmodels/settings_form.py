@@ -8,7 +8,6 @@ without touching the app. Validation is pydantic's own: the editor holds raw tex
 
 from __future__ import annotations
 
-import logging
 import shlex
 import typing
 from dataclasses import dataclass
@@ -18,8 +17,6 @@ from pydantic import ValidationError
 
 from daemon.api.contracts import LlamaCppSettings
 from daemon.api.models import ModelDefinition
-
-_LOGGER = logging.getLogger(__name__)
 
 SETTINGS_PREFIX = "settings."
 

@@ -9,7 +9,6 @@ winner's settings and may restart the model.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
@@ -30,8 +29,6 @@ from daemon.api.jobs import (
 )
 from daemon.api.models import Event
 from daemon.api.protocol import DaemonApi
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class Step(IntEnum):

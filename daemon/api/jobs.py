@@ -7,15 +7,12 @@ are additive, and ``schema_version`` says which shape a stored result has.
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agent.api.llamacpp import LlamaCppSettings
-
-_LOGGER = logging.getLogger(__name__)
 
 JOB_SCHEMA_VERSION = 1
 PresetId = Literal["interactive", "agents", "throughput", "long-documents", "embeddings"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 from typing import Any, Literal
 
@@ -10,8 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import GpuInfo
-
-_LOGGER = logging.getLogger(__name__)
 
 MODEL_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 DEFAULT_PORT = 8484

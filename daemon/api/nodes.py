@@ -7,15 +7,12 @@ mutual TLS. Storage shapes (``nodes.json``) live in ``daemon.nodes.store``, not 
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
 from agent.api.models import GpuInfo
-
-_LOGGER = logging.getLogger(__name__)
 
 NODE_ID_PATTERN = r"^(local|[0-9a-f]{64})$"
 

@@ -7,7 +7,6 @@ which answers from memory for screenshots and the offline demo.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -28,8 +27,6 @@ from daemon.api.models import (
 )
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeView
 from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class DaemonApi(Protocol):

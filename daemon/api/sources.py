@@ -7,7 +7,6 @@ register once a transfer is done. Progress reaches the app as events: ``transfer
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -21,8 +20,6 @@ from agent.api.sources import (
     TransferInfo,
 )
 from daemon.api.models import LOCAL_NODE, MODEL_ID_PATTERN
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class FitQuery(FitRequest):

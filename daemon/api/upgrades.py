@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 
 from pydantic import BaseModel, Field
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class NodeUpgradeState(str, Enum):

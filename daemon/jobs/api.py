@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,8 +27,6 @@ from daemon.jobs.planner import CONFIRM_SLOTS, DIMENSIONS, Machine, outline_tune
 from daemon.jobs.presets import preset_for_model
 from daemon.models.registry import Registry
 from daemon.nodes.links import Links
-
-_LOGGER = logging.getLogger(__name__)
 
 MAX_BODY = 256 * 1024
 Handler = Callable[["JobsApi", web.Request], Awaitable[web.StreamResponse]]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import random
 import statistics
 import time
@@ -33,8 +32,6 @@ from daemon.jobs.checks import run_objective, run_tool_checks
 from daemon.jobs.presets import Preset
 from daemon.jobs.scoring import median_metrics, percentile
 from daemon.jobs.workloads import EMBEDDING_TEXTS, chat_prompt, long_prompt
-
-_LOGGER = logging.getLogger(__name__)
 
 LONG_MARGIN_TOKENS = 64
 LONG_BUDGET_SHARE = 0.8  # prompt sizes are estimated from words: stay clear of the slot's end

@@ -9,15 +9,12 @@ Timing: TTFT is the first chunk that carries generated text or a tool call; toke
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

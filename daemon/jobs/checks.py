@@ -7,13 +7,10 @@ scored, never timed: a configuration that generates faster but answers worse mus
 from __future__ import annotations
 
 import json
-import logging
 
 from daemon.api.jobs import CheckResult
 from daemon.jobs.calls import RuntimeTarget, timed_chat
 from daemon.jobs.workloads import OBJECTIVE_QUESTIONS, TOOL_CASES, ToolCase, validate
-
-_LOGGER = logging.getLogger(__name__)
 
 TOOL_MAX_TOKENS = 96
 ANSWER_MAX_TOKENS = 24

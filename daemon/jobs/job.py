@@ -7,7 +7,6 @@ event bus carry. The model's maintenance window while a job runs is ``daemon.mod
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,6 @@ from daemon.api.jobs import (
     TuningResult,
 )
 
-_LOGGER = logging.getLogger(__name__)
 
 @dataclass
 class Job:

@@ -8,13 +8,10 @@ MirbadLLM), from the router's in-flight counts and the agent's telemetry.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 
 from agent.api.models import TelemetrySample
-
-_LOGGER = logging.getLogger(__name__)
 
 CPU_OUTSIDE_LIMIT = 25.0  # % of the whole machine
 GPU_BUSY_LIMIT = 10.0  # % utilisation with none of our runtimes working

@@ -10,7 +10,6 @@ are measured once.
 
 from __future__ import annotations
 
-import logging
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,8 +17,6 @@ from typing import Any
 
 from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.jobs import TuneRequest
-
-_LOGGER = logging.getLogger(__name__)
 
 QUICK = ("threads", "parallel", "flash_attn")
 FULL = ("threads", "batch", "parallel", "flash_attn", "cache_type", "n_gpu_layers")

@@ -7,13 +7,10 @@ the highest level of the run, ``max_*`` the configuration's own slot count, ``lo
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from daemon.api.jobs import PRESETS, PresetId, PresetInfo
 from daemon.jobs.scoring import Component, Guard
-
-_LOGGER = logging.getLogger(__name__)
 
 # Workloads a preset may ask for.
 CHAT, LONG, LONGEST, CACHED, MAX_LEVEL, TOOLS, OBJECTIVE, EMBEDDINGS = (

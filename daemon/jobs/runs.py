@@ -9,7 +9,6 @@ model with its saved settings at the end, on cancel and on failure.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ from daemon.jobs.tuning import TuningFailed, TuningRun
 from daemon.models.maintenance import MaintenanceWindow
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.models.registry import RegistryError
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class JobFailed(Exception):

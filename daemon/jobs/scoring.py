@@ -8,14 +8,11 @@ itself breaks becomes "no worse than the baseline" for the run, and the run says
 
 from __future__ import annotations
 
-import logging
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
-
-_LOGGER = logging.getLogger(__name__)
 
 GuardKind = Literal["max", "min", "max_ratio", "min_ratio"]
 

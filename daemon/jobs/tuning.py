@@ -10,7 +10,6 @@ beats that re-measured baseline by ``min_gain`` with a score range clear of the 
 
 from __future__ import annotations
 
-import logging
 import random
 import statistics
 import time
@@ -48,9 +47,6 @@ from daemon.jobs.scoring import (
     score,
     score_range,
 )
-
-_LOGGER = logging.getLogger(__name__)
-
 
 
 class TuningFailed(Exception):

@@ -7,13 +7,10 @@ subset (type, required, properties, closed objects, enum, items).
 
 from __future__ import annotations
 
-import logging
 import random
 import re
 from dataclasses import dataclass
 from typing import Any
-
-_LOGGER = logging.getLogger(__name__)
 
 CHAT_PROMPTS = (
     "Write a Python function that merges two sorted lists into one sorted list, then explain it.",

@@ -15,8 +15,6 @@ and is never logged, stored, audited or echoed in an error.
 
 from __future__ import annotations
 
-import logging
-
 from aiohttp import web
 
 from daemon.api.nodes import NodeAddressRequest, NodePairRequest
@@ -31,8 +29,6 @@ from daemon.errors import (
 from daemon.history import History
 from daemon.nodes.manager import NodeManager
 from daemon.telemetry import gpu_subject
-
-_LOGGER = logging.getLogger(__name__)
 
 MAX_NODES_BODY = 64 * 1024
 

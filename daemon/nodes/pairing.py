@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import secrets
 import ssl
 from dataclasses import dataclass
@@ -36,8 +35,6 @@ from agent.api.pairing import (
 from daemon.errors import DaemonProblem
 from daemon.nodes.store import format_address, issued_by
 from daemon.pki import CertificateAuthority, cert_pem, fingerprint
-
-_LOGGER = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 8.0
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)

@@ -19,7 +19,6 @@ required; the table is ``daemon.routes``):
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -54,8 +53,6 @@ from daemon.errors import (
 from daemon.history import History
 from daemon.nodes.links import Links
 from daemon.sources.transfers import Transfers
-
-_LOGGER = logging.getLogger(__name__)
 
 MAX_BODY = 256 * 1024
 Handler = Callable[[Any, web.Request], Awaitable[web.StreamResponse]]

@@ -8,7 +8,6 @@ definition as it would one typed by the user (``daemon.validation``).
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
 
@@ -18,8 +17,6 @@ from daemon.api.sources import Transfer
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.registry import Registry, RegistryError
-
-_LOGGER = logging.getLogger(__name__)
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 

@@ -10,7 +10,6 @@ SHA-256. A refusal is an ``UpdateError`` naming the check.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -27,8 +26,6 @@ from daemon.api.updates.feed import (
 )
 from daemon.api.updates.signing import verify_feed_signature
 from daemon.api.updates.staging import UpdateError
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

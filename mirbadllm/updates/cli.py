@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
@@ -35,8 +34,6 @@ from daemon.api.updates.signing import (
     sign_bytes,
     verify_feed_signature,
 )
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:

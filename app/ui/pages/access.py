@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
@@ -28,8 +27,6 @@ from app.ui.dialogs import NewKeyDialog
 from app.ui.widgets import Card, CopyField, button, label, page, page_header
 from app.viewmodels.access import LAN_NEEDS_KEYS, AccessState, usage_cells
 from daemon.api.models import ApiKeyCreated
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def _ask_name(parent: QWidget) -> str | None:

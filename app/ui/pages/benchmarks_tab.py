@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -27,8 +25,6 @@ from app.viewmodels.benchmarks import (
     ComparisonRow,
 )
 from daemon.api.jobs import PRESETS, JobView
-
-_LOGGER = logging.getLogger(__name__)
 
 HISTORY_COLUMNS = (("When", None), ("Preset", None), ("Tok/s, one", "single_tps"),
                    ("Tok/s, all", "top_agg_tps"), ("First token ms", "single_ttft_p50_ms"),

@@ -3,8 +3,6 @@ GPU the GPU charts say so instead of drawing empty axes."""
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtWidgets import (
     QButtonGroup,
     QGridLayout,
@@ -17,8 +15,6 @@ from app.context import AppContext
 from app.ui.charts import LiveChart
 from app.ui.widgets import button, label
 from app.viewmodels.charts import CHARTS, RANGES, ChartsState
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class ChartsTab(QWidget):

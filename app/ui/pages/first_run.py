@@ -6,16 +6,12 @@ both pages' cards share that one view-model, so a download started on one shows 
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QProgressBar, QVBoxLayout
 
 from app import format as fmt
 from app.context import AppContext
 from app.ui.widgets import Card, button, label
 from app.viewmodels.first_run import FirstRunState
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class FirstRunCard(Card):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -16,8 +14,6 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import button, label
 from app.viewmodels.logs import LogsState
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class LogsTab(QWidget):

@@ -3,8 +3,6 @@ Benchmarks."""
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QFormLayout,
@@ -24,8 +22,6 @@ from app.ui.pages.settings_editor import SettingsEditor
 from app.ui.widgets import Card, StateBadge, button, label
 from app.viewmodels.models_page import ModelsPageViewModel
 from daemon.api.models import ModelDefinition, ModelState, ModelView
-
-_LOGGER = logging.getLogger(__name__)
 
 OVERVIEW, SETTINGS, LOGS, CHARTS = range(4)
 BENCHMARKS = 4

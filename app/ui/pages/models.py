@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
@@ -23,8 +22,6 @@ from app.ui.pages.model_panel import ModelPanel
 from app.ui.widgets import StateBadge, button, label, page, page_header
 from app.viewmodels.models_page import ModelsPageState
 from daemon.api.models import ModelView
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class ModelRow(QWidget):

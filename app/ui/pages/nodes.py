@@ -3,7 +3,6 @@ paired, the pairing wizard and removing a node."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
@@ -44,8 +43,6 @@ from app.viewmodels.node_charts import (
 from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState
 from daemon.api.contracts import short_fingerprint
 from daemon.api.nodes import NodeView
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def _ask(parent: QWidget, text: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from PySide6.QtWidgets import (
@@ -29,8 +28,6 @@ from app.ui.widgets import (
 )
 from app.viewmodels.fleet import FLEET_STATE_TEXT, FleetSnapshot
 from daemon.api.models import HostSnapshot, ModelState, ModelView
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def attention(snapshot: FleetSnapshot) -> list[tuple[ModelView, str]]:

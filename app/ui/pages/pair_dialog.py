@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -21,8 +20,6 @@ from app.context import AppContext, Message
 from app.ui.widgets import button, label
 from app.viewmodels.pairing import WizardState, WizardStep
 from daemon.api.nodes import DiscoveredNode
-
-_LOGGER = logging.getLogger(__name__)
 
 STEPS = (WizardStep.CHOOSE, WizardStep.CONFIRM, WizardStep.DONE)
 

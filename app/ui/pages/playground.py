@@ -5,8 +5,6 @@ For a base model (no chat template) it offers text completion instead, and says 
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
@@ -27,8 +25,6 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import Card, button, label, page, page_header
 from app.viewmodels.playground import CHAT, COMPLETION, ChatMessage, PlaygroundState
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class Bubble(QFrame):

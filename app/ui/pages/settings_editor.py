@@ -7,7 +7,6 @@ flag and description are the tooltip. Save stays disabled while any value is ref
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +30,6 @@ from app.ui.widgets import Card, bind, button, label, set_prop
 from app.viewmodels.nodes import node_choices
 from app.viewmodels.settings_form import FieldSpec, SettingsForm
 from daemon.api.models import ModelDefinition, ModelView
-
-_LOGGER = logging.getLogger(__name__)
 
 GROUPS = ("Model", "llama.cpp runtime", "Lifecycle", "Advanced")
 

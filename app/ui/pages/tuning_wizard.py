@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -25,8 +23,6 @@ from app.ui.score_chart import ScoreChart
 from app.ui.widgets import button, label
 from app.viewmodels.benchmarks import ComparisonRow
 from app.viewmodels.tuning import SEARCH_TEXT, Step, TuningWizardViewModel, WizardState
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def _choices(parent: QWidget, options: list[tuple[str, str, str]]) -> tuple[QWidget, QButtonGroup]:

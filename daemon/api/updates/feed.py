@@ -14,7 +14,6 @@ that a newer feed still reads; the signature covers every byte of the file eithe
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,8 +21,6 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
-
-_LOGGER = logging.getLogger(__name__)
 
 FEED_NAME = "feed.json"
 SIGNATURE_SUFFIX = ".sig"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,8 +20,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
-
-_LOGGER = logging.getLogger(__name__)
 
 #: The release public keys this build trusts (base64 of the raw 32 bytes). The private halves
 #: never enter the repository: the release owner makes one with ``python -m mirbadllm.updates

@@ -6,12 +6,9 @@ renamed into place only once their size and SHA-256 match the signed feed; any r
 
 from __future__ import annotations
 
-import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-
-_LOGGER = logging.getLogger(__name__)
 
 
 class UpdateError(Exception):
