@@ -1,10 +1,20 @@
-"""``DemoDaemon``: an in-memory daemon with a believable fleet, for screenshots and ``--demo``.
+"""``DemoDaemon``: the one in-memory daemon, for ``--demo``, the screenshots and the app's tests.
 
 It answers every call of ``DaemonClient`` (``tests/app/test_demo_conformance.py`` holds it to that)
-from seeded data (five models in every state, one of them a base model without a chat template, a
-host with a GPU, keys, history with live-looking curves, runtime logs; nodes, model sources and jobs
-from ``app.demo_services``), so the whole app can be shown and documented on a machine with no
-models. Started models become ready after a short delay.
+like the daemon would: state changes publish events with monotonic ids and a ``boot_id``, so the
+app's ``EventFeed`` runs for real. ``DemoDaemon()`` is the demo's believable fleet (five models in
+every state, one of them a base model without a chat template, a host with a GPU, keys, history
+with live-looking curves, runtime logs; nodes, model sources and jobs from ``app.demo_services``),
+so the whole app can be shown and documented on a machine with no models; started models become
+ready after a short delay. ``DemoDaemon(models)`` is a bare daemon holding just those models
+(stopped), one machine without paired nodes, no keys, no jobs and no made-up figures, the state the
+app's tests start from (their ``FakeDaemonClient`` adds only recorded calls and injected failures).
+
+What a test or a demo may set directly: ``definitions``/``statuses``, ``keys``, ``settings``,
+``hosts``, ``history`` (points per model), ``log_lines`` (with ``add_log_line``), ``base_model_files``
+(GGUFs without a chat template), ``ready_after`` (seconds until a started model is ready; ``None``:
+it stays starting), ``unreachable`` (every call fails like a stopped daemon); and ``set_state``,
+``publish``, ``restart_daemon``, ``add_waiting_agent``.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ _LOGGER = logging.getLogger(__name__)
 
 GIB = 2**30
 _STEP_S = {"5m": 1.0, "1h": 10.0, "24h": 240.0, "7d": 1680.0}
+_RUNNING = (ModelState.READY, ModelState.STARTING)
 
 
 def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
@@ -68,18 +79,62 @@ def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
     ]
 
 
-class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
-    """Same surface as ``DaemonClient``; nothing leaves the process."""
+def _demo_host() -> HostSnapshot:
+    return HostSnapshot(node="local", cpu_percent=31, memory_total=64 * GIB, memory_used=int(27.4 * GIB),
+                        gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", memory_total=24 * GIB,
+                                      memory_used=int(15.2 * GIB), utilization_percent=58, temperature_c=64)])
 
-    def __init__(self) -> None:
+
+def _bare_host() -> HostSnapshot:
+    return HostSnapshot(node="local", cpu_percent=37.5, memory_total=32 * GIB, memory_used=12 * GIB,
+                        gpus=[GpuInfo(index=0, name="NVIDIA RTX 4070", memory_total=12 * GIB,
+                                      memory_used=5 * GIB, utilization_percent=42.0)])
+
+
+class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
+    """Same surface as ``DaemonClient``; nothing leaves the process.
+
+    ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare
+    daemon with just these (stopped) models and nothing made up.
+    """
+
+    def __init__(self, models: list[ModelDefinition] | None = None) -> None:
+        seeded = models is None
+        self.live = seeded  # host load, history curves and log lines move with the clock
+        self.seed_jobs = seeded
         self.base_url = "http://127.0.0.1:8484"
+        self.home = "~/.local/share/mirbadllm" if seeded else "/tmp/mirbadllm"
         self.boot_id = uuid.uuid4().hex
-        self.settings = DaemonSettings(require_api_keys=False)
+        self.started_at = time.time() - (7200 if seeded else 3600)
+        self.settings = DaemonSettings()
         self.definitions: dict[str, ModelDefinition] = {}
         self.statuses: dict[str, ModelStatus] = {}
+        self.keys: dict[str, ApiKeyInfo] = {}
+        self.issued_secrets: list[str] = []
+        self.log_lines: dict[str, list[str]] = {}
+        self.history: dict[str, list[HistoryPoint]] = {}
+        self.base_model_files: set[str] = set()
+        self.hosts = [_demo_host() if seeded else _bare_host()]
+        self.router: dict[str, RouterStats] = {}
+        self.ready_after: float | None = 2.0 if seeded else None
+        self.unreachable = False
+        self.closed = False
+        self._last_id = 40 if seeded else 0
+        self._events: list[Event] = []
+        self._changed = asyncio.Event()
+        self._logged = asyncio.Event()
+        self._seed_nodes(seeded)
+        for d in models or []:
+            self.definitions[d.id] = d
+            self.statuses[d.id] = ModelStatus(id=d.id, served_name=d.served_name, state=ModelState.STOPPED)
+        if seeded:
+            self._seed_fleet()
+        self._key_count = len(self.keys)
+
+    def _seed_fleet(self) -> None:
         now = time.time()
         for n, (definition, state, error) in enumerate(_seed()):
-            running = state in (ModelState.READY, ModelState.STARTING)
+            running = state in _RUNNING
             self.definitions[definition.id] = definition
             self.statuses[definition.id] = ModelStatus(
                 id=definition.id, served_name=definition.served_name, state=state,
@@ -88,50 +143,86 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
                 last_log_lines=["ggml_cuda_init: found 1 CUDA devices", "llama_kv_cache: cudaMalloc failed"] if error else [],
                 restart_pending=definition.id == "qwen25-coder-7b", crash_count=3 if error else 0,
                 restarts_paused=bool(error), config_hash="5f3a9c0e1b2d4e6f", running_config_hash="5f3a9c0e1b2d4e6f")
-        self.keys = {"k1": ApiKeyInfo(id="k1", name="laptop", prefix="sk-mb-3f9a", created_at=now - 86400 * 12,
+        self.keys = {"k1": ApiKeyInfo(id="k1", name="laptop", prefix="sk-mirbad-3f9a", created_at=now - 86400 * 12,
                                       last_used_at=now - 300),
-                     "k2": ApiKeyInfo(id="k2", name="open-webui", prefix="sk-mb-77c1", created_at=now - 86400 * 3)}
-        self._last_id = 40
-        self._events: list[Event] = []
-        self._changed = asyncio.Event()
+                     "k2": ApiKeyInfo(id="k2", name="open-webui", prefix="sk-mirbad-77c1", created_at=now - 86400 * 3)}
+        self.router = {"gemma3-270m": RouterStats(total=1843, failed=2, in_flight=1),
+                       "qwen2.5-coder-7b": RouterStats(total=12055, failed=9, in_flight=3)}
 
-    def _publish(self, type_: str, model: str | None = None, **data: Any) -> None:
+    # --- what a demo or a test drives by hand -----------------------------------------------------
+    def _record(self, name: str, *args: Any) -> None:
+        """Every call passes here first (a seam where a test's subclass records calls or fails one)."""
+        if self.unreachable:
+            raise DaemonError(0, "unreachable", f"cannot reach the daemon at {self.base_url}")
+
+    def publish(self, type_: str, model: str | None = None, **data: Any) -> Event:
         self._last_id += 1
-        self._events.append(Event(id=self._last_id, ts=time.time(), type=type_, model=model, data=data))
+        event = Event(id=self._last_id, ts=time.time(), type=type_, model=model, data=data)
+        self._events.append(event)
         self._changed.set()
+        return event
+
+    def _publish(self, type_: str, model: str | None = None, **data: Any) -> Event:
+        return self.publish(type_, model, **data)
+
+    def set_state(self, model_id: str, state: ModelState, **kw: Any) -> ModelStatus:
+        """Move a model to ``state`` (a running one keeps its pid, or gets one) and publish it."""
+        old = self.statuses[model_id]
+        pid = kw.pop("pid", (old.pid or 4242) if state in _RUNNING else None)
+        self.statuses[model_id] = old.model_copy(update={"state": state, "pid": pid, **kw})
+        self.publish("model.state", model_id, state=state.value, previous=old.state.value)
+        return self.statuses[model_id]
+
+    def restart_daemon(self) -> None:
+        """A new daemon run: new boot id, ids start again at 1."""
+        self.boot_id = uuid.uuid4().hex
+        self._events.clear()
+        self._last_id = 0
+        self._changed.set()
+
+    def add_log_line(self, model_id: str, line: str) -> None:
+        self.log_lines.setdefault(model_id, []).append(line)
+        self._logged.set()
 
     def _view(self, model_id: str) -> ModelView:
         if model_id not in self.definitions:
             raise DaemonError(404, "model_not_found", f"no model '{model_id}'")
         return ModelView(definition=self.definitions[model_id], status=self.statuses[model_id])
 
-    def _set(self, model_id: str, state: ModelState, **kw: Any) -> ModelStatus:
-        self.statuses[model_id] = self.statuses[model_id].model_copy(update={"state": state, **kw})
-        self._publish("model.state", model_id)
-        return self.statuses[model_id]
+    def _start(self, model_id: str, **kw: Any) -> ModelStatus:
+        index = list(self.definitions).index(model_id)
+        status = self.set_state(model_id, ModelState.STARTING, endpoint=f"http://127.0.0.1:{18080 + index}",
+                                started_at=time.time(), error=None, restarts_paused=False, **kw)
+        if self.ready_after is not None:
+            asyncio.get_running_loop().call_later(self.ready_after, self._become_ready, model_id)
+        return status
 
+    def _become_ready(self, model_id: str) -> None:
+        status = self.statuses.get(model_id)
+        if status is not None and status.state == ModelState.STARTING:
+            self.set_state(model_id, ModelState.READY)
+
+    def _stop(self, model_id: str) -> ModelStatus:
+        return self.set_state(model_id, ModelState.STOPPED, endpoint=None, started_at=None, restart_pending=False)
+
+    # --- DaemonClient surface ---------------------------------------------------------------------
     async def close(self) -> None:
-        pass
+        self.closed = True
 
     async def healthz(self) -> bool:
-        return True
+        return not self.unreachable
 
     async def status(self) -> StatusResponse:
-        t = time.time()
-        info = DaemonInfo(version="0.1.0", host="127.0.0.1", port=8484, api_url="http://127.0.0.1:8484/v1",
+        self._record("status")
+        info = DaemonInfo(version="0.1.0", host="127.0.0.1", port=8484, api_url=f"{self.base_url}/v1",
                           keys_required=self.settings.require_api_keys or self.settings.lan_access,
-                          started_at=t - 7200, home="~/.local/share/mirbadllm")
-        host = HostSnapshot(node="local", cpu_percent=31 + 6 * math.sin(t / 7), memory_total=64 * GIB,
-                            memory_used=int(27.4 * GIB),
-                            gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", memory_total=24 * GIB,
-                                          memory_used=int(15.2 * GIB), utilization_percent=58 + 20 * math.sin(t / 5),
-                                          temperature_c=64)])
-        router = {"gemma3-270m": RouterStats(total=1843, failed=2, in_flight=1),
-                  "qwen2.5-coder-7b": RouterStats(total=12055, failed=9, in_flight=3)}
-        return StatusResponse(daemon=info, models=list(self.statuses.values()), router=router, hosts=[host],
-                              last_event_id=self._last_id)
+                          started_at=self.started_at, home=self.home)
+        hosts = [_moving(h, time.time()) for h in self.hosts] if self.live else list(self.hosts)
+        return StatusResponse(daemon=info, models=list(self.statuses.values()), router=dict(self.router),
+                              hosts=hosts, last_event_id=self._last_id)
 
     async def events(self, since: int, timeout: float = 30.0) -> EventsPage:
+        self._record("events", since)
         if since > self._last_id:
             return EventsPage(boot_id=self.boot_id, last_id=self._last_id, events=[], reset=True)
         if since == self._last_id:
@@ -141,110 +232,156 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
                     await self._changed.wait()
             except TimeoutError:
                 pass
+        if self.unreachable:
+            raise DaemonError(0, "unreachable", "daemon went away")
+        if since > self._last_id:  # it restarted while we waited
+            return EventsPage(boot_id=self.boot_id, last_id=self._last_id, events=[], reset=True)
         return EventsPage(boot_id=self.boot_id, last_id=self._last_id,
                           events=[e for e in self._events if e.id > since])
 
     async def list_models(self) -> list[ModelView]:
+        self._record("list_models")
         return [self._view(i) for i in self.definitions]
 
     async def get_model(self, model_id: str) -> ModelView:
+        self._record("get_model", model_id)
         return self._view(model_id)
 
     async def create_model(self, definition: ModelDefinition) -> ModelView:
+        self._record("create_model", definition)
         if definition.id in self.definitions:
-            raise DaemonError(409, "model_exists", f"a model '{definition.id}' already exists")
+            raise DaemonError(409, "model_exists", f"model '{definition.id}' already exists")
         self.definitions[definition.id] = definition
         self.statuses[definition.id] = ModelStatus(id=definition.id, served_name=definition.served_name,
                                                    state=ModelState.STOPPED)
-        self._publish("model.added", definition.id)
+        self.publish("model.added", definition.id)
         return self._view(definition.id)
 
     async def update_model(self, definition: ModelDefinition) -> ModelView:
+        self._record("update_model", definition)
         self._view(definition.id)
         self.definitions[definition.id] = definition
-        if self.statuses[definition.id].state == ModelState.READY:
-            self.statuses[definition.id] = self.statuses[definition.id].model_copy(update={"restart_pending": True})
-        self._publish("model.updated", definition.id)
+        status = self.statuses[definition.id]
+        if status.state in _RUNNING:
+            self.statuses[definition.id] = status.model_copy(update={"restart_pending": True})
+        self.publish("model.updated", definition.id)
         return self._view(definition.id)
 
     async def delete_model(self, model_id: str) -> None:
+        self._record("delete_model", model_id)
         self._view(model_id)
         del self.definitions[model_id], self.statuses[model_id]
-        self._publish("model.removed", model_id)
+        self.publish("model.removed", model_id)
 
     async def start_model(self, model_id: str, wait: bool = False, force: bool = False) -> ModelStatus:
+        self._record("start_model", model_id)
         self._view(model_id)
-        asyncio.get_running_loop().call_later(2.0, lambda: self._set(model_id, ModelState.READY))
-        return self._set(model_id, ModelState.STARTING, pid=31299, started_at=time.time(), error=None,
-                         endpoint="http://127.0.0.1:18099", restarts_paused=False)
+        return self._start(model_id)
 
     async def stop_model(self, model_id: str) -> ModelStatus:
+        self._record("stop_model", model_id)
         self._view(model_id)
-        return self._set(model_id, ModelState.STOPPED, pid=None, started_at=None, endpoint=None,
-                         restart_pending=False)
+        return self._stop(model_id)
 
     async def restart_model(self, model_id: str) -> ModelStatus:
-        return await self.start_model(model_id)
+        self._record("restart_model", model_id)
+        self._view(model_id)
+        return self._start(model_id, restart_pending=False)
 
     async def logs(self, model_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
+        self._record("logs", model_id, tail, follow)
         name = self._view(model_id).definition.served_name
-        for line in _demo_log(name)[-tail:] if tail else []:
-            yield line
+        if self.live and model_id not in self.log_lines:
+            self.log_lines[model_id] = _demo_log(name)
+        lines = self.log_lines.setdefault(model_id, [])
+        sent = max(0, len(lines) - tail)
         n = 0
-        while follow:
-            await asyncio.sleep(1.5)
-            n += 1
-            yield (f"slot launch_slot_: id  {n % 2} | task {900 + n} | processing task")
-            yield (f"slot      release: id  {n % 2} | task {900 + n} | stop processing: n_past = {180 + n * 7}, "
-                   f"truncated = 0")
+        while True:
+            while sent < len(lines):
+                yield lines[sent]
+                sent += 1
+            if not follow:
+                return
+            self._logged.clear()
+            try:
+                async with asyncio.timeout(1.5 if self.live else None):
+                    await self._logged.wait()
+            except TimeoutError:  # the demo's runtime keeps answering requests
+                n += 1
+                lines += [f"slot launch_slot_: id  {n % 2} | task {900 + n} | processing task",
+                          (f"slot      release: id  {n % 2} | task {900 + n} | stop processing: "
+                           f"n_past = {180 + n * 7}, truncated = 0")]
 
     async def model_history(self, model_id: str, range_: HistoryRange = "5m") -> HistorySeries:
+        self._record("model_history", model_id, range_)
         self._view(model_id)
         step = _STEP_S[range_]
-        end = time.time()
-        ready = self.statuses[model_id].state == ModelState.READY
-        points = [HistoryPoint(ts=end - (299 - i) * step, values=_demo_values(i, end - (299 - i) * step, ready))
-                  for i in range(300)]
-        return HistorySeries(subject=model_id, range=range_, step_s=step, points=points)
+        points = self.history.get(model_id)
+        if points is None and self.live:
+            end = time.time()
+            ready = self.statuses[model_id].state == ModelState.READY
+            points = [HistoryPoint(ts=end - (299 - i) * step, values=_demo_values(i, end - (299 - i) * step, ready))
+                      for i in range(300)]
+        return HistorySeries(subject=model_id, range=range_, step_s=step, points=points or [])
 
     async def node_history(self, node_id: str = "local", range_: HistoryRange = "5m") -> HistorySeries:
+        self._record("node_history", node_id, range_)
         step = _STEP_S[range_]
         end = time.time()
-        points = [HistoryPoint(ts=end - (299 - i) * step, values=_node_values(i)) for i in range(300)]
+        points = [HistoryPoint(ts=end - (299 - i) * step, values=_node_values(i))
+                  for i in range(300)] if self.live else []
         return HistorySeries(subject=node_id, range=range_, step_s=step, points=points)
 
     async def list_keys(self) -> list[ApiKeyInfo]:
+        self._record("list_keys")
         return list(self.keys.values())
 
     async def create_key(self, name: str) -> ApiKeyCreated:
-        secret = "sk-mb-" + uuid.uuid4().hex + uuid.uuid4().hex[:8]
-        info = ApiKeyInfo(id=f"k{len(self.keys) + 1}", name=name, prefix=secret[:10], created_at=time.time())
+        self._record("create_key", name)
+        self._key_count += 1
+        secret = f"sk-mirbad-{uuid.uuid4().hex}"
+        info = ApiKeyInfo(id=f"k{self._key_count}", name=name, prefix=secret[:14], created_at=time.time())
         self.keys[info.id] = info
-        self._publish("keys.changed")
+        self.issued_secrets.append(secret)
+        self.publish("keys.changed")
         return ApiKeyCreated(info=info, key=secret)
 
     async def revoke_key(self, key_id: str) -> None:
-        self.keys.pop(key_id, None)
-        self._publish("keys.changed")
+        self._record("revoke_key", key_id)
+        if self.keys.pop(key_id, None) is None:
+            raise DaemonError(404, "key_not_found", f"no key '{key_id}'")
+        self.publish("keys.changed")
 
     async def get_settings(self) -> DaemonSettings:
+        self._record("get_settings")
         return self.settings
 
     async def put_settings(self, settings: DaemonSettings) -> DaemonSettings:
+        self._record("put_settings", settings)
+        if settings.lan_access and not settings.require_api_keys:
+            raise DaemonError(400, "keys_required", "LAN access requires API keys")
         self.settings = settings
-        self._publish("settings.changed")
+        self.publish("settings.changed")
         return settings
 
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
+        self._record("requests", limit)
         return []
 
     async def shutdown(self, stop_models: bool = False) -> dict[str, Any]:
         """There is no process to stop; stopping the models is shown as it would happen."""
-        running = [i for i, st in self.statuses.items() if st.state in (ModelState.READY, ModelState.STARTING)]
-        if stop_models:
-            for model_id in running:
-                await self.stop_model(model_id)
-        return {"pid": 31100, "stopped_models": running if stop_models else []}
+        self._record("shutdown", stop_models)
+        running = [i for i, st in self.statuses.items() if st.state in _RUNNING]
+        for model_id in running if stop_models else []:
+            self._stop(model_id)
+        return {"pid": 4321, "stopped_models": running if stop_models else []}
+
+
+def _moving(host: HostSnapshot, t: float) -> HostSnapshot:
+    """The host's load, as the demo shows it: swaying around its seeded figures."""
+    gpus = [g.model_copy(update={"utilization_percent": (g.utilization_percent or 0) + 20 * math.sin(t / 5)})
+            for g in host.gpus]
+    return host.model_copy(update={"cpu_percent": (host.cpu_percent or 0) + 6 * math.sin(t / 7), "gpus": gpus})
 
 
 def _demo_values(i: int, ts: float, ready: bool) -> dict[str, float | None]:

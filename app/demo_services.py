@@ -1,9 +1,10 @@
-"""The in-memory nodes, model sources and jobs behind ``DemoDaemon`` (and the tests' fake daemon).
+"""The in-memory nodes, model sources and jobs behind ``DemoDaemon`` (which the app's tests run too).
 
-Mixins over a class that has ``definitions`` (id -> ``ModelDefinition``), ``_view(model_id)`` and
-``_publish(type_, model=None, **data)``; their own state is created on first use, so a subclass
-needs no cooperation in ``__init__``. Each answers like the daemon would, with believable figures:
-a fit report for any file, transfers that finish, benchmark and tuning jobs with results.
+Mixins over ``DemoDaemon``: they use its ``definitions`` (id -> ``ModelDefinition``), ``_view(model_id)``,
+``_publish(type_, model=None, **data)``, ``_record(name, *args)`` (first thing in every call), ``live``
+(made-up figures move) and ``seed_jobs``; the nodes are set up by ``_seed_nodes``, transfers and jobs
+on first use. Each answers like the daemon would, with believable figures: a fit report for any
+file, transfers that finish, pairing with a code, benchmark and tuning jobs with results.
 """
 
 from __future__ import annotations
@@ -74,9 +75,11 @@ class DemoSources:
     """``fit``, downloads, imports and transfers; transfers finish at once and register nothing."""
 
     definitions: dict[str, ModelDefinition]
+    base_model_files: set[str]  # model paths whose GGUF has no chat template, besides the base-model names
 
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
+        def _record(self, name: str, *args: Any) -> None: ...
 
     @property
     def _transfer_book(self) -> dict[str, Transfer]:
@@ -87,9 +90,10 @@ class DemoSources:
 
     def _file_has_chat_template(self, path: str) -> bool | None:
         name = path.rsplit("/", 1)[-1].lower()
-        return not any(marker in name for marker in BASE_MODEL_MARKERS)
+        return path not in self.base_model_files and not any(marker in name for marker in BASE_MODEL_MARKERS)
 
     async def fit(self, query: FitQuery) -> FitReport:
+        self._record("fit", query)
         path = query.model_path or (query.hf.file if query.hf and query.hf.file else "") or ""
         name = path.rsplit("/", 1)[-1]
         ctx = query.settings.ctx_size or 8192
@@ -120,36 +124,47 @@ class DemoSources:
         return transfer
 
     async def download(self, query: DownloadQuery) -> Transfer:
+        self._record("download", query)
         label = f"{query.hf.repo}/{query.hf.file or query.hf.quant or ''}" if query.hf else (query.url or "download")
         return self._transfer("hf" if query.hf else "url", label, query.node, [f"~/models/{label.rsplit('/', 1)[-1] or 'model'}.gguf"])
 
     async def ollama_models(self, node: str = "local", store: str | None = None) -> list[OllamaModelInfo]:
+        self._record("ollama_models", node, store)
         return [OllamaModelInfo(model="llama3.2:3b", size=int(2.0 * GIB)),
                 OllamaModelInfo(model="qwen3:8b", size=int(5.2 * GIB)),
                 OllamaModelInfo(model="gemma3:4b", size=int(3.3 * GIB), has_projector=True)]
 
     async def lmstudio_models(self, node: str = "local") -> list[LmStudioModelInfo]:
+        self._record("lmstudio_models", node)
         folder = "~/.lmstudio/models/lmstudio-community/Qwen3-4B-Instruct-2507-GGUF"
         return [LmStudioModelInfo(model="lmstudio-community/Qwen3-4B-Instruct-2507-GGUF/"
                                         "Qwen3-4B-Instruct-2507-Q4_K_M.gguf",
                                   path=f"{folder}/Qwen3-4B-Instruct-2507-Q4_K_M.gguf", size=int(2.5 * GIB))]
 
     async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
+        self._record("import_ollama", query)
         return self._transfer("ollama", query.model, query.node, [f"~/models/{query.model.replace(':', '-')}.gguf"])
 
     async def import_folder(self, query: FolderImportQuery) -> Transfer:
+        self._record("import_folder", query)
         return self._transfer("folder", query.folder, query.node, [f"{query.folder.rstrip('/')}/model.gguf"])
 
     async def transfers(self) -> list[Transfer]:
+        self._record("transfers")
         return list(self._transfer_book.values())
 
     async def transfer(self, transfer_id: str) -> Transfer:
+        self._record("transfer", transfer_id)
+        return self._find_transfer(transfer_id)
+
+    async def cancel_transfer(self, transfer_id: str) -> Transfer:
+        self._record("cancel_transfer", transfer_id)
+        return self._find_transfer(transfer_id)  # already finished: nothing to cancel
+
+    def _find_transfer(self, transfer_id: str) -> Transfer:
         if transfer_id not in self._transfer_book:
             raise DaemonError(404, "transfer_not_found", f"no transfer '{transfer_id}'")
         return self._transfer_book[transfer_id]
-
-    async def cancel_transfer(self, transfer_id: str) -> Transfer:
-        return await self.transfer(transfer_id)  # already finished: nothing to cancel
 
 
 def _demo_nodes() -> list[NodeView]:
@@ -175,85 +190,131 @@ def _demo_nodes() -> list[NodeView]:
     ]
 
 
+def _bare_local_node() -> NodeView:
+    return NodeView(id="local", name="workstation", local=True, state=NodeState.ONLINE,
+                    memory_total=32 * GIB, memory_available=20 * GIB)
+
+
 class DemoNodes:
-    """A local node, a paired Mac, an offline laptop, and one agent waiting with ``DEMO_PAIRING_CODE``."""
+    """Paired nodes (``nodes``), agents waiting to be paired (``discovered``, each with the code it "prints").
+
+    Seeded: a local node, a paired Mac, an offline laptop, and one agent waiting with
+    ``DEMO_PAIRING_CODE``; bare: this machine only. ``add_waiting_agent`` lets one more appear.
+    """
+
+    live: bool
+    nodes: list[NodeView]
+    discovered: list[DiscoveredNode]
 
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
+        def _record(self, name: str, *args: Any) -> None: ...
 
-    @property
-    def _node_book(self) -> tuple[list[NodeView], list[DiscoveredNode]]:
-        book: tuple[list[NodeView], list[DiscoveredNode]] | None = self.__dict__.get("_demo_nodes")
-        if book is None:
+    def _seed_nodes(self, seeded: bool) -> None:
+        self.nodes = _demo_nodes() if seeded else [_bare_local_node()]
+        self.discovered = []
+        self._offers: dict[str, tuple[str, NodeView]] = {}  # fingerprint -> (its code, the node once paired)
+        if seeded:
             fp = hashlib.sha256(b"gpu-box").hexdigest()
-            waiting = DiscoveredNode(name="gpu-box", address="192.168.1.61:8485", host="192.168.1.61", port=8485,
-                                     fingerprint=fp, short_fingerprint=short_fingerprint(fp), version="0.1.0",
-                                     hostname="gpu-box", seen_at=time.time())
-            book = self.__dict__["_demo_nodes"] = (_demo_nodes(), [waiting])
-        return book
+            self._offer(DiscoveredNode(name="gpu-box", address="192.168.1.61:8485", host="192.168.1.61", port=8485,
+                                       fingerprint=fp, short_fingerprint=short_fingerprint(fp), version="0.1.0",
+                                       hostname="gpu-box", seen_at=time.time()), DEMO_PAIRING_CODE,
+                        NodeView(id="", name="", memory_total=128 * GIB, memory_available=120 * GIB, cpu_count=24,
+                                 os="Linux", arch="x86_64",
+                                 gpus=[GpuInfo(index=0, name="NVIDIA RTX 6000 Ada", uuid="GPU-6000",
+                                               memory_total=48 * GIB, memory_used=GIB, utilization_percent=0.0,
+                                               temperature_c=38.0)]))
 
-    async def list_nodes(self) -> list[NodeView]:
-        return list(self._node_book[0])
+    def _offer(self, entry: DiscoveredNode, code: str, paired: NodeView) -> None:
+        self.discovered.append(entry)
+        self._offers[entry.fingerprint] = (code, paired)
 
-    async def get_node(self, node_id: str) -> NodeView:
-        found = [n for n in self._node_book[0] if n.id == node_id]
+    def add_waiting_agent(self, name: str, code: str, address: str = "10.20.0.2:9443") -> DiscoveredNode:
+        """An agent on the LAN that waits to be paired and "prints" ``code``."""
+        fp = hashlib.sha256(name.encode()).hexdigest()
+        host, port = address.rsplit(":", 1)
+        entry = DiscoveredNode(name=name, address=address, host=host, port=int(port), fingerprint=fp,
+                               short_fingerprint=short_fingerprint(fp), source="mdns")
+        self._offer(entry, code, NodeView(id="", name="", memory_total=64 * GIB, memory_available=48 * GIB,
+                                          gpus=[GpuInfo(index=0, name="RTX 6000", uuid="GPU-remote-0",
+                                                        memory_total=48 * GIB, memory_used=8 * GIB,
+                                                        utilization_percent=12.0, temperature_c=48.0,
+                                                        power_w=95.0)]))
+        self._publish("node.discovered", name=name)
+        return entry
+
+    def _node(self, node_id: str) -> NodeView:
+        found = [n for n in self.nodes if n.id == node_id]
         if not found:
             raise DaemonError(404, "node_not_found", f"no paired node with id '{node_id}'")
         return found[0]
 
+    async def list_nodes(self) -> list[NodeView]:
+        self._record("list_nodes")
+        return list(self.nodes)
+
+    async def get_node(self, node_id: str) -> NodeView:
+        self._record("get_node", node_id)
+        return self._node(node_id)
+
     async def discovered_nodes(self) -> list[DiscoveredNode]:
-        return list(self._node_book[1])
+        self._record("discovered_nodes")
+        return list(self.discovered)
 
     async def add_node_address(self, address: str) -> NodeAddResult:
-        found = [d for d in self._node_book[1] if d.address == address or d.host == address]
+        self._record("add_node_address", address)
+        found = [d for d in self.discovered if d.address == address or d.host == address]
         if not found:
             raise DaemonError(502, "node_unreachable", f"No MirbadLLM agent answers at {address}")
         return NodeAddResult(discovered=found[0])
 
     async def pair_node(self, address: str, code: str, fingerprint: str) -> NodeView:
-        nodes, waiting = self._node_book
-        entry = next((d for d in waiting if d.fingerprint == fingerprint), None)
+        self._record("pair_node", address, fingerprint)  # never the code, like the daemon
+        entry = next((d for d in self.discovered if d.fingerprint == fingerprint), None)
         if entry is None:
             raise DaemonError(502, "node_unreachable", f"No agent waiting to be paired answers at {address}")
-        if normalize_code(code) != normalize_code(DEMO_PAIRING_CODE):
+        wanted, paired = self._offers[fingerprint]
+        if normalize_code(code) != normalize_code(wanted):
             raise DaemonError(403, "wrong_code", "Wrong pairing code (4 tries left).")
-        waiting.remove(entry)
-        node = NodeView(id=hashlib.sha256(fingerprint.encode()).hexdigest(), name=entry.name, address=address,
-                        state=NodeState.ONLINE, memory_total=128 * GIB, memory_available=120 * GIB,
-                        fingerprint=fingerprint, paired_at=time.time(), cpu_count=24, os="Linux", arch="x86_64",
-                        gpus=[GpuInfo(index=0, name="NVIDIA RTX 6000 Ada", uuid="GPU-6000", memory_total=48 * GIB,
-                                      memory_used=GIB, utilization_percent=0.0, temperature_c=38.0)])
-        nodes.append(node)
+        self.discovered.remove(entry)
+        node = paired.model_copy(update={"id": hashlib.sha256(fingerprint.encode()).hexdigest(), "name": entry.name,
+                                         "address": address, "state": NodeState.ONLINE, "fingerprint": fingerprint,
+                                         "paired_at": time.time()})
+        self.nodes.append(node)
         self._publish("node.paired", node=node.id)
         return node
 
     async def remove_node(self, node_id: str) -> None:
-        node = await self.get_node(node_id)
+        self._record("remove_node", node_id)
+        node = self._node(node_id)
         if node.local:
             raise DaemonError(400, "node_is_local", "this machine's own node cannot be removed")
-        self._node_book[0].remove(node)
+        self.nodes.remove(node)
         self._publish("node.removed", node=node_id)
 
     async def upgrade_status(self) -> RolloutView:
+        self._record("upgrade_status")
         return getattr(self, "_demo_rollout", RolloutView())
 
     async def start_upgrade(self, folder: str | None = None) -> RolloutView:
         """The demo's rollout finishes at once: every paired node runs the new version."""
+        self._record("start_upgrade", folder)
         now = time.time()
         nodes = [NodeUpgradeView(node=n.id, name=n.name, from_version=n.version, state=NodeUpgradeState.DONE,
-                                 started_at=now, finished_at=now) for n in self._node_book[0] if not n.local]
+                                 started_at=now, finished_at=now) for n in self.nodes if not n.local]
         self._demo_rollout = RolloutView(state=RolloutState.DONE, version="0.2.0", started_at=now,
                                          finished_at=now, nodes=nodes)
         self._publish("upgrade.finished", version="0.2.0", state="done", reason=None)
         return self._demo_rollout
 
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
-        await self.get_node(node_id)
+        self._record("gpu_history", node_id, gpu, range_)
+        self._node(node_id)
         step = {"5m": 1.0, "1h": 10.0, "24h": 240.0, "7d": 1680.0}[range_]
         end = time.time()
         points = [HistoryPoint(ts=end - (119 - i) * step,
                                values={"temperature_c": 60.0 + 6 * math.sin(i / 11), "power_w": 220.0 + 60 * math.sin(i / 9)})
-                  for i in range(120)]
+                  for i in range(120)] if self.live else []
         return HistorySeries(subject=f"{node_id}/{gpu}", range=range_, step_s=step, points=points)
 
 
@@ -273,6 +334,7 @@ class DemoJobs:
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _view(self, model_id: str) -> ModelView: ...
         def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
+        def _record(self, name: str, *args: Any) -> None: ...
 
     @property
     def _job_book(self) -> dict[str, JobView]:
@@ -323,12 +385,15 @@ class DemoJobs:
         return view
 
     async def start_benchmark(self, request: BenchmarkRequest) -> JobView:
+        self._record("start_benchmark", request)
         return self._new("benchmark", request.model, preset=request.preset)
 
     async def start_tune(self, request: TuneRequest) -> JobView:
+        self._record("start_tune", request)
         return self._new("tune", request.model, preset=request.preset, search=request.search)
 
     async def plan_tune(self, request: TuneRequest) -> TuningPlan:
+        self._record("plan_tune", request)
         self._view(request.model)
         steps = [PlanStep(dimension="threads", values=["8", "12", "16"], goal="Match the performance cores.",
                           tradeoff="Too many threads contend with each other."),
@@ -346,24 +411,31 @@ class DemoJobs:
                                  "Your saved settings are restored at the end, whatever happens."])
 
     async def list_jobs(self, model: str | None = None, kind: str | None = None) -> list[JobView]:
+        self._record("list_jobs", model, kind)
         views = [v.model_copy(update={"result": None}) for v in self._job_book.values()
                  if (model is None or v.model == model) and (kind is None or v.kind == kind)]
         return sorted(views, key=lambda v: v.started_at, reverse=True)
 
     async def get_job(self, job_id: str) -> JobView:
+        self._record("get_job", job_id)
+        return self._job(job_id)
+
+    def _job(self, job_id: str) -> JobView:
         if job_id not in self._job_book:
             raise DaemonError(404, "job_not_found", f"no job '{job_id}'")
         return self._job_book[job_id]
 
     async def cancel_job(self, job_id: str) -> JobView:
-        view = (await self.get_job(job_id)).model_copy(update={"state": JobState.CANCELLED,
+        self._record("cancel_job", job_id)
+        view = self._job(job_id).model_copy(update={"state": JobState.CANCELLED,
                                                                "finished_at": time.time()})
         self._job_book[job_id] = view
         self._publish("job.finished", view.model, job=view.model_dump(mode="json"))
         return view
 
     async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
-        result = (await self.get_job(job_id)).result
+        self._record("apply_job", job_id, restart)
+        result = self._job(job_id).result
         if not isinstance(result, TuningResult) or result.winner_settings is None:
             raise DaemonError(409, "no_winner", "this run has no winner to apply")
         view = self._view(result.model)

@@ -62,7 +62,7 @@ class FakeSourcesClient(FakeDaemonClient):
         self._record("lmstudio_models", node)
         return list(self.lmstudio)
 
-    def _start(self, kind: str, label: str, query: Any) -> Transfer:
+    def _queue(self, kind: str, label: str, query: Any) -> Transfer:
         transfer = Transfer(id=f"x{len(self.transfers) + 1}", kind=kind, label=label, node=query.node)  # type: ignore[arg-type]
         self.transfers[transfer.id], self.queries[transfer.id] = transfer, query
         self.publish("transfer.state", None, **transfer.model_dump(mode="json"))
@@ -70,11 +70,11 @@ class FakeSourcesClient(FakeDaemonClient):
 
     async def download(self, query: DownloadQuery) -> Transfer:
         self._record("download", query)
-        return self._start("hf", f"{query.hf.repo if query.hf else query.url}", query)
+        return self._queue("hf", f"{query.hf.repo if query.hf else query.url}", query)
 
     async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
         self._record("import_ollama", query)
-        return self._start("ollama", f"Ollama {query.model}", query)
+        return self._queue("ollama", f"Ollama {query.model}", query)
 
     async def transfer(self, transfer_id: str) -> Transfer:
         return self.transfers[transfer_id]

@@ -1,8 +1,9 @@
-"""The in-memory daemons answer every call of ``DaemonClient``, with its signatures and its types.
+"""The in-memory daemon answers every call of ``DaemonClient``, with its signatures and its types.
 
-``mirbadllm --demo`` and ``make screenshots`` run the whole app against ``DemoDaemon``; the app's
-tests run it against ``FakeDaemonClient``. A method the client gains and a stand-in lacks would
-kill a page with an ``AttributeError``; these tests name it instead.
+``mirbadllm --demo`` and ``make screenshots`` run the whole app against ``DemoDaemon()`` (seeded);
+the app's tests run it as ``FakeDaemonClient``, a bare ``DemoDaemon(models)`` that only records calls
+and injects failures, so there is one in-memory daemon to hold to the real client. A method the
+client gains and the demo lacks would kill a page with an ``AttributeError``; these tests name it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from app.demo_services import DEMO_PAIRING_CODE
 from daemon.api import client as client_module
 from daemon.api.client import DaemonClient
 from daemon.api.jobs import BenchmarkRequest, TuneRequest
-from daemon.api.models import DaemonSettings, ModelDefinition
+from daemon.api.models import DaemonSettings, ModelDefinition, ModelStatus
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -44,19 +45,30 @@ def _shape(fn: Any) -> list[tuple[str, Any, Any, str]]:
         ("->", None, None, str(sig.return_annotation))]
 
 
-def _demo() -> tuple[Any, str, tuple[str, str, str]]:
+def _differences(cls: type) -> list[str]:
+    """What ``cls`` lacks of ``DaemonClient``'s calls, and where a call's signature or kind differs."""
+    theirs = _public_calls(cls)
+    found = [f"{cls.__name__} lacks {name}" for name in sorted(set(CLIENT_CALLS) - set(theirs))]
+    for name, fn in CLIENT_CALLS.items():
+        if name in theirs and (_shape(theirs[name]) != _shape(fn)
+                               or inspect.isasyncgenfunction(theirs[name]) != inspect.isasyncgenfunction(fn)):
+            found.append(f"{cls.__name__}.{name} differs from DaemonClient.{name}")
+    return found
+
+
+def _seeded() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
     demo = DemoDaemon()
-    waiting = demo._node_book[1][0]
+    waiting = demo.discovered[0]
     return demo, "qwen25-coder-7b", (waiting.address, DEMO_PAIRING_CODE, waiting.fingerprint)
 
 
-def _fake() -> tuple[Any, str, tuple[str, str, str]]:
-    fake = FakeDaemonClient([definition("alpha"), definition("beta", served_name="Beta-7B")])
-    waiting = fake.add_waiting_agent("box", "ABCD-EFGH")
-    return fake, "alpha", (waiting.address, "ABCD-EFGH", waiting.fingerprint)
+def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
+    bare = DemoDaemon([definition("alpha"), definition("beta", served_name="Beta-7B")])
+    waiting = bare.add_waiting_agent("box", "ABCD-EFGH")
+    return bare, "alpha", (waiting.address, "ABCD-EFGH", waiting.fingerprint)
 
 
-DAEMONS: dict[str, Callable[[], tuple[Any, str, tuple[str, str, str]]]] = {"demo": _demo, "fake": _fake}
+DAEMONS: dict[str, Callable[[], tuple[DemoDaemon, str, tuple[str, str, str]]]] = {"seeded": _seeded, "bare": _bare}
 
 
 def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]]:
@@ -112,15 +124,30 @@ def _check_type(value: Any, declared: Any, name: str) -> None:
         assert isinstance(value, declared), f"{name} returned {type(value).__name__}, not {declared.__name__}"
 
 
-@pytest.mark.parametrize("which", list(DAEMONS))
-def test_every_client_method_exists_with_the_same_signature(which: str) -> None:
-    daemon, _, _ = DAEMONS[which]()
-    theirs = _public_calls(type(daemon))
-    missing = sorted(set(CLIENT_CALLS) - set(theirs))
-    assert not missing, f"{type(daemon).__name__} lacks {missing}"
-    for name, fn in CLIENT_CALLS.items():
-        assert _shape(theirs[name]) == _shape(fn), f"{type(daemon).__name__}.{name} differs from DaemonClient.{name}"
-        assert inspect.isasyncgenfunction(theirs[name]) == inspect.isasyncgenfunction(fn), name
+def test_every_client_method_exists_with_the_same_signature() -> None:
+    assert _differences(DemoDaemon) == []
+
+
+def test_the_check_names_a_missing_method_and_a_different_signature() -> None:
+    lacking = type("Lacking", (), {n: f for n, f in _public_calls(DemoDaemon).items() if n != "fit"})
+
+    class Drifted(DemoDaemon):
+        async def start_model(self, model_id: str, wait: bool = True, force: bool = False) -> ModelStatus:
+            return await super().start_model(model_id, wait, force)
+
+        async def logs(self, model_id: str, tail: int = 200, follow: bool = False) -> list[str]:  # type: ignore[override]
+            return []
+
+    assert _differences(lacking) == ["Lacking lacks fit"]
+    assert _differences(Drifted) == ["Drifted.logs differs from DaemonClient.logs",
+                                     "Drifted.start_model differs from DaemonClient.start_model"]
+
+
+def test_the_tests_fake_daemon_is_the_demo_daemon() -> None:
+    """The tests' fake adds controls, and answers no call with code of its own."""
+    assert issubclass(FakeDaemonClient, DemoDaemon)
+    own = sorted(name for name in CLIENT_CALLS if name in vars(FakeDaemonClient))
+    assert own == [], f"FakeDaemonClient answers {own} itself; fix DemoDaemon instead"
 
 
 @pytest.mark.parametrize("which", list(DAEMONS))
@@ -130,7 +157,7 @@ async def test_every_client_method_answers_with_its_declared_type(which: str) ->
     assert sorted(name for name, _ in plan) == sorted(CLIENT_CALLS), "a client method is missing from this test"
     results: dict[str, Any] = {}
     for name, make_args in plan:
-        if name == "apply_job" and which == "fake":  # the fake's jobs run until the test finishes them
+        if name == "apply_job" and which == "bare":  # a bare daemon's jobs run until the test finishes them
             _finish_with_winner(daemon, results["start_tune"].id, model)
         args = make_args(results)
         fn = getattr(daemon, name)
@@ -144,11 +171,11 @@ async def test_every_client_method_answers_with_its_declared_type(which: str) ->
         results[name] = value
 
 
-def _finish_with_winner(fake: FakeDaemonClient, job_id: str, model: str) -> None:
+def _finish_with_winner(daemon: DemoDaemon, job_id: str, model: str) -> None:
     from daemon.api.jobs import JobState, TuningResult
 
-    saved = fake.definitions[model].settings
+    saved = daemon.definitions[model].settings
     result = TuningResult(model=model, stamp="s", started_at=0.0, saved_settings=saved,
                           winner=1, winner_settings=saved.model_copy(update={"threads": 2}))
-    fake._demo_jobs[job_id] = fake._demo_jobs[job_id].model_copy(  # type: ignore[attr-defined]
+    daemon._job_book[job_id] = daemon._job_book[job_id].model_copy(
         update={"state": JobState.SUCCEEDED, "result": result})
