@@ -1,7 +1,8 @@
-"""``FakeJobsClient``: the fake daemon plus the jobs API, with jobs the test moves along by hand.
+"""``FakeJobsClient``: the fake daemon (the demo daemon's jobs API) with jobs the test moves along by hand.
 
-``advance(job_id, ...)`` publishes a ``job.progress`` event and ``finish(job_id, result)`` a
-``job.finished`` one, as the daemon's ``JobManager`` does; every call is recorded in ``calls``.
+A new job starts draining and stays so; ``advance(job_id, ...)`` publishes a ``job.progress`` event
+and ``finish(job_id, result)`` a ``job.finished`` one, as the daemon's ``JobManager`` does. Listing,
+reading, cancelling and applying are the demo daemon's; every call is recorded in ``calls``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from typing import Any
 from fake_daemon import FakeDaemonClient
 
 from agent.api.llamacpp import LlamaCppSettings
-from daemon.api.client import DaemonError
 from daemon.api.jobs import (
-    BenchmarkRequest,
     BenchmarkResult,
     CandidateResult,
     JobState,
@@ -25,7 +24,6 @@ from daemon.api.jobs import (
     TuningPlan,
     TuningResult,
 )
-from daemon.api.models import ModelView
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -55,9 +53,16 @@ def tuning_result(model: str, stamp: str, *, winner: bool) -> TuningResult:
 
 
 class FakeJobsClient(FakeDaemonClient):
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.jobs: dict[str, JobView] = {}
+    """The demo daemon's jobs, but each new one waits (draining) for the test to move it along."""
+
+    @property
+    def jobs(self) -> dict[str, JobView]:
+        """The daemon's jobs by id (the demo's own book); a test may set it to start from its runs."""
+        return self._job_book
+
+    @jobs.setter
+    def jobs(self, views: dict[str, JobView]) -> None:
+        self.__dict__["_demo_jobs"] = dict(views)
 
     def advance(self, job_id: str, **changes: Any) -> JobView:
         view = self.jobs[job_id].model_copy(update=changes)
@@ -81,14 +86,6 @@ class FakeJobsClient(FakeDaemonClient):
         self.publish("job.started", model, job=view.model_dump(mode="json"))
         return view
 
-    async def start_benchmark(self, request: BenchmarkRequest) -> JobView:
-        self._record("start_benchmark", request)
-        return self._new("benchmark", request.model, preset=request.preset)
-
-    async def start_tune(self, request: TuneRequest) -> JobView:
-        self._record("start_tune", request)
-        return self._new("tune", request.model, preset=request.preset, search=request.search)
-
     async def plan_tune(self, request: TuneRequest) -> TuningPlan:
         self._record("plan_tune", request)
         steps = [PlanStep(dimension="threads", values=["threads=1", "threads=2"], goal="Match the cores.",
@@ -96,32 +93,3 @@ class FakeJobsClient(FakeDaemonClient):
         return TuningPlan(model=request.model, preset=request.preset, search=request.search, steps=steps,
                           candidates=3, confirmations=3, start_s=5, benchmark_s=40, eta_s=270,
                           notes=["the model is stopped during the run"])
-
-    async def list_jobs(self, model: str | None = None, kind: str | None = None) -> list[JobView]:
-        self._record("list_jobs", model, kind)
-        views = [v.model_copy(update={"result": None}) for v in self.jobs.values()
-                 if (model is None or v.model == model) and (kind is None or v.kind == kind)]
-        return sorted(views, key=lambda v: v.started_at, reverse=True)
-
-    async def get_job(self, job_id: str) -> JobView:
-        self._record("get_job", job_id)
-        if job_id not in self.jobs:
-            raise DaemonError(404, "job_not_found", f"no job '{job_id}'")
-        return self.jobs[job_id]
-
-    async def cancel_job(self, job_id: str) -> JobView:
-        self._record("cancel_job", job_id)
-        view = self.jobs[job_id].model_copy(update={"state": JobState.CANCELLED})
-        self.jobs[job_id] = view
-        self.publish("job.finished", view.model, job=view.model_dump(mode="json"))
-        return view
-
-    async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
-        self._record("apply_job", job_id, restart)
-        result = self.jobs[job_id].result
-        if not isinstance(result, TuningResult) or result.winner_settings is None:
-            raise DaemonError(409, "no_winner", "this run has no winner to apply")
-        view = self._view(result.model)
-        self.definitions[result.model] = view.definition.model_copy(update={"settings": result.winner_settings})
-        self.publish("model.updated", result.model)
-        return self._view(result.model)

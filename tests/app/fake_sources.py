@@ -1,9 +1,10 @@
-"""``FakeSourcesClient``: the fake daemon plus the model-source calls (fit, downloads, imports).
+"""``FakeSourcesClient``: the fake daemon with model sources the test controls (fit, downloads, imports).
 
-A download or import answers with a queued transfer; the test moves it along with
-``advance(...)``, which publishes ``transfer.progress`` / ``transfer.state`` events exactly as the
-daemon does, and registers the model when the transfer is done (with the demo's definition when
-the query asks for ``preset="demo"``). ``lmstudio`` is what ``lmstudio_models`` finds.
+``fit_report``, ``ollama`` and ``lmstudio`` are what ``fit``, ``ollama_models`` and ``lmstudio_models``
+answer. A download or import answers with a queued transfer (in the demo daemon's own book); the
+test moves it along with ``advance(...)``, which publishes ``transfer.progress`` / ``transfer.state``
+events exactly as the daemon does, and registers the model when the transfer is done (with the
+demo's definition when the query asks for ``preset="demo"``).
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ class FakeSourcesClient(FakeDaemonClient):
         self.fit_report = report()
         self.ollama = [OllamaModelInfo(model="llama3.2:3b", size=2 * GiB), OllamaModelInfo(model="qwen3:4b")]
         self.lmstudio: list[LmStudioModelInfo] = []
-        self.transfers: dict[str, Transfer] = {}
-        self.queries: dict[str, Any] = {}
+        self.queries: dict[str, Any] = {}  # transfer id -> the query that started it
 
     async def fit(self, query: FitQuery) -> FitReport:
         self._record("fit", query)
@@ -63,8 +63,9 @@ class FakeSourcesClient(FakeDaemonClient):
         return list(self.lmstudio)
 
     def _queue(self, kind: str, label: str, query: Any) -> Transfer:
-        transfer = Transfer(id=f"x{len(self.transfers) + 1}", kind=kind, label=label, node=query.node)  # type: ignore[arg-type]
-        self.transfers[transfer.id], self.queries[transfer.id] = transfer, query
+        transfer = Transfer(id=f"x{len(self._transfer_book) + 1}", kind=kind, label=label,  # type: ignore[arg-type]
+                            node=query.node)
+        self._transfer_book[transfer.id], self.queries[transfer.id] = transfer, query
         self.publish("transfer.state", None, **transfer.model_dump(mode="json"))
         return transfer
 
@@ -76,16 +77,13 @@ class FakeSourcesClient(FakeDaemonClient):
         self._record("import_ollama", query)
         return self._queue("ollama", f"Ollama {query.model}", query)
 
-    async def transfer(self, transfer_id: str) -> Transfer:
-        return self.transfers[transfer_id]
-
     async def cancel_transfer(self, transfer_id: str) -> Transfer:
         self._record("cancel_transfer", transfer_id)
         return self.advance(transfer_id, state=TransferState.CANCELLED, stage="cancelled")
 
     def advance(self, transfer_id: str, **changes: Any) -> Transfer:
         """Move a transfer on and publish the event the daemon would."""
-        old = self.transfers[transfer_id]
+        old = self._transfer_book[transfer_id]
         new = old.model_copy(update=changes)
         if new.state == TransferState.DONE and old.state != TransferState.DONE:
             query = self.queries[transfer_id]
@@ -101,7 +99,7 @@ class FakeSourcesClient(FakeDaemonClient):
             self.statuses[model_id] = ModelStatus(id=model_id, served_name=model_id, state=ModelState.STOPPED)
             new.registered = [model_id]
             self.publish("model.added", model_id)
-        self.transfers[transfer_id] = new
+        self._transfer_book[transfer_id] = new
         if new.state != old.state:
             self.publish("transfer.state", None, **new.model_dump(mode="json"))
         else:
