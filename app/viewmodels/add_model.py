@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from app.viewmodels.observable import Observable
+from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
 from daemon.api.contracts import FitReport, HfFileRef, LlamaCppSettings, OllamaModelInfo
 from daemon.api.models import Event, ModelDefinition
@@ -111,8 +111,8 @@ class AddModelState:
 
 
 class AddModelViewModel:
-    def __init__(self, client: DaemonApi, events: Any | None = None) -> None:
-        """``events``: an ``Emitter[Event]`` (the fleet's), for transfer progress."""
+    def __init__(self, client: DaemonApi, events: Emitter[Event] | None = None) -> None:
+        """``events``: the fleet's event emitter, for transfer progress."""
         self.client = client
         self.state: Observable[AddModelState] = Observable(AddModelState())
         self._unsubscribe = events.subscribe(self.on_event) if events is not None else (lambda: None)

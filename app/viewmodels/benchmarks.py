@@ -1,6 +1,6 @@
 """Benchmarks of one model: history, the job in progress, a chart over runs, and two runs compared.
 
-Qt-free. Runs come from ``DaemonClient.list_jobs``; a running job is followed through the event
+Qt-free. Runs come from ``DaemonApi.list_jobs``; a running job is followed through the event
 feed (``job.progress`` carries the job's view), and the history is re-read when it finishes.
 """
 

@@ -1,4 +1,4 @@
-"""Live logs of one model: follows ``DaemonClient.logs(follow=True)``, with pause and search.
+"""Live logs of one model: follows ``DaemonApi.logs(follow=True)``, with pause and search.
 
 Lines are batched (one notification per ``flush_s``) so a chatty runtime cannot flood the widget;
 while paused, lines keep arriving into the buffer and are shown on resume.

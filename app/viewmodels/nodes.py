@@ -1,6 +1,6 @@
 """The Nodes page, Qt-free: paired nodes and agents waiting to be paired, one node selected.
 
-``NodesViewModel`` refreshes from ``DaemonClient.list_nodes`` / ``discovered_nodes`` whenever the
+``NodesViewModel`` refreshes from ``DaemonApi.list_nodes`` / ``discovered_nodes`` whenever the
 event feed says a node changed (``node.*`` events) and on a slow timer for the gauges. The model
 editor's node picker reads ``node_choices``: every node with its free memory.
 """
