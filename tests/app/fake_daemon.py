@@ -11,16 +11,11 @@ test set directly (``unreachable``, ``hosts``, ``history``, ``log_lines``, ``bas
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from app.demo import DemoDaemon
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelDefinition
-
-_LOGGER = logging.getLogger(__name__)
-
-API_URL = "http://127.0.0.1:8484/v1"
 
 
 def definition(model_id: str, **kw: Any) -> ModelDefinition:
