@@ -358,8 +358,8 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
 
     async def put_settings(self, settings: DaemonSettings) -> DaemonSettings:
         self._record("put_settings", settings)
-        if settings.lan_access and not settings.require_api_keys:
-            raise DaemonError(400, "keys_required", "LAN access requires API keys")
+        if settings.lan_access and not self.keys:  # as the daemon: /v1 on the LAN always requires keys
+            raise DaemonError(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
         self.settings = settings
         self.publish("settings.changed")
         return settings

@@ -25,7 +25,7 @@ from app.ui.main_window import MainWindow
 from app.ui.pages.model_panel import CHARTS, LOGS, SETTINGS
 from app.ui.tray import TrayController
 from app.viewmodels.fleet import FleetState
-from daemon.api.models import HistoryPoint, ModelState
+from daemon.api.models import ApiKeyInfo, HistoryPoint, ModelState
 
 pytestmark = pytest.mark.gui
 
@@ -209,6 +209,7 @@ def test_api_key_is_shown_once_and_never_listed(window: MainWindow, fake: FakeDa
 
 def test_lan_access_says_keys_are_needed_and_sets_them(window: MainWindow, fake: FakeDaemonClient,
                                                        qtbot: Any) -> None:
+    fake.keys["k9"] = ApiKeyInfo(id="k9", name="editor", prefix="sk-mirbad-ab12", created_at=0.0)  # LAN needs a key
     window.show_page("access")
     page = window.access
     assert "turns on required API keys" in page.lan_note.text()

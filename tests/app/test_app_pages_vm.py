@@ -134,6 +134,7 @@ async def test_a_new_key_is_returned_once_and_the_list_never_holds_it(fake: Fake
 
 
 async def test_lan_access_turns_on_required_keys(fake: FakeDaemonClient) -> None:
+    await fake.create_key("editor")  # the daemon refuses LAN access until a key exists
     fleet = FleetViewModel(fake, host_refresh_s=3600)
     await fleet.resync()
     access = AccessViewModel(fleet)
