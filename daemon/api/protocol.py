@@ -2,7 +2,7 @@
 
 The app's view-models take a ``DaemonApi``, not a ``DaemonClient``: the real client satisfies it
 (``_real_client_conforms`` makes ``mypy --strict`` prove it), and so does the app's demo client,
-which answers from memory for screenshots and the offline demo.
+which answers from memory for screenshots, the offline demo and the app's tests.
 """
 
 from __future__ import annotations

@@ -12,10 +12,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from aiohttp import web
-
 from daemon.api.jobs import JobKind
-from daemon.errors import error_response
+from daemon.errors import DaemonProblem
 
 _VERB = {"benchmark": "benchmarked", "tune": "tuned"}
 
@@ -33,11 +31,11 @@ class MaintenanceWindow:
         left = self.until - (time.monotonic() if now is None else now)
         return max(1, math.ceil(left))
 
-    def refusal(self) -> web.Response:
+    def refusal(self) -> DaemonProblem:
+        """The 503 ``maintenance`` a ``/v1`` request for the model gets, with the job's ``Retry-After``."""
         seconds = self.retry_after_s()
-        return error_response(503, "maintenance",
-                              f"The model '{self.model}' is being {_VERB[self.kind]} (job {self.job_id}); "
-                              f"try again in about {seconds} s.", headers={"Retry-After": str(seconds)})
+        return DaemonProblem(503, "maintenance", f"The model '{self.model}' is being {_VERB[self.kind]} "
+                             f"(job {self.job_id}); try again in about {seconds} s.", retry_after=seconds)
 
 
 class Maintenance:

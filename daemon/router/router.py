@@ -287,14 +287,13 @@ class Router:
         return self.gates.for_model(definition.id, slots, definition.max_queue)
 
     async def _admit(self, definition: ModelDefinition, gate: ModelGate,
-                     exchange: _Exchange) -> Upstream | web.Response:
+                     exchange: _Exchange) -> Upstream:
         """Queue for the model (loading it when it allows that), then for a free slot."""
         waited = time.perf_counter()
         try:
             async with gate.queued():
                 target = await self._ready_target(definition)
-                if not isinstance(target, web.Response):
-                    await gate.acquire_slot()
+                await gate.acquire_slot()
         except QueueFull:
             raise DaemonProblem(503, "queue_full",
                                 f"The model '{definition.served_name}' has {gate.waiting} requests waiting; "
@@ -303,14 +302,12 @@ class Router:
             exchange.queue_s = time.perf_counter() - waited
         return target
 
-    async def _ready_target(self, definition: ModelDefinition
-                            ) -> Upstream | web.Response:
+    async def _ready_target(self, definition: ModelDefinition) -> Upstream:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
         window = self.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
         if window is not None:
-            refusal: web.Response = window.refusal()  # 503 maintenance, Retry-After from the job's estimate
-            return refusal
+            raise window.refusal()  # 503 maintenance, Retry-After from the job's estimate
         instance = orch.instance(definition)
         link = self.links.get(definition.node)
         if instance is not None and instance.state == InstanceState.READY and link is not None and link.online:
@@ -344,9 +341,6 @@ class Router:
                        exchange: _Exchange) -> web.StreamResponse:
         gate = self._gate(definition)
         target = await self._admit(definition, gate, exchange)
-        if isinstance(target, web.Response):
-            exchange.status = target.status
-            return target
         try:
             return await self._send(request, definition, body, exchange, target)
         finally:
