@@ -17,7 +17,8 @@ import aiohttp
 
 from agent.api.models import InstanceInfo, InstancesPage, InstanceState, LaunchSpec
 from agent.records import ProcessRecords
-from agent.runtimes.driver import RuntimeDriver
+from agent.runtimes.driver import NoRuntime, RuntimeDriver
+from agent.runtimes.drivers import Drivers
 from agent.runtimes.ports import FIRST_PORT, find_free_port
 from agent.runtimes.run import RuntimeRun
 from agent.supervisor import AlreadyRunning, InstanceSupervisor
@@ -37,9 +38,9 @@ class UnknownInstance(KeyError):
 class InstanceManager:
     """Holds the supervisors of one agent."""
 
-    def __init__(self, driver: RuntimeDriver, records: ProcessRecords, first_port: int = FIRST_PORT,
+    def __init__(self, drivers: RuntimeDriver | Drivers, records: ProcessRecords, first_port: int = FIRST_PORT,
                  admission: Admission | None = None) -> None:
-        self.driver = driver
+        self.drivers = drivers if isinstance(drivers, Drivers) else Drivers(drivers)
         self.admission = admission
         self.records = records
         self.first_port = first_port
@@ -48,6 +49,18 @@ class InstanceManager:
         self._changed = asyncio.Condition()
         self._start_lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def driver(self) -> RuntimeDriver:
+        """The first driver (llama.cpp's in the product)."""
+        return self.drivers.default
+
+    def driver_for(self, run: RuntimeRun) -> RuntimeDriver:
+        """The driver that started (or adopted) ``run``."""
+        return self.drivers.get(run.record.runtime)
+
+    async def _wait_ready(self, run: RuntimeRun, session: aiohttp.ClientSession, startup_timeout_s: float) -> None:
+        await self.driver_for(run).wait_ready(run, session, startup_timeout_s)
 
     @property
     def version(self) -> int:
@@ -62,7 +75,7 @@ class InstanceManager:
     def _supervisor(self, instance_id: str) -> InstanceSupervisor:
         sup = self._supervisors.get(instance_id)
         if sup is None:
-            sup = InstanceSupervisor(instance_id, self._on_change, self.session, self.driver.wait_ready)
+            sup = InstanceSupervisor(instance_id, self._on_change, self.session, self._wait_ready)
             self._supervisors[instance_id] = sup
         return sup
 
@@ -109,7 +122,8 @@ class InstanceManager:
 
     async def start(self, spec: LaunchSpec) -> InstanceInfo:
         """Check the spec, pick a port and spawn; raises SpecRejected, NoRuntime, AlreadyRunning."""
-        self.driver.check(spec)
+        driver = self.drivers.get(spec.runtime)  # NoRuntime when this agent has none for it
+        driver.check(spec)
         async with self._start_lock:
             sup = self._supervisor(spec.instance_id)
             if sup.busy:
@@ -118,7 +132,7 @@ class InstanceManager:
                 await self.admission.admit(spec, self.loading, self.wait_for)
             taken = [run.port for run in self.runs().values()]
             port = await asyncio.to_thread(find_free_port, taken, self.first_port)
-            return await sup.start(spec, lambda ring: self.driver.launch(spec, port, ring))
+            return await sup.start(spec, lambda ring: driver.launch(spec, port, ring))
 
     def loading(self) -> list[tuple[str, InstanceState, int | None]]:
         return [(i, s.state, s.run.pid if s.run is not None else None) for i, s in self._supervisors.items()]
@@ -132,7 +146,12 @@ class InstanceManager:
         for instance_id, record in self.records.load().items():
             known = instance_id in self._supervisors
             sup = self._supervisor(instance_id)
-            run = await self.driver.adopt(record, sup.logs)
+            try:
+                driver = self.drivers.get(record.runtime)
+            except NoRuntime:
+                run = None
+            else:
+                run = await driver.adopt(record, sup.logs)
             if run is None:
                 if not known:  # a dropped record leaves no instance behind
                     del self._supervisors[instance_id]

@@ -31,6 +31,7 @@ class ProcessRecord(BaseModel):
     """One running runtime, as stored (a storage shape, not a wire shape)."""
 
     instance_id: str
+    runtime: str = Field(default="llamacpp", description="The driver that started it (records before 0.x: llama.cpp).")
     pid: int
     create_time: float
     executable: str = Field(description="What the agent launched (argv[0]).")

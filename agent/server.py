@@ -100,7 +100,8 @@ async def status(request: web.Request) -> web.Response:
     body = AgentStatus(node_id=deps.identity.node_id, hostname=socket.gethostname(), os=platform.system(),
                        arch=platform.machine(), version=deps.version, cpu_count=psutil.cpu_count() or 1,
                        memory_total=memory.total, memory_available=memory.available, gpus=gpus,
-                       runtimes=deps.catalog.runtimes(), features=deps.features)
+                       runtimes=deps.catalog.runtimes(), runtime_offers=await deps.manager.drivers.offers(),
+                       features=deps.features)
     return web.json_response(body.model_dump(mode="json"))
 
 

@@ -144,7 +144,7 @@ class TelemetryCollector:
         return _Host(psutil.cpu_percent(None), memory.total, memory.available), instances
 
     async def _scrape(self, run: RuntimeRun) -> Figures:
-        return await self.manager.driver.scrape(run, self.manager.session())
+        return await self.manager.driver_for(run).scrape(run, self.manager.session())
 
     def _fill(self, instance_id: str, run: RuntimeRun, sample: InstanceSample,
               figures: Figures, ts: float) -> None:

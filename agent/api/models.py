@@ -8,6 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agent.api.llamacpp import LlamaCppSettings
+from agent.api.mlx import MlxSettings
+from agent.api.runtimes import RuntimeId, RuntimeOffer
+from agent.api.vllm import VllmSettings
 
 API_PREFIX = "/agent/v1"
 INSTANCE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
@@ -27,10 +30,16 @@ class LaunchSpec(BaseModel):
     """Everything an agent needs to start one runtime instance."""
 
     instance_id: str = Field(pattern=INSTANCE_ID_PATTERN, description="The model id; one instance per id.")
-    runtime: Literal["llamacpp"] = "llamacpp"
-    model_path: str = Field(min_length=1, description="Path of the GGUF file on the agent's machine.")
+    runtime: RuntimeId = "llamacpp"
+    model_path: str = Field(min_length=1, description="The model on the agent's machine: a GGUF file (llama.cpp), "
+                            "a model folder (vLLM, MLX).")
     served_name: str = Field(min_length=1, description="Name the runtime reports as its model alias.")
-    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings, description="llama.cpp's settings.")
+    vllm: VllmSettings = Field(default_factory=VllmSettings, description="vLLM's settings (runtime vllm).")
+    mlx: MlxSettings = Field(default_factory=MlxSettings, description="mlx_lm.server's settings (runtime mlx).")
+    image: str | None = Field(default=None, description="vLLM: the container image (a tag or name@sha256:digest).")
+    runtime_version: str | None = Field(
+        default=None, description="The runtime version this model is pinned to; a node with another refuses it.")
     extra_args: list[str] = Field(default_factory=list, description="Checked against a denylist.")
     env: dict[str, str] = Field(default_factory=dict, description="Checked against an allowlist.")
     startup_timeout_s: float = Field(default=120.0, gt=0, description="Silence allowed while loading.")
@@ -101,6 +110,7 @@ class AgentStatus(BaseModel):
     memory_available: int
     gpus: list[GpuInfo] = Field(default_factory=list)
     runtimes: dict[str, str | None] = Field(default_factory=dict, description="runtime -> executable or None")
+    runtime_offers: list[RuntimeOffer] = Field(default_factory=list, description="Each driver, honestly reported.")
     features: list[str] = Field(default_factory=list)
 
 

@@ -19,6 +19,7 @@ from typing import Protocol
 import aiohttp
 
 from agent.api.models import LaunchSpec
+from agent.api.runtimes import RuntimeOffer
 from agent.logring import LogRing
 from agent.records import ProcessRecord
 from agent.runtimes.run import RuntimeRun, StartFailed
@@ -45,9 +46,15 @@ class RuntimeDriver(Protocol):
     """Starts, adopts, waits for and reads one kind of runtime for one agent home."""
 
     runtime: str
-    """The runtime's id: ``"llamacpp"``."""
+    """The runtime's id (``agent.api.runtimes.RuntimeId``): ``"llamacpp"``, ``"vllm"``, ``"mlx"``."""
     runtime_name: str
     """How messages name the running program: ``"llama-server"``."""
+
+    async def offer(self) -> RuntimeOffer:
+        """Whether this runtime can run here, the version it really is, where it is, and why not
+        when it cannot (reported per node; a model is placed only where its runtime is offered).
+        Called on every status probe: cache what is slow to learn."""
+        ...
 
     def build_command(self, spec: LaunchSpec, port: int) -> list[str]:
         """The runtime's command line after its executable: pure (no I/O), asserted exactly by tests."""

@@ -28,6 +28,7 @@ from agent.api.launch_policy import check_env as policy_check_env
 from agent.api.launch_policy import check_extra_args as policy_check_extra_args
 from agent.api.llamacpp import build_args, config_hash, lift_extra_args, parse_args
 from agent.api.models import LaunchSpec
+from agent.api.runtimes import RuntimeOffer
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
@@ -288,6 +289,14 @@ class LlamaCppDriver:
             raise NoRuntime("no llama-server found: build it with `make runtime`, put llama-server "
                             "on PATH, or start the agent with --llama-server PATH")
         return exe
+
+    async def offer(self) -> RuntimeOffer:
+        exe = self.catalog.llama_server()
+        if exe is None:
+            return RuntimeOffer(runtime="llamacpp", available=False,
+                                reason="no llama-server found: build it with `make runtime`, put llama-server on "
+                                       "PATH, or start the agent with --llama-server PATH")
+        return RuntimeOffer(runtime="llamacpp", available=True, version=exe.version, location=str(exe.path))
 
     def build_command(self, spec: LaunchSpec, port: int) -> list[str]:
         return build_command(spec, port)

@@ -8,7 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.api.llamacpp import LlamaCppSettings
+from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
+from agent.api.runtimes import RuntimeId
+from agent.api.vllm import VllmSettings
 
 MODEL_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 DEFAULT_PORT = 8484
@@ -41,11 +44,19 @@ class ModelDefinition(BaseModel):
 
     id: str = Field(pattern=MODEL_ID_PATTERN, description="Stable id; lowercase letters, digits and '-'.")
     served_name: str = Field(min_length=1, max_length=128, description="The `model` clients send.")
-    runtime: Literal["llamacpp"] = "llamacpp"
+    runtime: RuntimeId = "llamacpp"
     node: str = Field(default=LOCAL_NODE, description="Node id; 'local' for this machine.")
-    model_path: str = Field(min_length=1, description="GGUF path on the node.")
+    model_path: str = Field(min_length=1, description="On the node: a GGUF file (llama.cpp), a model folder "
+                            "(vLLM, MLX).")
     sources: ModelSource | None = None
-    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings, description="llama.cpp's settings.")
+    vllm: VllmSettings = Field(default_factory=VllmSettings, description="vLLM's settings (runtime vllm).")
+    mlx: MlxSettings = Field(default_factory=MlxSettings, description="mlx_lm.server's settings (runtime mlx).")
+    image: str | None = Field(default=None, max_length=300,
+                              description="vLLM: the container image (a tag or name@sha256:digest).")
+    runtime_version: str | None = Field(
+        default=None, max_length=200, description="Pin: the runtime version this model must run on (llama.cpp "
+        "build, vLLM image digest, mlx-lm version); a node with another refuses to start it.")
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     auto_start: bool = False

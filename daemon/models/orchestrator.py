@@ -137,8 +137,10 @@ class Orchestrator:
 
     @staticmethod
     def launch_spec(definition: ModelDefinition, force: bool = False) -> LaunchSpec:
-        return LaunchSpec(instance_id=definition.id, model_path=definition.model_path,
+        return LaunchSpec(instance_id=definition.id, runtime=definition.runtime, model_path=definition.model_path,
                           served_name=definition.served_name, settings=definition.settings,
+                          vllm=definition.vllm, mlx=definition.mlx, image=definition.image,
+                          runtime_version=definition.runtime_version,
                           extra_args=definition.extra_args, env=definition.env,
                           startup_timeout_s=definition.startup_timeout_s, force=force,
                           memory_budget_bytes=None if definition.memory_budget_gib is None

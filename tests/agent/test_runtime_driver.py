@@ -18,6 +18,7 @@ import aiohttp
 import psutil
 
 from agent.api.models import InstanceState, LaunchSpec
+from agent.api.runtimes import RuntimeOffer
 from agent.logring import LogRing, LogTailer
 from agent.manager import InstanceManager
 from agent.paths import AgentPaths
@@ -36,13 +37,16 @@ from tests.fakes import FakeGpuProbe
 class MinimalDriver:
     """A runtime driver in as few lines as the protocol allows."""
 
-    runtime = "minimal"
+    runtime = "llamacpp"  # the runtime the specs name; the manager picks the driver by it
     runtime_name = "minimal-server"
 
     def __init__(self, exe: Path | None, paths: AgentPaths) -> None:
         self.exe = exe
         self.paths = paths
         self.ready_waits = 0
+
+    async def offer(self) -> RuntimeOffer:
+        return RuntimeOffer(runtime="llamacpp", available=self.exe is not None, location=str(self.exe))
 
     def build_command(self, spec: LaunchSpec, port: int) -> list[str]:
         return ["--alias", spec.served_name, "--host", "127.0.0.1", "--port", str(port)]
