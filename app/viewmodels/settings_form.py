@@ -1,33 +1,55 @@
 """The model settings editor, Qt-free: field specs generated from the contracts, and validation.
 
-Every llama.cpp field comes from ``LlamaCppSettings.model_fields`` (its flag, the runtime's own
-default shown as a placeholder, its unit and bounds), so a new typed setting appears in the editor
-without touching the app. Validation is pydantic's own: the editor holds raw text, builds a
-``ModelDefinition`` from it, and maps each pydantic error back to the field it belongs to.
+A model runs on one runtime (``ModelDefinition.runtime``), and that runtime's settings model is
+where its rows come from: ``LlamaCppSettings`` (``definition.settings``), ``VllmSettings``
+(``definition.vllm``) or ``MlxSettings`` (``definition.mlx``). Each field gives its row: the label,
+the flag, the runtime's own default (``json_schema_extra["runtime_default"]``) as the placeholder,
+the unit, and a widget kind from its type (int, float, bool, a tri-state bool for ``bool | None``,
+a choice for a ``Literal``, text for ``str``, JSON text for anything else: nested configs, lists,
+unions). So a field added to a settings model appears in the editor without touching the app.
+
+Validation is pydantic's own: the editor holds raw text, builds a ``ModelDefinition`` from it (what
+the editor does not show, such as the other runtimes' settings, stays as it was), and maps each
+pydantic error back to the field it belongs to.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from daemon.api.contracts import LlamaCppSettings
+from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES, LlamaCppSettings, MlxSettings, VllmSettings
 from daemon.api.models import ModelDefinition
 
 SETTINGS_PREFIX = "settings."
 
+# runtime id -> (the ModelDefinition field holding its settings, the settings model)
+RUNTIME_SECTIONS: dict[str, tuple[str, type[BaseModel]]] = {
+    "llamacpp": ("settings", LlamaCppSettings),
+    "vllm": ("vllm", VllmSettings),
+    "mlx": ("mlx", MlxSettings),
+}
+_EXECUTABLE = {"llamacpp": "llama-server", "vllm": "vllm serve", "mlx": "mlx_lm.server"}
+_MODEL_PATH_HELP = {"llamacpp": "Path of the GGUF file on the node.",
+                    "vllm": "Path of the model folder on the node (mounted into the container).",
+                    "mlx": "Path of the MLX model folder on the node."}
+
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One editor row. ``key`` is a dotted path into ``ModelDefinition`` (``settings.ctx_size``)."""
+    """One editor row. ``key`` is a dotted path into ``ModelDefinition`` (``settings.ctx_size``,
+    ``vllm.max_model_len``); ``section`` is the settings field it lives in ('' for the definition's
+    own fields)."""
 
     key: str
     label: str
-    kind: str  # int | float | bool | choice | text | args | env | tags
+    kind: str  # int | float | bool | tribool | choice | text | json | args | env | tags
     group: str
     help: str = ""
     unit: str = ""
@@ -35,6 +57,13 @@ class FieldSpec:
     choices: tuple[str, ...] = ()
     flag: str = ""
     optional: bool = True
+    section: str = ""
+    values: tuple[Any, ...] = ()  # a choice's typed values, in the order of ``choices``
+    choice_labels: tuple[str, ...] = ()  # what a choice shows, when not the value itself
+
+    @property
+    def name(self) -> str:
+        return self.key[len(self.section) + 1:] if self.section else self.key
 
 
 _LABELS = {
@@ -42,6 +71,9 @@ _LABELS = {
     "threads_batch": "Prompt threads", "ubatch_size": "Micro-batch size", "flash_attn": "Flash attention",
     "cache_type_k": "KV cache type (K)", "cache_type_v": "KV cache type (V)", "mlock": "Lock in RAM",
     "no_mmap": "Don't memory-map", "embeddings": "Embeddings only", "jinja": "Jinja chat template",
+    "max_model_len": "Context length", "max_num_seqs": "Max sequences", "gpu_memory_utilization": "GPU memory share",
+    "tensor_parallel_size": "Tensor-parallel size", "pipeline_parallel_size": "Pipeline-parallel size",
+    "max_num_batched_tokens": "Max batched tokens", "kv_cache_dtype": "KV cache type", "max_tokens": "Max tokens",
 }
 
 
@@ -52,44 +84,89 @@ def _label(name: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _kind_of(annotation: Any) -> tuple[str, tuple[str, ...]]:
-    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    base = args[0]
-    if typing.get_origin(base) is typing.Literal:
-        return "choice", tuple(str(c) for c in typing.get_args(base))
-    if base is bool:
-        return "bool", ()
-    if base is int:
-        return "int", ()
-    if base is float:
-        return "float", ()
-    return "text", ()
+def _kind_of(annotation: Any) -> tuple[str, tuple[Any, ...]]:
+    """The widget kind of a field's type, and a ``Literal``'s values."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    args = typing.get_args(annotation) if union else (annotation,)
+    optional = type(None) in args
+    rest = [a for a in args if a is not type(None)]
+    if len(rest) == 1:
+        base = rest[0]
+        if typing.get_origin(base) is typing.Literal:
+            return "choice", typing.get_args(base)
+        if base is bool:
+            return ("tribool" if optional else "bool"), ()
+        if base is int:
+            return "int", ()
+        if base is float:
+            return "float", ()
+        if base is str:
+            return "text", ()
+    return "json", ()  # nested models, dicts, lists, unions: edited as JSON
 
 
-def llamacpp_fields() -> tuple[FieldSpec, ...]:
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return str(value)
+
+
+def runtime_group(runtime: str) -> str:
+    return f"{RUNTIME_LABELS.get(runtime, runtime)} runtime"
+
+
+def runtime_fields(runtime: str, model: type[BaseModel] | None = None) -> tuple[FieldSpec, ...]:
+    """One row per field of the runtime's settings model (``model`` overrides which model)."""
+    section, default_model = RUNTIME_SECTIONS[runtime]
     specs = []
-    for name, info in LlamaCppSettings.model_fields.items():
+    for name, info in (model or default_model).model_fields.items():
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        kind, choices = _kind_of(info.annotation)
-        default = extra.get("runtime_default", "")
+        kind, values = _kind_of(info.annotation)
+        default = extra.get("runtime_default", None)
+        if default in ("", None) and not info.is_required() and info.default is not None:
+            default = info.default if not callable(info.default) else None
+        shown = "" if default in ("", None) or kind == "bool" else f"default: {_shown(default)}"
+        if kind == "json" and not shown:
+            shown = "JSON; blank: the runtime's default"
+        label = extra.get("label") or info.title or _label(name)
         specs.append(FieldSpec(
-            key=SETTINGS_PREFIX + name, label=_label(name), kind=kind, group="llama.cpp runtime",
-            help=info.description or "", unit=str(extra.get("unit") or ""),
-            placeholder=f"default: {default}" if default not in ("", None) else "", choices=choices,
-            flag=str(extra.get("flag") or ""), optional=kind != "bool"))
+            key=f"{section}.{name}", label=str(label), kind=kind, group=runtime_group(runtime),
+            help=info.description or "", unit=str(extra.get("unit") or ""), placeholder=shown,
+            choices=tuple(str(v) for v in values), values=values, flag=str(extra.get("flag") or ""),
+            optional=kind != "bool", section=section))
     return tuple(specs)
 
 
-def definition_fields() -> tuple[FieldSpec, ...]:
+def llamacpp_fields() -> tuple[FieldSpec, ...]:
+    return runtime_fields("llamacpp")
+
+
+def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
+    group = runtime_group(runtime)
+    pinned = (FieldSpec("image", "Container image", "text", group,
+                        "The vLLM image: a tag, or name@sha256:digest.", placeholder="the node's vLLM image"),
+              ) if runtime == "vllm" else ()
+    args_help = f"Passed to {_EXECUTABLE.get(runtime, runtime)} as typed"
+    args_help += " (flags with a field above are moved into it)." if runtime == "llamacpp" else "."
     return (
         FieldSpec("id", "Id", "text", "Model", "Lowercase letters, digits and '-'; cannot change later.",
                   optional=False),
         FieldSpec("served_name", "Served name", "text", "Model", "The `model` clients send.", optional=False),
-        FieldSpec("model_path", "Model file", "text", "Model", "Path of the GGUF file on the node.",
-                  optional=False),
+        FieldSpec("runtime", "Runtime", "choice", "Model", "What runs the model; each has its own settings below.",
+                  choices=tuple(RUNTIMES), values=tuple(RUNTIMES), optional=False,
+                  choice_labels=tuple(RUNTIME_LABELS[r] for r in RUNTIMES)),
+        FieldSpec("model_path", "Model", "text", "Model", _MODEL_PATH_HELP.get(runtime, ""), optional=False),
         FieldSpec("node", "Node", "text", "Model", "'local' for this machine.", optional=False),
         FieldSpec("tags", "Tags", "tags", "Model", "Comma-separated, for filtering."),
         FieldSpec("description", "Description", "text", "Model"),
+        *pinned,
+        FieldSpec("runtime_version", "Pinned version", "text", group,
+                  "The runtime version this model must run on; a node with another refuses to start it.",
+                  placeholder="any version"),
         FieldSpec("auto_start", "Start with the daemon", "bool", "Lifecycle", optional=False),
         FieldSpec("start_on_request", "Start on first request", "bool", "Lifecycle", optional=False),
         FieldSpec("idle_unload_seconds", "Unload when idle after", "int", "Lifecycle", unit="s",
@@ -97,35 +174,52 @@ def definition_fields() -> tuple[FieldSpec, ...]:
         FieldSpec("memory_budget_gib", "Memory budget", "float", "Lifecycle", unit="GiB",
                   placeholder="no limit"),
         FieldSpec("startup_timeout_s", "Startup timeout", "float", "Lifecycle", unit="s", optional=False),
-        FieldSpec("extra_args", "Extra arguments", "args", "Advanced",
-                  "Passed to llama-server as typed (flags with a field above are moved into it)."),
+        FieldSpec("extra_args", "Extra arguments", "args", "Advanced", args_help),
         FieldSpec("env", "Environment", "env", "Advanced", "One NAME=value per line (allowlisted names only)."),
     )
 
 
-def all_fields() -> tuple[FieldSpec, ...]:
-    return definition_fields() + llamacpp_fields()
+def all_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
+    return definition_fields(runtime) + runtime_fields(runtime)
+
+
+def groups(runtime: str) -> tuple[str, ...]:
+    """The editor's cards, in order."""
+    return ("Model", runtime_group(runtime), "Lifecycle", "Advanced")
+
+
+def _every_field() -> tuple[FieldSpec, ...]:
+    seen: dict[str, FieldSpec] = {}
+    for runtime in RUNTIME_SECTIONS:
+        for spec in all_fields(runtime):
+            seen.setdefault(spec.key, spec)
+    return tuple(seen.values())
+
+
+def raw_value(spec: FieldSpec, value: Any) -> Any:
+    """The editor's text for one value: '' for 'runtime default', bools as bools."""
+    if spec.kind == "bool":
+        return bool(value)
+    if spec.kind == "tribool":
+        return "" if value is None else ("true" if value else "false")
+    if spec.kind == "tags":
+        return ", ".join(value or [])
+    if spec.kind == "args":
+        return shlex.join(value or [])
+    if spec.kind == "env":
+        return "\n".join(f"{k}={v}" for k, v in (value or {}).items())
+    if spec.kind == "json":
+        return "" if value is None else json.dumps(value)
+    return "" if value is None else str(value)
 
 
 def raw_values(definition: ModelDefinition) -> dict[str, Any]:
-    """The editor's text for each field: '' for 'runtime default', bools as bools."""
+    """The editor's text for each field of every runtime (switching runtime keeps what was typed)."""
     data = definition.model_dump(mode="json")
     values: dict[str, Any] = {}
-    for spec in all_fields():
-        if spec.key.startswith(SETTINGS_PREFIX):
-            value = data["settings"].get(spec.key[len(SETTINGS_PREFIX):])
-        else:
-            value = data.get(spec.key)
-        if spec.kind == "bool":
-            values[spec.key] = bool(value)
-        elif spec.kind == "tags":
-            values[spec.key] = ", ".join(value or [])
-        elif spec.kind == "args":
-            values[spec.key] = shlex.join(value or [])
-        elif spec.kind == "env":
-            values[spec.key] = "\n".join(f"{k}={v}" for k, v in (value or {}).items())
-        else:
-            values[spec.key] = "" if value is None else str(value)
+    for spec in _every_field():
+        value = data[spec.section].get(spec.name) if spec.section else data.get(spec.key)
+        values[spec.key] = raw_value(spec, value)
     return values
 
 
@@ -135,9 +229,17 @@ class SettingsForm:
     def __init__(self, definition: ModelDefinition, *, is_new: bool = False) -> None:
         self.original = definition
         self.is_new = is_new
-        self.specs = all_fields()
         self.values = raw_values(definition)
         self._initial = dict(self.values)
+
+    @property
+    def runtime(self) -> str:
+        runtime = str(self.values.get("runtime") or self.original.runtime)
+        return runtime if runtime in RUNTIME_SECTIONS else self.original.runtime
+
+    @property
+    def specs(self) -> tuple[FieldSpec, ...]:
+        return all_fields(self.runtime)
 
     @property
     def dirty(self) -> bool:
@@ -148,27 +250,37 @@ class SettingsForm:
 
     def validate(self) -> tuple[ModelDefinition | None, dict[str, str]]:
         errors: dict[str, str] = {}
-        data: dict[str, Any] = {"settings": {}}
+        data: dict[str, Any] = self.original.model_dump(mode="json")  # what is not shown stays as it was
+        section = RUNTIME_SECTIONS[self.runtime][0]
+        data[section] = {}  # the shown runtime's settings are rebuilt: blank means the runtime's default
         for spec in self.specs:
             try:
                 value = _parse(spec, self.values.get(spec.key))
             except ValueError as exc:
                 errors[spec.key] = str(exc)
                 continue
-            if spec.key.startswith(SETTINGS_PREFIX):
+            if spec.section:
                 if value is not None:
-                    data["settings"][spec.key[len(SETTINGS_PREFIX):]] = value
-            elif value is not None:
+                    data[spec.section][spec.name] = value
+            elif value is None:
+                data.pop(spec.key, None)
+            else:
                 data[spec.key] = value
-        data["sources"] = self.original.sources.model_dump() if self.original.sources else None
         if not self.is_new:
             data["id"] = self.original.id  # the id is the model's identity: never renamed here
         try:
             definition = ModelDefinition.model_validate(data)
         except ValidationError as exc:
             for err in exc.errors():
-                key = ".".join(str(p) for p in err["loc"][:2] if not isinstance(p, int))
-                errors.setdefault(key if key in self.values else _owner(key), _message(err))
+                loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
+                key = ".".join(loc[:2])
+                if key not in self.values:
+                    key = loc[0] if loc and loc[0] in self.values else _owner(key)
+                    inner = []
+                else:
+                    inner = loc[2:]
+                message = _message(err)
+                errors.setdefault(key, f"{'.'.join(inner)}: {message}" if inner else message)
             return None, errors
         return (None, errors) if errors else (definition, {})
 
@@ -188,6 +300,8 @@ def _parse(spec: FieldSpec, raw: Any) -> Any:
     if spec.kind == "bool":
         return bool(raw)
     text = "" if raw is None else str(raw).strip()
+    if spec.kind == "tribool":
+        return None if text == "" else text == "true"
     if spec.kind == "tags":
         return [t.strip() for t in text.split(",") if t.strip()]
     if spec.kind == "args":
@@ -207,4 +321,11 @@ def _parse(spec: FieldSpec, raw: Any) -> Any:
         if spec.optional:
             return None
         return text  # let pydantic say what is missing
+    if spec.kind == "json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    if spec.kind == "choice":
+        return next((v for v in spec.values if str(v) == text), text)
     return text  # pydantic parses numbers and checks bounds and choices

@@ -1,16 +1,20 @@
 """The agent's contracts that travel inside the daemon's API, re-exported so the app sees only
 ``daemon.api``.
 
-A ``ModelDefinition`` carries ``LlamaCppSettings`` (its fields hold the flag, default and unit the
-settings editor is built from), a node and a host snapshot carry ``GpuInfo``, fits and transfers
-carry the source shapes, and pairing shows and reads codes and fingerprints the agent's way.
+A ``ModelDefinition`` carries one settings model per runtime (``LlamaCppSettings``, ``VllmSettings``,
+``MlxSettings``: their fields hold the flag, default and unit the settings editor is built from) and
+names its runtime (``RuntimeId``, shown with ``RUNTIME_LABELS``), a node and a host snapshot carry
+``GpuInfo``, fits and transfers carry the source shapes, and pairing shows and reads codes and
+fingerprints the agent's way.
 """
 
 from __future__ import annotations
 
 from agent.api.llamacpp import LlamaCppSettings
+from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
 from agent.api.pairing import format_code, normalize_code, short_fingerprint
+from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeId
 from agent.api.sources import (
     FitReport,
     GgufSummary,
@@ -21,7 +25,8 @@ from agent.api.sources import (
     OllamaModelInfo,
     TransferState,
 )
+from agent.api.vllm import VllmSettings
 
-__all__ = ["FitReport", "GgufSummary", "GpuInfo", "HfFileRef", "ImportedModel", "LlamaCppSettings",
-           "LmStudioModelInfo", "MemoryEstimate", "OllamaModelInfo", "TransferState", "format_code", "normalize_code",
-           "short_fingerprint"]
+__all__ = ["RUNTIMES", "RUNTIME_LABELS", "FitReport", "GgufSummary", "GpuInfo", "HfFileRef", "ImportedModel",
+           "LlamaCppSettings", "LmStudioModelInfo", "MemoryEstimate", "MlxSettings", "OllamaModelInfo", "RuntimeId",
+           "TransferState", "VllmSettings", "format_code", "normalize_code", "short_fingerprint"]
