@@ -18,6 +18,7 @@ SWITCHES = {"load_seconds", "load_quiet", "exit_code", "crash_after_s", "crash_e
             "reset_first", "starts_file", "usage_when_asked", "break_after"}
 
 SWITCHES |= {"legacy_metrics", "tool_args", "log_requests"}  # KV-cache shapes, tool calls, request lines
+SWITCHES |= {"version"}  # what --version prints
 
 
 def fake_runtime_script(switches: dict[str, object], platform: str = sys.platform,

@@ -34,6 +34,8 @@ llama-server does. Fault switches (environment):
     FAKE_BIND_DELAY_S     wait this long before binding the port (another server may take it first)
     FAKE_SIGILL           "load": die by SIGILL while loading; "generate": at the first generation
                           (what a build for another CPU does in its first matrix kernel)
+    FAKE_VERSION          what ``--version`` prints (default ``version: 4242 (fa4e1234)``, a git build's
+                          shape; this project's sdist build says ``version: 0.6.0-dev (build 0, commit unknown)``)
 
 By default it answers like today's llama-server: ``/metrics`` without KV-cache gauges, ``/slots``
 with each slot's ``n_ctx`` and, once it has served a task, ``n_prompt_tokens`` (the tokens its
@@ -473,6 +475,10 @@ def crash() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "--version" in (sys.argv[1:] if argv is None else argv):  # as llama-server: to stderr, then exit
+        log(os.environ.get("FAKE_VERSION", "version: 4242 (fa4e1234)"))
+        log("built with fake cc for fake-arch")
+        return 0
     args = parse(list(sys.argv[1:] if argv is None else argv))
     log(f"build: fake llama-server (pid {os.getpid()})")
     if os.environ.get("FAKE_STARTS_FILE"):
