@@ -13,7 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from agent.api.launch_policy import PolicyViolation, check_env, check_extra_args
+from agent.api.launch_policy import (
+    PolicyViolation,
+    check_env,
+    check_extra_args,
+    check_mlx_settings,
+)
 from agent.api.safe_names import (
     UnsafeName,
     check_hf_repo,
@@ -65,9 +70,15 @@ def check_definition(definition: ModelDefinition) -> None:
     except UnsafeName as exc:
         raise DefinitionRejected(str(exc)) from exc
     try:
-        check_extra_args(definition.extra_args, definition.model_path)
+        check_extra_args(definition.extra_args, definition.model_path,
+                         runtime="mlx" if definition.runtime == "mlx" else "llamacpp")
     except PolicyViolation as exc:
         raise DefinitionRejected(f"extra_args: {exc}") from exc
+    if definition.runtime == "mlx":
+        try:
+            check_mlx_settings(definition.mlx, definition.model_path)
+        except PolicyViolation as exc:
+            raise DefinitionRejected(f"mlx: {exc}") from exc
     try:
         check_env(definition.env)
     except PolicyViolation as exc:

@@ -10,7 +10,10 @@ chat template...) may only read from the model's own folder; a value that starts
 where a value is expected is refused (``--model=-oProxyCommand=x``), as is any NUL byte.
 ``DENIED_FLAGS`` is the one list of flags a launch may not pass (the agent's driver and the daemon
 both refuse through ``check_extra_args``); the flags the argv builder sets itself and drops from
-``extra_args`` are ``agent.api.llamacpp.OWNED_VALUE_FLAGS``/``OWNED_BOOL_FLAGS``.
+``extra_args`` are ``agent.api.llamacpp.OWNED_VALUE_FLAGS``/``OWNED_BOOL_FLAGS``. ``mlx_lm.server``
+has its own lists (``MLX_DENIED_FLAGS``, ``MLX_PATH_FLAGS``; ``check_extra_args(..., runtime="mlx")``
+and ``check_mlx_settings`` for its typed settings): its model is a folder, and an adapter or a draft
+model may only be read from the folder that holds it.
 Environment: only ``ENV_ALLOWLIST`` and ``GGML_*`` names, so nothing preloads code
 (``LD_PRELOAD``, ``DYLD_*``, ``PYTHON*``), re-enables a refused flag (``LLAMA_ARG_*``) or redirects
 the network (``HF_ENDPOINT``, ``*_PROXY``).
@@ -21,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 
+from agent.api import mlx
 from agent.api.llamacpp import _VALUE_FLAGS, OWNED_VALUE_FLAGS
 from agent.api.safe_names import folder_of, lexically_inside
 
@@ -68,6 +72,17 @@ _SCALED_PATH_FLAGS = frozenset({"--lora-scaled", "--control-vector-scaled"})  # 
 _LIST_PATH_FLAGS = frozenset({"--lora", "--control-vector"})  # comma-separated files
 VALUE_FLAGS = frozenset(_VALUE_FLAGS) | OWNED_VALUE_FLAGS | PATH_FLAGS | {"--temp", "--top-k", "--top-p",
                                                                           "--min-p", "-n", "--n-predict"}
+
+# mlx_lm.server (``agent.api.mlx``): the one denylist of its flags. It has no key, no file output
+# and no download flag of its own; what it loads is the model folder, an adapter and a draft model.
+MLX_DENIED_FLAGS: Mapping[str, str] = {
+    "--host": "opens the runtime to the network",
+    "--port": "picks the runtime's port, which the agent owns",
+    "--model": "names the model, which the definition's model_path owns",
+    "--trust-remote-code": "runs Python code that comes with the model",
+}
+MLX_PATH_FLAGS = mlx.PATH_FLAGS  # read from next to the model's folder only
+MLX_VALUE_FLAGS = mlx.VALUE_FLAGS | mlx.OWNED_VALUE_FLAGS
 _NUMBER_RE = re.compile(r"-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 Inside = Callable[[str, str], bool]
@@ -107,9 +122,20 @@ def _paths_in(flag: str, value: str) -> list[str]:
     return [value]
 
 
-def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside = lexically_inside) -> None:
-    """Refuse ``extra_args`` that reach beyond the model; ``inside(folder, path)`` judges paths."""
-    args = list(extra_args)
+def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside = lexically_inside,
+                     runtime: str = "llamacpp") -> None:
+    """Refuse ``extra_args`` that reach beyond the model; ``inside(folder, path)`` judges paths.
+
+    ``runtime`` picks the flag lists: llama-server's (the default) or ``"mlx"`` (``MLX_*``); for
+    MLX the model is a folder, and files may be read from the folder that holds it."""
+    if runtime == "mlx":
+        _check_args(list(extra_args), model_path, inside, MLX_DENIED_FLAGS, MLX_VALUE_FLAGS, MLX_PATH_FLAGS)
+    else:
+        _check_args(list(extra_args), model_path, inside, DENIED_FLAGS, VALUE_FLAGS, PATH_FLAGS)
+
+
+def _check_args(args: list[str], model_path: str, inside: Inside, denied: Mapping[str, str],
+                value_flags: frozenset[str], path_flags: frozenset[str]) -> None:
     if len(args) > MAX_ARGS:
         raise PolicyViolation(f"too many extra arguments ({len(args)}; at most {MAX_ARGS})")
     folder = folder_of(model_path)
@@ -119,11 +145,11 @@ def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside 
         if not isinstance(arg, str) or "\0" in arg or len(arg) > MAX_ARG:
             raise PolicyViolation("an extra argument contains a NUL byte or is too long")
         flag, inline = _split_flag(arg)
-        if flag in DENIED_FLAGS:
-            raise PolicyViolation(f"extra argument {flag} is not allowed: it {DENIED_FLAGS[flag]}")
+        if flag in denied:
+            raise PolicyViolation(f"extra argument {flag} is not allowed: it {denied[flag]}")
         if _PRESET_DOWNLOAD_RE.fullmatch(flag):
             raise PolicyViolation(f"extra argument {flag} is not allowed: it downloads a model")
-        if flag in VALUE_FLAGS:
+        if flag in value_flags:
             value = inline
             if value is None:
                 if i + 1 >= len(args):
@@ -132,12 +158,20 @@ def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside 
                 value = args[i]
             if "\0" in value:
                 raise PolicyViolation(f"the value of {flag} contains a NUL byte")
-            if value.startswith("-") and (flag in PATH_FLAGS or not _NUMBER_RE.fullmatch(value)):
+            if value.startswith("-") and (flag in path_flags or not _NUMBER_RE.fullmatch(value)):
                 raise PolicyViolation(f"the value of {flag} may not start with '-': {value[:60]!r}")
-            if flag in PATH_FLAGS:
+            if flag in path_flags:
                 for path in _paths_in(flag, value):
                     if not inside(folder, path):
                         raise PolicyViolation(
                             f"{flag} may only read files in the model's folder ({folder}); "
                             f"{path[:200]!r} is outside it")
         i += 1
+
+
+def check_mlx_settings(settings: mlx.MlxSettings, model_path: str, inside: Inside = lexically_inside) -> None:
+    """``mlx_lm.server``'s typed settings, judged as the same flags in ``extra_args`` would be (an
+    adapter or a draft model from next to the model's folder only)."""
+    argv = mlx.build_args(settings, model_path, "-", 0)
+    _check_args(argv[len(mlx.OWNED_VALUE_FLAGS) * 2:], model_path, inside, MLX_DENIED_FLAGS,
+                MLX_VALUE_FLAGS, MLX_PATH_FLAGS)

@@ -12,6 +12,9 @@ from pydantic import BaseModel
 
 from agent.api.json_store import JsonStore, UnreadableStore
 from agent.api.llamacpp import config_hash, lift_extra_args
+from agent.api.mlx import config_hash as mlx_config_hash
+from agent.api.mlx import lift_extra_args as mlx_lift_extra_args
+from agent.api.runtimes import RUNTIME_LABELS, RuntimeOffer
 from daemon.api.demo_model import DEMO_MODEL_ID, DEMO_PACKAGE, demo_definition
 from daemon.api.models import ModelDefinition
 from daemon.errors import DaemonProblem
@@ -29,6 +32,18 @@ class RegistryError(DaemonProblem):
     """A model definition refused (unknown model, name clash, unknown node)."""
 
 
+def runtime_refusal(definition: ModelDefinition, node_name: str, offers: list[RuntimeOffer]) -> str | None:
+    """Why ``definition`` cannot run on a node that offers ``offers`` (None: its runtime is there)."""
+    wanted = next((o for o in offers if o.runtime == definition.runtime), None)
+    if wanted is not None and wanted.available:
+        return None
+    label = RUNTIME_LABELS.get(definition.runtime, definition.runtime)
+    reason = (wanted.reason if wanted is not None else None) or (
+        f"its agent has no {label} driver" if wanted is None else "unavailable")
+    others = ", ".join(RUNTIME_LABELS.get(o.runtime, o.runtime) for o in offers if o.available) or "no runtime"
+    return f"node '{node_name}' has no {label}: {reason}; it offers {others}"
+
+
 class _RegistryFile(BaseModel):
     """Storage shape of ``models.json`` (kept apart from the wire shape)."""
 
@@ -37,7 +52,10 @@ class _RegistryFile(BaseModel):
 
 
 def normalize(definition: ModelDefinition) -> ModelDefinition:
-    """Lift typed flags out of ``extra_args`` so the settings own them."""
+    """Lift typed flags out of ``extra_args`` so the settings own them (the runtime's own settings)."""
+    if definition.runtime == "mlx":
+        mlx, rest = mlx_lift_extra_args(definition.mlx, definition.extra_args)
+        return definition.model_copy(update={"mlx": mlx, "extra_args": rest})
     settings, rest = lift_extra_args(definition.settings, definition.extra_args)
     return definition.model_copy(update={"settings": settings, "extra_args": rest})
 
@@ -63,8 +81,12 @@ def definition_hash(definition: ModelDefinition) -> str:
     cached = _HASHES.get(id(definition))
     if cached is not None and cached[0] is definition:
         return cached[1]
-    value = config_hash(definition.settings, definition.model_path, definition.served_name,
-                        definition.extra_args)
+    if definition.runtime == "mlx":
+        value = mlx_config_hash(definition.mlx, definition.model_path, definition.served_name,
+                                definition.extra_args)
+    else:
+        value = config_hash(definition.settings, definition.model_path, definition.served_name,
+                            definition.extra_args)
     if len(_HASHES) > 4096:
         _HASHES.clear()
     _HASHES[id(definition)] = (definition, value)
@@ -81,17 +103,35 @@ class Registry:
         self._lock = asyncio.Lock()
         # The nodes a model may be saved on (id -> name); the daemon sets it, None checks nothing.
         self.known_nodes: Callable[[], Mapping[str, str]] | None = None
+        # What a node's agent says of its runtimes (None: it does not say now); the daemon sets it.
+        self.node_offers: Callable[[str], list[RuntimeOffer] | None] | None = None
 
     def _placed(self, definition: ModelDefinition) -> ModelDefinition:
         """Refused (422) on a node that does not exist; a node named by id prefix or name is stored
         under its full id, so requests find it."""
         if self.known_nodes is None:
             return definition
+        names = self.known_nodes()
         try:
-            node = resolve_node(definition.node, self.known_nodes())
+            node = resolve_node(definition.node, names)
         except UnknownNode as exc:
             raise RegistryError(422, "unknown_node", str(exc)) from exc
-        return definition if node == definition.node else definition.model_copy(update={"node": node})
+        definition = definition if node == definition.node else definition.model_copy(update={"node": node})
+        self.check_runtime(definition, names.get(node, node))
+        return definition
+
+    def check_runtime(self, definition: ModelDefinition, node_name: str | None = None, *, status: int = 422) -> None:
+        """Refuse ``definition`` on a node that reports its runtime unavailable. A node that does not
+        report now (offline, not yet in first contact, an agent older than offers) does not block
+        a save: what it will offer is not known; a start there is refused by the node's own answer."""
+        offers = self.node_offers(definition.node) if self.node_offers is not None else None
+        if not offers:
+            return
+        if node_name is None:
+            node_name = (self.known_nodes() if self.known_nodes is not None else {}).get(definition.node)
+        refusal = runtime_refusal(definition, node_name or definition.node, offers)
+        if refusal is not None:
+            raise RegistryError(status, "runtime_unavailable", refusal)
 
     def load(self) -> bool:
         """Read ``models.json``; False when there was none (first run)."""
