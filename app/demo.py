@@ -2,9 +2,9 @@
 
 It answers every call of ``DaemonClient`` (``tests/app/test_demo_conformance.py`` holds it to that)
 like the daemon would: state changes publish events with monotonic ids and a ``boot_id``, so the
-app's ``EventFeed`` runs for real. ``DemoDaemon()`` is the demo's believable fleet (five models in
-every state, one of them a base model without a chat template, a host with a GPU, keys, history
-with live-looking curves, runtime logs; nodes, model sources and jobs from ``app.demo_services``),
+app's ``EventFeed`` runs for real. ``DemoDaemon()`` is the demo's believable fleet (six models in
+every state, one of them a base model without a chat template, one on vLLM, a host with a GPU, keys,
+history with live-looking curves, runtime logs; nodes, model sources and jobs from ``app.demo_services``),
 so the whole app can be shown and documented on a machine with no models; started models become
 ready after a short delay. ``DemoDaemon(models)`` is a bare daemon holding just those models
 (stopped), one machine without paired nodes, no keys, no jobs and no made-up figures, the state the
@@ -29,7 +29,7 @@ from typing import Any
 
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
-from daemon.api.contracts import GpuInfo, LlamaCppSettings
+from daemon.api.contracts import GpuInfo, LlamaCppSettings, VllmSettings
 from daemon.api.models import (
     ApiKeyCreated,
     ApiKeyInfo,
@@ -76,6 +76,12 @@ def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
          "llama-server exited 1: cudaMalloc failed: out of memory (needed 16.0 GiB for the KV cache)"),
         (d("mistral-small", "mistral-small-24b", "~/models/Mistral-Small-24B-Instruct-Q4_K_M.gguf", ["chat", "large"],
            ctx_size=16384), ModelState.STOPPED, None),
+        (ModelDefinition(id="qwen25-7b-vllm", served_name="qwen2.5-7b-instruct-awq", runtime="vllm",
+                         model_path="~/models/Qwen2.5-7B-Instruct-AWQ", tags=["chat"],
+                         image="vllm/vllm-openai:v0.8.5", runtime_version="0.8.5",
+                         vllm=VllmSettings(max_model_len=32768, max_num_seqs=64),
+                         sources=ModelSource(hf_repo="Qwen/Qwen2.5-7B-Instruct-AWQ")),
+         ModelState.STOPPED, None),  # vLLM, in a container on the workstation
     ]
 
 

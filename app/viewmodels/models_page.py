@@ -2,7 +2,8 @@
 
 It also says how long a ready model has been up, against its own clock: a snapshot changes only
 when something happens, so a figure computed when it arrived ("Uptime 2 s", at the ready event)
-would stand still; the panel asks again every second.
+would stand still; the panel asks again every second. ``runtime_badge`` is the text of the badge
+that says which runtime a model runs on (and the version it is pinned to), in the list and the panel.
 """
 
 from __future__ import annotations
@@ -14,9 +15,27 @@ from dataclasses import dataclass, replace
 from app import format as fmt
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
+from daemon.api.contracts import RUNTIME_LABELS
 from daemon.api.models import ModelDefinition, ModelState, ModelView
 
 ALL_TAGS = ""
+_VERSION_CHARS = 24
+
+
+def short_version(version: str) -> str:
+    """A pin short enough for a badge: an image digest as its first 12 hex digits."""
+    if "sha256:" in version:
+        return "sha256:" + version.split("sha256:", 1)[1][:12]
+    return version if len(version) <= _VERSION_CHARS else version[:_VERSION_CHARS - 1] + "…"
+
+
+def runtime_badge(definition: ModelDefinition) -> tuple[str, str]:
+    """The runtime badge's text ("llama.cpp", "vLLM 0.8.5") and its tooltip (the full pin)."""
+    name = RUNTIME_LABELS.get(definition.runtime, definition.runtime)
+    pin = definition.runtime_version
+    if not pin:
+        return name, f"Runs on {name}; any version"
+    return f"{name} {short_version(pin)}", f"Runs on {name}, pinned to {pin}"
 
 
 @dataclass(frozen=True)

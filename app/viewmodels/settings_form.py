@@ -24,7 +24,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES, LlamaCppSettings, MlxSettings, VllmSettings
+from daemon.api.contracts import (
+    RUNTIME_LABELS,
+    RUNTIMES,
+    LlamaCppSettings,
+    MlxSettings,
+    VllmSettings,
+)
 from daemon.api.models import ModelDefinition
 
 SETTINGS_PREFIX = "settings."

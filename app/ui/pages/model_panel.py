@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QSizePolicy,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -20,11 +21,28 @@ from app.ui.pages.charts_tab import ChartsTab
 from app.ui.pages.logs_tab import LogsTab
 from app.ui.pages.settings_editor import SettingsEditor
 from app.ui.widgets import Card, StateBadge, button, label
-from app.viewmodels.models_page import ModelsPageViewModel
+from app.viewmodels.models_page import ModelsPageViewModel, runtime_badge
 from daemon.api.models import ModelDefinition, ModelState, ModelView
 
 OVERVIEW, SETTINGS, LOGS, CHARTS = range(4)
 BENCHMARKS = 4
+
+
+class RuntimeBadge(QLabel):
+    """Which runtime a model runs on, with its pinned version: "llama.cpp", "vLLM 0.8.5"."""
+
+    def __init__(self, definition: ModelDefinition | None = None) -> None:
+        super().__init__()
+        self.setObjectName("RuntimeBadge")
+        self.setProperty("badge", "runtime")
+        self.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
+        if definition is not None:
+            self.show_definition(definition)
+
+    def show_definition(self, definition: ModelDefinition) -> None:
+        text, tip = runtime_badge(definition)
+        self.setText(text)
+        self.setToolTip(tip)
 
 
 class OverviewTab(QWidget):
@@ -110,9 +128,11 @@ class ModelPanel(QWidget):
         self.title = label("", role="figure")
         self.title.setStyleSheet("font-size: 20px;")
         self.badge = StateBadge()
+        self.runtime_badge = RuntimeBadge()
         self.restart_badge = label("Restart needed")
         self.restart_badge.setProperty("badge", "restart")
         head.addWidget(self.title)
+        head.addWidget(self.runtime_badge)
         head.addWidget(self.badge)
         head.addWidget(self.restart_badge)
         head.addStretch(1)
@@ -145,7 +165,7 @@ class ModelPanel(QWidget):
         self._set_visible(False)
 
     def _set_visible(self, on: bool) -> None:
-        for w in (self.title, self.badge, self.subtitle, self.tabs, self.start_button, self.stop_button,
+        for w in (self.title, self.runtime_badge, self.badge, self.subtitle, self.tabs, self.start_button, self.stop_button,
                   self.restart_button):
             w.setVisible(on)
         self.restart_badge.setVisible(False)
@@ -170,6 +190,7 @@ class ModelPanel(QWidget):
         self.benchmarks.show_model(view.definition.id)
         s = view.status
         self.title.setText(view.definition.served_name)
+        self.runtime_badge.show_definition(view.definition)
         self.badge.set_state(s.state)
         self.restart_badge.setVisible(s.restart_pending)
         self.subtitle.setText(f"{view.definition.model_path}  ·  node {self.ctx.nodes.name_of(view.definition.node)}")
@@ -188,6 +209,7 @@ class ModelPanel(QWidget):
         for b in (self.start_button, self.stop_button, self.restart_button, self.badge):
             b.setVisible(False)
         self.title.setText("New model")
+        self.runtime_badge.show_definition(draft)
         self.subtitle.setText("Fill in the file and the settings, then Save.")
         self.settings.show_draft(draft)
         for index in (OVERVIEW, LOGS, CHARTS, BENCHMARKS):

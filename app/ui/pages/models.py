@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext
 from app.ui.pages.first_run import FirstRunCard
-from app.ui.pages.model_panel import ModelPanel
+from app.ui.pages.model_panel import ModelPanel, RuntimeBadge
 from app.ui.widgets import StateBadge, button, label, page, page_header
 from app.viewmodels.models_page import ModelsPageState
 from daemon.api.models import ModelView
@@ -39,6 +39,8 @@ class ModelRow(QWidget):
             text_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             text.addWidget(text_label)
         layout.addLayout(text, 1)
+        self.runtime_badge = RuntimeBadge(view.definition)
+        layout.addWidget(self.runtime_badge, 0, Qt.AlignmentFlag.AlignVCenter)
         self.badge = StateBadge(view.status.state)
         layout.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignVCenter)
 

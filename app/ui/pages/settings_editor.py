@@ -1,8 +1,10 @@
 """The Settings tab: an editor generated from the typed settings, with pydantic's messages inline.
 
-Rows come from ``app.viewmodels.settings_form`` (one per ``LlamaCppSettings`` field and per
-definition field): the runtime's default is the placeholder, the unit sits beside the box, the
-flag and description are the tooltip. Save stays disabled while any value is refused.
+Rows come from ``app.viewmodels.settings_form``: one per definition field and one per field of the
+model's runtime settings (``LlamaCppSettings``, ``VllmSettings`` or ``MlxSettings``): the runtime's
+default is the placeholder, the unit sits beside the box, the flag and description are the tooltip.
+The rows are rebuilt when the model shown (or the Runtime picked) runs on another runtime. Save
+stays disabled while any value is refused.
 """
 
 from __future__ import annotations
@@ -28,10 +30,8 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import Card, bind, button, label, set_prop
 from app.viewmodels.nodes import node_choices
-from app.viewmodels.settings_form import FieldSpec, SettingsForm
+from app.viewmodels.settings_form import FieldSpec, SettingsForm, all_fields, groups
 from daemon.api.models import ModelDefinition, ModelView
-
-GROUPS = ("Model", "llama.cpp runtime", "Lifecycle", "Advanced")
 
 
 def _ask(parent: QWidget, text: str) -> bool:
@@ -48,6 +48,7 @@ class SettingsEditor(QWidget):
         self.view: ModelView | None = None
         self.editors: dict[str, QWidget] = {}
         self.errors: dict[str, QLabel] = {}
+        self.runtime: str | None = None  # the runtime the rows are built for
         self._loading = False
 
         layout = QVBoxLayout(self)
@@ -88,13 +89,22 @@ class SettingsEditor(QWidget):
         self.column.setSpacing(12)
         scroll.setWidget(inner)
         layout.addWidget(scroll, 1)
-        self._build()
+        self._build("llamacpp")
         bind(self, ctx.nodes.state, lambda _s: self._fill_nodes(self.form.values.get("node") if self.form else None))
 
     # --- construction ---------------------------------------------------------------------------
-    def _build(self) -> None:
-        specs = SettingsForm(ModelDefinition(id="x", served_name="x", model_path="x")).specs
-        cards = {g: Card(g) for g in GROUPS}
+    def _build(self, runtime: str) -> None:
+        while self.column.count():  # the rows of another runtime go
+            item = self.column.takeAt(0)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.hide()
+                widget.deleteLater()  # later: the Runtime picker may be the sender of this rebuild
+        self.editors, self.errors = {}, {}
+        self.runtime = runtime
+        specs = all_fields(runtime)
+        names = groups(runtime)
+        cards = {g: Card(g) for g in names}
         grids = {}
         for group, card in cards.items():
             grid = QGridLayout()
@@ -127,7 +137,7 @@ class SettingsEditor(QWidget):
             error.setVisible(False)
             self.errors[spec.key] = error
             grid.addWidget(error, row + 1, 1, 1, 3)
-        for name in GROUPS:
+        for name in names:
             self.column.addWidget(cards[name])
         self.column.addStretch(1)
 
@@ -140,13 +150,23 @@ class SettingsEditor(QWidget):
             box = QCheckBox()
             box.toggled.connect(lambda on, k=spec.key: self._changed(k, on))
             return box
-        if spec.kind == "choice":
+        if spec.kind in ("choice", "tribool"):
             combo = QComboBox()
-            combo.addItem(spec.placeholder or "runtime default", "")
-            for choice in spec.choices:
-                combo.addItem(choice, choice)
+            if spec.optional:
+                combo.addItem(spec.placeholder or "runtime default", "")
+            if spec.kind == "tribool":
+                combo.addItem("on", "true")
+                combo.addItem("off", "false")
+            for n, choice in enumerate(spec.choices):
+                combo.addItem(spec.choice_labels[n] if n < len(spec.choice_labels) else choice, choice)
             combo.currentIndexChanged.connect(lambda _i, k=spec.key, c=combo: self._changed(k, c.currentData()))
             return combo
+        if spec.kind == "json":
+            text = QPlainTextEdit()
+            text.setFixedHeight(56)
+            text.setPlaceholderText(spec.placeholder or "JSON")
+            text.textChanged.connect(lambda k=spec.key, t=text: self._changed(k, t.toPlainText()))
+            return text
         if spec.kind == "env":
             text = QPlainTextEdit()
             text.setFixedHeight(64)
@@ -192,6 +212,8 @@ class SettingsEditor(QWidget):
 
     def _load(self, form: SettingsForm) -> None:
         self.form = form
+        if form.runtime != self.runtime:
+            self._build(form.runtime)
         self._fill_nodes(form.values.get("node"))
         self._loading = True
         try:
@@ -217,6 +239,9 @@ class SettingsEditor(QWidget):
         if self._loading or self.form is None:
             return
         self.form.set(key, value)
+        if self.form.runtime != self.runtime:  # another runtime: its own rows, what was typed kept
+            self._load(self.form)
+            return
         self._validate()
 
     def _validate(self) -> ModelDefinition | None:
