@@ -101,6 +101,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     nodes = NodeManager(config.nodes, paths.pki, paths.nodes, links, orchestrator, registry, telemetry, events,
                         history)
     registry.known_nodes = nodes.names  # a model is saved only on a node that exists
+    registry.node_offers = nodes.offers  # ...and that offers its runtime (when it says)
     upgrades = UpgradeManager(paths.home, config.upgrades, nodes.views, links, events, history)
     jobs = JobManager(registry, orchestrator, links, maintenance, events, router.in_flight, telemetry, paths.home)
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 
 from agent.api.models import GpuInfo
+from agent.api.runtimes import RuntimeOffer
 
 NODE_ID_PATTERN = r"^(local|[0-9a-f]{64})$"
 
@@ -45,6 +46,8 @@ class NodeView(BaseModel):
     memory_used: int | None = None
     memory_available: int | None = Field(default=None, description="Bytes free for a new model.")
     gpus: list[GpuInfo] = Field(default_factory=list)
+    runtimes: list[RuntimeOffer] = Field(default_factory=list, description="Each runtime its agent drives: "
+                                         "available with its version, or why not (empty until it reports).")
     models: list[str] = Field(default_factory=list, description="Ids of the models placed on it.")
     latency_ms: float | None = Field(default=None, description="Round trip of the last status probe.")
     last_seen: float | None = None

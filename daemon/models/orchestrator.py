@@ -153,6 +153,8 @@ class Orchestrator:
             self.book.clear(model_id)
         self.book.want(model_id, True)
         link = await self._link(definition)
+        # A node that reports its runtime unavailable is refused before the agent is asked.
+        self.registry.check_runtime(definition, status=409)
         async with link.start_lane:
             current = self.status(definition)
             if current.state in (ModelState.STARTING, ModelState.READY):

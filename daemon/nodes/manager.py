@@ -21,8 +21,15 @@ from cryptography import x509
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.pairing import short_fingerprint
+from agent.api.runtimes import RuntimeOffer
 from daemon.api.models import LOCAL_NODE, ModelState
-from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodePairRequest, NodeView
+from daemon.api.nodes import (
+    DiscoveredNode,
+    NodeAddResult,
+    NodePairRequest,
+    NodeState,
+    NodeView,
+)
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
@@ -136,13 +143,22 @@ class NodeManager:
             view = view.model_copy(update={
                 "hostname": status.hostname, "os": status.os, "arch": status.arch, "version": status.version,
                 "cpu_count": status.cpu_count, "memory_total": status.memory_total,
-                "memory_available": status.memory_available, "gpus": status.gpus})
+                "memory_available": status.memory_available, "gpus": status.gpus,
+                "runtimes": status.runtime_offers})
         if sample is not None:
             view = view.model_copy(update={
                 "cpu_percent": sample.cpu_percent, "memory_total": sample.memory_total,
                 "memory_used": sample.memory_used, "memory_available": sample.memory_available,
                 "gpus": sample.gpus or view.gpus})
         return view
+
+    def offers(self, node_id: str) -> list[RuntimeOffer] | None:
+        """What the node's agent last said of its runtimes while it answered; None when it does not
+        answer now (offline, or no status yet) or says nothing of them (an agent older than offers)."""
+        health = self.monitor.health.get(node_id)
+        if health is None or health.status is None or health.state not in (NodeState.ONLINE, NodeState.DEGRADED):
+            return None
+        return list(health.status.runtime_offers) or None
 
     def names(self) -> dict[str, str]:
         """Every node a model may be placed on, id -> name (the registry refuses any other)."""
