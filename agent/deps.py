@@ -18,13 +18,15 @@ from agent.identity import AgentIdentity, load_or_create_identity
 from agent.manager import InstanceManager
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
-from agent.runtimes.catalog import RuntimeCatalog
+from agent.runtimes.catalog import PreferredBuild, RuntimeCatalog
 from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
+from agent.runtimes.rollout import LlamaCppBuilds
 from agent.sources.service import ModelSources
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
 from agent.upgrade import AgentUpgrades
 
-FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade"]
+FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade",
+            "runtime-builds"]
 # Admission and getting models (agent.sources.service).
 SOURCES_FEATURES = ["admission", "fit", "gguf-inspect", "downloads-hf", "downloads-url", "imports-ollama",
                     "imports-folder", "transfers-long-poll"]
@@ -52,6 +54,7 @@ class AgentDeps:
     on_unpair: Callable[[], None] | None = None
     sources: ModelSources | None = None  # fit, downloads, imports; None in tests that need none
     upgrades: AgentUpgrades | None = None  # POST /upgrade; None: this agent refuses upgrades
+    runtime_builds: LlamaCppBuilds | None = None  # POST /runtimes/llamacpp: rolled-out llama.cpp builds
 
 
 def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None,
@@ -62,12 +65,15 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     """The agent's parts for the home directory ``home`` (created where missing)."""
     paths = AgentPaths(Path(home)).ensure()
     identity = load_or_create_identity(paths)
-    catalog = RuntimeCatalog(llama_server)
+    catalog = RuntimeCatalog(llama_server, preferred=PreferredBuild(paths.runtime_builds_dir))
     probe = gpu_probe if gpu_probe is not None else NvmlProbe()
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe)
-    manager = InstanceManager(LlamaCppDriver(paths, catalog), ProcessRecords(paths.records_file), first_port,
-                              admission=admission)
+    llamacpp = LlamaCppDriver(paths, catalog)
+    manager = InstanceManager(llamacpp, ProcessRecords(paths.records_file), first_port, admission=admission)
+    builds = LlamaCppBuilds(paths, catalog, llamacpp, lambda: [run.port for run in manager.runs().values()],
+                            first_port)
     sources = ModelSources(paths.models_dir, admission, manager.loading, allow_private=allow_private_sources)
     telemetry = TelemetryCollector(manager, probe, telemetry_interval_s)
     return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager,
-                     telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources)
+                     telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources,
+                     runtime_builds=builds)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from agent.api.models import InstanceInfo, InstancesPage, InstanceState, LaunchSpec
+from agent.api.runtime_builds import pin_mismatch
+from agent.problems import RuntimeVersionMismatch
 from agent.records import ProcessRecords
 from agent.runtimes.driver import NoRuntime, RuntimeDriver
 from agent.runtimes.drivers import Drivers
@@ -121,8 +123,15 @@ class InstanceManager:
         return True
 
     async def start(self, spec: LaunchSpec) -> InstanceInfo:
-        """Check the spec, pick a port and spawn; raises SpecRejected, NoRuntime, AlreadyRunning."""
+        """Check the pin and the spec, pick a port and spawn; raises RuntimeVersionMismatch, SpecRejected,
+        NoRuntime, AlreadyRunning."""
         driver = self.drivers.get(spec.runtime)  # NoRuntime when this agent has none for it
+        if spec.runtime_version:  # the model's pin (agent.api.runtime_builds)
+            offer = await driver.offer()
+            why = pin_mismatch(spec.runtime_version, offer)
+            if why is not None:
+                raise RuntimeVersionMismatch(why, details={"wanted": spec.runtime_version, "version": offer.version,
+                                                           "digest": offer.digest})
         driver.check(spec)
         async with self._start_lock:
             sup = self._supervisor(spec.instance_id)

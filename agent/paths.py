@@ -56,6 +56,11 @@ class AgentPaths:
         return self.home / "runtime-checks.json"
 
     @property
+    def runtime_builds_dir(self) -> Path:
+        """The llama.cpp builds the daemon rolled out here, side by side, and ``preferred.json``."""
+        return self.home / "runtimes"
+
+    @property
     def pairing_code_file(self) -> Path:
         """The code an unpaired agent shows, for ``mirbadllm agent pairing-code`` (0600)."""
         return self.home / "pairing-code.json"

@@ -45,3 +45,10 @@ class StartInProgress(AgentProblem):
 
     status = 409
     code = "start_in_progress"
+
+
+class RuntimeVersionMismatch(AgentProblem):
+    """The model is pinned to a runtime version this node does not run (``agent.api.runtime_builds``)."""
+
+    status = 409
+    code = "runtime_version_mismatch"

@@ -27,6 +27,8 @@ from agent.manager import AlreadyRunning, UnknownInstance
 from agent.problems import AgentProblem
 from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
 from agent.runtimes.llamacpp import NoRuntime, SpecRejected
+from agent.runtimes.rollout import LlamaCppBuilds
+from agent.runtimes.rollout import routes as runtime_build_routes
 from agent.sources.api import routes as sources_routes
 from agent.sources.service import ModelSources
 from agent.upgrade import AgentUpgrades
@@ -228,6 +230,13 @@ def _upgrades(request: web.Request) -> AgentUpgrades:
     return upgrades
 
 
+def _runtime_builds(request: web.Request) -> LlamaCppBuilds:
+    builds = request.app[DEPS].runtime_builds
+    if builds is None:
+        raise ApiError(409, "runtime_upgrade_unsupported", "this agent takes no rolled-out llama.cpp builds")
+    return builds
+
+
 def create_app(deps: AgentDeps) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
     app[DEPS] = deps
@@ -244,6 +253,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources.api
         web.post(f"{p}/unpair", unpair),                            # then waits to be paired again
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
+        *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
     ])
     app.cleanup_ctx.extend([_adoption, _telemetry, _proxy_session])
     return app

