@@ -279,6 +279,72 @@ async def one_token(run: RuntimeRun, session: aiohttp.ClientSession, timeout_s: 
         return f"no answer ({type(exc).__name__}{f': {exc}' if str(exc) else ''})"
 
 
+VERSION_TIMEOUT_S = 10.0
+# ``version: 4589 (1d1e6a90)`` (a git build); ``version: 0.6.0-dev (build 0, commit unknown)`` (the
+# sdist build this project makes: no git there, so build 0 and the manifest's version is the truth).
+_VERSION_LINE = re.compile(r"^version:\s*(?P<version>\S+)(?:\s*\((?P<detail>[^)]*)\))?", re.MULTILINE)
+_BUILD = re.compile(r"\bbuild\s+(?P<build>\d+)")
+_COMMIT = re.compile(r"\bcommit\s+(?P<commit>[0-9a-fA-F]{6,40})\b")
+
+
+@dataclass(frozen=True)
+class ReportedVersion:
+    """What ``llama-server --version`` said: its build number and commit, when it knows them."""
+
+    build: int | None = None
+    commit: str | None = None
+    text: str = ""  # its first line, or why it said nothing
+
+
+def parse_version_output(output: str) -> ReportedVersion:
+    """The build and commit from ``--version``'s output; build 0 (no git) counts as unknown."""
+    match = _VERSION_LINE.search(output)
+    if match is None:
+        return ReportedVersion(text=output.strip().splitlines()[0] if output.strip() else "")
+    version, detail = match["version"], match["detail"] or ""
+    build: int | None = None
+    commit: str | None = None
+    if version.isdigit():  # ``version: 4589 (1d1e6a90)``
+        build = int(version)
+        if re.fullmatch(r"[0-9a-fA-F]{6,40}", detail.strip()):
+            commit = detail.strip()
+    found_build, found_commit = _BUILD.search(detail), _COMMIT.search(detail)
+    if found_build:
+        build = int(found_build["build"])
+    if found_commit:
+        commit = found_commit["commit"]
+    return ReportedVersion(build=build or None, commit=commit, text=match.group(0).strip())
+
+
+def offered_version(reported: ReportedVersion, manifest_version: str | None) -> str | None:
+    """The version an offer shows, saying where it comes from: the binary's own build number
+    (``b4589 (1d1e6a90)``), else the build's ``runtime.json`` (``11434.0.0 (runtime.json)``)."""
+    if reported.build is not None:
+        return f"b{reported.build}" + (f" ({reported.commit})" if reported.commit else "")
+    if manifest_version:
+        return f"{manifest_version} (runtime.json)"
+    return None
+
+
+async def ask_version(exe: RuntimeExecutable, timeout_s: float = VERSION_TIMEOUT_S) -> ReportedVersion:
+    """Run ``llama-server --version`` (it prints to stderr) with its library directory; never raises."""
+    env = child_env({}, "", exe.library_dir)
+    env.pop(API_KEY_ENV, None)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            str(exe.path), "--version", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, env=env)
+    except OSError as exc:
+        return ReportedVersion(text=f"cannot run {exe.path} --version: {exc}")
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return ReportedVersion(text=f"{exe.path} --version gave no answer within {timeout_s:g} s")
+    return parse_version_output(output.decode(errors="replace"))
+
+
 class LlamaCppDriver:
     """Starts and adopts llama-server processes for one agent home: a ``RuntimeDriver``."""
 
