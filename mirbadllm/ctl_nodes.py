@@ -1,6 +1,7 @@
 """``mirbadllm ctl nodes``: the machines of the fleet from a terminal, through ``DaemonClient``.
 
-    mirbadllm ctl nodes list
+    mirbadllm ctl nodes list                              # with each node's runtimes
+    mirbadllm ctl nodes show NODE                         # its runtimes: version, where, or why not
     mirbadllm ctl nodes discovered
     mirbadllm ctl nodes add ADDRESS                       # when multicast does not reach the agent
     mirbadllm ctl nodes pair ADDRESS CODE [--fingerprint FP] [--yes]
@@ -16,15 +17,18 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeOffer
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.nodes import DiscoveredNode, NodeView
 
 
 def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    nodes = groups.add_parser("nodes", help="machines: list, discovered, add, pair, remove")
+    nodes = groups.add_parser("nodes", help="machines: list, show, discovered, add, pair, remove")
     actions = nodes.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="paired nodes and this machine")
     actions.add_parser("discovered", help="agents waiting to be paired")
+    show = actions.add_parser("show", help="one node and its runtimes (version, where, or why not)")
+    show.add_argument("node", help="node id, a unique id prefix, or its name")
     add = actions.add_parser("add", help="look for an agent at an address")
     add.add_argument("address", help="host, host:port or [v6]:port (default port 9443)")
     pair = actions.add_parser("pair", help="pair the agent at ADDRESS with the code it prints")
@@ -40,6 +44,24 @@ def _size(value: int | None) -> str:
     return "—" if value is None else f"{value / 2**30:.1f} GiB"
 
 
+def _offers(node: NodeView) -> list[RuntimeOffer | None]:
+    """Every runtime there is, in order: what the node offers of it (None: it says nothing)."""
+    by_runtime = {o.runtime: o for o in node.runtimes}
+    return [by_runtime.get(runtime) for runtime in RUNTIMES]
+
+
+def fmt_runtimes(node: NodeView) -> str:
+    """``llama.cpp b4242 (fa4e1234), vLLM —, MLX —``; "runtimes unknown" before the node reports."""
+    if not node.runtimes:
+        return "runtimes unknown"
+    parts = []
+    for runtime, offer in zip(RUNTIMES, _offers(node), strict=True):
+        label = RUNTIME_LABELS.get(runtime, runtime)
+        parts.append(f"{label} {offer.version or 'available'}" if offer is not None and offer.available
+                     else f"{label} —")
+    return ", ".join(parts)
+
+
 def fmt_node(node: NodeView) -> str:
     ident = "local" if node.local else node.id[:12]
     where = node.address or "this machine"
@@ -47,7 +69,24 @@ def fmt_node(node: NodeView) -> str:
     models = f"  models: {', '.join(node.models)}" if node.models else ""
     reason = f"\n    {node.reason}" if node.reason else ""
     return (f"{ident:<13} {node.name:<20} {node.state.value:<9} {where:<22} "
-            f"{_size(node.memory_available)} free{gpus}{models}{reason}")
+            f"{_size(node.memory_available)} free{gpus}  {fmt_runtimes(node)}{models}{reason}")
+
+
+def fmt_node_detail(node: NodeView) -> str:
+    """``ctl nodes show``: the node's line, then one line per runtime with where it is or why not."""
+    lines = [fmt_node(node)]
+    if not node.runtimes:
+        lines.append("  runtimes: not reported yet (the node is offline or has not answered a status probe)")
+    for runtime, offer in zip(RUNTIMES, _offers(node) if node.runtimes else [], strict=False):
+        label = RUNTIME_LABELS.get(runtime, runtime)
+        if offer is None:
+            lines.append(f"  {label:<10} —  its agent has no {label} driver")
+        elif offer.available:
+            digest = f"  digest {offer.digest[:12]}" if offer.digest else ""
+            lines.append(f"  {label:<10} {offer.version or 'version unknown'}  {offer.location or ''}{digest}")
+        else:
+            lines.append(f"  {label:<10} —  {offer.reason or 'unavailable'}")
+    return "\n".join(lines)
 
 
 def fmt_discovered(entry: DiscoveredNode) -> str:
@@ -99,6 +138,8 @@ async def run(args: argparse.Namespace, client: DaemonClient,
     if args.action == "list":
         for node in await client.list_nodes():
             print(fmt_node(node))
+    elif args.action == "show":
+        print(fmt_node_detail(await resolve(client, args.node)))
     elif args.action == "discovered":
         entries = await client.discovered_nodes()
         for entry in entries:
