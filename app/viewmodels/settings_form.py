@@ -66,6 +66,7 @@ class FieldSpec:
     section: str = ""
     values: tuple[Any, ...] = ()  # a choice's typed values, in the order of ``choices``
     choice_labels: tuple[str, ...] = ()  # what a choice shows, when not the value itself
+    nested: bool = False  # a settings model of its own (vLLM's speculative config): unset keys not shown
 
     @property
     def name(self) -> str:
@@ -136,15 +137,20 @@ def runtime_fields(runtime: str, model: type[BaseModel] | None = None) -> tuple[
         if default in ("", None) and not info.is_required() and info.default is not None:
             default = info.default if not callable(info.default) else None
         shown = "" if default in ("", None) or kind == "bool" else f"default: {_shown(default)}"
-        if kind == "json" and not shown:
-            shown = "JSON; blank: the runtime's default"
+        if kind == "json":
+            shown = f"{shown} · JSON" if shown else "JSON; blank: the runtime's default"
         label = extra.get("label") or info.title or _label(name)
         specs.append(FieldSpec(
             key=f"{section}.{name}", label=str(label), kind=kind, group=runtime_group(runtime),
             help=info.description or "", unit=str(extra.get("unit") or ""), placeholder=shown,
             choices=tuple(str(v) for v in values), values=values, flag=str(extra.get("flag") or ""),
-            optional=kind != "bool", section=section))
+            optional=kind != "bool", section=section, nested=_has_model(info.annotation)))
     return tuple(specs)
+
+
+def _has_model(annotation: Any) -> bool:
+    args = typing.get_args(annotation) or (annotation,)
+    return any(isinstance(a, type) and issubclass(a, BaseModel) for a in args)
 
 
 def llamacpp_fields() -> tuple[FieldSpec, ...]:
@@ -215,6 +221,8 @@ def raw_value(spec: FieldSpec, value: Any) -> Any:
     if spec.kind == "env":
         return "\n".join(f"{k}={v}" for k, v in (value or {}).items())
     if spec.kind == "json":
+        if spec.nested and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if v is not None and v != {}}
         return "" if value is None else json.dumps(value)
     return "" if value is None else str(value)
 
