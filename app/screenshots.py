@@ -69,7 +69,7 @@ async def _pages(window, ctx, save) -> None:  # type: ignore[no-untyped-def]
         window.show_page(name.split("-")[0])
         tab = tabs.get(name)
         if tab is not None:
-            window.models.select("qwen25-coder-7b" if tab != OVERVIEW else "llama31-8b")
+            window.models.select({OVERVIEW: "llama31-8b", SETTINGS: "qwen25-7b-vllm"}.get(tab, "qwen25-coder-7b"))
             window.models.panel.tabs.setCurrentIndex(tab)
         if name == "playground":
             ctx.playground.configure(model="qwen2.5-coder-7b")
