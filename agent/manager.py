@@ -133,6 +133,12 @@ class InstanceManager:
                 raise RuntimeVersionMismatch(why, details={"wanted": spec.runtime_version, "version": offer.version,
                                                            "digest": offer.digest})
         driver.check(spec)
+        prepare = getattr(driver, "prepare", None)  # a container driver's image (pulled when missing)
+        if prepare is not None:
+            sup = self._supervisor(spec.instance_id)
+            if sup.busy:
+                raise AlreadyRunning(f"instance {spec.instance_id} is {sup.state.value}; stop it first")
+            await prepare(spec, sup.logs)  # NoRuntime with the engine's word when it cannot be had
         async with self._start_lock:
             sup = self._supervisor(spec.instance_id)
             if sup.busy:
@@ -169,13 +175,43 @@ class InstanceManager:
                 continue
             await sup.adopt(run)
             adopted.append(instance_id)
+        adopted += await self._adopt_discovered(set(adopted))
         self.records.save({i: run.record for i, run in self.runs().items()})
         return adopted
+
+    async def _adopt_discovered(self, known: set[str]) -> list[str]:
+        """Adopt what a driver finds running on its own (containers, by label) and no record named:
+        for a container driver, Docker is the truth, not ``processes.json``."""
+        adopted: list[str] = []
+        for driver in self.drivers:
+            discover = getattr(driver, "discover", None)
+            if discover is None:
+                continue
+            for record in await discover():
+                if record.instance_id in known or self._supervisor_busy(record.instance_id):
+                    continue
+                sup = self._supervisor(record.instance_id)
+                run = await driver.adopt(record, sup.logs)
+                if run is None:
+                    if sup.state.value == "stopped":
+                        del self._supervisors[record.instance_id]
+                    continue
+                await sup.adopt(run)
+                adopted.append(record.instance_id)
+        return adopted
+
+    def _supervisor_busy(self, instance_id: str) -> bool:
+        sup = self._supervisors.get(instance_id)
+        return sup is not None and sup.busy
 
     async def close(self) -> None:
         """Stop supervising; runtimes keep running and stay in the records for the next agent."""
         for sup in self._supervisors.values():
             await sup.close()
+        for driver in self.drivers:
+            closer = getattr(driver, "close", None)
+            if closer is not None:
+                await closer()
         if self._session is not None:
             await self._session.close()
             self._session = None

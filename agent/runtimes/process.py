@@ -256,6 +256,9 @@ class RuntimeProcess:
     def psutil_handle(self) -> psutil.Process | None:
         return None if self.poll() else self._handle
 
+    def detach(self) -> None:
+        """Stop watching (the agent goes away): nothing runs on its behalf, the process stays."""
+
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the process group (POSIX: the runtime and anything it started)."""
         if self.poll():

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import aiohttp
+import psutil
 
-from agent.logring import LogTailer
 from agent.records import ProcessRecord
-from agent.runtimes.process import RuntimeProcess, describe_exit
+from agent.runtimes.process import describe_exit
 
 HEALTH_POLL_S = 0.1
 HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
@@ -38,11 +39,39 @@ ExplainExit = Callable[[int | None], str | None]
 ReadyProbe = Callable[["RuntimeRun", aiohttp.ClientSession], Awaitable[bool]]
 
 
+class RunProcess(Protocol):
+    """What a run drives: a ``RuntimeProcess`` (an OS process) or a driver's own handle (a
+    container: ``agent.runtimes.vllm.ContainerProcess``)."""
+
+    pid: int
+    create_time: float
+
+    def poll(self) -> bool: ...
+    async def wait(self) -> int | None: ...
+    async def terminate(self, timeout: float) -> int | None: ...
+    def executable(self) -> str | None: ...
+    def psutil_handle(self) -> psutil.Process | None: ...
+    def detach(self) -> None: ...
+
+
+class RunLog(Protocol):
+    """What follows a run's output into the instance's ``LogRing``: a ``LogTailer`` (a log file)
+    or a driver's own follower (a container's log stream)."""
+
+    last_growth: float
+
+    def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def read_available(self) -> int: ...
+    def flush(self) -> None: ...
+    def lines(self, count: int) -> list[str]: ...
+
+
 class RuntimeRun:
     """A started (or adopted) runtime process and what is needed to reach and stop it."""
 
-    def __init__(self, runtime_name: str, process: RuntimeProcess, record: ProcessRecord,
-                 tailer: LogTailer, adopted: bool = False, explain_exit: ExplainExit | None = None) -> None:
+    def __init__(self, runtime_name: str, process: RunProcess, record: ProcessRecord,
+                 tailer: RunLog, adopted: bool = False, explain_exit: ExplainExit | None = None) -> None:
         self.runtime_name = runtime_name
         self.process = process
         self.record = record
@@ -115,4 +144,5 @@ class RuntimeRun:
 
     async def close(self) -> None:
         """Stop watching (the agent is going away); the process keeps running."""
+        self.process.detach()
         await self.tailer.stop()

@@ -1,0 +1,596 @@
+"""The vLLM driver (a ``RuntimeDriver``): vLLM's OpenAI server as one Docker container per instance.
+
+The contract with Docker:
+
+- Container ``ss-{instance_id}``, labelled ``mirbadllm.model`` (the instance id),
+  ``mirbadllm.served-name``, ``mirbadllm.port`` (the host port), ``mirbadllm.config-hash``
+  (``agent.api.vllm.config_hash``: the daemon compares it with the definition's to say "restart
+  pending") and ``mirbadllm.budget-gib`` when the spec has a memory budget.
+- State is always Docker's: the run's exit is the container's (``POST /containers/{id}/wait``),
+  and an agent that restarts lists the containers by label and adopts the running ones (the same
+  container; its key, port, Cmd and hash read back from Docker, not from a file of ours).
+- Create: the image (pulled first when missing, its progress in the instance log), Cmd =
+  ``build_args`` (``vllm serve``'s flags; the image's entrypoint is ``vllm serve``), the key in
+  ``VLLM_API_KEY``, 8000/tcp published on ``127.0.0.1:{port}`` only, the model folder bound
+  read-only under ``/models``, ``RestartPolicy: no`` (only the agent starts models), ``IpcMode:
+  host``, and the GPUs (``DeviceRequests`` for NVIDIA) where this node has NVIDIA GPUs. The memory
+  budget becomes ``--gpu-memory-utilization`` (its share of one GPU).
+- Stop: ``POST /containers/{id}/stop?t=30`` (vLLM frees its GPU memory on SIGTERM), then delete.
+  A container that exits on its own is a failure with its last 20 log lines; the next start of the
+  instance removes it.
+
+``launch`` is synchronous (the protocol's): it returns a run whose container is created and
+started by a task of its own; anything Docker refuses there ends the run like an exit, with
+Docker's message as the last log line. The slow part that can be refused outright, the image, is
+``prepare``'s, which the manager awaits before taking a port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from agent.api.launch_policy import PolicyViolation
+from agent.api.launch_policy import check_env as policy_check_env
+from agent.api.launch_policy import check_extra_args as policy_check_extra_args
+from agent.api.models import GpuInfo, LaunchSpec
+from agent.api.runtimes import RuntimeId, RuntimeOffer
+from agent.api.vllm import CONTAINER_PORT, MODELS_MOUNT, build_args, config_hash
+from agent.logring import LogRing
+from agent.paths import AgentPaths
+from agent.records import ProcessRecord
+from agent.runtimes.docker import (
+    DEFAULT_SOCKET,
+    DockerClient,
+    DockerError,
+    DockerUnavailable,
+    NotFound,
+)
+from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
+from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun
+
+_LOGGER = logging.getLogger(__name__)
+
+RUNTIME: RuntimeId = "vllm"
+RUNTIME_NAME = "vllm"
+DEFAULT_IMAGE = "vllm/vllm-openai:latest"
+API_KEY_ENV = "VLLM_API_KEY"
+NAME_PREFIX = "ss-"
+LABEL_MODEL = "mirbadllm.model"
+LABEL_SERVED_NAME = "mirbadllm.served-name"
+LABEL_PORT = "mirbadllm.port"
+LABEL_HASH = "mirbadllm.config-hash"
+LABEL_BUDGET = "mirbadllm.budget-gib"
+LABEL_TUNING = "mirbadllm.tuning"
+STOP_TIMEOUT_S = 30
+OFFER_TTL_S = 30.0
+LOG_DRAIN_S = 2.0
+ADOPT_LOG_TAIL = "200"
+SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
+NVIDIA_GPUS = [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}]
+_METRICS = {  # vLLM name -> InstanceSample field; labelled series are summed
+    "vllm:num_requests_running": "requests_processing",
+    "vllm:num_requests_waiting": "requests_deferred",
+    "vllm:prompt_tokens_total": "prompt_tokens_total",
+    "vllm:generation_tokens_total": "generation_tokens_total",
+}
+_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second before vLLM 0.10
+
+
+def container_name(instance_id: str) -> str:
+    return f"{NAME_PREFIX}{instance_id}"
+
+
+def parse_labelled(text: str) -> dict[str, float]:
+    """A Prometheus text exposition as name -> value, the label sets of one name summed."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        brace, space = line.find("{"), line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name, close = line[:brace], line.find("}", brace)
+            rest = line[close + 1:] if close != -1 else ""
+        else:
+            name, _, rest = line.partition(" ")
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            values[name] = values.get(name, 0.0) + float(fields[0])
+        except ValueError:
+            continue
+    return values
+
+
+def parse_metrics(text: str) -> Figures:
+    """vLLM's ``/metrics`` as ``InstanceSample`` fields (``kv_source`` "metrics" when it has the gauge)."""
+    metrics = parse_labelled(text)
+    figures: Figures = {field: metrics.get(name) for name, field in _METRICS.items()}
+    kv = next((metrics[name] for name in _KV if name in metrics), None)
+    if kv is not None:
+        figures["kv_cache_usage_ratio"] = kv
+        figures["kv_source"] = "metrics"
+    return figures
+
+
+def model_mount(model_path: str, models_dir: Path) -> tuple[str, str]:
+    """(host folder, path under ``/models``) for a spec's model folder: an absolute folder is bound
+    as ``/models/<its name>``; a relative one is taken under the agent's models folder."""
+    host = model_path if os.path.isabs(model_path) else str(models_dir / model_path)
+    inner = os.path.basename(os.path.normpath(model_path)) if os.path.isabs(model_path) else model_path
+    return os.path.normpath(host), inner.strip("/")
+
+
+def budget_gib(spec: LaunchSpec) -> float | None:
+    return spec.memory_budget_bytes / 2**30 if spec.memory_budget_bytes else None
+
+
+def create_body(spec: LaunchSpec, image: str, cmd: list[str], port: int, api_key: str,
+                host_folder: str, inner: str, hash_: str, nvidia: bool) -> dict[str, Any]:
+    """``POST /containers/create``'s body for ``spec``: pure, asserted exactly by tests."""
+    labels = {LABEL_MODEL: spec.instance_id, LABEL_SERVED_NAME: spec.served_name, LABEL_PORT: str(port),
+              LABEL_HASH: hash_}
+    budget = budget_gib(spec)
+    if budget is not None:
+        labels[LABEL_BUDGET] = f"{budget:g}"
+    host_config: dict[str, Any] = {
+        "PortBindings": {f"{CONTAINER_PORT}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]},
+        "Binds": [f"{host_folder}:{MODELS_MOUNT}/{inner}:ro"],
+        "RestartPolicy": {"Name": "no"},
+        "IpcMode": "host",
+    }
+    if nvidia:
+        host_config["DeviceRequests"] = NVIDIA_GPUS
+    env = [f"{API_KEY_ENV}={api_key}", *(f"{k}={v}" for k, v in sorted(spec.env.items()))]
+    return {"Image": image, "Cmd": cmd, "Env": env, "Labels": labels,
+            "ExposedPorts": {f"{CONTAINER_PORT}/tcp": {}}, "HostConfig": host_config}
+
+
+def _started_at(state: Mapping[str, Any]) -> float:
+    raw = str(state.get("StartedAt") or "")
+    try:  # Docker's RFC 3339 with nanoseconds: keep microseconds
+        head, _, frac = raw.rstrip("Z").partition(".")
+        return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _env_value(env: Sequence[str], name: str) -> str | None:
+    return next((item.split("=", 1)[1] for item in env if item.startswith(name + "=")), None)
+
+
+def record_from_inspect(info: Mapping[str, Any], startup_timeout_s: float = 120.0) -> ProcessRecord | None:
+    """What a container of ours says about itself, as a record; None when it is not ours."""
+    config = info.get("Config") or {}
+    labels = config.get("Labels") or {}
+    instance_id = labels.get(LABEL_MODEL)
+    key = _env_value(config.get("Env") or [], API_KEY_ENV)
+    try:
+        port = int(labels.get(LABEL_PORT, ""))
+    except ValueError:
+        return None
+    if not instance_id or key is None:
+        return None
+    state = info.get("State") or {}
+    cmd = list(config.get("Cmd") or [])
+    model = next((cmd[i + 1] for i, arg in enumerate(cmd[:-1]) if arg == "--model"), "")
+    return ProcessRecord(instance_id=instance_id, runtime=RUNTIME, pid=int(state.get("Pid") or 0),
+                         create_time=_started_at(state), executable=str(config.get("Image") or ""),
+                         process_exe=str(info.get("Id") or ""), port=port, api_key=key, argv=cmd,
+                         model_path=model, served_name=labels.get(LABEL_SERVED_NAME, ""),
+                         config_hash=labels.get(LABEL_HASH, ""), started_at=_started_at(state),
+                         startup_timeout_s=startup_timeout_s)
+
+
+class ContainerLog:
+    """Follows a container's output (``GET /containers/{id}/logs?follow=1``) into a ``LogRing``;
+    what ``RuntimeRun`` needs of a log follower (``agent.runtimes.run.RunLog``)."""
+
+    def __init__(self, ring: LogRing) -> None:
+        self.ring = ring
+        self.first_line = ring.total
+        self.last_growth = time.monotonic()
+        self.done = asyncio.Event()
+        self._partial = ""
+        self._task: asyncio.Task[None] | None = None
+
+    def write(self, line: str) -> None:
+        """A line of the agent's own (pull progress, Docker's refusal) in the instance's log."""
+        self.ring.append([line])
+        self.last_growth = time.monotonic()
+
+    def follow(self, client: DockerClient, container: str, tail: str = "all") -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(client, container, tail),
+                                                                name=f"logs {container}")
+
+    async def _run(self, client: DockerClient, container: str, tail: str) -> None:
+        try:
+            async for chunk in client.logs(container, follow=True, tail=tail):
+                self.last_growth = time.monotonic()
+                lines = (self._partial + chunk.decode("utf-8", "replace")).split("\n")
+                self._partial = lines.pop()
+                self.ring.append([line.rstrip("\r") for line in lines])
+        except DockerError as exc:
+            _LOGGER.info("log stream of %s ended: %s", container, exc)
+        finally:
+            self.flush()
+            self.done.set()
+
+    def start(self) -> None:
+        """Following starts once the container exists (``follow``)."""
+
+    def read_available(self) -> int:
+        return 0  # the stream pushes; nothing to pull
+
+    def flush(self) -> None:
+        if self._partial:
+            self.ring.append([self._partial.rstrip("\r")])
+            self._partial = ""
+
+    def lines(self, count: int) -> list[str]:
+        return self.ring.since(self.first_line)[-count:] if count > 0 else []
+
+    async def drain(self, timeout: float = LOG_DRAIN_S) -> None:
+        """Wait (briefly) for the stream to end after the container stopped."""
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), timeout)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class ContainerProcess:
+    """A container as the process-like handle ``RuntimeRun`` drives (``agent.runtimes.run.RunProcess``):
+    its exit is Docker's ``wait``, its stop is Docker's stop then delete."""
+
+    def __init__(self, client: DockerClient, name: str, log: ContainerLog, image: str,
+                 stop_timeout_s: int = STOP_TIMEOUT_S) -> None:
+        self.client = client
+        self.name = name
+        self.log = log
+        self.image = image
+        self.stop_timeout_s = stop_timeout_s
+        self.container_id: str | None = None
+        self.pid = 0
+        self.create_time = 0.0
+        self._exited = asyncio.Event()
+        self._returncode: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._deleted = False
+
+    @property
+    def adopted(self) -> bool:
+        return False
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    def create(self, body: Mapping[str, Any]) -> None:
+        """Remove a stale ``ss-{id}``, create and start the container, then wait for its exit (a task)."""
+        self._task = asyncio.get_running_loop().create_task(self._create_and_wait(dict(body)),
+                                                            name=f"container {self.name}")
+
+    def attach(self, info: Mapping[str, Any]) -> None:
+        """Watch a container that already runs (adoption)."""
+        self._take(info)
+        self._task = asyncio.get_running_loop().create_task(self._wait(), name=f"container {self.name}")
+
+    def _take(self, info: Mapping[str, Any]) -> None:
+        state = info.get("State") or {}
+        self.container_id = str(info["Id"])
+        self.pid = int(state.get("Pid") or 0)
+        self.create_time = _started_at(state)
+
+    async def _create_and_wait(self, body: dict[str, Any]) -> None:
+        try:
+            with contextlib.suppress(NotFound):
+                await self.client.delete(self.name, force=True)  # an earlier run's exited container
+            container = await self.client.create(self.name, body)
+            self.log.follow(self.client, container)
+            await self.client.start(container)
+            self._take(await self.client.inspect(container))
+        except DockerError as exc:
+            self.log.write(f"cannot run the vLLM container: {exc}")
+            self._exited.set()
+            return
+        await self._wait()
+
+    async def _wait(self) -> None:
+        assert self.container_id is not None
+        try:
+            self._returncode = await self.client.wait(self.container_id)
+        except DockerError as exc:
+            _LOGGER.warning("lost sight of container %s: %s", self.name, exc)
+        self._exited.set()
+
+    def poll(self) -> bool:
+        return self._exited.is_set()
+
+    async def wait(self) -> int | None:
+        await self._exited.wait()
+        await self.log.drain()
+        return self._returncode
+
+    def executable(self) -> str | None:
+        return None
+
+    def psutil_handle(self) -> psutil.Process | None:
+        if self.poll() or not self.pid:
+            return None
+        try:
+            return psutil.Process(self.pid)
+        except psutil.Error:
+            return None
+
+    async def terminate(self, timeout: float) -> int | None:
+        """Docker's stop (SIGTERM, SIGKILL after at least ``stop_timeout_s``), then delete."""
+        if self._task is not None and not self.poll() and self.container_id is None:
+            self._task.cancel()  # still being created: stop creating, then remove what exists
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._exited.set()
+        target = self.container_id or self.name
+        try:
+            await self.client.stop(target, max(self.stop_timeout_s, math.ceil(timeout)))
+        except NotFound:
+            pass
+        except DockerError as exc:
+            _LOGGER.warning("docker stop %s: %s", self.name, exc)
+        if self.container_id is not None:
+            await self.wait()
+        await self.delete()
+        return self._returncode
+
+    async def delete(self) -> None:
+        if self._deleted:
+            return
+        try:
+            await self.client.delete(self.container_id or self.name, force=True)
+        except NotFound:
+            pass
+        except DockerError as exc:
+            _LOGGER.warning("docker rm %s: %s", self.name, exc)
+        self._deleted = True
+
+    def detach(self) -> None:
+        """Stop watching (the agent goes away); the container keeps serving."""
+        if self._task is not None:
+            self._task.cancel()
+
+
+def offer_unavailable(reason: str, image: str) -> RuntimeOffer:
+    return RuntimeOffer(runtime=RUNTIME, available=False, location=image, reason=reason)
+
+
+class VllmDriver:
+    """Starts and adopts vLLM containers on one Docker engine: a ``RuntimeDriver``."""
+
+    runtime = RUNTIME
+    runtime_name = RUNTIME_NAME
+
+    def __init__(self, paths: AgentPaths, image: str = DEFAULT_IMAGE, socket: str = DEFAULT_SOCKET,
+                 gpus: Callable[[], Sequence[GpuInfo]] | None = None, client: DockerClient | None = None,
+                 stop_timeout_s: int = STOP_TIMEOUT_S, platform: str = sys.platform) -> None:
+        self.paths = paths
+        self.image = image
+        self.socket = socket
+        self.client = client if client is not None else DockerClient(socket)
+        self._gpus = gpus if gpus is not None else (list)
+        self.stop_timeout_s = stop_timeout_s
+        self.platform = platform
+        self._offer: tuple[float, RuntimeOffer] | None = None
+
+    # -- what this node offers -------------------------------------------------------------------
+
+    async def offer(self) -> RuntimeOffer:
+        """Available when the engine answers; its version and the image's digest when it is here."""
+        now = time.monotonic()
+        if self._offer is not None and now - self._offer[0] < OFFER_TTL_S:
+            return self._offer[1]
+        offer = await self._probe()
+        self._offer = (now, offer)
+        return offer
+
+    async def _probe(self) -> RuntimeOffer:
+        if self.platform != "linux":
+            return offer_unavailable("vLLM containers run on Linux nodes only", self.image)
+        if not os.path.exists(self.socket):
+            return offer_unavailable(f"no Docker engine here: {self.socket} does not exist", self.image)
+        if not os.access(self.socket, os.R_OK | os.W_OK):
+            return offer_unavailable(f"the agent may not use the Docker engine ({self.socket}: permission "
+                                     "denied; add its user to the docker group)", self.image)
+        try:
+            version = await self.client.version()
+        except DockerError as exc:
+            return offer_unavailable(str(exc), self.image)
+        digest: str | None = None
+        try:
+            image = await self.client.image(self.image)
+            digests = image.get("RepoDigests") or []
+            digest = str(digests[0]).split("@", 1)[-1] if digests else str(image.get("Id") or "") or None
+        except DockerError:
+            pass  # pulled at the first start
+        return RuntimeOffer(runtime=RUNTIME, available=True, version=f"Docker {version.get('Version', '?')}",
+                            digest=digest, location=self.image)
+
+    # -- the command and the checks --------------------------------------------------------------
+
+    def image_for(self, spec: LaunchSpec) -> str:
+        return spec.image or self.image
+
+    def _nvidia(self) -> bool:
+        """NVIDIA GPUs here (the probe is NVML's: any GPU it lists is one)."""
+        return bool(list(self._gpus()))
+
+    def _total_gib(self) -> float | None:
+        gpus = list(self._gpus())
+        totals = [g.memory_total for g in gpus if g.memory_total]
+        return min(totals) / 2**30 if totals else None
+
+    def build_command(self, spec: LaunchSpec, port: int) -> list[str]:
+        """``vllm serve``'s flags for ``spec`` (the port is Docker's mapping, not a flag)."""
+        del port
+        _, inner = model_mount(spec.model_path, self.paths.models_dir)
+        total = self._total_gib()
+        budget = budget_gib(spec)
+        return build_args(spec.vllm, inner, spec.served_name, list(spec.extra_args),
+                          budget if total is not None else None, total)
+
+    def config_hash(self, spec: LaunchSpec) -> str:
+        return config_hash(self.image_for(spec), spec.vllm, spec.model_path, spec.served_name,
+                           list(spec.extra_args), budget_gib(spec))
+
+    def check(self, spec: LaunchSpec) -> None:
+        if self.platform != "linux":
+            raise NoRuntime("vLLM containers run on Linux nodes only")
+        try:
+            policy_check_env(spec.env)
+            policy_check_extra_args(spec.extra_args, spec.model_path)
+        except PolicyViolation as exc:
+            raise SpecRejected(str(exc)) from exc
+        host, _ = model_mount(spec.model_path, self.paths.models_dir)
+        if not os.path.isdir(host):
+            raise SpecRejected(f"vLLM needs a model folder; not found on this node: {spec.model_path}")
+        try:
+            self.build_command(spec, 0)
+        except ValueError as exc:
+            raise SpecRejected(str(exc)) from exc
+
+    async def prepare(self, spec: LaunchSpec, ring: LogRing) -> None:
+        """The image is here, or pulled now (progress in the instance log); else ``NoRuntime``."""
+        image = self.image_for(spec)
+        try:
+            await self.client.image(image)
+            return
+        except NotFound:
+            pass
+        except DockerUnavailable as exc:
+            raise NoRuntime(str(exc)) from exc
+        except DockerError as exc:
+            raise NoRuntime(f"cannot inspect image {image}: {exc}") from exc
+        ring.append([f"pulling {image} (it is not on this node yet)"])
+        last = ""
+        try:
+            async for progress in self.client.pull(image):
+                line = " ".join(str(progress.get(k)) for k in ("id", "status", "progress") if progress.get(k))
+                if line and line != last:
+                    ring.append([line])
+                    last = line
+        except DockerError as exc:
+            ring.append([f"cannot pull {image}: {exc}"])
+            raise NoRuntime(f"image {image} is not on this node and cannot be pulled: {exc}") from exc
+        self._offer = None  # the digest is known now
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec, port: int, ring: LogRing) -> RuntimeRun:
+        self.check(spec)
+        image = self.image_for(spec)
+        cmd = self.build_command(spec, port)
+        api_key = secrets.token_urlsafe(32)
+        host, inner = model_mount(spec.model_path, self.paths.models_dir)
+        hash_ = self.config_hash(spec)
+        body = create_body(spec, image, cmd, port, api_key, host, inner, hash_, nvidia=self._nvidia())
+        log = ContainerLog(ring)
+        process = ContainerProcess(self.client, container_name(spec.instance_id), log, image, self.stop_timeout_s)
+        process.create(body)
+        _LOGGER.info("starting container %s for %s on port %d", process.name, spec.instance_id, port)
+        record = ProcessRecord(instance_id=spec.instance_id, runtime=RUNTIME, pid=0, create_time=0.0,
+                               executable=image, port=port, api_key=api_key, argv=cmd,
+                               model_path=spec.model_path, served_name=spec.served_name, config_hash=hash_,
+                               started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
+        return RuntimeRun(RUNTIME_NAME, process, record, log)
+
+    async def discover(self) -> list[ProcessRecord]:
+        """The running containers of ours on this engine (by label), as records to adopt."""
+        try:
+            found = await self.client.containers(LABEL_MODEL)
+        except DockerError as exc:
+            _LOGGER.info("cannot list vLLM containers: %s", exc)
+            return []
+        records: list[ProcessRecord] = []
+        for item in found:
+            if item.get("State") != "running":
+                continue
+            try:
+                record = record_from_inspect(await self.client.inspect(str(item["Id"])))
+            except DockerError:
+                continue
+            if record is not None:
+                records.append(record)
+        return records
+
+    async def adopt(self, record: ProcessRecord, ring: LogRing) -> RuntimeRun | None:
+        """The running ``ss-{id}`` of this instance, with what Docker says of it; None when gone."""
+        try:
+            info = await self.client.inspect(container_name(record.instance_id))
+        except DockerError as exc:
+            _LOGGER.info("record %s: no container to adopt (%s)", record.instance_id, exc)
+            return None
+        fresh = record_from_inspect(info, record.startup_timeout_s)
+        if fresh is None or fresh.instance_id != record.instance_id or not (info.get("State") or {}).get("Running"):
+            return None
+        log = ContainerLog(ring)
+        process = ContainerProcess(self.client, container_name(record.instance_id), log, fresh.executable,
+                                   self.stop_timeout_s)
+        log.follow(self.client, str(info["Id"]), tail=ADOPT_LOG_TAIL)
+        process.attach(info)
+        _LOGGER.info("adopted container %s for %s: port %d", process.name, record.instance_id, fresh.port)
+        fresh.model_path = record.model_path or fresh.model_path
+        return RuntimeRun(RUNTIME_NAME, process, fresh, log, adopted=True)
+
+    async def wait_ready(self, run: RuntimeRun, session: aiohttp.ClientSession,
+                         startup_timeout_s: float) -> None:
+        await run.wait_ready(session, startup_timeout_s, serves)
+
+    def parse_metrics(self, text: str) -> Figures:
+        return parse_metrics(text)
+
+    async def scrape(self, run: RuntimeRun, session: aiohttp.ClientSession) -> Figures:
+        try:
+            async with session.get(f"{run.endpoint}/metrics", headers=run.auth_headers(),
+                                   timeout=SCRAPE_TIMEOUT) as resp:
+                if resp.status == 200:
+                    return self.parse_metrics(await resp.text())
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            _LOGGER.debug("cannot scrape %s: %s", run.endpoint, exc)
+        return {}
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def serves(run: RuntimeRun, session: aiohttp.ClientSession) -> bool:
+    """vLLM's "ready": ``/health`` says 200 and ``/v1/models`` answers our key (a server on the
+    port that is not this instance's would refuse it)."""
+    try:
+        async with session.get(f"{run.endpoint}/health", timeout=HEALTH_TIMEOUT) as resp:
+            if resp.status != 200:
+                return False
+        async with session.get(f"{run.endpoint}/v1/models", headers=run.auth_headers(),
+                               timeout=HEALTH_TIMEOUT) as resp:
+            return resp.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
