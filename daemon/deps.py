@@ -45,6 +45,8 @@ from daemon.probes import Probes
 from daemon.router.metrics import RouterMetrics
 from daemon.router.router import Router
 from daemon.routes import Handlers
+from daemon.runtimes.api import RuntimeUpgradesApi
+from daemon.runtimes.manager import RuntimeUpgradeManager
 from daemon.sources.api import SourcesApi
 from daemon.sources.registration import register_models
 from daemon.sources.transfers import Transfers
@@ -80,10 +82,17 @@ class DaemonDeps:
     telemetry: TelemetryCollector
     nodes: NodeManager
     upgrades: UpgradeManager
+    runtime_upgrades: RuntimeUpgradeManager
     jobs: JobManager
     transfers: Transfers
     shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)  # `mirbadllm daemon` exits on it
     local_agent: LocalAgentProcess | None = None  # this machine's agent, once started
+
+
+def smoke_model_on(registry: Registry, node: str) -> str | None:
+    """The file of the first llama.cpp model registered on ``node`` (a rolled-out build's smoke test)."""
+    return next((d.model_path for d in sorted(registry.all(), key=lambda d: d.id)
+                 if d.node == node and d.runtime == "llamacpp"), None)
 
 
 def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
@@ -103,6 +112,8 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     registry.known_nodes = nodes.names  # a model is saved only on a node that exists
     registry.node_offers = nodes.offers  # ...and that offers its runtime (when it says)
     upgrades = UpgradeManager(paths.home, config.upgrades, nodes.views, links, events, history)
+    runtime_upgrades = RuntimeUpgradeManager(paths.home, nodes.views, links, events, history,
+                                             lambda node: smoke_model_on(registry, node))
     jobs = JobManager(registry, orchestrator, links, maintenance, events, router.in_flight, telemetry, paths.home)
 
     async def register(transfer: Transfer, query: Any) -> tuple[list[str], str | None]:
@@ -112,7 +123,8 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     return DaemonDeps(config=config, paths=paths, admin_token=token, listener=Listener(config, paths),
                       background=background, events=events, registry=registry, keys=keys, history=history,
                       metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,
-                      router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades, jobs=jobs,
+                      router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades,
+                      runtime_upgrades=runtime_upgrades, jobs=jobs,
                       transfers=transfers)
 
 
@@ -127,7 +139,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         sources=SourcesApi(d.links, d.transfers, d.history),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
         nodes=NodesApi(d.nodes, d.history),
-        upgrades=UpgradesApi(d.upgrades))
+        upgrades=UpgradesApi(d.upgrades),
+        runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades))
 
 
 # --- lifecycle -------------------------------------------------------------------------------------
@@ -178,6 +191,7 @@ async def _housekeeping(history: History, keys: KeyStore) -> None:
 async def stop(d: DaemonDeps) -> None:
     await d.jobs.close()  # a running job restores its model while the links still work
     await d.upgrades.close()
+    await d.runtime_upgrades.close()
     await d.nodes.stop()
     await d.background.cancel_all()
     for link in d.links:

@@ -2,7 +2,7 @@
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
 handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.sources.api``,
-``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.router.router``,
+``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
 ``daemon.probes``) and are built by the composition root (``daemon.deps.handlers``); errors they
 raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``.
 
@@ -22,6 +22,7 @@ from daemon.models.api import ModelsApi
 from daemon.nodes.api import NodesApi
 from daemon.probes import Probes
 from daemon.router.router import Router
+from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.sources.api import SourcesApi
 from daemon.upgrades.api import UpgradesApi
 
@@ -36,6 +37,7 @@ class Handlers:
     jobs: JobsApi
     nodes: NodesApi
     upgrades: UpgradesApi
+    runtime_upgrades: RuntimeUpgradesApi
 
 
 def route_table(h: Handlers) -> list[web.RouteDef]:
@@ -93,6 +95,8 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
 
         web.get("/api/nodes/upgrade", upgrades.status),                      # before /api/nodes/{id}
         web.post("/api/nodes/upgrade", upgrades.start),                      # body: UpgradeRequest (optional)
+        web.get("/api/nodes/runtime-upgrade", h.runtime_upgrades.status),    # llama.cpp builds: daemon.runtimes
+        web.post("/api/nodes/runtime-upgrade", h.runtime_upgrades.start),    # body: RuntimeUpgradeRequest (optional)
         web.get("/api/nodes", nodes.list_nodes),
         web.get("/api/nodes/discovered", nodes.discovered),
         web.post("/api/nodes/discovered", nodes.add_address),                # body: NodeAddressRequest

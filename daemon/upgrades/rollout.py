@@ -62,6 +62,8 @@ class NodeFailed(Exception):
 
 
 class Rollout:
+    events = "upgrade"  # the events' prefix: upgrade.started, upgrade.node, upgrade.finished
+
     def __init__(self, release: StagedRelease, targets: list[NodeTarget], policy: UpgradePolicy,
                  publish: Callable[..., Any]) -> None:
         self.release = release
@@ -76,11 +78,11 @@ class Rollout:
         nodes = list(self.view.nodes)
         nodes[index] = node
         self.view = self.view.model_copy(update={"nodes": nodes})
-        self.publish("upgrade.node", node=node.node, name=node.name, state=node.state.value,
+        self.publish(f"{self.events}.node", node=node.node, name=node.name, state=node.state.value,
                      version=self.release.version, reason=node.reason)
 
     async def run(self) -> RolloutView:
-        self.publish("upgrade.started", version=self.release.version, nodes=[t.node_id for t in self.targets])
+        self.publish(f"{self.events}.started", version=self.release.version, nodes=[t.node_id for t in self.targets])
         for index, target in enumerate(self.targets):
             try:
                 await self._upgrade(index, target)
@@ -96,9 +98,10 @@ class Rollout:
 
     def _finish(self, state: RolloutState, reason: str | None) -> None:
         self.view = self.view.model_copy(update={"state": state, "reason": reason, "finished_at": time.time()})
-        self.publish("upgrade.finished", version=self.release.version, state=state.value, reason=reason)
+        self.publish(f"{self.events}.finished", version=self.release.version, state=state.value, reason=reason)
 
     async def _upgrade(self, index: int, target: NodeTarget) -> None:
+        """Bring one node to the release, or raise ``NodeFailed`` (a subclass ships something else)."""
         client, version = target.client, self.release.version
         try:
             status = await client.status()

@@ -1,0 +1,134 @@
+"""``RuntimeUpgradeManager``: at most one llama.cpp build rollout at a time, and the build each node should run.
+
+Every paired node takes part, in the order of ``/api/nodes`` (this machine's own agent runs the
+build ``make runtime`` or the installer put beside the program). What each node should run is
+kept in ``{home}/runtime-builds.json`` (node id -> build, version, fingerprint), written as each
+node finishes. Audit: ``nodes.runtime_upgrade``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.api.runtime_builds import LlamaCppBuildAnswer
+from daemon.api.models import LOCAL_NODE
+from daemon.api.nodes import NodeView
+from daemon.api.runtime_upgrades import (
+    NodeRuntimeBuild,
+    RuntimeRolloutView,
+    RuntimeUpgradeRequest,
+)
+from daemon.errors import DaemonProblem
+from daemon.events import EventBus
+from daemon.history import History
+from daemon.nodes.links import Links
+from daemon.runtimes.build import (
+    BuildRefused,
+    default_builds_root,
+    load_build,
+    newest_build,
+)
+from daemon.runtimes.rollout import RuntimeRollout
+from daemon.upgrades.rollout import NodeTarget
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class RuntimeUpgradeManager:
+    def __init__(self, home: Path, nodes: Callable[[], list[NodeView]], links: Links, events: EventBus,
+                 history: History, smoke_models: Callable[[str], str | None],
+                 builds_root: Path | None = None) -> None:
+        self._home = home
+        self._nodes = nodes
+        self._links = links
+        self._events = events
+        self._history = history
+        self._smoke_models = smoke_models  # node id -> a llama.cpp model file registered there
+        self.builds_root = builds_root or default_builds_root()
+        self.rollout: RuntimeRollout | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._wanted = self._load()
+
+    @property
+    def state_file(self) -> Path:
+        return self._home / "runtime-builds.json"
+
+    def _load(self) -> dict[str, NodeRuntimeBuild]:
+        try:
+            raw = json.loads(self.state_file.read_text())
+            return {k: NodeRuntimeBuild.model_validate(v) for k, v in dict(raw).items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError) as exc:
+            _LOGGER.warning("ignoring unreadable %s: %s", self.state_file, exc)
+            return {}
+
+    def _save(self) -> None:
+        tmp = self.state_file.with_name(f".{self.state_file.name}.tmp")
+        tmp.write_text(json.dumps({k: v.model_dump(mode="json") for k, v in sorted(self._wanted.items())},
+                                  indent=2) + "\n")
+        os.replace(tmp, self.state_file)
+
+    def view(self) -> RuntimeRolloutView:
+        base = self.rollout.view.model_dump() if self.rollout is not None else {}
+        return RuntimeRolloutView(**base, build=self.rollout.build.name if self.rollout is not None else None,
+                                  wanted=dict(self._wanted))
+
+    def _targets(self) -> list[NodeTarget]:
+        targets = []
+        for node in self._nodes():
+            link = self._links.get(node.id)
+            if node.id != LOCAL_NODE and link is not None:
+                targets.append(NodeTarget(node.id, node.name, link.client))
+        return targets
+
+    async def start(self, request: RuntimeUpgradeRequest) -> RuntimeRolloutView:
+        if self._task is not None and not self._task.done():
+            raise DaemonProblem(409, "runtime_upgrade_running", f"A rollout of {self.view().build} is running; wait "
+                                "for it to finish (GET /api/nodes/runtime-upgrade).")
+        targets = self._targets()
+        if not targets:
+            raise DaemonProblem(409, "no_nodes", "No paired node to roll a llama.cpp build out to: pair a node first.")
+        folder = Path(request.folder).expanduser() if request.folder else newest_build(self.builds_root)
+        if folder is None:
+            raise DaemonProblem(422, "runtime_build_refused", f"No llama.cpp build in {self.builds_root}: build one "
+                                "with `make runtime`, or name its folder (folder).")
+        try:
+            build = await asyncio.to_thread(load_build, folder, self._home / "runtime-release")
+        except BuildRefused as exc:
+            raise DaemonProblem(422, "runtime_build_refused", str(exc)) from None
+
+        def smoke(node_id: str) -> str | None:
+            return request.smoke_model or self._smoke_models(node_id)
+
+        self.rollout = RuntimeRollout(build, targets, self._publish, smoke, self._installed)
+        self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name="runtime-rollout")
+        _LOGGER.info("rolling llama.cpp %s out to %d node(s)", build.name, len(targets))
+        await self._history.audit("admin", "nodes.runtime_upgrade", "", f"llama.cpp {build.name}")
+        return self.view()
+
+    def _installed(self, node_id: str, answer: LlamaCppBuildAnswer) -> None:
+        self._wanted[node_id] = NodeRuntimeBuild(build=answer.name, version=answer.version, digest=answer.digest,
+                                                 since=time.time())
+        try:
+            self._save()
+        except OSError as exc:
+            _LOGGER.warning("cannot write %s: %s", self.state_file, exc)
+
+    def _publish(self, type_: str, **data: Any) -> None:
+        self._events.publish(type_, None, **data)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
