@@ -18,6 +18,7 @@ from agent.api.launch_policy import (
     check_env,
     check_extra_args,
     check_mlx_settings,
+    check_vllm_settings,
 )
 from agent.api.safe_names import (
     UnsafeName,
@@ -71,7 +72,7 @@ def check_definition(definition: ModelDefinition) -> None:
         raise DefinitionRejected(str(exc)) from exc
     try:
         check_extra_args(definition.extra_args, definition.model_path,
-                         runtime="mlx" if definition.runtime == "mlx" else "llamacpp")
+                         runtime=definition.runtime)
     except PolicyViolation as exc:
         raise DefinitionRejected(f"extra_args: {exc}") from exc
     if definition.runtime == "mlx":
@@ -79,8 +80,13 @@ def check_definition(definition: ModelDefinition) -> None:
             check_mlx_settings(definition.mlx, definition.model_path)
         except PolicyViolation as exc:
             raise DefinitionRejected(f"mlx: {exc}") from exc
+    if definition.runtime == "vllm":
+        try:
+            check_vllm_settings(definition.vllm, definition.extra_args)
+        except PolicyViolation as exc:
+            raise DefinitionRejected(f"vllm: {exc}") from exc
     try:
-        check_env(definition.env)
+        check_env(definition.env, runtime=definition.runtime)
     except PolicyViolation as exc:
         raise DefinitionRejected(f"env: {exc}") from exc
     source = definition.sources

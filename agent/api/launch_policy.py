@@ -13,18 +13,23 @@ both refuse through ``check_extra_args``); the flags the argv builder sets itsel
 ``extra_args`` are ``agent.api.llamacpp.OWNED_VALUE_FLAGS``/``OWNED_BOOL_FLAGS``. ``mlx_lm.server``
 has its own lists (``MLX_DENIED_FLAGS``, ``MLX_PATH_FLAGS``; ``check_extra_args(..., runtime="mlx")``
 and ``check_mlx_settings`` for its typed settings): its model is a folder, and an adapter or a draft
-model may only be read from the folder that holds it.
+model may only be read from the folder that holds it. vLLM (``agent.api.vllm``) has
+``VLLM_DENIED_FLAGS`` and ``VLLM_PATH_FLAGS`` (``runtime="vllm"``, ``check_vllm_settings``): it runs
+in a container that sees the models folder at ``/models``, so a file it reads must lie under
+``/models``, judged by text on both sides (the paths are the container's, not the node's).
 Environment: only ``ENV_ALLOWLIST`` and ``GGML_*`` names, so nothing preloads code
 (``LD_PRELOAD``, ``DYLD_*``, ``PYTHON*``), re-enables a refused flag (``LLAMA_ARG_*``) or redirects
-the network (``HF_ENDPOINT``, ``*_PROXY``).
+the network (``HF_ENDPOINT``, ``*_PROXY``). vLLM also takes ``VLLM_*`` and ``NCCL_*`` tuning
+variables, except names that point at files, plugins, hosts, ports or keys (``VLLM_ENV_DENIED_RE``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from agent.api import mlx
+from agent.api import mlx, vllm
 from agent.api.llamacpp import _VALUE_FLAGS, OWNED_VALUE_FLAGS
 from agent.api.safe_names import folder_of, lexically_inside
 
@@ -83,6 +88,46 @@ MLX_DENIED_FLAGS: Mapping[str, str] = {
 }
 MLX_PATH_FLAGS = mlx.PATH_FLAGS  # read from next to the model's folder only
 MLX_VALUE_FLAGS = mlx.VALUE_FLAGS | mlx.OWNED_VALUE_FLAGS
+
+# vLLM (``agent.api.vllm``): the one denylist of ``vllm serve`` flags, canonical spelling (``_`` is
+# read as ``-``; a dotted ``--flag.key`` is judged as ``--flag``). An argument that is a prefix of a
+# denied flag is refused too, since Python's argparse takes an unambiguous abbreviation.
+# --trust-remote-code is refused as for llama.cpp: it runs the Python files that come with a
+# downloaded model, with the GPUs and the network, where the image (chosen in the definition) is
+# the code the operator picked; a model that needs it is not supported yet.
+_VLLM_DENIED: dict[str, str] = {}
+for _reason, _flags in {
+    "opens the runtime to the network": (
+        "--host", "--uds", "--headless", "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
+        "--kv-transfer-config", "--kv-events-config", "--ec-transfer-config", "--allowed-origins",
+        "--root-path", "--otlp-traces-endpoint", "--allowed-media-domains"),
+    "picks the runtime's port, which the agent owns": ("--port",),
+    "changes the runtime's credentials or TLS, which the agent owns": (
+        "--api-key", "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs",
+        "--enable-ssl-refresh", "--hf-token"),
+    "runs code from outside the image": (
+        "--trust-remote-code", "--middleware", "--tool-parser-plugin", "--reasoning-parser-plugin",
+        "--worker-cls", "--worker-extension-cls", "--logits-processors", "--tool-server"),
+    "reads more flags from a file, past these checks": ("--config",),
+    "lets requests read files in the container": ("--allowed-local-media-path",),
+    "downloads weights; add the model through MirbadLLM instead": ("--download-dir",),
+    "names the model, which the definition's model_path and served_name own": ("--model", "--served-model-name"),
+    "sets the memory share, which the definition's memory_budget_gib owns": (
+        "--gpu-memory-utilization", "--kv-cache-memory-bytes"),
+}.items():
+    _VLLM_DENIED.update(dict.fromkeys(_flags, _reason))
+VLLM_DENIED_FLAGS: Mapping[str, str] = _VLLM_DENIED
+# Flags whose value is a file or folder vLLM reads (or, not being a path, a repo it would download):
+# allowed only under /models. --chat-template and --generation-config also take a non-path value.
+VLLM_PATH_FLAGS = frozenset({"--tokenizer", "--hf-config-path", "--chat-template", "--generation-config",
+                             "--lora-modules"})
+_VLLM_KNOWN = (frozenset(vllm.OWNED_BOOL_FLAGS) | frozenset(vllm.LIFTED_FLAGS) | VLLM_PATH_FLAGS
+               | vllm.OWNED_VALUE_FLAGS)
+VLLM_ENV_PREFIXES = ("VLLM_", "NCCL_")
+VLLM_ENV_ALLOWLIST = frozenset({"PYTORCH_CUDA_ALLOC_CONF", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                                "TORCH_CUDA_ARCH_LIST"})
+VLLM_ENV_DENIED_RE = re.compile(r"PATH|DIR|ROOT|FILE|PLUGIN|_SO|LIB|KEY|TOKEN|SECRET|HOST|_IP|PORT|URL|"
+                                r"ENDPOINT|PROXY|MODELSCOPE|INSECURE|DEV_MODE|RUNTIME_LORA|LOGGING_CONFIG")
 _NUMBER_RE = re.compile(r"-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 Inside = Callable[[str, str], bool]
@@ -96,9 +141,23 @@ def env_allowed(name: str) -> bool:
     return name in ENV_ALLOWLIST or name.startswith(ENV_ALLOWED_PREFIXES)
 
 
-def check_env(env: Mapping[str, str]) -> None:
+def vllm_env_allowed(name: str) -> bool:
+    return env_allowed(name) or name in VLLM_ENV_ALLOWLIST or (
+        name.startswith(VLLM_ENV_PREFIXES) and VLLM_ENV_DENIED_RE.search(name) is None)
+
+
+def check_env(env: Mapping[str, str], runtime: str = "llamacpp") -> None:
+    """Refuse a variable outside the allowlist (for ``runtime="vllm"``: with vLLM's tuning names)."""
+    vllm_rules = runtime == "vllm"
+    allowed = vllm_env_allowed if vllm_rules else env_allowed
     for name, value in env.items():
-        if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None or not env_allowed(name):
+        if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None or not allowed(name):
+            if vllm_rules:
+                raise PolicyViolation(
+                    f"environment variable {str(name)[:80]!r} is not allowed for vLLM; allowed are "
+                    f"{', '.join(sorted(ENV_ALLOWLIST | VLLM_ENV_ALLOWLIST))} and names starting with "
+                    f"{', '.join(ENV_ALLOWED_PREFIXES + VLLM_ENV_PREFIXES)} that name no file, plugin, "
+                    f"host, port or key")
             raise PolicyViolation(
                 f"environment variable {str(name)[:80]!r} is not allowed for a runtime; allowed are "
                 f"{', '.join(sorted(ENV_ALLOWLIST))} and names starting with {', '.join(ENV_ALLOWED_PREFIXES)}")
@@ -127,8 +186,12 @@ def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside 
     """Refuse ``extra_args`` that reach beyond the model; ``inside(folder, path)`` judges paths.
 
     ``runtime`` picks the flag lists: llama-server's (the default) or ``"mlx"`` (``MLX_*``); for
-    MLX the model is a folder, and files may be read from the folder that holds it."""
-    if runtime == "mlx":
+    MLX the model is a folder, and files may be read from the folder that holds it. For ``"vllm"``
+    (``VLLM_*``) files may be read from under ``/models`` only, judged by text whatever ``inside``
+    says, because the paths are the container's; ``model_path`` is not used."""
+    if runtime == "vllm":
+        _check_vllm_args(list(extra_args))
+    elif runtime == "mlx":
         _check_args(list(extra_args), model_path, inside, MLX_DENIED_FLAGS, MLX_VALUE_FLAGS, MLX_PATH_FLAGS)
     else:
         _check_args(list(extra_args), model_path, inside, DENIED_FLAGS, VALUE_FLAGS, PATH_FLAGS)
@@ -175,3 +238,98 @@ def check_mlx_settings(settings: mlx.MlxSettings, model_path: str, inside: Insid
     argv = mlx.build_args(settings, model_path, "-", 0)
     _check_args(argv[len(mlx.OWNED_VALUE_FLAGS) * 2:], model_path, inside, MLX_DENIED_FLAGS,
                 MLX_VALUE_FLAGS, MLX_PATH_FLAGS)
+
+
+def _vllm_denied(flag: str) -> str | None:
+    """Why a vLLM flag (canonical spelling) is refused, or None; a prefix of a refused flag counts."""
+    if flag in VLLM_DENIED_FLAGS:
+        return VLLM_DENIED_FLAGS[flag]
+    if flag.startswith("--") and len(flag) > 3 and flag not in _VLLM_KNOWN:
+        for denied, reason in VLLM_DENIED_FLAGS.items():
+            if denied.startswith(flag):
+                return f"{reason} (argparse reads it as {denied})"
+    return None
+
+
+def _in_models_mount(path: str) -> bool:
+    return path.startswith(vllm.MODELS_MOUNT + "/") and lexically_inside(vllm.MODELS_MOUNT, path)
+
+
+def _vllm_paths(flag: str, value: str) -> list[str]:
+    """The paths in a vLLM path flag's value (none where the value is not a path)."""
+    if flag == "--chat-template" and any(c in value for c in "{}\n"):
+        return []  # an inline template, not a file
+    if flag == "--generation-config" and value in ("auto", "vllm"):
+        return []
+    if flag == "--lora-modules":
+        if value.lstrip().startswith("{"):
+            try:
+                obj = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise PolicyViolation(f"--lora-modules needs name=path or a JSON object: {value[:80]!r}") from exc
+            path = obj.get("path") if isinstance(obj, dict) else None
+            if not isinstance(path, str):
+                raise PolicyViolation(f"--lora-modules needs a path: {value[:80]!r}")
+            return [path]
+        return [value.split("=", 1)[1] if "=" in value else value]
+    return [value]
+
+
+def _check_vllm_args(args: list[str]) -> None:
+    if len(args) > MAX_ARGS:
+        raise PolicyViolation(f"too many extra arguments ({len(args)}; at most {MAX_ARGS})")
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not isinstance(arg, str) or "\0" in arg or len(arg) > MAX_ARG:
+            raise PolicyViolation("an extra argument contains a NUL byte or is too long")
+        raw_flag, inline = vllm.split_option(arg)
+        flag = vllm.flag_name(raw_flag).split(".", 1)[0]
+        reason = _vllm_denied(flag)
+        if reason is not None:
+            raise PolicyViolation(f"extra argument {raw_flag} is not allowed: it {reason}")
+        if flag in VLLM_PATH_FLAGS:
+            values = [inline] if inline is not None else []
+            if inline is None:  # --lora-modules takes several; the others one
+                while i + 1 < len(args) and not args[i + 1].startswith("-"):
+                    i += 1
+                    values.append(args[i])
+                    if flag != "--lora-modules":
+                        break
+            if not values:
+                raise PolicyViolation(f"extra argument {raw_flag} needs a value")
+            for value in values:
+                for path in _vllm_paths(flag, value):
+                    if not _in_models_mount(path):
+                        raise PolicyViolation(f"{raw_flag} may only read from the models folder "
+                                              f"({vllm.MODELS_MOUNT}/...); {path[:200]!r} is outside it")
+        i += 1
+    try:
+        vllm.normalize(vllm.VllmSettings(), args)  # an owned flag it cannot read is refused here
+    except ValueError as exc:
+        raise PolicyViolation(str(exc)) from exc
+
+
+def check_vllm_settings(settings: vllm.VllmSettings, extra_args: Iterable[str] = ()) -> None:
+    """vLLM's typed settings as they take effect with ``extra_args`` (a draft model under /models
+    only: a name that is no path there would be downloaded); an unreadable owned flag is refused."""
+    try:
+        effective, _ = vllm.normalize(settings, list(extra_args))
+    except ValueError as exc:
+        raise PolicyViolation(str(exc)) from exc
+    draft = effective.speculative.model if effective.speculative is not None else None
+    if draft is not None and not _in_models_mount(draft):
+        raise PolicyViolation(f"speculative model {draft[:200]!r} must be a folder under {vllm.MODELS_MOUNT}/ "
+                              f"(the models folder as the container sees it)")
+
+
+def check_launch(runtime: str, extra_args: Iterable[str], env: Mapping[str, str], model_path: str,
+                 inside: Inside = lexically_inside, *, vllm_settings: vllm.VllmSettings | None = None) -> None:
+    """Every check of a launch's arguments and environment for ``runtime``, in one call (the
+    daemon on save, the agent's driver again before a start); typed MLX settings are checked by
+    ``check_mlx_settings``."""
+    args = list(extra_args)
+    check_extra_args(args, model_path, inside, runtime=runtime)
+    if runtime == "vllm":
+        check_vllm_settings(vllm_settings or vllm.VllmSettings(), args)
+    check_env(env, runtime=runtime)

@@ -148,6 +148,7 @@ _BOOL_FLAGS: dict[str, tuple[str, bool]] = {
 OWNED_VALUE_FLAGS = frozenset({"--model", "--served-model-name", "--gpu-memory-utilization",
                                "--disable-access-log-for-endpoints", "--host", "--port"})
 OWNED_BOOL_FLAGS = frozenset({"--enable-auto-tool-choice", "--no-enable-auto-tool-choice"})
+LIFTED_FLAGS = frozenset(_SCALAR_FLAGS) | frozenset(_OBJECT_FLAGS) | frozenset(_BOOL_FLAGS)  # -> typed fields
 _INT_FIELDS = frozenset({"max_model_len", "max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size"})
 _HUMAN_INT_RE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgG]?)")
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
@@ -160,7 +161,7 @@ def flag_name(arg: str) -> str:
     return arg
 
 
-def _split_option(arg: str) -> tuple[str, str | None]:
+def split_option(arg: str) -> tuple[str, str | None]:
     """``--flag=value`` / ``"--flag value"`` -> (flag, value); ``--flag`` -> (flag, None)."""
     if arg.startswith("-") and "=" in arg.split(" ", 1)[0]:
         flag, value = arg.split("=", 1)
@@ -235,7 +236,7 @@ def _lift(settings: VllmSettings, extra_args: list[str],
     i = 0
     while i < len(args):
         arg = args[i]
-        raw_flag, inline = _split_option(arg)
+        raw_flag, inline = split_option(arg)
         flag = flag_name(raw_flag)
         base, dot, _ = flag.partition(".")
         try:

@@ -6,6 +6,13 @@ import json
 
 import pytest
 
+from agent.api.launch_policy import (
+    PolicyViolation,
+    check_env,
+    check_extra_args,
+    check_launch,
+    check_vllm_settings,
+)
 from agent.api.vllm import (
     CompilationSettings,
     SpeculativeSettings,
@@ -15,6 +22,10 @@ from agent.api.vllm import (
     normalize,
     parse_cmd,
 )
+from daemon.api.models import ModelDefinition
+from daemon.models.registry import definition_hash
+from daemon.models.registry import normalize as registry_normalize
+from daemon.validation import DefinitionRejected, check_definition
 
 TAIL = ["--disable-access-log-for-endpoints", "/health,/metrics"]
 
@@ -248,3 +259,104 @@ def test_settings_schema_names_each_flag_for_the_editor() -> None:
     assert flags["speculative"] == "--speculative-config"
     assert all(flags.values()), flags
     assert json.dumps(schema)  # serializable for the app
+
+
+# --- launch policy: what a vLLM launch may carry ---------------------------------------------------
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (["--host", "0.0.0.0"], "opens the runtime to the network"),
+    (["--port=9000"], "picks the runtime's port"),
+    (["--api_key", "k"], "credentials"),
+    (["--trust-remote-code"], "runs code from outside the image"),
+    (["--tool-parser-plugin", "/models/p.py"], "runs code"),
+    (["--model", "/models/other"], "names the model"),
+    (["--served-model-name=x"], "names the model"),
+    (["--download-dir", "/models/x"], "downloads weights"),
+    (["--gpu-memory-utilization", "0.99"], "memory_budget_gib owns"),
+    (["--config", "/models/flags.yaml"], "reads more flags from a file"),
+    (["--kv-transfer-config.kv_connector=X"], "opens the runtime to the network"),
+    (["--trust-remote"], "argparse reads it as --trust-remote-code"),
+    (["--host 0.0.0.0"], "opens the runtime to the network"),
+])
+def test_hostile_vllm_flags_are_refused_with_the_reason(args: list[str], reason: str) -> None:
+    with pytest.raises(PolicyViolation, match=reason):
+        check_extra_args(args, "/srv/models/m", runtime="vllm")
+
+
+@pytest.mark.parametrize("args", [
+    ["--tokenizer", "/etc/tok"], ["--tokenizer=org/remote-repo"], ["--chat-template", "/models/../etc/t.jinja"],
+    ["--generation-config", "/root/.cache/x"], ["--lora-modules", "a=/models/a", "b=/tmp/b"],
+    ["--lora-modules", '{"name": "a", "path": "/data/a"}'], ["--tokenizer", "-x"],
+])
+def test_vllm_reads_files_from_the_models_mount_only(args: list[str]) -> None:
+    with pytest.raises(PolicyViolation, match="models folder|needs a value"):
+        check_extra_args(args, "/srv/models/m", runtime="vllm")
+
+
+def test_ordinary_vllm_flags_pass() -> None:
+    check_extra_args(["--enforce-eager", "--tokenizer", "/models/org/tok", "--chat-template", "{{ messages }}",
+                      "--generation-config", "auto", "--lora-modules", "a=/models/a", "--seed", "3",
+                      "--reasoning-parser", "qwen3", "--max_num_seqs=4", "-O3", "--model-impl", "vllm"],
+                     "/srv/models/m", runtime="vllm")
+
+
+def test_an_unreadable_owned_flag_is_a_policy_refusal() -> None:
+    with pytest.raises(PolicyViolation, match="--max-num-seqs needs a positive whole number"):
+        check_extra_args(["--max-num-seqs", "lots"], "/srv/models/m", runtime="vllm")
+
+
+def test_the_draft_model_must_be_under_the_mount_wherever_it_is_set() -> None:
+    check_vllm_settings(VllmSettings(speculative=SpeculativeSettings(method="eagle", model="/models/draft")))
+    with pytest.raises(PolicyViolation, match="speculative model 'org/draft'"):
+        check_vllm_settings(VllmSettings(speculative=SpeculativeSettings(method="eagle", model="org/draft")))
+    with pytest.raises(PolicyViolation, match="speculative model '/etc/x'"):
+        check_vllm_settings(VllmSettings(), ["--speculative-config.model=/etc/x"])
+
+
+def test_vllm_environment_takes_tuning_names_but_no_paths_keys_or_plugins() -> None:
+    check_env({"VLLM_ATTENTION_BACKEND": "FLASHINFER", "NCCL_P2P_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "0",
+               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, runtime="vllm")
+    for name in ("VLLM_API_KEY", "VLLM_PLUGINS", "VLLM_NCCL_SO_PATH", "VLLM_HOST_IP", "NCCL_NET_PLUGIN",
+                 "VLLM_USE_MODELSCOPE", "HF_ENDPOINT", "LD_PRELOAD"):
+        with pytest.raises(PolicyViolation, match=f"{name}.*not allowed for vLLM"):
+            check_env({name: "x"}, runtime="vllm")
+    with pytest.raises(PolicyViolation, match="not allowed for a runtime"):
+        check_env({"VLLM_ATTENTION_BACKEND": "x"})  # llama.cpp's list has no vLLM names
+
+
+def test_check_launch_runs_every_check_for_the_runtime() -> None:
+    check_launch("vllm", ["--enforce-eager"], {"VLLM_LOGGING_LEVEL": "INFO"}, "/srv/models/m")
+    with pytest.raises(PolicyViolation, match="speculative model"):
+        check_launch("vllm", [], {}, "/srv/models/m",
+                     vllm_settings=VllmSettings(speculative=SpeculativeSettings(model="/tmp/d")))
+    with pytest.raises(PolicyViolation, match="not allowed for vLLM"):
+        check_launch("vllm", [], {"VLLM_PORT": "1"}, "/srv/models/m")
+
+
+# --- the daemon: checked on save, normalized, hashed per runtime -----------------------------------
+
+def vllm_definition(**kw: object) -> ModelDefinition:
+    fields: dict[str, object] = {"id": "ornith", "served_name": "ornith", "runtime": "vllm",
+                                 "model_path": "/srv/models/ornith", "image": "vllm/vllm-openai:v0.11",
+                                 "memory_budget_gib": 60.0, **kw}
+    return ModelDefinition.model_validate(fields)
+
+
+def test_the_daemon_refuses_a_hostile_vllm_definition_on_save() -> None:
+    with pytest.raises(DefinitionRejected, match="extra_args: extra argument --host"):
+        check_definition(vllm_definition(extra_args=["--host", "0.0.0.0"]))
+    with pytest.raises(DefinitionRejected, match="extra_args: --max-num-seqs needs"):
+        check_definition(vllm_definition(extra_args=["--max-num-seqs=x"]))
+    with pytest.raises(DefinitionRejected, match="vllm: speculative model"):
+        check_definition(vllm_definition(vllm={"speculative": {"model": "org/draft"}}))
+    with pytest.raises(DefinitionRejected, match="env: .*not allowed for vLLM"):
+        check_definition(vllm_definition(env={"VLLM_API_KEY": "k"}))
+    check_definition(vllm_definition(extra_args=["--enforce-eager"], env={"VLLM_USE_V1": "1"}))
+
+
+def test_the_registry_lifts_owned_flags_and_hashes_with_the_vllm_rules() -> None:
+    saved = registry_normalize(vllm_definition(vllm={"max_num_seqs": 4}, extra_args=["--max_num_seqs=8", "--x"]))
+    assert (saved.vllm.max_num_seqs, saved.extra_args) == (8, ["--x"])
+    assert definition_hash(saved) == config_hash("vllm/vllm-openai:v0.11", VllmSettings(max_num_seqs=8),
+                                                 "/srv/models/ornith", "ornith", ["--x"], 60.0)
+    assert definition_hash(saved) != definition_hash(saved.model_copy(update={"image": "vllm/vllm-openai:v0.12"}))
