@@ -174,8 +174,12 @@ class Admission:
             source=source)
 
     async def admit(self, spec: LaunchSpec, loading: Callable[[], list[tuple[str, InstanceState, int | None]]],
-                    wait_for: Callable[[Callable[[], bool], float], object]) -> FitReport:
-        """Refuse ``spec`` unless it fits (or is forced); remember what it was admitted with."""
+                    wait_for: Callable[[Callable[[], bool], float], object]) -> FitReport | None:
+        """Refuse ``spec`` unless it fits (or is forced); remember what it was admitted with.
+        None: a runtime whose model is no GGUF file (MLX's folder) is not estimated here."""
+        if spec.runtime == "mlx":
+            _LOGGER.info("%s: MLX models are not estimated; started without a memory check", spec.instance_id)
+            return None
         summary = await self.inspector.summary(spec.model_path)
         if summary.is_projector:
             raise InvalidModelFile(f"{os.path.basename(spec.model_path)} is a vision projector, not a model; "

