@@ -411,12 +411,13 @@ def config_hash(image: str | None, settings: VllmSettings, model_path: str, serv
     the same way, and an unchanged definition keeps its hash.
 
     ``model_path`` is hashed as given (the definition's text, not mapped into the mount) and the
-    memory budget in GiB, not its share of the GPU, so the daemon, which knows neither the node's
+    memory budget (in whole MiB), not its share of the GPU, so the daemon, which knows neither the node's
     mount nor its GPU, hashes what the agent hashes. ``total_gib`` is therefore not hashed; it is
     accepted so callers pass what they pass to ``build_args``.
     """
     del total_gib  # see the docstring: the budget is what the definition says
-    memory = ["--memory-budget-gib", repr(float(memory_budget_gib))] if memory_budget_gib is not None else []
+    # In whole MiB: the agent gets the budget as bytes (int(GiB * 2**30)) and must hash what the daemon does.
+    memory = ["--memory-budget-mib", str(round(memory_budget_gib * 1024))] if memory_budget_gib is not None else []
     argv = _argv(settings, model_path, served_name, list(extra_args or []), memory)
     payload = json.dumps({"image": image or "", "argv": argv})
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -236,6 +236,15 @@ def test_an_unchanged_definition_keeps_its_hash() -> None:
     assert first == config_hash("vllm/vllm-openai:v0.11", full_settings(), "/srv/models/m", "m", ["--x"], 60.0, 80.0)
 
 
+def test_the_budget_hashes_alike_after_its_trip_through_bytes() -> None:
+    via_bytes = int(0.1 * (1 << 30)) / (1 << 30)  # what the agent reads back from the launch spec
+    assert via_bytes != 0.1
+    assert config_hash("img", VllmSettings(), "m", "m", [], 0.1) == config_hash("img", VllmSettings(), "m", "m", [],
+                                                                                 via_bytes)
+    assert config_hash("img", VllmSettings(), "m", "m", [], None) != config_hash("img", VllmSettings(), "m", "m", [],
+                                                                                  0.1)
+
+
 def test_equal_effective_configs_hash_equal() -> None:
     typed = config_hash("img", VllmSettings(max_num_seqs=8, enable_prefix_caching=False), "m", "m", [])
     lifted = config_hash("img", VllmSettings(), "m", "m", ["--max_num_seqs=8", "--no-enable-prefix-caching"])
