@@ -22,7 +22,14 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
 CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
@@ -31,6 +38,19 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # a quantization method, parser or
 MODELS_MOUNT = "/models"  # where the container sees the models folder (read-only)
 CONTAINER_PORT = 8000  # vLLM's port inside the container; the driver maps it to the host
 QUIET_ENDPOINTS = "/health,/metrics"  # polled endpoints kept out of vLLM's access log
+
+
+def _typed_keys_first(data: Any, typed: tuple[str, ...]) -> Any:
+    """A typed key given inside ``extra`` moves to its field (one owner per key; a set field wins)."""
+    if not isinstance(data, dict) or not isinstance(data.get("extra"), dict):
+        return data
+    data, extra = dict(data), dict(data["extra"])
+    for key in typed:
+        if key in extra:
+            value = extra.pop(key)
+            if data.get(key) is None:
+                data[key] = value
+    return {**data, "extra": extra}
 
 
 def _setting(flag: str, default_shown: Any, description: str, unit: str = "", **kw: Any) -> Any:
@@ -53,8 +73,13 @@ class SpeculativeSettings(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict, description="Every other speculative-config key.",
                                   json_schema_extra={"flag": "", "runtime_default": {}, "unit": ""})
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_owner(cls, data: Any) -> Any:
+        return _typed_keys_first(data, ("method", "num_speculative_tokens", "model"))
+
     def to_vllm(self) -> dict[str, Any]:
-        """The object as vLLM reads it (typed keys over ``extra``'s)."""
+        """The object as vLLM reads it."""
         typed = {k: v for k, v in (("method", self.method), ("num_speculative_tokens", self.num_speculative_tokens),
                                    ("model", self.model)) if v is not None}
         return {**self.extra, **typed}
@@ -74,6 +99,11 @@ class CompilationSettings(BaseModel):
     cudagraph_mode: CudaGraphMode | None = _setting("cudagraph_mode", "FULL_AND_PIECEWISE", "CUDA graph capture mode.")
     extra: dict[str, Any] = Field(default_factory=dict, description="Every other compilation-config key.",
                                   json_schema_extra={"flag": "", "runtime_default": {}, "unit": ""})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_owner(cls, data: Any) -> Any:
+        return _typed_keys_first(data, ("cudagraph_mode",))
 
     @field_validator("cudagraph_mode", mode="before")
     @classmethod

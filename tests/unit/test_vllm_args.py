@@ -176,6 +176,15 @@ def test_compilation_lifts_from_cc_dotted_and_json() -> None:
     assert settings.compilation == CompilationSettings(extra={"level": 3})
 
 
+def test_a_typed_key_inside_extra_moves_to_its_field() -> None:
+    spec = SpeculativeSettings.model_validate({"extra": {"method": "mtp", "k": 1}})
+    assert (spec.method, spec.extra) == ("mtp", {"k": 1})
+    kept = SpeculativeSettings.model_validate({"method": "eagle", "extra": {"method": "mtp"}})
+    assert (kept.method, kept.extra) == ("eagle", {})
+    graph = CompilationSettings.model_validate({"extra": {"cudagraph_mode": "none"}})
+    assert (graph.cudagraph_mode, graph.extra) == ("NONE", {})
+
+
 def test_an_empty_object_means_none() -> None:
     settings, _ = normalize(VllmSettings(speculative=SpeculativeSettings(method="mtp")), ["--speculative-config={}"])
     assert settings.speculative is None
