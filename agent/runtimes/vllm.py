@@ -64,7 +64,8 @@ from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun
 
 _LOGGER = logging.getLogger(__name__)
 
-RUNTIME: RuntimeId = "vllm"
+RUNTIME = "vllm"
+RUNTIME_ID: RuntimeId = "vllm"
 RUNTIME_NAME = "vllm"
 DEFAULT_IMAGE = "vllm/vllm-openai:latest"
 API_KEY_ENV = "VLLM_API_KEY"
@@ -308,8 +309,8 @@ class ContainerProcess:
             with contextlib.suppress(NotFound):
                 await self.client.delete(self.name, force=True)  # an earlier run's exited container
             container = await self.client.create(self.name, body)
-            self.log.follow(self.client, container)
             await self.client.start(container)
+            self.log.follow(self.client, container)  # from its first line (a created one would end at once)
             self._take(await self.client.inspect(container))
         except DockerError as exc:
             self.log.write(f"cannot run the vLLM container: {exc}")
@@ -381,7 +382,7 @@ class ContainerProcess:
 
 
 def offer_unavailable(reason: str, image: str) -> RuntimeOffer:
-    return RuntimeOffer(runtime=RUNTIME, available=False, location=image, reason=reason)
+    return RuntimeOffer(runtime=RUNTIME_ID, available=False, location=image, reason=reason)
 
 
 class VllmDriver:
@@ -432,7 +433,7 @@ class VllmDriver:
             digest = str(digests[0]).split("@", 1)[-1] if digests else str(image.get("Id") or "") or None
         except DockerError:
             pass  # pulled at the first start
-        return RuntimeOffer(runtime=RUNTIME, available=True, version=f"Docker {version.get('Version', '?')}",
+        return RuntimeOffer(runtime=RUNTIME_ID, available=True, version=f"Docker {version.get('Version', '?')}",
                             digest=digest, location=self.image)
 
     # -- the command and the checks --------------------------------------------------------------

@@ -86,7 +86,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        def log_message(self, format: str, *args: Any) -> None:
             log("INFO: " + format % args)
 
         def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
@@ -105,7 +105,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             self._json(401, {"error": "Unauthorized"})
             return False
 
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(200, b"", "text/plain")
             elif self.path == "/metrics":
@@ -118,7 +118,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             else:
                 self._json(404, {"error": {"message": "Not Found", "type": "NotFoundError", "code": 404}})
 
-        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")

@@ -1,0 +1,276 @@
+"""The vLLM driver against a real Docker engine (``_docker_support``) and a fake vLLM image.
+
+The pure parts (the create body, the metrics) are asserted exactly; the rest runs containers:
+start -> ready -> a metrics sample -> "restart pending" once the definition's hash changes -> an
+agent restart adopts the running container (the same one, found by label, with no record file)
+-> stop removes it; a crash is a failure with the last log lines; a missing image is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agent.api.models import GpuInfo, InstanceState, LaunchSpec
+from agent.api.vllm import VllmSettings, config_hash
+from agent.manager import InstanceManager
+from agent.paths import AgentPaths
+from agent.records import ProcessRecords
+from agent.runtimes.docker import DockerClient, NotFound, split_image
+from agent.runtimes.driver import NoRuntime
+from agent.runtimes.drivers import Drivers
+from agent.runtimes.vllm import LABEL_MODEL, VllmDriver, create_body, parse_metrics
+from tests.agent._docker_support import Engine, docker_engine, fake_vllm_image  # noqa: F401 - fixtures
+
+READY_TIMEOUT_S = 20.0
+SETTLED = {InstanceState.READY, InstanceState.FAILED, InstanceState.STOPPED}
+
+
+def test_create_body_is_the_container_contract() -> None:
+    spec = LaunchSpec(instance_id="qwen", runtime="vllm", model_path="/srv/models/Qwen3-8B", served_name="qwen3",
+                      env={"CUDA_VISIBLE_DEVICES": "0"}, memory_budget_bytes=24 * 2**30)
+    body = create_body(spec, "vllm/vllm-openai:v0.11.0", ["--model", "/models/Qwen3-8B"], 18090, "KEY",
+                       "/srv/models/Qwen3-8B", "Qwen3-8B", "abc123", nvidia=True)
+    assert body == {
+        "Image": "vllm/vllm-openai:v0.11.0",
+        "Cmd": ["--model", "/models/Qwen3-8B"],
+        "Env": ["VLLM_API_KEY=KEY", "CUDA_VISIBLE_DEVICES=0"],
+        "Labels": {"mirbadllm.model": "qwen", "mirbadllm.served-name": "qwen3", "mirbadllm.port": "18090",
+                   "mirbadllm.config-hash": "abc123", "mirbadllm.budget-gib": "24"},
+        "ExposedPorts": {"8000/tcp": {}},
+        "HostConfig": {
+            "PortBindings": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "18090"}]},
+            "Binds": ["/srv/models/Qwen3-8B:/models/Qwen3-8B:ro"],
+            "RestartPolicy": {"Name": "no"},
+            "IpcMode": "host",
+            "DeviceRequests": [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}],
+        },
+    }
+    without = create_body(spec.model_copy(update={"memory_budget_bytes": None}), "img", [], 1, "K", "/m", "m",
+                          "h", nvidia=False)
+    assert "DeviceRequests" not in without["HostConfig"]
+    assert "mirbadllm.budget-gib" not in without["Labels"]
+
+
+def test_budget_becomes_the_gpu_share(tmp_path: Path) -> None:
+    folder = tmp_path / "models" / "tiny"
+    folder.mkdir(parents=True)
+    gpu = GpuInfo(index=0, name="NVIDIA H200", memory_total=140 * 2**30)
+    driver = VllmDriver(AgentPaths(tmp_path / "agent"), gpus=lambda: [gpu])
+    spec = LaunchSpec(instance_id="t", runtime="vllm", model_path=str(folder), served_name="tiny",
+                      memory_budget_bytes=35 * 2**30)
+    argv = driver.build_command(spec, 18000)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.2500"
+    assert argv[:4] == ["--model", "/models/tiny", "--served-model-name", "tiny"]
+    no_gpu = VllmDriver(AgentPaths(tmp_path / "agent"))
+    assert "--gpu-memory-utilization" not in no_gpu.build_command(spec, 18000)
+
+
+def test_metrics_are_read_from_vllm_names() -> None:
+    text = ('# TYPE vllm:num_requests_running gauge\n'
+            'vllm:num_requests_running{model_name="a"} 2.0\n'
+            'vllm:num_requests_waiting{model_name="a"} 1.0\n'
+            'vllm:kv_cache_usage_perc{engine="0",model_name="a"} 0.25\n'
+            'vllm:kv_cache_usage_perc{engine="1",model_name="a"} 0.25\n'
+            'vllm:prompt_tokens_total{model_name="a"} 120.0\n'
+            'vllm:generation_tokens_total{model_name="a"} 4.5e+01\n')
+    assert parse_metrics(text) == {"requests_processing": 2.0, "requests_deferred": 1.0,
+                                   "prompt_tokens_total": 120.0, "generation_tokens_total": 45.0,
+                                   "kv_cache_usage_ratio": 0.5, "kv_source": "metrics"}
+    legacy = parse_metrics('vllm:gpu_cache_usage_perc{model_name="a"} 0.1\n')
+    assert legacy["kv_cache_usage_ratio"] == 0.1
+    assert parse_metrics("")["requests_processing"] is None
+
+
+def test_pull_reference_splits_tag_and_digest() -> None:
+    assert split_image("localhost:5000/vllm/vllm-openai") == ("localhost:5000/vllm/vllm-openai", "latest")
+    assert split_image("vllm/vllm-openai:v0.11.0") == ("vllm/vllm-openai", "v0.11.0")
+    assert split_image("vllm/x@sha256:ab") == ("vllm/x", "sha256:ab")
+
+
+# -- against the engine ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_folder(tmp_path: Path) -> Callable[..., Path]:
+    def make(name: str = "tiny-model", **faults: object) -> Path:
+        folder = tmp_path / "models" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text('{"architectures": ["FakeForCausalLM"]}')
+        if faults:
+            (folder / "fake_vllm.json").write_text(json.dumps(faults))
+        return folder
+    return make
+
+
+@pytest.fixture
+async def make_agent(tmp_path: Path, port_base: int, docker_engine: Engine, fake_vllm_image: str,  # noqa: F811
+                     ) -> AsyncIterator[Callable[[], InstanceManager]]:
+    """``make_agent()``: an agent's manager with the vLLM driver on the test engine, one home;
+    every container it made is removed at teardown."""
+    made: list[InstanceManager] = []
+
+    def make() -> InstanceManager:
+        paths = AgentPaths(tmp_path / "agent").ensure()
+        driver = VllmDriver(paths, image=fake_vllm_image, socket=docker_engine.socket, stop_timeout_s=5)
+        manager = InstanceManager(Drivers(driver), ProcessRecords(paths.records_file), port_base)
+        made.append(manager)
+        return manager
+
+    yield make
+    for manager in made:
+        await manager.close()
+    client = DockerClient(docker_engine.socket)
+    for item in await client.containers(LABEL_MODEL):
+        await client.delete(str(item["Id"]), force=True)
+    await client.close()
+
+
+def spec_for(folder: Path, instance_id: str = "m", **kw: object) -> LaunchSpec:
+    return LaunchSpec.model_validate({"instance_id": instance_id, "runtime": "vllm", "model_path": str(folder),
+                                      "served_name": f"{instance_id}-served", "startup_timeout_s": 15, **kw})
+
+
+async def settled(manager: InstanceManager, instance_id: str) -> InstanceState:
+    assert await manager.wait_for(lambda: manager.info(instance_id).state in SETTLED, READY_TIMEOUT_S)
+    return manager.info(instance_id).state
+
+
+async def test_start_ready_sample_pending_adopt_stop(make_agent: Callable[[], InstanceManager],
+                                                     model_folder: Callable[..., Path],
+                                                     docker_engine: Engine,  # noqa: F811
+                                                     fake_vllm_image: str) -> None:  # noqa: F811
+    folder = model_folder()
+    spec = spec_for(folder)
+    agent = make_agent()
+    started = await agent.start(spec)
+    assert started.state is InstanceState.STARTING
+    assert await settled(agent, "m") is InstanceState.READY, agent.info("m")
+    info = agent.info("m")
+    client = DockerClient(docker_engine.socket)
+    try:
+        container = await client.inspect("ss-m")
+        labels = container["Config"]["Labels"]
+        assert labels["mirbadllm.model"] == "m"
+        assert labels["mirbadllm.served-name"] == "m-served"
+        assert labels["mirbadllm.port"] == str(info.port)
+        assert labels["mirbadllm.config-hash"] == info.config_hash
+        assert info.config_hash == config_hash(fake_vllm_image, VllmSettings(), str(folder), "m-served", [])
+        host = container["HostConfig"]
+        assert host["Binds"] == [f"{folder}:/models/tiny-model:ro"]
+        assert host["PortBindings"] == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(info.port)}]}
+        assert host["RestartPolicy"]["Name"] == "no" and host["IpcMode"] == "host"
+        assert not host.get("DeviceRequests")  # no NVIDIA GPU on the test node
+        assert container["Config"]["Cmd"][:4] == ["--model", "/models/tiny-model", "--served-model-name",
+                                                  "m-served"]
+
+        # It serves, with its key; the driver reads its vllm:* figures.
+        async with aiohttp.ClientSession() as session:
+            headers = {"Authorization": f"Bearer {info.api_key}"}
+            async with session.post(f"{info.endpoint}/v1/chat/completions", headers=headers,
+                                    json={"model": "m-served", "messages": [{"role": "user", "content": "hi"}],
+                                          "stream": True}) as resp:
+                assert resp.status == 200
+                streamed = await resp.text()
+            assert '"content": "Hello"' in streamed and "data: [DONE]" in streamed
+            async with session.get(f"{info.endpoint}/v1/models") as resp:
+                assert resp.status == 401  # the key is required
+            run = agent.runs()["m"]
+            figures = await agent.driver_for(run).scrape(run, session)
+        assert figures["generation_tokens_total"] == 7.0
+        assert figures["prompt_tokens_total"] == 5.0
+        assert figures["requests_processing"] == 0.0 and figures["kv_source"] == "metrics"
+
+        # The definition changes: its hash is no longer the running one's (restart pending).
+        changed = spec.model_copy(update={"vllm": VllmSettings(max_num_seqs=8)})
+        assert agent.driver.config_hash(changed) != info.config_hash  # type: ignore[attr-defined]
+        assert agent.driver.config_hash(spec) == info.config_hash  # type: ignore[attr-defined]
+
+        # The agent goes away and comes back with no record file: Docker is the truth.
+        container_id = container["Id"]
+        await agent.close()
+        agent.records.path.unlink()
+        again = make_agent()
+        assert await again.adopt_recorded() == ["m"]
+        assert await settled(again, "m") is InstanceState.READY
+        adopted = again.info("m")
+        assert adopted.adopted and adopted.api_key == info.api_key and adopted.port == info.port
+        assert adopted.config_hash == info.config_hash
+        assert adopted.argv == container["Config"]["Cmd"]
+        assert (await client.inspect("ss-m"))["Id"] == container_id
+        assert again.runs()["m"].process.container_id == container_id  # type: ignore[attr-defined]
+
+        stopped = await again.stop("m")
+        assert stopped.state is InstanceState.STOPPED
+        with pytest.raises(NotFound):
+            await client.inspect("ss-m")
+    finally:
+        await client.close()
+
+
+async def test_crash_after_ready_is_a_failure_with_the_last_lines(make_agent: Callable[[], InstanceManager],
+                                                                  model_folder: Callable[..., Path]) -> None:
+    agent = make_agent()
+    await agent.start(spec_for(model_folder(crash_after=1), "crash"))
+    assert await settled(agent, "crash") is InstanceState.READY
+    info = agent.info("crash")
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{info.endpoint}/v1/completions", json={"prompt": "x", "max_tokens": 2},
+            headers={"Authorization": f"Bearer {info.api_key}"}) as resp:
+        assert resp.status == 200
+    assert await agent.wait_for(lambda: agent.info("crash").state is InstanceState.FAILED, READY_TIMEOUT_S)
+    failed = agent.info("crash")
+    assert failed.exit_code == 3
+    assert failed.error is not None and "EngineCore died after 1 requests" in failed.error
+    assert any("EngineCore died" in line for line in failed.last_log_lines)
+    assert 0 < len(failed.last_log_lines) <= 20
+
+
+async def test_crash_at_start_fails_and_removes_the_container(make_agent: Callable[[], InstanceManager],
+                                                              model_folder: Callable[..., Path],
+                                                              docker_engine: Engine) -> None:  # noqa: F811
+    agent = make_agent()
+    await agent.start(spec_for(model_folder("oom", exit_code=2), "oom"))
+    assert await settled(agent, "oom") is InstanceState.FAILED
+    failed = agent.info("oom")
+    assert failed.exit_code == 2
+    assert failed.error == "vllm exited 2: ERROR: CUDA out of memory while loading the model (fake failure)"
+    assert any("CUDA out of memory" in line for line in failed.last_log_lines)
+    client = DockerClient(docker_engine.socket)
+    try:
+        with pytest.raises(NotFound):
+            await client.inspect("ss-oom")
+    finally:
+        await client.close()
+
+
+async def test_a_missing_image_is_refused_with_the_engines_word(make_agent: Callable[[], InstanceManager],
+                                                                model_folder: Callable[..., Path]) -> None:
+    agent = make_agent()
+    spec = spec_for(model_folder(), "noimg", image="localhost:1/mirbadllm/absent:1")
+    with pytest.raises(NoRuntime) as refused:
+        await agent.start(spec)
+    assert "image localhost:1/mirbadllm/absent:1 is not on this node and cannot be pulled" in str(refused.value)
+    assert "connection refused" in str(refused.value)
+    assert agent.info("noimg").state is InstanceState.STOPPED
+    assert agent.get("noimg").logs.tail(5)[0] == "pulling localhost:1/mirbadllm/absent:1 (it is not on this node yet)"
+
+
+async def test_offer_says_what_the_engine_is(tmp_path: Path, docker_engine: Engine,  # noqa: F811
+                                             fake_vllm_image: str) -> None:  # noqa: F811
+    driver = VllmDriver(AgentPaths(tmp_path / "agent"), image=fake_vllm_image, socket=docker_engine.socket)
+    offer = await driver.offer()
+    assert offer.available and offer.runtime == "vllm" and offer.location == fake_vllm_image
+    assert offer.version is not None and offer.version.startswith("Docker ")
+    assert offer.digest is not None and offer.digest.startswith("sha256:")
+    assert await driver.offer() is offer  # cached
+    await driver.close()
+    missing = VllmDriver(AgentPaths(tmp_path / "agent"), socket=str(tmp_path / "no.sock"))
+    gone = await missing.offer()
+    assert not gone.available and gone.reason == f"no Docker engine here: {tmp_path / 'no.sock'} does not exist"
+    elsewhere = await VllmDriver(AgentPaths(tmp_path / "agent"), platform="darwin").offer()
+    assert not elsewhere.available and elsewhere.reason == "vLLM containers run on Linux nodes only"
