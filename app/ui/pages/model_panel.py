@@ -122,11 +122,13 @@ class ModelPanel(QWidget):
         super().__init__()
         self.ctx = ctx
         self.model_id: str | None = None
+        self.setMinimumWidth(700)  # the settings editor's rows (label, box, unit, flag) fit without clipping
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 0, 0, 0)
         head = QHBoxLayout()
         self.title = label("", role="figure")
         self.title.setStyleSheet("font-size: 20px;")
+        self.title.setMinimumWidth(80)  # a long name gives way to the badges and the buttons
         self.badge = StateBadge()
         self.runtime_badge = RuntimeBadge()
         self.restart_badge = label("Restart needed")
@@ -190,6 +192,7 @@ class ModelPanel(QWidget):
         self.benchmarks.show_model(view.definition.id)
         s = view.status
         self.title.setText(view.definition.served_name)
+        self.title.setToolTip(view.definition.served_name)
         self.runtime_badge.show_definition(view.definition)
         self.badge.set_state(s.state)
         self.restart_badge.setVisible(s.restart_pending)

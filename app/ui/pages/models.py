@@ -39,10 +39,13 @@ class ModelRow(QWidget):
             text_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             text.addWidget(text_label)
         layout.addLayout(text, 1)
-        self.runtime_badge = RuntimeBadge(view.definition)
-        layout.addWidget(self.runtime_badge, 0, Qt.AlignmentFlag.AlignVCenter)
+        badges = QVBoxLayout()  # stacked, so the runtime's badge costs the narrow list no width
+        badges.setSpacing(2)
         self.badge = StateBadge(view.status.state)
-        layout.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignVCenter)
+        self.runtime_badge = RuntimeBadge(view.definition)
+        for badge in (self.badge, self.runtime_badge):
+            badges.addWidget(badge, 0, Qt.AlignmentFlag.AlignRight)
+        layout.addLayout(badges)
 
 
 class ModelsPage(QWidget):
@@ -108,7 +111,7 @@ class ModelsPage(QWidget):
                 item = QListWidgetItem()
                 item.setData(Qt.ItemDataRole.UserRole, view.definition.id)
                 row = ModelRow(view)
-                item.setSizeHint(QSize(0, row.sizeHint().height()))
+                item.setSizeHint(QSize(0, row.sizeHint().height() + 1))  # + the border under each item
                 self.list.addItem(item)
                 self.list.setItemWidget(item, row)
                 if view.definition.id == state.selected_id:
