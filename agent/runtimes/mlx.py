@@ -142,10 +142,10 @@ def link_parts(served_name: str) -> list[str]:
     """The served name as the relative path the working folder links to the model; refused when
     it cannot be one (mlx_lm.server reads ``--model`` as a path)."""
     parts = served_name.split("/")
-    if (served_name.startswith("-") or "\\" in served_name or "\0" in served_name or ":" in served_name
+    if (served_name.startswith("-") or "\\" in served_name or "\0" in served_name
             or any(p in ("", ".", "..") for p in parts)):
         raise SpecRejected(f"served_name {served_name[:80]!r} cannot be served by MLX: mlx_lm.server takes the "
-                           "model's name as a relative path, so it may not start with '-', hold '\\', ':', "
+                           "model's name as a relative path, so it may not start with '-', hold '\\', "
                            "'.' or '..' parts, or empty parts")
     return parts
 

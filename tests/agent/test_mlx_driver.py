@@ -42,6 +42,7 @@ from agent.runtimes.mlx import (
     MlxPlatform,
     build_command,
     check_spec,
+    link_model,
     mlx_lm_version,
 )
 from agent.server import create_app, start_server
@@ -371,3 +372,15 @@ async def test_a_model_that_does_not_load_fails_the_start(start_agent, tmp_path:
     failed = await until_state(agent.client, "q", InstanceState.FAILED)
     assert failed.error == "mlx_lm.server exited 1: ValueError: Model type qwen9 not supported."
     assert failed.exit_code == 1
+
+
+def test_the_working_folder_links_the_served_name_to_the_model(tmp_path: Path) -> None:
+    model = mlx_model(tmp_path)
+    workdir = tmp_path / "work"
+    (workdir / "stale").mkdir(parents=True)
+    link_model(workdir, "org/qwen3:0.6b", str(model))
+    assert (workdir / "org" / "qwen3:0.6b").resolve() == model.resolve()
+    assert sorted(p.name for p in workdir.iterdir()) == ["org"]  # afresh: nothing else is left in it
+    assert (model / "config.json").is_file()  # the model's folder is untouched by the cleanup
+    link_model(workdir, "qwen", str(model))
+    assert [p.name for p in workdir.iterdir()] == ["qwen"] and (model / "config.json").is_file()
