@@ -43,9 +43,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from agent.api.launch_policy import PolicyViolation
-from agent.api.launch_policy import check_env as policy_check_env
-from agent.api.launch_policy import check_extra_args as policy_check_extra_args
+from agent.api.launch_policy import PolicyViolation, check_launch
 from agent.api.models import GpuInfo, LaunchSpec
 from agent.api.runtimes import RuntimeId, RuntimeOffer
 from agent.api.vllm import CONTAINER_PORT, MODELS_MOUNT, build_args, config_hash
@@ -157,7 +155,7 @@ def create_body(spec: LaunchSpec, image: str, cmd: list[str], port: int, api_key
     }
     if nvidia:
         host_config["DeviceRequests"] = NVIDIA_GPUS
-    env = [f"{API_KEY_ENV}={api_key}", *(f"{k}={v}" for k, v in sorted(spec.env.items()))]
+    env = [*(f"{k}={v}" for k, v in sorted(spec.env.items())), f"{API_KEY_ENV}={api_key}"]  # ours last
     return {"Image": image, "Cmd": cmd, "Env": env, "Labels": labels,
             "ExposedPorts": {f"{CONTAINER_PORT}/tcp": {}}, "HostConfig": host_config}
 
@@ -467,8 +465,7 @@ class VllmDriver:
         if self.platform != "linux":
             raise NoRuntime("vLLM containers run on Linux nodes only")
         try:
-            policy_check_env(spec.env)
-            policy_check_extra_args(spec.extra_args, spec.model_path)
+            check_launch(RUNTIME, spec.extra_args, spec.env, spec.model_path, vllm_settings=spec.vllm)
         except PolicyViolation as exc:
             raise SpecRejected(str(exc)) from exc
         host, _ = model_mount(spec.model_path, self.paths.models_dir)

@@ -21,7 +21,7 @@ from agent.manager import InstanceManager
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
 from agent.runtimes.docker import DockerClient, NotFound, split_image
-from agent.runtimes.driver import NoRuntime
+from agent.runtimes.driver import NoRuntime, SpecRejected
 from agent.runtimes.drivers import Drivers
 from agent.runtimes.vllm import LABEL_MODEL, VllmDriver, create_body, parse_metrics
 from tests.agent._docker_support import Engine, docker_engine, fake_vllm_image  # noqa: F401 - fixtures
@@ -38,7 +38,7 @@ def test_create_body_is_the_container_contract() -> None:
     assert body == {
         "Image": "vllm/vllm-openai:v0.11.0",
         "Cmd": ["--model", "/models/Qwen3-8B"],
-        "Env": ["VLLM_API_KEY=KEY", "CUDA_VISIBLE_DEVICES=0"],
+        "Env": ["CUDA_VISIBLE_DEVICES=0", "VLLM_API_KEY=KEY"],
         "Labels": {"mirbadllm.model": "qwen", "mirbadllm.served-name": "qwen3", "mirbadllm.port": "18090",
                    "mirbadllm.config-hash": "abc123", "mirbadllm.budget-gib": "24"},
         "ExposedPorts": {"8000/tcp": {}},
@@ -68,6 +68,22 @@ def test_budget_becomes_the_gpu_share(tmp_path: Path) -> None:
     assert argv[:4] == ["--model", "/models/tiny", "--served-model-name", "tiny"]
     no_gpu = VllmDriver(AgentPaths(tmp_path / "agent"))
     assert "--gpu-memory-utilization" not in no_gpu.build_command(spec, 18000)
+
+
+def test_check_refuses_what_reaches_beyond_the_model(tmp_path: Path) -> None:
+    folder = tmp_path / "models" / "tiny"
+    folder.mkdir(parents=True)
+    driver = VllmDriver(AgentPaths(tmp_path / "agent"))
+    base = {"instance_id": "t", "runtime": "vllm", "model_path": str(folder), "served_name": "tiny"}
+    driver.check(LaunchSpec.model_validate(base))
+    with pytest.raises(SpecRejected, match="--tokenizer"):
+        driver.check(LaunchSpec.model_validate({**base, "extra_args": ["--tokenizer", "/etc"]}))
+    with pytest.raises(SpecRejected, match="LD_PRELOAD"):
+        driver.check(LaunchSpec.model_validate({**base, "env": {"LD_PRELOAD": "/x.so"}}))
+    with pytest.raises(SpecRejected, match="model folder"):
+        driver.check(LaunchSpec.model_validate({**base, "model_path": str(tmp_path / "absent")}))
+    with pytest.raises(NoRuntime, match="Linux"):
+        VllmDriver(AgentPaths(tmp_path / "agent"), platform="win32").check(LaunchSpec.model_validate(base))
 
 
 def test_metrics_are_read_from_vllm_names() -> None:
