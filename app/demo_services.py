@@ -48,7 +48,13 @@ from daemon.api.models import (
     ModelDefinition,
     ModelView,
 )
-from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeState, NodeView
+from daemon.api.nodes import (
+    DiscoveredNode,
+    NodeAddResult,
+    NodeState,
+    NodeView,
+    RuntimeOffer,
+)
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -167,6 +173,19 @@ class DemoSources:
         return self._transfer_book[transfer_id]
 
 
+LLAMACPP_BUILD = RuntimeOffer(runtime="llamacpp", available=True, version="11434.0.0 (runtime.json)",
+                              digest="3b1f" + "0" * 60, location="~/.local/share/mirbadllm/runtimes/llamacpp-11434.0.0/"
+                              "bin/llama-server")
+NO_DOCKER = RuntimeOffer(runtime="vllm", available=False,
+                         reason="no Docker engine answers on this node (start Docker, or install it)")
+NOT_APPLE = RuntimeOffer(runtime="mlx", available=False, reason="MLX runs on Apple Silicon (macOS on arm64) only")
+
+
+def _vllm(version: str = "0.8.5") -> RuntimeOffer:
+    return RuntimeOffer(runtime="vllm", available=True, version=version, digest="sha256:9e2c" + "0" * 60,
+                        location=f"vllm/vllm-openai:v{version}")
+
+
 def _demo_nodes() -> list[NodeView]:
     now = time.time()
     fp = hashlib.sha256(b"studio").hexdigest()
@@ -177,12 +196,19 @@ def _demo_nodes() -> list[NodeView]:
                  models=["gemma3-270m", "qwen25-coder-7b", "nomic-embed", "llama31-8b", "mistral-small"],
                  gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-4090", memory_total=24 * GIB,
                                memory_used=int(15.2 * GIB), utilization_percent=58.0, temperature_c=64.0,
-                               power_w=285.0)]),
+                               power_w=285.0)],
+                 runtimes=[LLAMACPP_BUILD, _vllm(), NOT_APPLE]),
         NodeView(id=hashlib.sha256(fp.encode()).hexdigest(), name="studio", address="192.168.1.40:8485",
                  state=NodeState.ONLINE, hostname="studio.local", os="Darwin", arch="arm64", version="0.1.0",
                  cpu_count=12, cpu_percent=9.0, memory_total=96 * GIB, memory_used=int(22.0 * GIB),
                  memory_available=int(74.0 * GIB), last_seen=now, latency_ms=2.1, paired_at=now - 86400 * 9,
-                 fingerprint=fp, models=[]),
+                 fingerprint=fp, models=[],
+                 runtimes=[LLAMACPP_BUILD.model_copy(update={"location": "/opt/homebrew/bin/llama-server",
+                                                             "version": "b5040 (d3f8a51c)", "digest": "7c0d" + "0" * 60}),
+                           RuntimeOffer(runtime="vllm", available=False,
+                                        reason="vLLM runs in Docker on Linux with an NVIDIA GPU; this node is macOS"),
+                           RuntimeOffer(runtime="mlx", available=True, version="0.26.3",
+                                        location="/opt/homebrew/bin/mlx_lm.server")]),
         NodeView(id=hashlib.sha256(b"old-laptop").hexdigest(), name="old-laptop", address="192.168.1.52:8485",
                  state=NodeState.OFFLINE, reason="no answer to 3 status probes in a row", hostname="old-laptop",
                  os="Linux", arch="x86_64", version="0.1.0", cpu_count=4, memory_total=16 * GIB,
@@ -192,7 +218,7 @@ def _demo_nodes() -> list[NodeView]:
 
 def _bare_local_node() -> NodeView:
     return NodeView(id="local", name="workstation", local=True, state=NodeState.ONLINE,
-                    memory_total=32 * GIB, memory_available=20 * GIB)
+                    memory_total=32 * GIB, memory_available=20 * GIB, runtimes=[LLAMACPP_BUILD, NO_DOCKER, NOT_APPLE])
 
 
 class DemoNodes:
@@ -220,7 +246,7 @@ class DemoNodes:
                                        fingerprint=fp, short_fingerprint=short_fingerprint(fp), version="0.1.0",
                                        hostname="gpu-box", seen_at=time.time()), DEMO_PAIRING_CODE,
                         NodeView(id="", name="", memory_total=128 * GIB, memory_available=120 * GIB, cpu_count=24,
-                                 os="Linux", arch="x86_64",
+                                 os="Linux", arch="x86_64", runtimes=[LLAMACPP_BUILD, _vllm("0.9.1"), NOT_APPLE],
                                  gpus=[GpuInfo(index=0, name="NVIDIA RTX 6000 Ada", uuid="GPU-6000",
                                                memory_total=48 * GIB, memory_used=GIB, utilization_percent=0.0,
                                                temperature_c=38.0)]))

@@ -1,5 +1,6 @@
 """The add-model wizard: a local file, a Hugging Face file or an Ollama model, with "will it fit"
-before anything is downloaded and the transfer's progress until the model is registered."""
+before anything is downloaded and the transfer's progress until the model is registered. The
+chosen node's runtimes are shown as badges, and the runtime is picked among the ones it offers."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext, Message
+from app.ui.pages.nodes import RuntimeBadges
 from app.ui.widgets import Card, button, label
 from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
 
@@ -55,6 +57,7 @@ class AddModelDialog(QDialog):
         layout.addLayout(self._buttons())
         self._unsubscribe = self.vm.state.subscribe(self.show_state)
         self.show_state(self.vm.state.value)
+        self._nodes = asyncio.ensure_future(self.vm.load_nodes())
 
     # --- building ------------------------------------------------------------------------------
     def _field(self, name: str, placeholder: str, object_name: str) -> QLineEdit:
@@ -119,6 +122,15 @@ class AddModelDialog(QDialog):
         self.model_id = self._field("model_id", "made from the file name", "ModelId")
         self.ctx_size = self._field("ctx_size", "the model's own (tokens, all slots)", "CtxSize")
         form.addRow("Node", self.node)
+        self.node_runtimes = RuntimeBadges()
+        form.addRow("Its runtimes", self.node_runtimes)
+        self.runtime = QComboBox()
+        self.runtime.setObjectName("Runtime")
+        self.runtime.activated.connect(lambda _i: self._runtime_chosen())
+        form.addRow("Runtime", self.runtime)
+        self.runtime_note = label("", muted=True, wrap=True)
+        self.runtime_note.setObjectName("RuntimeNote")
+        form.addRow("", self.runtime_note)
         form.addRow("Model id", self.model_id)
         form.addRow("Context size", self.ctx_size)
         card.body.addLayout(form)
@@ -175,8 +187,22 @@ class AddModelDialog(QDialog):
                 self.ollama_model.addItems(list(names))
             if s.ollama_model and self.ollama_model.currentText() != s.ollama_model:
                 self.ollama_model.setCurrentText(s.ollama_model)
+            choices = s.runtime_choices
+            if tuple((self.runtime.itemData(i), self.runtime.itemText(i))
+                     for i in range(self.runtime.count())) != choices:
+                self.runtime.clear()
+                for runtime, text in choices:
+                    self.runtime.addItem(text, runtime)
+            self.runtime.setCurrentIndex(self.runtime.findData(s.runtime))
         finally:
             self._rendering = False
+        node = s.chosen_node
+        if node is not None:
+            self.node_runtimes.show_node(node)
+        self.node_runtimes.setVisible(node is not None)
+        self.runtime.setEnabled(len(s.runtime_choices) > 1)
+        self.runtime_note.setText(s.runtime_note)
+        self.runtime_note.setVisible(bool(s.runtime_note))
         self.fit_button.setEnabled(s.can_check and not s.checking)
         self.fit_button.setText("Checking…" if s.checking else "Will it fit?")
         self.fit_text.setText(s.fit_text or ("Reads only the file's header: nothing is downloaded."
@@ -200,6 +226,11 @@ class AddModelDialog(QDialog):
         if not self._rendering:
             self.vm.set_field("ollama_model", text)
 
+    def _runtime_chosen(self) -> None:
+        runtime = self.runtime.currentData()
+        if not self._rendering and runtime:
+            self.vm.set_runtime(runtime)
+
     def _browse(self) -> None:
         path, _filter = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
         if path:
@@ -210,6 +241,7 @@ class AddModelDialog(QDialog):
         asyncio.ensure_future(self.vm.add())
 
     def done(self, result: int) -> None:
+        self._nodes.cancel()
         self._unsubscribe()
         self.vm.close()
         super().done(result)

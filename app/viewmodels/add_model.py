@@ -4,6 +4,10 @@ Qt-free. A local file is registered directly; a Hugging Face file is downloaded 
 model imported on the chosen node, and the daemon registers them when the transfer is done. The
 fit estimate comes from the node before anything is downloaded (only the file's header is read).
 Progress arrives as daemon events (``transfer.state``, ``transfer.progress``).
+
+The chosen node's runtimes are shown (``runtime_badges``) and the runtime is picked among the ones
+it offers (``runtime_choices``; llama.cpp by default). A downloaded or imported model is a GGUF
+file: llama.cpp only.
 """
 
 from __future__ import annotations
@@ -14,10 +18,20 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from app.viewmodels.nodes import RuntimeBadge, available_runtimes, runtime_badges
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
-from daemon.api.contracts import FitReport, HfFileRef, LlamaCppSettings, OllamaModelInfo
+from daemon.api.contracts import (
+    RUNTIME_LABELS,
+    FitReport,
+    HfFileRef,
+    LlamaCppSettings,
+    OllamaModelInfo,
+    RuntimeId,
+    VllmSettings,
+)
 from daemon.api.models import Event, ModelDefinition
+from daemon.api.nodes import NodeView
 from daemon.api.protocol import DaemonApi
 from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
 
@@ -71,6 +85,41 @@ class AddModelState:
     busy: bool = False
     error: str | None = None
     done_ids: tuple[str, ...] = ()
+    nodes: tuple[NodeView, ...] = ()
+    runtime: RuntimeId = "llamacpp"
+
+    @property
+    def chosen_node(self) -> NodeView | None:
+        """The node ``node`` names: its id, its name, ``local``, or a unique id prefix."""
+        wanted = self.node.strip() or "local"
+        exact = [n for n in self.nodes if wanted in (n.id, n.name) or (wanted == "local" and n.local)]
+        found = exact or [n for n in self.nodes if len(wanted) >= 4 and n.id.startswith(wanted.lower())]
+        return found[0] if len(found) == 1 else None
+
+    @property
+    def runtime_badges(self) -> tuple[RuntimeBadge, ...]:
+        node = self.chosen_node
+        return runtime_badges(node) if node is not None else ()
+
+    @property
+    def runtime_choices(self) -> tuple[tuple[str, str], ...]:
+        """(runtime id, label) of the runtimes the chosen node offers this source; a GGUF download or
+        an Ollama import is for llama.cpp only."""
+        offered = available_runtimes(self.chosen_node)
+        if self.source != "file":
+            offered = tuple(r for r in offered if r == "llamacpp")
+        return tuple((r, RUNTIME_LABELS.get(r, r)) for r in offered)
+
+    @property
+    def runtime_note(self) -> str:
+        """Why the runtime cannot be picked freely: nothing offered, or the node has not reported."""
+        node = self.chosen_node
+        if node is None or not node.runtimes:
+            return "The node has not reported its runtimes yet: llama.cpp, the default."
+        if not self.runtime_choices:
+            why = next((b.tooltip for b in self.runtime_badges if b.runtime == "llamacpp"), "")
+            return f"No runtime for this model there. {why}".strip()
+        return ""
 
     @property
     def can_check(self) -> bool:
@@ -86,7 +135,8 @@ class AddModelState:
     def can_add(self) -> bool:
         ready = {"file": bool(self.path.strip()), "hf": self.can_check,
                  "ollama": bool(self.ollama_model.strip())}[self.source]
-        return ready and not self.busy and not self.running
+        placeable = self.runtime in dict(self.runtime_choices)
+        return ready and placeable and not self.busy and not self.running
 
     @property
     def progress(self) -> float | None:
@@ -123,8 +173,18 @@ class AddModelViewModel:
     def _set(self, **changes: Any) -> None:
         self.state.set(replace(self.state.value, **changes))
 
+    def _settle_runtime(self) -> None:
+        """Keep the runtime among the chosen node's: back to llama.cpp (or the first one) otherwise."""
+        s = self.state.value
+        choices = [r for r, _label in s.runtime_choices]
+        if choices and s.runtime not in choices:
+            self._set(runtime="llamacpp" if "llamacpp" in choices else choices[0])
+        elif not choices and s.runtime != "llamacpp":
+            self._set(runtime="llamacpp")
+
     def set_source(self, source: SourceKind) -> None:
         self._set(source=source, fit=None, fit_text="", error=None)
+        self._settle_runtime()
 
     def set_field(self, name: str, value: Any) -> None:
         if name not in FIELDS:
@@ -132,6 +192,26 @@ class AddModelViewModel:
         if name == "ctx_size":
             value = int(value) if str(value).strip() else None
         self._set(**{name: value, "fit": None, "fit_text": "", "error": None})
+        if name == "node":
+            self._settle_runtime()
+
+    def set_runtime(self, runtime: str) -> None:
+        """Pick the runtime; only one the chosen node offers (``runtime_choices``) is taken."""
+        choices = dict(self.state.value.runtime_choices)
+        if runtime not in choices:
+            raise ValueError(f"{RUNTIME_LABELS.get(runtime, runtime)} is not offered here "
+                             f"(offered: {', '.join(choices.values()) or 'none'})")
+        self._set(runtime=runtime, error=None)
+
+    async def load_nodes(self) -> None:
+        """The nodes and what each offers (the wizard shows the chosen node's runtimes)."""
+        try:
+            nodes = tuple(await self.client.list_nodes())
+        except DaemonError as exc:
+            self._set(error=exc.message)
+            return
+        self._set(nodes=nodes)
+        self._settle_runtime()
 
     def _hf_ref(self) -> HfFileRef:
         s = self.state.value
@@ -179,8 +259,11 @@ class AddModelViewModel:
         try:
             if s.source == "file":
                 name = model_id or slug(os.path.basename(s.path.strip()).removesuffix(".gguf"))
+                runtime_settings: dict[str, Any] = {"settings": self._settings()} if s.runtime == "llamacpp" else \
+                    {"vllm": VllmSettings(max_model_len=s.ctx_size)} if s.runtime == "vllm" else {}
                 view = await self.client.create_model(ModelDefinition(
-                    id=name, served_name=name, node=s.node, model_path=s.path.strip(), settings=self._settings()))
+                    id=name, served_name=name, node=s.node, model_path=s.path.strip(), runtime=s.runtime,
+                    **runtime_settings))
                 self._set(busy=False, done_ids=(view.definition.id,))
                 return
             if s.source == "hf":

@@ -2,7 +2,9 @@
 
 ``NodesViewModel`` refreshes from ``DaemonApi.list_nodes`` / ``discovered_nodes`` whenever the
 event feed says a node changed (``node.*`` events) and on a slow timer for the gauges. The model
-editor's node picker reads ``node_choices``: every node with its free memory.
+editor's node picker reads ``node_choices``: every node with its free memory. ``runtime_badges``
+says what each node offers of the runtimes (llama.cpp, vLLM, MLX): available with the version, or
+greyed with the node's reason; ``available_runtimes`` is what a model may be placed on there.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from app import format as fmt
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
+from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES
 from daemon.api.models import Event
 from daemon.api.nodes import DiscoveredNode, NodeState, NodeView
 from daemon.api.protocol import DaemonApi
@@ -42,6 +45,49 @@ class NodesState:
 
     def node(self, node_id: str) -> NodeView | None:
         return next((n for n in self.nodes if n.id == node_id), None)
+
+
+@dataclass(frozen=True)
+class RuntimeBadge:
+    """One runtime on one node, as a badge: ``llama.cpp b4242``, or ``vLLM`` greyed with why not."""
+
+    runtime: str
+    text: str
+    available: bool
+    tooltip: str
+
+
+def _short_version(version: str | None) -> str:
+    """The badge keeps the version itself: ``b4242 (fa4e1234)`` -> ``b4242``; the tooltip has it all."""
+    return (version or "").split(" (", 1)[0]
+
+
+def runtime_badges(node: NodeView) -> tuple[RuntimeBadge, ...]:
+    """Every runtime, in order, as the node reports it; empty while it has not reported."""
+    if not node.runtimes:
+        return ()
+    by_runtime = {o.runtime: o for o in node.runtimes}
+    badges = []
+    for runtime in RUNTIMES:
+        name, offer = RUNTIME_LABELS.get(runtime, runtime), by_runtime.get(runtime)
+        if offer is None:
+            badges.append(RuntimeBadge(runtime, name, False, f"{name}: this node's agent has no {name} driver"))
+        elif offer.available:
+            lines = [f"{name} {offer.version or '(version unknown)'}"]
+            lines += [line for line in (offer.location, offer.digest and f"build {offer.digest[:12]}") if line]
+            badges.append(RuntimeBadge(runtime, f"{name} {_short_version(offer.version)}".strip(), True,
+                                       "\n".join(lines)))
+        else:
+            badges.append(RuntimeBadge(runtime, name, False, f"{name}: {offer.reason or 'unavailable'}"))
+    return tuple(badges)
+
+
+def available_runtimes(node: NodeView | None) -> tuple[str, ...]:
+    """The runtimes a model may be placed on at ``node``. A node that has not reported (offline, or
+    not yet probed) may take llama.cpp, the default: the daemon refuses a start there anyway."""
+    if node is None or not node.runtimes:
+        return ("llamacpp",)
+    return tuple(b.runtime for b in runtime_badges(node) if b.available)
 
 
 def node_label(node: NodeView) -> str:

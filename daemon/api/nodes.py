@@ -15,6 +15,10 @@ from pydantic import BaseModel, Field, SecretStr
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeOffer
 
+# RuntimeOffer is re-exported: the app imports only daemon.api.
+__all__ = ["NODE_ID_PATTERN", "DiscoveredNode", "NodeAddResult", "NodeAddressRequest", "NodePairRequest",
+           "NodeState", "NodeView", "RuntimeOffer"]
+
 NODE_ID_PATTERN = r"^(local|[0-9a-f]{64})$"
 
 

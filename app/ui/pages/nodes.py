@@ -1,5 +1,5 @@
-"""Nodes: this machine and the paired ones (state, load, GPUs, models, charts), agents waiting to be
-paired, the pairing wizard and removing a node."""
+"""Nodes: this machine and the paired ones (state, load, runtimes, GPUs, models, charts), agents
+waiting to be paired, the pairing wizard and removing a node."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from app.viewmodels.node_charts import (
     NODE_CHARTS,
     NodeChartsState,
 )
-from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState
+from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState, runtime_badges
 from daemon.api.contracts import short_fingerprint
 from daemon.api.nodes import NodeView
 
@@ -71,6 +71,40 @@ class NodeRow(QWidget):
             text.addWidget(part)
         row.addLayout(text, 1)
         row.addWidget(node_badge(node), 0, Qt.AlignmentFlag.AlignVCenter)
+
+
+class RuntimeBadges(QWidget):
+    """The node's runtimes as badges: available ones with their version, the others greyed with
+    the node's reason as the tooltip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("NodeRuntimes")
+        self.row = QHBoxLayout(self)
+        self.row.setContentsMargins(0, 0, 0, 0)
+        self.row.setSpacing(6)
+        self.badges: list[QLabel] = []
+        self.note = label("", muted=True)
+        self.row.addWidget(self.note)
+        self.row.addStretch(1)
+
+    def show_node(self, node: NodeView) -> None:
+        for badge in self.badges:
+            self.row.removeWidget(badge)
+            badge.deleteLater()
+        self.badges = []
+        shown = runtime_badges(node)
+        self.note.setText("" if shown else "Not reported yet")
+        self.note.setVisible(not shown)
+        for n, item in enumerate(shown):
+            badge = StateBadge()
+            badge.setObjectName(f"runtime-{item.runtime}")
+            badge.setText(item.text)
+            badge.setToolTip(item.tooltip)
+            badge.setEnabled(item.available)
+            set_prop(badge, "badge", "ready" if item.available else "unknown")
+            self.row.insertWidget(n, badge)
+            self.badges.append(badge)
 
 
 class NodePanel(QScrollArea):
@@ -111,6 +145,8 @@ class NodePanel(QScrollArea):
             value.setObjectName(f"node-{key}")
             self.values[key] = value
             form.addRow(label(title, muted=True), value)
+        self.runtimes = RuntimeBadges()
+        form.addRow(label("Runtimes", muted=True), self.runtimes)
         details.body.addLayout(form)
         col.addWidget(details)
         self.gpu_card = Card("GPUs")
@@ -182,6 +218,7 @@ class NodePanel(QScrollArea):
         v["paired"].setText(fmt.when(node.paired_at) if node.paired_at else "—")
         v["fingerprint"].setText(short_fingerprint(node.fingerprint) if node.fingerprint else "—")
         v["id"].setText(node.id)
+        self.runtimes.show_node(node)
         self._render_gpus(node)
         self.show_charts(self.ctx.node_charts.state.value)  # a node without a GPU: its GPU charts say so
         names = {m.definition.id: m for m in self.ctx.fleet.snapshot.value.models}

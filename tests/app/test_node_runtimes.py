@@ -1,0 +1,158 @@
+"""Each node's runtimes in the app: badges on the Nodes page (available with the version, the others
+greyed with the node's reason), and the add-model wizard picking a runtime only among the chosen
+node's available ones."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication
+
+from app.context import AppContext
+from app.demo import DemoDaemon
+from app.ui import theme
+from app.ui.add_model_dialog import AddModelDialog
+from app.ui.main_window import MainWindow
+from app.viewmodels.add_model import AddModelViewModel
+from app.viewmodels.nodes import available_runtimes, runtime_badges
+from daemon.api.nodes import NodeState, NodeView, RuntimeOffer
+
+BOX = "b" * 64
+
+
+def gpu_box() -> NodeView:
+    return NodeView(id=BOX, name="gpu-box", state=NodeState.ONLINE, address="10.0.0.9:9443", runtimes=[
+        RuntimeOffer(runtime="llamacpp", available=True, version="b4242 (fa4e1234)", location="/opt/llama-server",
+                     digest="ab" * 32),
+        RuntimeOffer(runtime="vllm", available=True, version="0.9.1", location="vllm/vllm-openai:v0.9.1"),
+        RuntimeOffer(runtime="mlx", available=False, reason="MLX runs on Apple Silicon only")])
+
+
+# --- view-models ----------------------------------------------------------------------------------
+def test_badges_say_the_version_or_why_not() -> None:
+    badges = runtime_badges(gpu_box())
+    assert [(b.runtime, b.text, b.available) for b in badges] == [
+        ("llamacpp", "llama.cpp b4242", True), ("vllm", "vLLM 0.9.1", True), ("mlx", "MLX", False)]
+    assert badges[0].tooltip == "llama.cpp b4242 (fa4e1234)\n/opt/llama-server\nbuild abababababab"
+    assert badges[2].tooltip == "MLX: MLX runs on Apple Silicon only"
+    older = gpu_box().model_copy(update={"runtimes": gpu_box().runtimes[:1]})  # an agent without the others
+    assert runtime_badges(older)[1].tooltip == "vLLM: this node's agent has no vLLM driver"
+    assert runtime_badges(gpu_box().model_copy(update={"runtimes": []})) == ()
+    assert available_runtimes(gpu_box()) == ("llamacpp", "vllm")
+    assert available_runtimes(None) == ("llamacpp",)  # not reported: the default, refused at start if wrong
+
+
+def test_the_demo_nodes_report_runtimes() -> None:
+    seeded = DemoDaemon()
+    local = next(n for n in seeded.nodes if n.local)
+    assert next(b.text for b in runtime_badges(local) if b.available).startswith("llama.cpp ")
+    assert any("vllm" in available_runtimes(n) for n in seeded.nodes)
+    bare = DemoDaemon([]).nodes  # the tests' daemon: this machine, llama.cpp only
+    assert [available_runtimes(n) for n in bare] == [("llamacpp",)]
+    assert [b.available for b in runtime_badges(bare[0])] == [True, False, False]
+
+
+async def test_the_wizard_picks_a_runtime_among_the_chosen_nodes(fake: FakeDaemonClient, tmp_path: Path) -> None:
+    fake.nodes.append(gpu_box())
+    vm = AddModelViewModel(fake)
+    await vm.load_nodes()
+    s = vm.state.value
+    assert s.runtime == "llamacpp" and s.runtime_choices == (("llamacpp", "llama.cpp"),)
+    assert [b.text for b in s.runtime_badges][1:] == ["vLLM", "MLX"]
+    with pytest.raises(ValueError, match="vLLM is not offered here"):
+        vm.set_runtime("vllm")
+
+    vm.set_source("file")
+    vm.set_field("node", "gpu-box")
+    assert vm.state.value.runtime_choices == (("llamacpp", "llama.cpp"), ("vllm", "vLLM"))
+    vm.set_runtime("vllm")
+    vm.set_field("path", "/models/Qwen2.5-7B-Instruct-AWQ")
+    vm.set_field("ctx_size", "32768")
+    await vm.add()
+    assert vm.state.value.error is None, vm.state.value.error
+    saved = fake.called("create_model")[-1][0]
+    assert (saved.runtime, saved.node, saved.vllm.max_model_len) == ("vllm", "gpu-box", 32768)
+
+    vm.set_source("hf")  # a GGUF download: llama.cpp only
+    assert vm.state.value.runtime == "llamacpp" and vm.state.value.runtime_choices == (("llamacpp", "llama.cpp"),)
+    vm.set_source("file")
+    vm.set_runtime("vllm")
+    vm.set_field("node", "local")  # no vLLM there: back to llama.cpp
+    assert vm.state.value.runtime == "llamacpp"
+
+    no_llama = gpu_box().runtimes[0].model_copy(update={"available": False, "reason": "no llama-server found"})
+    fake.nodes[-1] = gpu_box().model_copy(update={"runtimes": [no_llama]})
+    await vm.load_nodes()
+    vm.set_source("hf")
+    vm.set_field("node", BOX[:8])
+    vm.set_field("hf_repo", "acme/tiny-GGUF")
+    vm.set_field("hf_file", "Q4_K_M")
+    assert not vm.state.value.can_add and vm.state.value.runtime_choices == ()
+    assert vm.state.value.runtime_note == "No runtime for this model there. llama.cpp: no llama-server found"
+    vm.close()
+
+
+# --- widgets ----------------------------------------------------------------------------------------
+@pytest.fixture
+def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
+           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext]]:
+    if theme.current_name() != "light" or not qapp.styleSheet():
+        theme.apply(qapp, "light")
+    fake.nodes.append(gpu_box())
+    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx.fleet.feed._poll_timeout = 5
+    ctx.start()
+    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded and ctx.nodes.state.value.loaded)
+    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
+    win.show()
+    yield win, ctx
+    ctx.nodes.close()
+    ctx.node_charts.hide()
+    ctx.logs.stop()
+    ctx.charts.hide()
+    win.quitting = True
+    win.close()
+    win.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.mark.gui
+def test_the_nodes_page_shows_runtime_badges(window: tuple[MainWindow, AppContext], qtbot: Any) -> None:
+    win, ctx = window
+    win.show_page("nodes")
+    panel = win.nodes.panel
+    ctx.nodes.select(BOX)
+    qtbot.waitUntil(lambda: panel.title.text() == "gpu-box")
+    shown = [(b.objectName(), b.text(), b.isEnabled(), b.property("badge")) for b in panel.runtimes.badges]
+    assert shown == [("runtime-llamacpp", "llama.cpp b4242", True, "ready"),
+                     ("runtime-vllm", "vLLM 0.9.1", True, "ready"), ("runtime-mlx", "MLX", False, "unknown")]
+    assert panel.runtimes.badges[2].toolTip() == "MLX: MLX runs on Apple Silicon only"
+    assert not panel.runtimes.note.isVisible()
+
+
+@pytest.mark.gui
+def test_the_wizard_offers_only_the_chosen_nodes_runtimes(window: tuple[MainWindow, AppContext], qtbot: Any) -> None:
+    win, ctx = window
+    dialog = AddModelDialog(ctx, win)
+    dialog.show()
+    try:
+        qtbot.waitUntil(lambda: len(dialog.vm.state.value.nodes) == 2)
+        items = lambda: [dialog.runtime.itemData(i) for i in range(dialog.runtime.count())]
+        assert items() == ["llamacpp"] and not dialog.runtime.isEnabled()
+        assert [b.isEnabled() for b in dialog.node_runtimes.badges] == [True, False, False]
+        dialog.source_buttons.button(1).click()  # a file on the node
+        qtbot.keyClicks(dialog.node, "gpu-box")
+        qtbot.waitUntil(lambda: items() == ["llamacpp", "vllm"])
+        assert dialog.runtime.isEnabled() and dialog.runtime.currentData() == "llamacpp"
+        assert [b.text() for b in dialog.node_runtimes.badges] == ["llama.cpp b4242", "vLLM 0.9.1", "MLX"]
+        dialog.runtime.setCurrentIndex(1)
+        dialog.runtime.activated.emit(1)
+        assert dialog.vm.state.value.runtime == "vllm"
+    finally:
+        dialog.reject()
