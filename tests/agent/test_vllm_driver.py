@@ -220,6 +220,15 @@ async def test_start_ready_sample_pending_adopt_stop(make_agent: Callable[[], In
         assert (await client.inspect("ss-m"))["Id"] == container_id
         assert again.runs()["m"].process.container_id == container_id  # type: ignore[attr-defined]
 
+        # And once more through the record the adopting agent wrote (the recorded path).
+        await again.close()
+        assert again.records.load()["m"].runtime == "vllm"
+        third = make_agent()
+        assert await third.adopt_recorded() == ["m"]
+        assert await settled(third, "m") is InstanceState.READY
+        assert third.runs()["m"].process.container_id == container_id  # type: ignore[attr-defined]
+        again = third
+
         stopped = await again.stop("m")
         assert stopped.state is InstanceState.STOPPED
         with pytest.raises(NotFound):
