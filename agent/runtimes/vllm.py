@@ -93,9 +93,9 @@ def container_name(instance_id: str) -> str:
     return f"{NAME_PREFIX}{instance_id}"
 
 
-def parse_labelled(text: str) -> dict[str, float]:
-    """A Prometheus text exposition as name -> value, the label sets of one name summed."""
-    values: dict[str, float] = {}
+def parse_labelled(text: str) -> dict[str, list[float]]:
+    """A Prometheus text exposition as name -> the values of its label sets (one per engine, model)."""
+    values: dict[str, list[float]] = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -110,19 +110,20 @@ def parse_labelled(text: str) -> dict[str, float]:
         if not fields:
             continue
         try:
-            values[name] = values.get(name, 0.0) + float(fields[0])
+            values.setdefault(name, []).append(float(fields[0]))
         except ValueError:
             continue
     return values
 
 
 def parse_metrics(text: str) -> Figures:
-    """vLLM's ``/metrics`` as ``InstanceSample`` fields (``kv_source`` "metrics" when it has the gauge)."""
+    """vLLM's ``/metrics`` as ``InstanceSample`` fields (``kv_source`` "metrics" when it has the gauge):
+    counts summed over label sets, the KV-cache use their mean (each engine reports its own share)."""
     metrics = parse_labelled(text)
-    figures: Figures = {field: metrics.get(name) for name, field in _METRICS.items()}
+    figures: Figures = {field: sum(metrics[name]) if name in metrics else None for name, field in _METRICS.items()}
     kv = next((metrics[name] for name in _KV if name in metrics), None)
-    if kv is not None:
-        figures["kv_cache_usage_ratio"] = kv
+    if kv:
+        figures["kv_cache_usage_ratio"] = sum(kv) / len(kv)
         figures["kv_source"] = "metrics"
     return figures
 

@@ -91,7 +91,7 @@ def test_metrics_are_read_from_vllm_names() -> None:
             'vllm:num_requests_running{model_name="a"} 2.0\n'
             'vllm:num_requests_waiting{model_name="a"} 1.0\n'
             'vllm:kv_cache_usage_perc{engine="0",model_name="a"} 0.25\n'
-            'vllm:kv_cache_usage_perc{engine="1",model_name="a"} 0.25\n'
+            'vllm:kv_cache_usage_perc{engine="1",model_name="a"} 0.75\n'
             'vllm:prompt_tokens_total{model_name="a"} 120.0\n'
             'vllm:generation_tokens_total{model_name="a"} 4.5e+01\n')
     assert parse_metrics(text) == {"requests_processing": 2.0, "requests_deferred": 1.0,
