@@ -20,6 +20,7 @@ from agent.api.launch_policy import (
     check_mlx_settings,
     check_vllm_settings,
 )
+from agent.api.mlx import served_name_problem
 from agent.api.safe_names import (
     UnsafeName,
     check_hf_repo,
@@ -80,6 +81,8 @@ def check_definition(definition: ModelDefinition) -> None:
             check_mlx_settings(definition.mlx, definition.model_path)
         except PolicyViolation as exc:
             raise DefinitionRejected(f"mlx: {exc}") from exc
+        if (problem := served_name_problem(definition.served_name)) is not None:
+            raise DefinitionRejected(problem)
     if definition.runtime == "vllm":
         try:
             check_vllm_settings(definition.vllm, definition.extra_args)

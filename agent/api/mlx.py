@@ -106,6 +106,17 @@ PATH_FLAGS = frozenset({"--adapter-path", "--draft-model"})
 OWNED_VALUE_FLAGS = frozenset({"--model", "--host", "--port"})
 
 
+def served_name_problem(served_name: str) -> str | None:
+    """Why ``served_name`` cannot be the relative path ``--model`` names (None: it can be)."""
+    parts = served_name.split("/")
+    if (served_name.startswith("-") or "\\" in served_name or "\0" in served_name
+            or any(p in ("", ".", "..") for p in parts)):
+        return (f"served_name {served_name[:80]!r} cannot be served by MLX: mlx_lm.server takes the model's "
+                "name as a relative path, so it may not start with '-', hold '\\', '.' or '..' parts, "
+                "or empty parts")
+    return None
+
+
 def _coerce(name: str, raw: str) -> Any:
     annotation = MlxSettings.model_fields[name].annotation
     if annotation in (int, int | None):

@@ -50,7 +50,7 @@ from agent.api.launch_policy import (
     check_extra_args,
     check_mlx_settings,
 )
-from agent.api.mlx import build_args, config_hash, lift_extra_args
+from agent.api.mlx import build_args, config_hash, lift_extra_args, served_name_problem
 from agent.api.models import LaunchSpec
 from agent.api.runtimes import RuntimeOffer
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
@@ -141,13 +141,10 @@ def mlx_lm_version(script: Path) -> str | None:
 def link_parts(served_name: str) -> list[str]:
     """The served name as the relative path the working folder links to the model; refused when
     it cannot be one (mlx_lm.server reads ``--model`` as a path)."""
-    parts = served_name.split("/")
-    if (served_name.startswith("-") or "\\" in served_name or "\0" in served_name
-            or any(p in ("", ".", "..") for p in parts)):
-        raise SpecRejected(f"served_name {served_name[:80]!r} cannot be served by MLX: mlx_lm.server takes the "
-                           "model's name as a relative path, so it may not start with '-', hold '\\', "
-                           "'.' or '..' parts, or empty parts")
-    return parts
+    problem = served_name_problem(served_name)
+    if problem is not None:
+        raise SpecRejected(problem)
+    return served_name.split("/")
 
 
 def check_model_folder(model_path: str, models_dir: Path | None) -> None:

@@ -176,6 +176,8 @@ def test_daemon_refuses_a_hostile_mlx_definition_and_hashes_it_as_mlx() -> None:
     assert definition_hash(normal) == config_hash(MlxSettings(temp=0.5), "/m/Qwen3", "qwen")
     with pytest.raises(DefinitionRejected, match="--trust-remote-code"):
         check_definition(good.model_copy(update={"extra_args": ["--trust-remote-code"]}))
+    with pytest.raises(DefinitionRejected, match="cannot be served by MLX"):
+        check_definition(good.model_copy(update={"served_name": "../up"}))
     with pytest.raises(DefinitionRejected, match="mlx: --adapter-path"):
         check_definition(good.model_copy(update={"mlx": MlxSettings(adapter_path="/etc/ssh")}))
 
