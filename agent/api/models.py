@@ -46,6 +46,8 @@ class LaunchSpec(BaseModel):
     force: bool = Field(default=False, description="Start even when admission says it will not fit.")
     memory_budget_bytes: int | None = Field(
         default=None, gt=0, description="Memory admission reserves for this instance instead of its GGUF estimate.")
+    tuning: bool = Field(default=False, description="A tuning candidate of a job (vLLM: a mirbadllm.tuning=1 "
+                         "container, never counted as the model's own).")
 
 
 class InstanceInfo(BaseModel):

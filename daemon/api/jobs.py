@@ -13,12 +13,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agent.api.llamacpp import LlamaCppSettings
+from agent.api.runtimes import RuntimeId
+from agent.api.vllm import VllmSettings
 
 JOB_SCHEMA_VERSION = 1
 PresetId = Literal["interactive", "agents", "throughput", "long-documents", "embeddings"]
 SearchMode = Literal["quick", "full"]
 JobKind = Literal["benchmark", "tune"]
-TuneDimension = Literal["threads", "batch", "parallel", "flash_attn", "cache_type", "n_gpu_layers"]
+TuneDimension = Literal["threads", "batch", "parallel", "flash_attn", "cache_type", "n_gpu_layers",  # llama.cpp
+                        "kv_cache_dtype", "prefix_caching", "max_num_seqs", "max_num_batched_tokens",  # vLLM
+                        "speculative", "async_scheduling"]
 
 
 class JobState(str, Enum):
@@ -152,7 +156,8 @@ class CandidateResult(BaseModel):
     instance_id: str = ""
     step: str = Field(description="baseline, a dimension, or confirmation")
     description: str = ""
-    settings: LlamaCppSettings
+    settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings, description="llama.cpp's settings.")
+    vllm: VllmSettings | None = Field(default=None, description="vLLM's normalized settings (a vLLM model's run).")
     effective_config: str = ""
     config_hash: str = ""
     status: Literal["measured", "rejected", "failed", "duplicate", "skipped", "cancelled"] = "measured"
@@ -177,7 +182,9 @@ class TuningResult(BaseModel):
     state: JobState = JobState.SUCCEEDED
     started_at: float
     finished_at: float | None = None
+    runtime: RuntimeId = "llamacpp"
     saved_settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
+    saved_vllm: VllmSettings | None = Field(default=None, description="vLLM: the saved settings, normalized.")
     saved_hash: str = ""
     dimensions: list[str] = Field(default_factory=list)
     levels: list[int] = Field(default_factory=list)
@@ -187,6 +194,7 @@ class TuningResult(BaseModel):
     confirmation: list[CandidateResult] = Field(default_factory=list)
     winner: int | None = Field(default=None, description="Index of the winning candidate; None keeps the saved settings.")
     winner_settings: LlamaCppSettings | None = None
+    winner_vllm: VllmSettings | None = Field(default=None, description="vLLM: the winner's normalized settings.")
     gain: float | None = Field(default=None, description="Winner's confirmed score over the baseline's (1.0 = same).")
     decision: str = ""
     noisy: list[str] = Field(default_factory=list)

@@ -23,8 +23,9 @@ from daemon.api.jobs import BenchmarkRequest, PlanStep, TuneRequest, TuningPlan
 from daemon.errors import error_response, json_response, read_json, validation_message
 from daemon.history import History
 from daemon.jobs.manager import JobError, JobManager
-from daemon.jobs.planner import CONFIRM_SLOTS, DIMENSIONS, Machine, outline_tune
+from daemon.jobs.planner import CONFIRM_SLOTS
 from daemon.jobs.presets import preset_for_model
+from daemon.jobs.spaces import outline, space_for
 from daemon.models.registry import Registry
 from daemon.nodes.links import Links
 
@@ -84,19 +85,15 @@ class JobsApi:
             raise JobError(503, "node_offline", f"node '{definition.node}' is not reachable")
         status = await link.client.status()
         start_s, bench_s = self.jobs.pace_hint(definition.id, preset.id)
-        outline = outline_tune(body, definition.settings, Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus)),
-                               (start_s, bench_s))
-        machine = outline.machine
-        steps = [PlanStep(dimension=d, values=[label for label, _ in DIMENSIONS[d].variants(
-            definition.settings, machine, body.values.get(d))], goal=DIMENSIONS[d].goal,
-            tradeoff=DIMENSIONS[d].tradeoff) for d in outline.dims]
+        space = space_for(definition, status)
+        plan = outline(body, space, (start_s, bench_s))
+        steps = [PlanStep(dimension=d, values=values, goal=space.goal(d)[0], tradeoff=space.goal(d)[1])
+                 for d, values in plan.steps]
         notes = [(f"{definition.id} is stopped during the run and restarted with its saved settings after it; "
-                  "its /v1 requests are refused (503 maintenance) meanwhile.")]
-        if body.search == "full" and not machine.has_gpu:
-            notes.append("GPU layers are not searched: this node has no GPU.")
+                  "its /v1 requests are refused (503 maintenance) meanwhile."), *plan.notes]
         return TuningPlan(model=definition.id, preset=preset.id, search=body.search, steps=steps,
-                          candidates=outline.candidates, confirmations=CONFIRM_SLOTS, start_s=start_s,
-                          benchmark_s=bench_s, eta_s=outline.eta_s, notes=notes)
+                          candidates=plan.candidates, confirmations=CONFIRM_SLOTS, start_s=start_s,
+                          benchmark_s=bench_s, eta_s=plan.eta_s, notes=notes)
 
     @_answers
     async def list_jobs(self, request: web.Request) -> web.StreamResponse:

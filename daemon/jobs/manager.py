@@ -34,6 +34,7 @@ from daemon.jobs.instances import NodeAccess, runtime_session
 from daemon.jobs.job import Job, view_of_result
 from daemon.jobs.planner import DEFAULT_BENCHMARK_S, pace_from_history
 from daemon.jobs.runs import JobContext, JobFailed, restore, run_benchmark, run_tune
+from daemon.jobs.spaces import applied
 from daemon.jobs.store import JobStore, job_id, split_job_id
 from daemon.models.maintenance import Maintenance, MaintenanceWindow
 from daemon.models.orchestrator import Orchestrator
@@ -244,13 +245,13 @@ class JobManager:
     async def apply(self, value: str, restart: bool) -> ModelView:
         """Write the winner's settings onto the model's saved definition; restart it when asked."""
         result = self.get(value).result
-        if not isinstance(result, TuningResult) or result.winner_settings is None:
+        if not isinstance(result, TuningResult) or (result.winner_settings is None and result.winner_vllm is None):
             raise JobError(409, "no_winner", "this run has no winner to apply: the saved settings are already best")
         definition = self.registry.require(result.model)
-        changed = {k: v for k, v in result.winner_settings.model_dump().items()
-                   if getattr(result.saved_settings, k) != v}
-        settings = definition.settings.model_copy(update=changed)
-        definition = await self.registry.update(definition.model_copy(update={"settings": settings}))
+        if definition.runtime != result.runtime:
+            raise JobError(409, "no_winner", f"'{definition.id}' runs on {definition.runtime} now; this run tuned "
+                           f"its {result.runtime} settings")
+        definition = await self.registry.update(applied(definition, result))
         self.events.publish("model.updated", definition.id, applied_from=value)
         self.orch.on_instances(definition.node, {})
         status = self.orch.status(definition)

@@ -28,8 +28,9 @@ from daemon.jobs.benchmark import measure
 from daemon.jobs.instances import NodeAccess, NodeTrouble, job_instances
 from daemon.jobs.job import Job
 from daemon.jobs.load import drain, other_models_busy, outside_load
-from daemon.jobs.planner import CONFIRM_SLOTS, Machine, outline_tune
+from daemon.jobs.planner import CONFIRM_SLOTS
 from daemon.jobs.presets import preset_for_model
+from daemon.jobs.spaces import outline, space_for
 from daemon.jobs.store import JobStore
 from daemon.jobs.tuning import TuningFailed, TuningRun
 from daemon.models.maintenance import MaintenanceWindow
@@ -113,13 +114,14 @@ async def run_tune(ctx: JobContext, job: Job, definition: ModelDefinition, reque
                    pace_hint: tuple[float, float]) -> TuningResult:
     preset = preset_for_model(request.preset, definition.settings.embeddings)
     status = await ctx.access.link.client.status()
-    outline = outline_tune(request, definition.settings, Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus)),
-                           pace_hint)
-    run = TuningRun(job, request, definition, ctx.access, outline.machine, preset, outline.dims, ctx.publish,
+    space = space_for(definition, status)
+    plan = outline(request, space, pace_hint)
+    run = TuningRun(job, request, definition, ctx.access, space, preset, plan.dims, ctx.publish,
                     ctx.watch(job, definition.id), pace_hint)
+    run.result.notes += plan.notes
     job.result = run.result
-    job.candidates_total = outline.candidates + CONFIRM_SLOTS
-    ctx.set_eta(job, outline.eta_s)
+    job.candidates_total = plan.candidates + CONFIRM_SLOTS
+    ctx.set_eta(job, plan.eta_s)
     await settle(ctx, job, definition, request.suite.drain_timeout_s)
     was_running = ctx.orchestrator.status(definition).state in (ModelState.READY, ModelState.STARTING)
     ctx.store.mark_active({"model": definition.id, "node": definition.node, "was_running": was_running,

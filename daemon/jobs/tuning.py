@@ -1,4 +1,7 @@
-"""A tuning run: coordinate descent over llama.cpp settings, then a confirmation stage.
+"""A tuning run: coordinate descent over a runtime's settings, then a confirmation stage.
+
+The search space (``daemon.jobs.spaces``: llama.cpp's settings or vLLM's normalized ``vllm``
+settings, by ``definition.runtime``) says what each step varies and how a candidate launches.
 
 Every configuration, the baseline (the saved settings) included, runs as its own instance
 (``{model}-tune-N``) started fresh through the agent; the registry is never touched. Each step
@@ -15,8 +18,6 @@ import statistics
 import time
 from collections.abc import Callable
 
-from agent.api.llamacpp import LlamaCppSettings, config_hash
-from agent.api.models import LaunchSpec
 from daemon.api.jobs import CandidateResult, ScorePoint, TuneRequest, TuningResult
 from daemon.api.models import ModelDefinition
 from daemon.jobs.benchmark import (
@@ -32,13 +33,7 @@ from daemon.jobs.instances import (
     tune_instance_id,
 )
 from daemon.jobs.job import Job
-from daemon.jobs.planner import (
-    CONFIRM_SLOTS,
-    DIMENSIONS,
-    Machine,
-    effective_config,
-    estimate_eta,
-)
+from daemon.jobs.planner import CONFIRM_SLOTS, estimate_eta
 from daemon.jobs.presets import Preset
 from daemon.jobs.scoring import (
     decide,
@@ -47,6 +42,7 @@ from daemon.jobs.scoring import (
     score,
     score_range,
 )
+from daemon.jobs.spaces import Config, SearchSpace
 
 
 class TuningFailed(Exception):
@@ -55,10 +51,10 @@ class TuningFailed(Exception):
 
 class TuningRun:
     def __init__(self, job: Job, request: TuneRequest, definition: ModelDefinition, access: NodeAccess,
-                 machine: Machine, preset: Preset, dims: list[str], publish: Callable[[], None],
+                 space: SearchSpace, preset: Preset, dims: list[str], publish: Callable[[], None],
                  watch: Callable[[], None], pace_hint: tuple[float, float]) -> None:
         self.job, self.request, self.definition, self.access = job, request, definition, access
-        self.machine, self.preset, self.dims = machine, preset, dims
+        self.space, self.preset, self.dims = space, preset, dims
         self._publish, self._watch = publish, watch
         self._start_hint, self._bench_hint = pace_hint
         self._rng = random.Random(request.seed)
@@ -70,17 +66,22 @@ class TuningRun:
         self.guards = list(preset.guards)
         self.result = TuningResult(model=definition.id, node=definition.node, preset=preset.id,
                                    search=request.search, stamp=job.stamp, started_at=job.started_at,
-                                   saved_settings=definition.settings, saved_hash=self._hash(definition.settings),
-                                   dimensions=list(dims))
+                                   saved_hash=space.fingerprint(space.saved()), dimensions=list(dims))
+        space.start_result(self.result)
 
-    def _hash(self, settings: LlamaCppSettings) -> str:
-        d = self.definition
-        return config_hash(settings, d.model_path, d.served_name, d.extra_args)
+    def _hash(self, settings: Config) -> str:
+        return self.space.fingerprint(settings)
+
+    def _candidate(self, settings: Config, **fields: object) -> CandidateResult:
+        cand = CandidateResult.model_validate({**fields, "effective_config": self.space.effective(settings),
+                                               "config_hash": self._hash(settings)})
+        self.space.put(cand, settings)
+        return cand
 
     # --- the run --------------------------------------------------------------------------------
     async def run(self) -> TuningResult:
         base, _reps = await self._measure(0, "baseline", "The saved settings, measured like every candidate.",
-                                          self.definition.settings, self.request.suite.repetitions)
+                                          self.space.saved(), self.request.suite.repetitions)
         self._add(base)
         if base.status != "measured":
             raise TuningFailed(f"the saved settings could not be measured: {base.error}")
@@ -96,20 +97,19 @@ class TuningRun:
         return self.result
 
     async def _step(self, dim: str, best: CandidateResult, later: list[str]) -> CandidateResult:
-        dimension = DIMENSIONS[dim]
+        goal, tradeoff = self.space.goal(dim)
         accepted: list[CandidateResult] = []
-        variants = dimension.variants(best.settings, self.machine, self.request.values.get(dim))
+        variants = self.space.variants(dim, self.space.config_of(best), self.request.values.get(dim))
         for position, (label, settings) in enumerate(variants):
             if self._measured() >= self.request.max_candidates:
                 note = f"stopped at {self.request.max_candidates} candidates (the limit of this run)"
                 if note not in self.result.notes:
                     self.result.notes.append(note)
                 break
-            description = f"{dim}: {label} — {dimension.goal} {dimension.tradeoff}"
+            description = f"{dim}: {label} — {goal} {tradeoff}"
             if self._hash(settings) in self._seen:
-                self._add(CandidateResult(index=len(self.result.candidates), step=dim, description=description,
-                                          settings=settings, effective_config=effective_config(settings),
-                                          config_hash=self._hash(settings), status="duplicate"))
+                self._add(self._candidate(settings, index=len(self.result.candidates), step=dim,
+                                          description=description, status="duplicate"))
                 continue
             cand, _reps = await self._measure(len(self.result.candidates), dim, description, settings,
                                               self.request.suite.repetitions)
@@ -146,7 +146,7 @@ class TuningRun:
             self._project_confirmations(len(entries) - position)
             conf, reps = await self._measure(entry.index, "confirmation",
                                              f"confirming #{entry.index}: {entry.effective_config}",
-                                             entry.settings, self.request.confirm_repetitions)
+                                             self.space.config_of(entry), self.request.confirm_repetitions)
             self.result.confirmation.append(conf)
             measured[entry.index] = (conf, reps)
             self.job.candidates_done += 1
@@ -180,23 +180,20 @@ class TuningRun:
             return
         winner = int(decision.winner[1:])
         self.result.winner, self.result.gain = winner, decision.gain
-        self.result.winner_settings = self.result.candidates[winner].settings
+        self.space.set_winner(self.result, self.result.candidates[winner])
         self.result.decision = decision.reason
 
     # --- one configuration ----------------------------------------------------------------------
-    async def _measure(self, index: int, step: str, description: str, settings: LlamaCppSettings,
+    async def _measure(self, index: int, step: str, description: str, settings: Config,
                        repetitions: int) -> tuple[CandidateResult, list[dict[str, float]]]:
         self._serial += 1
         instance_id = tune_instance_id(self.definition.id, self._serial)
         self._seen.add(self._hash(settings))
-        cand = CandidateResult(index=index, instance_id=instance_id, step=step, description=description,
-                               settings=settings, effective_config=effective_config(settings),
-                               config_hash=self._hash(settings))
+        cand = self._candidate(settings, index=index, instance_id=instance_id, step=step, description=description)
         self.job.candidate, self.job.phase, self.job.message = description, f"starting {instance_id}", ""
         self._publish()
         d = self.definition
-        spec = LaunchSpec(instance_id=instance_id, model_path=d.model_path, served_name=d.served_name,
-                          settings=settings, extra_args=d.extra_args, env=d.env, startup_timeout_s=d.startup_timeout_s)
+        spec = self.space.spec(instance_id, settings)
         began = time.monotonic()
         try:
             try:
@@ -210,7 +207,7 @@ class TuningRun:
             measured_at = time.monotonic()
             async with runtime_session() as session:
                 target = self.access.target(info, d.served_name, options.request_timeout_s, session)
-                outcome, plan, _slots = await measure(target, self.preset, options, fallback_slots=settings.parallel,
+                outcome, plan, _slots = await measure(target, self.preset, options, fallback_slots=self.space.slots(settings),
                                                       progress=self._on_suite, fixed=self._fixed, rng=self._rng)
             cand.benchmark_seconds = time.monotonic() - measured_at
             self._remember(cand, plan)
@@ -230,8 +227,7 @@ class TuningRun:
             self.result.levels = list(plan.levels)
             longest = max(plan.long_tokens or 0, plan.longest_tokens or 0)
             if longest:  # later steps must leave every slot room for the baseline's longest prompt
-                need = int(longest / LONG_BUDGET_SHARE) + LONG_MARGIN_TOKENS
-                self.machine = Machine(self.machine.cpu_count, self.machine.has_gpu, need)
+                self.space.need_slot_ctx(int(longest / LONG_BUDGET_SHARE) + LONG_MARGIN_TOKENS)
 
     def _on_suite(self, text: str, fraction: float) -> None:
         self.job.message = text
@@ -252,8 +248,8 @@ class TuningRun:
 
     def _project(self, left_here: int, later: list[str]) -> None:
         """Re-estimate what is left from this run's own pace."""
-        ahead = left_here + sum(len(DIMENSIONS[d].variants(self.result.candidates[0].settings, self.machine,
-                                               self.request.values.get(d))) for d in later)
+        saved = self.space.config_of(self.result.candidates[0])
+        ahead = left_here + sum(len(self.space.variants(d, saved, self.request.values.get(d))) for d in later)
         self.job.candidates_total = max(self.job.candidates_total, self.job.candidates_done + ahead + CONFIRM_SLOTS)
         self.job.eta_s = self._eta(ahead, CONFIRM_SLOTS)
 

@@ -13,6 +13,7 @@ from daemon.jobs.job import Job
 from daemon.jobs.planner import Machine
 from daemon.jobs.presets import preset
 from daemon.jobs.scoring import median_metrics
+from daemon.jobs.spaces import SearchSpace
 from daemon.jobs.tuning import TuningRun
 
 SAVED, FAST = LlamaCppSettings(threads=4), LlamaCppSettings(threads=2)
@@ -22,7 +23,7 @@ def run() -> TuningRun:
     definition = ModelDefinition(id="m", served_name="m", model_path="/m.gguf", settings=SAVED)
     job = Job(id="tune.m.s", kind="tune", model="m", node="local", preset="interactive", stamp="s")
     tuning = TuningRun(job, TuneRequest(model="m"), definition, access=None,  # type: ignore[arg-type]
-                       machine=Machine(2, False), preset=preset("interactive"), dims=[], publish=lambda: None,
+                       space=SearchSpace(definition, Machine(2, False)), preset=preset("interactive"), dims=[], publish=lambda: None,
                        watch=lambda: None, pace_hint=(1.0, 1.0))
     tuning.result.candidates = [CandidateResult(index=0, step="baseline", settings=SAVED),
                                 CandidateResult(index=1, step="threads", settings=FAST)]
