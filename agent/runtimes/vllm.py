@@ -5,7 +5,8 @@ The contract with Docker:
 - Container ``ss-{instance_id}``, labelled ``mirbadllm.model`` (the instance id),
   ``mirbadllm.served-name``, ``mirbadllm.port`` (the host port), ``mirbadllm.config-hash``
   (``agent.api.vllm.config_hash``: the daemon compares it with the definition's to say "restart
-  pending") and ``mirbadllm.budget-gib`` when the spec has a memory budget.
+  pending"), ``mirbadllm.budget-gib`` when the spec has a memory budget, and ``mirbadllm.tuning=1``
+  on a tuning job's candidate (``LaunchSpec.tuning``).
 - State is always Docker's: the run's exit is the container's (``POST /containers/{id}/wait``),
   and an agent that restarts lists the containers by label and adopts the running ones (the same
   container; its key, port, Cmd and hash read back from Docker, not from a file of ours).
@@ -148,6 +149,8 @@ def create_body(spec: LaunchSpec, image: str, cmd: list[str], port: int, api_key
     budget = budget_gib(spec)
     if budget is not None:
         labels[LABEL_BUDGET] = f"{budget:g}"
+    if spec.tuning:  # a job's candidate: never the model's own container
+        labels[LABEL_TUNING] = "1"
     host_config: dict[str, Any] = {
         "PortBindings": {f"{CONTAINER_PORT}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]},
         "Binds": [f"{host_folder}:{MODELS_MOUNT}/{inner}:ro"],
