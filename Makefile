@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test daemon app runtime package test-package screenshots bench lint clean
+.PHONY: run test daemon app runtime package test-package screenshots bench lint clean system-deps
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "MirbadLLM needs Python 3.11 or newer"'
@@ -50,6 +50,11 @@ daemon: $(VENV)/.run-installed runtime
 
 test: $(VENV)/.test-installed runtime
 	MIRBADLLM_REQUIRE_RUNTIME=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+# System packages some tests need (Docker for the vLLM driver, the AppImage tools): root + apt only;
+# elsewhere it says what to install, and those tests skip with the reason.
+system-deps: | $(PY)
+	$(PY) -m installers.system_deps
 
 screenshots: $(VENV)/.test-installed
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.screenshots docs/screenshots
