@@ -25,7 +25,7 @@ from daemon.history import History
 from daemon.jobs.manager import JobError, JobManager
 from daemon.jobs.planner import CONFIRM_SLOTS
 from daemon.jobs.presets import preset_for_model
-from daemon.jobs.spaces import outline, space_for
+from daemon.jobs.spaces import embedding_model, outline, space_for
 from daemon.models.registry import Registry
 from daemon.nodes.links import Links
 
@@ -79,7 +79,7 @@ class JobsApi:
 
     async def plan(self, body: TuneRequest) -> TuningPlan:
         definition = self._registry.require(body.model)
-        preset = preset_for_model(body.preset, definition.settings.embeddings)
+        preset = preset_for_model(body.preset, embedding_model(definition))
         link = self._links.get(definition.node)
         if link is None or not link.online:
             raise JobError(503, "node_offline", f"node '{definition.node}' is not reachable")

@@ -30,7 +30,7 @@ from daemon.jobs.job import Job
 from daemon.jobs.load import drain, other_models_busy, outside_load
 from daemon.jobs.planner import CONFIRM_SLOTS
 from daemon.jobs.presets import preset_for_model
-from daemon.jobs.spaces import outline, space_for
+from daemon.jobs.spaces import embedding_model, outline, space_for
 from daemon.jobs.store import JobStore
 from daemon.jobs.tuning import TuningFailed, TuningRun
 from daemon.models.maintenance import MaintenanceWindow
@@ -112,7 +112,7 @@ async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
 
 async def run_tune(ctx: JobContext, job: Job, definition: ModelDefinition, request: TuneRequest,
                    pace_hint: tuple[float, float]) -> TuningResult:
-    preset = preset_for_model(request.preset, definition.settings.embeddings)
+    preset = preset_for_model(request.preset, embedding_model(definition))
     status = await ctx.access.link.client.status()
     space = space_for(definition, status)
     plan = outline(request, space, pace_hint)

@@ -242,3 +242,14 @@ def applied(definition: ModelDefinition, result: TuningResult) -> ModelDefinitio
         raise ValueError("this run has no llama.cpp winner")
     changed = {k: v for k, v in result.winner_settings.model_dump().items() if getattr(result.saved_settings, k) != v}
     return definition.model_copy(update={"settings": definition.settings.model_copy(update=changed)})
+
+
+def embedding_model(definition: ModelDefinition) -> bool:
+    """Measured on the Embeddings preset: llama.cpp's embeddings switch, or a vLLM pooling runner."""
+    if definition.runtime == "vllm":
+        try:
+            _, rest = vllm.normalize(definition.vllm, definition.extra_args)
+        except ValueError:
+            rest = definition.extra_args
+        return is_pooling(rest, definition.tags)
+    return definition.settings.embeddings

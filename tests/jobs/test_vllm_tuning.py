@@ -21,7 +21,14 @@ from daemon.api.models import ModelDefinition
 from daemon.jobs.job import Job
 from daemon.jobs.presets import preset
 from daemon.jobs.scoring import median_metrics
-from daemon.jobs.spaces import VllmSpace, applied, outline, space_for, vllm_machine
+from daemon.jobs.spaces import (
+    VllmSpace,
+    applied,
+    embedding_model,
+    outline,
+    space_for,
+    vllm_machine,
+)
 from daemon.jobs.store import job_id
 from daemon.jobs.tuning import TuningRun
 from daemon.jobs.vllm_dimensions import (
@@ -161,6 +168,8 @@ def test_a_pooling_model_only_varies_num_seqs_and_batched_tokens() -> None:
     machine, _ = vllm_machine(definition("org/e5", extra_args=["--runner", "pooling"]), STATUS)
     dims, notes = vllm_dimensions_for("full", None, machine)
     assert dims == ["max_num_seqs", "max_num_batched_tokens"] and notes[0].startswith("A pooling model")
+    assert embedding_model(definition("org/e5", extra_args=["--runner", "pooling"]))
+    assert not embedding_model(definition("org/qwen"))
 
 
 def test_llama_cpp_dimensions_are_refused_for_a_vllm_model_and_mlx_has_no_search() -> None:
