@@ -19,9 +19,9 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.api.client import DaemonClient  # noqa: E402
-from daemon.api.locations import read_admin_token  # noqa: E402
-from daemon.api.models import ModelDefinition, ModelState  # noqa: E402
+from daemon.api.client import DaemonClient
+from daemon.api.locations import read_admin_token
+from daemon.api.models import ModelDefinition, ModelState
 
 
 def free_port() -> int:
@@ -63,14 +63,19 @@ class BenchDaemon:
         self.process.wait(30)
 
 
+def _spawn_daemon(argv: list[str], home: Path) -> subprocess.Popen[bytes]:
+    """The daemon process, its output in ``home/bench-daemon.log`` (a quick, blocking start)."""
+    log = open(home / "bench-daemon.log", "wb")  # noqa: SIM115 - lives as long as the daemon
+    return subprocess.Popen(argv, stdout=log, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 async def start_daemon(*extra: str, seed_demo: bool = True) -> BenchDaemon:
     home = Path(tempfile.mkdtemp(prefix="mirbadllm-bench-"))
     port = free_port()
     argv = [sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home), "--port", str(port), *extra]
     if not seed_demo:
         argv.append("--no-demo")
-    log = open(home / "bench-daemon.log", "wb")  # noqa: SIM115 - lives as long as the daemon
-    proc = subprocess.Popen(argv, stdout=log, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = _spawn_daemon(argv, home)
     deadline = time.monotonic() + 120
     token = None
     while time.monotonic() < deadline:

@@ -25,16 +25,15 @@ import time
 from pathlib import Path
 
 import psutil
-
 from _harness import ROOT, BenchDaemon, ensure_ready, percentile, start_daemon
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(ROOT))
-from daemon.api.client import DaemonClient  # noqa: E402
-from daemon.api.locations import read_admin_token  # noqa: E402
-from daemon.api.models import ModelDefinition  # noqa: E402
-from tests.fakes import write_fake_runtime  # noqa: E402
-from tests.fakes.gguf_files import gguf_bytes  # noqa: E402
+from daemon.api.client import DaemonClient
+from daemon.api.locations import read_admin_token
+from daemon.api.models import ModelDefinition
+from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import gguf_bytes
 
 
 def launch_once(home: Path, marker: Path) -> tuple[float, subprocess.Popen[bytes]]:

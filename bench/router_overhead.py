@@ -19,14 +19,21 @@ from pathlib import Path
 
 import aiohttp
 import psutil
-
-from _harness import ROOT, BenchDaemon, ensure_ready, median, percentile, start_daemon, stream_chat
+from _harness import (
+    ROOT,
+    BenchDaemon,
+    ensure_ready,
+    median,
+    percentile,
+    start_daemon,
+    stream_chat,
+)
 
 sys.path.insert(0, str(ROOT))
-from daemon.api.models import ModelDefinition  # noqa: E402
-from daemon.models.registry import DEMO_MODEL_ID  # noqa: E402
-from tests.fakes import write_fake_runtime  # noqa: E402
-from tests.fakes.gguf_files import gguf_bytes  # noqa: E402
+from daemon.api.models import ModelDefinition
+from daemon.models.registry import DEMO_MODEL_ID
+from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import gguf_bytes
 
 TOKENS = 64
 

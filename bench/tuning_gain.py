@@ -19,9 +19,9 @@ import time
 from _harness import ROOT, ensure_ready, start_daemon
 
 sys.path.insert(0, str(ROOT))
-from daemon.api.jobs import JobView, SuiteOptions, TuneRequest, TuningResult  # noqa: E402
-from daemon.models.registry import DEMO_MODEL_ID  # noqa: E402
-from mirbadllm.ctl_jobs import format_tuning, progress_line  # noqa: E402
+from daemon.api.jobs import JobView, SuiteOptions, TuneRequest, TuningResult
+from daemon.models.registry import DEMO_MODEL_ID
+from mirbadllm.ctl_jobs import format_tuning, progress_line
 
 
 def parse() -> argparse.Namespace:
