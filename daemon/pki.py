@@ -53,7 +53,7 @@ def write_private(path: Path, data: bytes) -> None:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 @dataclass
@@ -62,7 +62,7 @@ class CertificateAuthority:
     cert: x509.Certificate
 
     @classmethod
-    def load_or_create(cls, directory: Path, name: str = "MirbadLLM local CA") -> "CertificateAuthority":
+    def load_or_create(cls, directory: Path, name: str = "MirbadLLM local CA") -> CertificateAuthority:
         key_path, cert_path = directory / "ca.key", directory / "ca.crt"
         if key_path.exists() and cert_path.exists():
             key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
@@ -127,7 +127,7 @@ class CertificateAuthority:
             raise ValueError("certificate request signature is invalid")
         pub = csr.public_key()
         if not isinstance(pub, ec.EllipticCurvePublicKey):
-            raise ValueError("only EC keys are accepted")
+            raise TypeError("only EC keys are accepted")
         cn = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         name = str(cn[0].value) if cn else "mirbadllm-agent"
         return self.sign(pub, name, server=True, client=False, hosts=hosts)
