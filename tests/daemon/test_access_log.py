@@ -31,9 +31,8 @@ async def _call(method: str, url: str, *, body: bytes | None = None, key: str | 
     sent = {"Content-Type": "application/json", **(headers or {})}
     if key is not None:
         sent["Authorization"] = f"Bearer {key}"
-    async with aiohttp.ClientSession() as session:
-        async with session.request(method, url, data=body, headers=sent) as r:
-            return r.status, CIMultiDict(r.headers), await r.read()
+    async with aiohttp.ClientSession() as session, session.request(method, url, data=body, headers=sent) as r:
+        return r.status, CIMultiDict(r.headers), await r.read()
 
 
 async def _rows(d: RunningDaemon, count: int) -> list[RequestRecord]:

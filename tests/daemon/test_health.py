@@ -118,20 +118,22 @@ async def test_a_queued_client_that_leaves_frees_its_place(tmp_path: Path, model
         await d.client.start_model("m", wait=True)
         gate = d.daemon.router.gates.for_model("m", 1, 2)
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        async with aiohttp.ClientSession() as running:
-            async with running.post(f"{d.v1}/chat/completions", json=body) as first:
-                await first.content.readline()
-                # One slot: the runtime takes a second request into its own backlog...
-                second = asyncio.ensure_future(_post_json(d, body))
-                await _until(lambda: gate.running == 2)
-                queued = asyncio.ensure_future(_post_json(d, body))  # ...the third waits in the daemon
-                await _until(lambda: gate.waiting == 1)
-                queued.cancel()  # the queued client goes away
-                await _until(lambda: gate.waiting == 0)
-                assert gate.running == 2
-                status = await _post_json(d, {**body, "stream": False, "max_tokens": 1}, wait=False)
-                assert status is None  # its place is free again: the next one is queued, not refused
-                second.cancel()
+        async with (
+            aiohttp.ClientSession() as running,
+            running.post(f"{d.v1}/chat/completions", json=body) as first,
+        ):
+            await first.content.readline()
+            # One slot: the runtime takes a second request into its own backlog...
+            second = asyncio.ensure_future(_post_json(d, body))
+            await _until(lambda: gate.running == 2)
+            queued = asyncio.ensure_future(_post_json(d, body))  # ...the third waits in the daemon
+            await _until(lambda: gate.waiting == 1)
+            queued.cancel()  # the queued client goes away
+            await _until(lambda: gate.waiting == 0)
+            assert gate.running == 2
+            status = await _post_json(d, {**body, "stream": False, "max_tokens": 1}, wait=False)
+            assert status is None  # its place is free again: the next one is queued, not refused
+            second.cancel()
 
 
 async def _post_json(d: RunningDaemon, body: dict, wait: bool = True) -> int | None:
@@ -188,6 +190,6 @@ async def test_streams_end_promptly_when_the_runtime_dies_and_it_comes_back(tmp_
         await _events_until(d, "model.crashed", "m")
         after = await d.wait_state("m", ModelState.READY)
         assert after.pid != before.pid and after.crash_count == 1
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"{d.v1}/chat/completions", json={**body, "stream": False, "max_tokens": 2}) as r:
-                assert r.status == 200
+        once = {**body, "stream": False, "max_tokens": 2}
+        async with aiohttp.ClientSession() as session, session.post(f"{d.v1}/chat/completions", json=once) as r:
+            assert r.status == 200

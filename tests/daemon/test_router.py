@@ -15,9 +15,9 @@ from tests.daemon.harness import model, running_daemon
 
 
 async def _post(url: str, body: bytes | str, headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(url, data=body, headers={"Content-Type": "application/json", **(headers or {})}) as r:
-            return r.status, dict(r.headers), await r.json(content_type=None)
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    async with aiohttp.ClientSession() as session, session.post(url, data=body, headers=sent) as r:
+        return r.status, dict(r.headers), await r.json(content_type=None)
 
 
 async def test_error_matrix(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
@@ -180,9 +180,9 @@ async def test_stream_is_relayed_chunk_by_chunk(tmp_path: Path, model_file: Path
 
 async def _slots_busy(d, model_id: str) -> int:
     inst = d.daemon.orchestrator.instance(d.daemon.registry.require(model_id))
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{inst.endpoint}/slots", headers={"Authorization": f"Bearer {inst.api_key}"}) as r:
-            return sum(1 for slot in await r.json() if slot.get("is_processing"))
+    auth = {"Authorization": f"Bearer {inst.api_key}"}
+    async with aiohttp.ClientSession() as session, session.get(f"{inst.endpoint}/slots", headers=auth) as r:
+        return sum(1 for slot in await r.json() if slot.get("is_processing"))
 
 
 async def test_client_disconnect_frees_the_slot(tmp_path: Path, model_file: Path) -> None:
@@ -198,11 +198,10 @@ async def test_client_disconnect_frees_the_slot(tmp_path: Path, model_file: Path
             assert loop.time() < deadline
             await asyncio.sleep(0.02)
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"{d.v1}/chat/completions", json=body) as r:
-                await r.content.readline()
-                assert await _slots_busy(d, "m") == 1
-            # leaving the block closes the connection mid-stream
+        async with aiohttp.ClientSession() as session, session.post(f"{d.v1}/chat/completions", json=body) as r:
+            await r.content.readline()
+            assert await _slots_busy(d, "m") == 1
+        # leaving the block closes the connection mid-stream
         deadline = loop.time() + 1.0
         while await _slots_busy(d, "m") != 0:
             assert loop.time() < deadline, "the runtime slot was still busy 1 s after the client left"

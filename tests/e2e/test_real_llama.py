@@ -72,19 +72,21 @@ async def test_streamed_chat_arrives_in_pieces(demo: RunningDaemon, client: open
 
 async def _slots_busy(d: RunningDaemon, model_id: str = DEMO_MODEL_ID) -> int:
     inst = d.daemon.orchestrator.instance(d.daemon.registry.require(model_id))
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{inst.endpoint}/slots", headers={"Authorization": f"Bearer {inst.api_key}"}) as r:
-            return sum(1 for slot in await r.json() if slot.get("is_processing"))
+    auth = {"Authorization": f"Bearer {inst.api_key}"}
+    async with aiohttp.ClientSession() as session, session.get(f"{inst.endpoint}/slots", headers=auth) as r:
+        return sum(1 for slot in await r.json() if slot.get("is_processing"))
 
 
 async def test_client_disconnect_frees_the_llama_slot_within_a_second(demo: RunningDaemon) -> None:
     body = {"model": DEMO_MODEL_ID, "messages": [{"role": "user", "content": "Write a very long story."}],
             "max_tokens": 2000, "stream": True}
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"{demo.v1}/chat/completions", json=body) as response:
-            assert response.status == 200
-            await response.content.readline()
-            assert await _slots_busy(demo) == 1
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{demo.v1}/chat/completions", json=body) as response,
+    ):
+        assert response.status == 200
+        await response.content.readline()
+        assert await _slots_busy(demo) == 1
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 1.0
     while await _slots_busy(demo) != 0:

@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from daemon.api.models import ModelDefinition
-from daemon.models.registry import Registry, RegistryError, assemble_demo_gguf, definition_hash
+from daemon.models.registry import (
+    Registry,
+    RegistryError,
+    assemble_demo_gguf,
+    definition_hash,
+)
 
 
 def _model(model_id: str, **fields: object) -> ModelDefinition:
@@ -83,19 +88,25 @@ asyncio.run(main())
 """
 
 
+def _kill_a_writer_mid_write(path: Path) -> None:
+    """Start WRITER on ``path`` and SIGKILL it while it writes. Synchronous on purpose: the kill
+    has to land inside a write, so nothing else gets a turn until the writer is dead."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+    before = path.stat().st_mtime_ns
+    while path.stat().st_mtime_ns == before:  # it is writing now
+        time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 async def test_killing_the_writer_never_leaves_an_unreadable_registry(tmp_path: Path) -> None:
     path = tmp_path / "models.json"
     reg = Registry(path)
     await reg.add(_model("m"))
-    for round_ in range(12):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE,
-                                cwd=Path(__file__).resolve().parents[2])
-        assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
-        before = path.stat().st_mtime_ns
-        while path.stat().st_mtime_ns == before:  # it is writing now
-            time.sleep(0.001)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+    for _round in range(12):
+        _kill_a_writer_mid_write(path)
         data = json.loads(path.read_text())  # never half a file
         assert data["models"][0]["id"] == "m"
     Registry(path).load()  # the next start sweeps temp files a killed write left behind
