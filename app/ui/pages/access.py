@@ -107,7 +107,7 @@ class AccessPage(QScrollArea):
         self._snippet_key: tuple[str, str, bool] | None = None
         self.vm.state.subscribe(self.show_state, now=True)
 
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         if self.vm.state.value.settings is not None:  # loaded once: read the keys' use again
             self.ctx.act(self.vm.refresh())
