@@ -206,8 +206,8 @@ class SuiteRunner:
         out = {f"{key}_requests": 1.0, f"{key}_errors": 0.0 if cold.ok else 1.0}
         if cold.ok and cold.prompt_tokens < tokens * PROMPT_SEEN_SHARE:
             # A chat template that drops the messages makes every prompt a few tokens long.
-            self._note_errors([f"{key} prompt: the runtime counted {cold.prompt_tokens} prompt tokens of about "
-                               f"{tokens} sent; is its chat template dropping the messages?"])
+            self._note_errors([(f"{key} prompt: the runtime counted {cold.prompt_tokens} prompt tokens of about "
+                                f"{tokens} sent; is its chat template dropping the messages?")])
         if cold.ok and cold.ttft_s:
             out[f"{key}_ttft_ms"] = cold.ttft_s * 1000
             out[f"{key}_prompt_tokens"] = float(cold.prompt_tokens)
