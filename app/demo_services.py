@@ -55,6 +55,7 @@ from daemon.api.nodes import (
     NodeView,
     RuntimeOffer,
 )
+from daemon.api.runtime_upgrades import NodeRuntimeBuild, RuntimeRolloutView
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -332,6 +333,33 @@ class DemoNodes:
                                          finished_at=now, nodes=nodes)
         self._publish("upgrade.finished", version="0.2.0", state="done", reason=None)
         return self._demo_rollout
+
+    async def runtime_upgrade_status(self) -> RuntimeRolloutView:
+        self._record("runtime_upgrade_status")
+        return getattr(self, "_demo_runtime_rollout", RuntimeRolloutView())
+
+    async def start_runtime_upgrade(self, folder: str | None = None,
+                                    smoke_model: str | None = None) -> RuntimeRolloutView:
+        """The demo's llama.cpp rollout finishes at once: every paired node runs the demo's new build."""
+        self._record("start_runtime_upgrade", folder, smoke_model)
+        targets = [n for n in self.nodes if not n.local]
+        if not targets:
+            raise DaemonError(409, "no_nodes", "No paired node to roll a llama.cpp build out to: pair a node first.")
+        now, version = time.time(), "11500.0.0"
+        build = f"llamacpp-{version}-demo"
+
+        def was(node: NodeView) -> str:
+            offer = next((o for o in node.runtimes if o.runtime == "llamacpp"), None)
+            return f"llama.cpp {offer.version}" if offer is not None and offer.version else ""
+
+        nodes = [NodeUpgradeView(node=n.id, name=n.name, from_version=was(n), state=NodeUpgradeState.DONE,
+                                 started_at=now, finished_at=now) for n in targets]
+        wanted = {n.id: NodeRuntimeBuild(build=build, version=version, digest="5c2e" + "0" * 60, since=now)
+                  for n in targets}
+        self._demo_runtime_rollout = RuntimeRolloutView(state=RolloutState.DONE, version=version, build=build,
+                                                        started_at=now, finished_at=now, nodes=nodes, wanted=wanted)
+        self._publish("runtime_upgrade.finished", build=build, state="done", reason=None)
+        return self._demo_runtime_rollout
 
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         self._record("gpu_history", node_id, gpu, range_)

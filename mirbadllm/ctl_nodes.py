@@ -6,6 +6,12 @@
     mirbadllm ctl nodes add ADDRESS                       # when multicast does not reach the agent
     mirbadllm ctl nodes pair ADDRESS CODE [--fingerprint FP] [--yes]
     mirbadllm ctl nodes remove NODE                       # id, id prefix or name
+    mirbadllm ctl nodes runtime-upgrade [--folder F] [--smoke-model PATH]
+                                                          # roll a llama.cpp build out, one node at a time
+
+``runtime-upgrade`` waits for the rollout: it prints each node's state as the daemon's events
+(``runtime_upgrade.node``) report it, then every node's final state; it exits 1 when the rollout
+failed (the node that failed was rolled back, the nodes after it were never told).
 
 Without ``--fingerprint`` the agent's fingerprint is looked up (discovered list, else the address)
 and shown for the user to compare with what the agent printed before anything is sent.
@@ -20,10 +26,12 @@ from collections.abc import Callable
 from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeOffer
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.nodes import DiscoveredNode, NodeView
+from daemon.api.runtime_upgrades import RuntimeRolloutView
+from daemon.api.upgrades import NodeUpgradeView, RolloutState
 
 
 def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    nodes = groups.add_parser("nodes", help="machines: list, show, discovered, add, pair, remove")
+    nodes = groups.add_parser("nodes", help="machines: list, show, discovered, add, pair, remove, runtime-upgrade")
     actions = nodes.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="paired nodes and this machine")
     actions.add_parser("discovered", help="agents waiting to be paired")
@@ -38,6 +46,12 @@ def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type
     pair.add_argument("--yes", "-y", action="store_true", help="do not ask to compare the fingerprint")
     remove = actions.add_parser("remove", help="stop its models, unpair it and forget it")
     remove.add_argument("node", help="node id, a unique id prefix, or its name")
+    upgrade = actions.add_parser("runtime-upgrade", help="roll a llama.cpp build out over the paired nodes, "
+                                 "one at a time, and wait for it")
+    upgrade.add_argument("--folder", help="the build folder `make runtime` wrote (llamacpp-<version>-<key>/); "
+                         "default: the newest one")
+    upgrade.add_argument("--smoke-model", help="a GGUF file present on every node for the one-token smoke test; "
+                         "default: per node, the file of the first llama.cpp model registered there")
 
 
 def _size(value: int | None) -> str:
@@ -133,6 +147,48 @@ async def _fingerprint(client: DaemonClient, address: str) -> DiscoveredNode:
     return result.discovered
 
 
+def fmt_upgrade_node(node: NodeUpgradeView) -> str:
+    was = f"  (was {node.from_version})" if node.from_version else ""
+    reason = f"  {node.reason}" if node.reason else ""
+    return f"  {node.name:<20} {node.state.value:<9}{was}{reason}"
+
+
+def fmt_runtime_rollout(view: RuntimeRolloutView) -> str:
+    """The rollout's outcome, then one line per node in rollout order."""
+    build = view.build or "no build"
+    if view.state == RolloutState.DONE:
+        head = f"llama.cpp {build}: done on {len(view.nodes)} node(s)"
+    elif view.state == RolloutState.FAILED:
+        head = f"llama.cpp {build}: failed: {view.reason or 'no reason given'}"
+    elif view.state == RolloutState.RUNNING:
+        head = f"llama.cpp {build}: running"
+    else:
+        head = "no llama.cpp build rollout since the daemon started"
+    return "\n".join([head, *(fmt_upgrade_node(n) for n in view.nodes)])
+
+
+async def _runtime_upgrade(args: argparse.Namespace, client: DaemonClient) -> int:
+    since = (await client.events(0, timeout=0)).last_id
+    started = await client.start_runtime_upgrade(args.folder, args.smoke_model)
+    names = {n.node: n.name for n in started.nodes}
+    print(f"rolling llama.cpp {started.build} ({started.version}) out to {len(started.nodes)} node(s), "
+          "one at a time")
+    view = started
+    while view.state == RolloutState.RUNNING:
+        page = await client.events(since, timeout=10)
+        since = page.last_id
+        for event in page.events:
+            if event.type == "runtime_upgrade.node":
+                node = str(event.data.get("node", ""))
+                name = names.get(node) or str(event.data.get("name") or node[:12])
+                reason = f"  {event.data['reason']}" if event.data.get("reason") else ""
+                print(f"  {name:<20} {event.data.get('state')}{reason}")
+        if page.reset or not page.events or any(e.type == "runtime_upgrade.finished" for e in page.events):
+            view = await client.runtime_upgrade_status()
+    print(fmt_runtime_rollout(view))
+    return 0 if view.state == RolloutState.DONE else 1
+
+
 async def run(args: argparse.Namespace, client: DaemonClient,
               ask: Callable[[str], str] = input) -> int:
     if args.action == "list":
@@ -164,6 +220,8 @@ async def run(args: argparse.Namespace, client: DaemonClient,
                 return 1
         node = await client.pair_node(address, args.code, fingerprint)
         print(f"paired: {fmt_node(node)}")
+    elif args.action == "runtime-upgrade":
+        return await _runtime_upgrade(args, client)
     else:
         node = await resolve(client, args.node)
         await client.remove_node(node.id)

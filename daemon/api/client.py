@@ -24,6 +24,9 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/nodes/{id}/gpus/{gpu}/history -> HistorySeries  # ?range=5m|1h|24h|7d; gpu: UUID or index
     GET    /api/nodes/upgrade               -> RolloutView      # the agent rollout, per node
     POST   /api/nodes/upgrade               -> RolloutView      # body: UpgradeRequest; 202, 409 upgrade_running
+    GET    /api/nodes/runtime-upgrade       -> RuntimeRolloutView  # the llama.cpp build rollout, per node
+    POST   /api/nodes/runtime-upgrade       -> RuntimeRolloutView  # body: RuntimeUpgradeRequest; 202,
+                                                                   # 409 runtime_upgrade_running, 422 runtime_build_refused
     GET    /api/keys                        -> list[ApiKeyInfo]
     POST   /api/keys                        -> ApiKeyCreated    # body: ApiKeyCreate; 201
     DELETE /api/keys/{id}                   -> 204
@@ -77,6 +80,7 @@ from daemon.api.models import (
     StatusResponse,
 )
 from daemon.api.nodes import DiscoveredNode, NodeAddressRequest, NodeAddResult, NodeView
+from daemon.api.runtime_upgrades import RuntimeRolloutView, RuntimeUpgradeRequest
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -279,6 +283,15 @@ class DaemonClient:
         """Roll the staged agent release out over the paired nodes, one at a time (events: upgrade.*)."""
         body = UpgradeRequest(folder=folder).model_dump()
         return RolloutView.model_validate(await self._call("POST", "/api/nodes/upgrade", body=body))
+
+    async def runtime_upgrade_status(self) -> RuntimeRolloutView:
+        return RuntimeRolloutView.model_validate(await self._call("GET", "/api/nodes/runtime-upgrade"))
+
+    async def start_runtime_upgrade(self, folder: str | None = None,
+                                    smoke_model: str | None = None) -> RuntimeRolloutView:
+        """Roll a llama.cpp build out over the paired nodes, one at a time (events: runtime_upgrade.*)."""
+        body = RuntimeUpgradeRequest(folder=folder, smoke_model=smoke_model).model_dump()
+        return RuntimeRolloutView.model_validate(await self._call("POST", "/api/nodes/runtime-upgrade", body=body))
 
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         data = await self._call("GET", f"/api/nodes/{node_id}/gpus/{gpu}/history", params={"range": range_})
