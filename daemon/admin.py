@@ -15,6 +15,7 @@ from aiohttp import web
 
 from daemon.api.models import (
     ApiKeyCreate,
+    ApiKeyLimits,
     DaemonSettings,
     ModelState,
     RouterStats,
@@ -86,10 +87,23 @@ class AdminApi:
 
     async def create_key(self, request: web.Request) -> web.Response:
         body = validated(ApiKeyCreate, await read_json(request, MAX_ADMIN_BODY), "invalid_key_request")
-        created = self._keys.create(body.name)
+        created = self._keys.create(body.name, body.limits)
         self._events.publish("keys.changed")
         await self._history.audit("admin", "key.create", created.info.id)
         return json_response(created, status=201)
+
+    async def set_key_limits(self, request: web.Request) -> web.Response:
+        """``PATCH /api/keys/{id}``: the fields sent change, null clears one, the rest stay."""
+        key_id = request.match_info["id"]
+        update = validated(ApiKeyLimits, await read_json(request, MAX_ADMIN_BODY), "invalid_key_limits")
+        info = self._keys.set_limits(key_id, update)
+        if info is None:
+            return error_response(404, "key_not_found", f"no API key with id '{key_id}'")
+        used = (await self._history.key_usage(time.time() - 86400)).get(key_id, (0, 0))
+        info = info.model_copy(update={"requests_24h": used[0], "tokens_24h": used[1]})
+        self._events.publish("keys.changed")
+        await self._history.audit("admin", "key.limits", key_id, json.dumps(info.limits.model_dump()))
+        return json_response(info)
 
     async def revoke_key(self, request: web.Request) -> web.Response:
         key_id = request.match_info["id"]

@@ -2,6 +2,11 @@
 
 Each key also keeps its lifetime request and token counts (saved in the same batches as its last
 use), so its total outlives the 30 days the access log keeps; the last 24 hours come from the log.
+
+A key may have limits (``ApiKeyLimits``: requests per minute, tokens per UTC day), kept with it;
+``admit`` enforces them for the router (the policy is ``daemon.router.limits``). The day's tokens
+are counted here, from the same token counts as the totals, and saved with them; the minute's
+requests live in memory only.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ import logging
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agent.api.json_store import JsonStore, UnreadableStore
-from daemon.api.models import ApiKeyCreated, ApiKeyInfo
+from daemon.api.models import ApiKeyCreated, ApiKeyInfo, ApiKeyLimits
+from daemon.router import limits as key_limits
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -33,6 +40,12 @@ class _StoredKey(BaseModel):
     last_used_at: float | None = None
     requests_total: int = 0
     tokens_total: int = 0
+    limits: ApiKeyLimits = Field(default_factory=ApiKeyLimits)
+    day: str | None = None  # the UTC day ``tokens_day`` counts (daemon.router.limits.utc_day)
+    tokens_day: int = 0
+
+
+_NO_LIMITS = ApiKeyLimits()
 
 
 class _KeysFile(BaseModel):
@@ -45,11 +58,13 @@ def _digest(secret: str) -> bytes:
 
 
 class KeyStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
         self._path = path
         self._store = JsonStore(path, _KeysFile)
         self._keys: dict[str, _StoredKey] = {}
         self._dirty_use = False
+        self.clock = clock  # tests set a clock of their own to move through minutes and days
+        self._windows = key_limits.RequestWindows()
 
     def load(self) -> None:
         try:
@@ -63,10 +78,11 @@ class KeyStore:
     def _save(self) -> None:
         self._store.write(_KeysFile(keys=list(self._keys.values())), json_mode=False)
 
-    def create(self, name: str) -> ApiKeyCreated:
+    def create(self, name: str, limits: ApiKeyLimits | None = None) -> ApiKeyCreated:
         secret = KEY_PREFIX + secrets.token_urlsafe(32)
         stored = _StoredKey(id=uuid.uuid4().hex[:12], name=name, prefix=secret[: len(KEY_PREFIX) + 4],
-                            sha256=_digest(secret).hex(), created_at=time.time())
+                            sha256=_digest(secret).hex(), created_at=self.clock(),
+                            limits=limits or ApiKeyLimits())
         self._keys[stored.id] = stored
         self._save()
         _LOGGER.info("API key %s (%s) created", stored.id, name)
@@ -75,9 +91,32 @@ class KeyStore:
     def revoke(self, key_id: str) -> bool:
         if self._keys.pop(key_id, None) is None:
             return False
+        self._windows.forget(key_id)
         self._save()
         _LOGGER.info("API key %s revoked", key_id)
         return True
+
+    def set_limits(self, key_id: str, update: ApiKeyLimits) -> ApiKeyInfo | None:
+        """Change the limits ``update`` names (its fields set, null clearing); None: no such key."""
+        stored = self._keys.get(key_id)
+        if stored is None:
+            return None
+        stored.limits = stored.limits.model_copy(update=update.model_dump(include=update.model_fields_set))
+        self._save()
+        _LOGGER.info("API key %s limits: %s", key_id, stored.limits.model_dump())
+        return self._info(stored)
+
+    def admit(self, key_id: str | None) -> None:
+        """Let one /v1 request of ``key_id`` through, or raise its 429 (``daemon.router.limits``)."""
+        stored = self._keys.get(key_id) if key_id is not None else None
+        if stored is None or stored.limits == _NO_LIMITS:
+            return
+        now = self.clock()
+        key_limits.check(stored.id, stored.limits, self._windows, self._tokens_today(stored, now), now)
+
+    @staticmethod
+    def _tokens_today(stored: _StoredKey, now: float) -> int:
+        return stored.tokens_day if stored.day == key_limits.utc_day(now) else 0
 
     def list(self, last_24h: dict[str, tuple[int, int]] | None = None) -> list[ApiKeyInfo]:
         """Every key, oldest first; ``last_24h`` maps a key id to its (requests, tokens) of the last day."""
@@ -91,6 +130,10 @@ class KeyStore:
         if stored is not None:  # revoked while the request ran: nothing left to count on
             stored.requests_total += 1
             stored.tokens_total += tokens
+            today = key_limits.utc_day(self.clock())
+            if stored.day != today:
+                stored.day, stored.tokens_day = today, 0
+            stored.tokens_day += tokens
             self._dirty_use = True
 
     def verify(self, secret: str | None) -> str | None:
@@ -103,7 +146,7 @@ class KeyStore:
             if hmac.compare_digest(digest, bytes.fromhex(stored.sha256)):
                 found = stored
         if found is not None:
-            found.last_used_at = time.time()
+            found.last_used_at = self.clock()
             self._dirty_use = True
             return found.id
         return None
@@ -114,9 +157,11 @@ class KeyStore:
             self._dirty_use = False
             self._save()
 
-    @staticmethod
-    def _info(stored: _StoredKey, requests_24h: int = 0, tokens_24h: int = 0) -> ApiKeyInfo:
+    def _info(self, stored: _StoredKey, requests_24h: int = 0, tokens_24h: int = 0) -> ApiKeyInfo:
+        now = self.clock()
         return ApiKeyInfo(id=stored.id, name=stored.name, prefix=stored.prefix,
                           created_at=stored.created_at, last_used_at=stored.last_used_at,
                           requests_24h=requests_24h, tokens_24h=tokens_24h,
-                          requests_total=stored.requests_total, tokens_total=stored.tokens_total)
+                          requests_total=stored.requests_total, tokens_total=stored.tokens_total,
+                          limits=stored.limits, tokens_today=self._tokens_today(stored, now),
+                          requests_last_minute=self._windows.count(stored.id, now))

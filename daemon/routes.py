@@ -68,6 +68,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/nodes/{id}/history", nodes.node_history),              # ?range=5m|1h|24h|7d
         web.get("/api/keys", admin.list_keys),
         web.post("/api/keys", admin.create_key),                             # body: ApiKeyCreate
+        web.patch("/api/keys/{id}", admin.set_key_limits),                   # body: ApiKeyLimits (fields sent change)
         web.delete("/api/keys/{id}", admin.revoke_key),
         web.get("/api/settings", admin.get_settings),
         web.put("/api/settings", admin.put_settings),                        # body: DaemonSettings
