@@ -10,8 +10,10 @@ and places the model with ``resolve_node``: on a node that exists, named by id, 
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
 from agent.api.launch_policy import (
     PolicyViolation,
@@ -43,6 +45,77 @@ class UnknownNode(DefinitionRejected):
     """The definition's node is none of the nodes the daemon knows."""
 
 
+MAX_FALLBACK_CHAIN = 16
+
+
+def _external_fields(definition: ModelDefinition) -> list[str]:
+    return [name for name in ("base_url", "provider_model", "api_key_file") if getattr(definition, name) is not None]
+
+
+def check_external(definition: ModelDefinition) -> None:
+    """An external endpoint: an http(s) URL with a host (no credentials, query or fragment in it), the
+    provider's model name, and a key file that exists and is readable now (refused, not warned: the
+    file is on this machine, and a typo is better said at save than at the first request). Nothing
+    of the runtimes' (arguments, environment, sources) applies."""
+    if definition.runtime != "external":
+        raise DefinitionRejected(f"{', '.join(_external_fields(definition))}: only for runtime 'external'")
+    url = definition.base_url
+    if not url:
+        raise DefinitionRejected("base_url: an external model needs the server's base URL (http:// or https://)")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or _CONTROL_RE.search(url) or " " in url:
+        raise DefinitionRejected(f"base_url: '{url[:200]}' is not an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise DefinitionRejected("base_url: no credentials, query or fragment in it (the key goes in api_key_file)")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise DefinitionRejected(f"base_url: {exc}") from None
+    if not definition.provider_model or _CONTROL_RE.search(definition.provider_model):
+        raise DefinitionRejected("provider_model: the model name the server knows (printable text)")
+    key_file = definition.api_key_file
+    if key_file is not None:
+        if not os.path.isabs(key_file) or "\x00" in key_file:
+            raise DefinitionRejected("api_key_file: an absolute path on the daemon's machine")
+        if not os.path.isfile(key_file) or not os.access(key_file, os.R_OK):
+            raise DefinitionRejected(f"api_key_file: '{key_file}' is not a readable file on the daemon's machine")
+    if definition.extra_args or definition.env or definition.sources is not None:
+        raise DefinitionRejected("extra_args, env and sources do not apply to an external model")
+
+
+def check_fallbacks(definition: ModelDefinition, others: Iterable[ModelDefinition]) -> None:
+    """Each fallback names another model (served name or id); no chain of fallbacks comes back to
+    ``definition`` (``others`` are the stored models; ``definition`` replaces its stored self)."""
+    models = {m.id: m for m in others if m.id != definition.id}
+    models[definition.id] = definition
+
+    def find(name: str) -> ModelDefinition | None:
+        wanted = name.casefold()
+        return models.get(name) or next((m for m in models.values() if m.served_name.casefold() == wanted), None)
+
+    for name in definition.fallbacks:
+        target = find(name)
+        if target is None:
+            raise DefinitionRejected(f"fallbacks: no model is named '{name[:128]}'")
+        if target.id == definition.id:
+            raise DefinitionRejected(f"fallbacks: '{name[:128]}' is this model itself")
+
+    def walk(model: ModelDefinition, path: list[str]) -> None:
+        if len(path) > MAX_FALLBACK_CHAIN:
+            raise DefinitionRejected(f"fallbacks: a chain longer than {MAX_FALLBACK_CHAIN} models")
+        for name in model.fallbacks:
+            target = find(name)
+            if target is None:
+                continue
+            if target.id == definition.id:
+                cycle = " -> ".join([*path, definition.id])
+                raise DefinitionRejected(f"fallbacks: a cycle ({cycle})")
+            if target.id not in path:
+                walk(target, [*path, target.id])
+
+    walk(definition, [definition.id])
+
+
 def resolve_node(node: str, known: Mapping[str, str]) -> str:
     """The full id of the node that ``node`` names, given ``known`` (id -> name): its id, a unique id
     prefix (``ctl nodes list`` shows 12 characters) or its name (case-insensitive)."""
@@ -67,6 +140,11 @@ def check_definition(definition: ModelDefinition) -> None:
     """Raise ``DefinitionRejected`` naming the first field that reaches beyond its model."""
     if _CONTROL_RE.search(definition.served_name):
         raise DefinitionRejected("served_name contains a control character")
+    if definition.runtime == "external" or _external_fields(definition):
+        check_external(definition)
+        if len(definition.tags) > MAX_TAGS or any(_CONTROL_RE.search(t) or len(t) > 64 for t in definition.tags):
+            raise DefinitionRejected(f"tags: at most {MAX_TAGS}, each up to 64 printable characters")
+        return
     try:
         check_node_path(definition.model_path)
     except UnsafeName as exc:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from agent.api.llamacpp import Adapter, LlamaCppSettings
+from agent.api.llamacpp import LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeId
@@ -57,28 +57,6 @@ class ModelDefinition(BaseModel):
     runtime_version: str | None = Field(
         default=None, max_length=200, description="Pin: the runtime version this model must run on (llama.cpp "
         "build, vLLM image digest, mlx-lm version); a node with another refuses to start it.")
-    # External endpoints (runtime "external", ``daemon.router.external``) and fallbacks (any runtime).
-    base_url: str | None = Field(default=None, max_length=500, description="external: the server's OpenAI "
-                                 "base URL (http or https), e.g. https://api.openai.com/v1.")
-    provider_model: str | None = Field(default=None, min_length=1, max_length=200, description="external: the "
-                                       "model name the server knows; the router puts it in each request's `model`.")
-    api_key_file: str | None = Field(default=None, max_length=1000, description="external: an absolute path on the "
-                                     "daemon's machine to a file holding the key, read on every request; the key "
-                                     "itself is never stored, shown or logged. None: send no key.")
-    fallbacks: list[str] = Field(default_factory=list, max_length=8, description="Served names or ids of other "
-                                 "models that answer in this one's place, in order, when it cannot: not ready and "
-                                 "not loadable, no room, its node offline, its endpoint unreachable; never once an "
-                                 "answer started.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _external_is_placed_nowhere(cls, data: Any) -> Any:
-        """An external model has no node and no file: node is 'local', model_path may be left out."""
-        if isinstance(data, dict) and data.get("runtime") == "external":
-            data = {**data, "node": LOCAL_NODE}
-            data.setdefault("model_path", "(external)")
-        return data
-
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     auto_start: bool = False
@@ -89,15 +67,6 @@ class ModelDefinition(BaseModel):
     max_queue: int = Field(default=64, ge=0, le=10_000, description="Requests that may wait for a slot or a load.")
     tags: list[str] = Field(default_factory=list)
     description: str = ""
-    # Loading on demand by memory (daemon.models.placement): what may be unloaded to make room.
-    pinned: bool = Field(default=False, description="Never unloaded to make room for another model.")
-    model_class: Literal["critical", "standard", "opportunistic"] = Field(
-        default="standard", description="Unloaded to make room only for a model of this class or a higher one "
-        "(critical > standard > opportunistic); the lowest class goes first.")
-    # LoRA adapters (llama.cpp): each served under its own name, unique among all served names.
-    adapters: list[Adapter] = Field(default_factory=list, max_length=16, description="llama.cpp: LoRA adapters, "
-                                    "each a `model` of its own: a request for one gets this model with only that "
-                                    "adapter applied; a request for this model applies none.")
 
 
 class ModelStatus(BaseModel):
@@ -117,8 +86,6 @@ class ModelStatus(BaseModel):
     restarts_paused: bool = False
     config_hash: str | None = None
     running_config_hash: str | None = None
-    evicted: str | None = Field(default=None, description="Why the daemon last unloaded it to make room for another "
-                                "model; cleared when it starts again.")
 
 
 class ModelView(BaseModel):
@@ -168,7 +135,7 @@ class Event(BaseModel):
 
     id: int
     ts: float
-    type: str = Field(description="model.state | model.evicted (data: for_model, freed_bytes, reason) | model.added | model.updated | model.removed | keys.changed | settings.changed"
+    type: str = Field(description="model.state | model.added | model.updated | model.removed | keys.changed | settings.changed"
                                   " | job.started | job.progress | job.finished (data.job: a JobView)"
                                   " | node.state | node.paired | node.removed | node.discovered | node.vanished"
                                   " (data.node: a node id)")
