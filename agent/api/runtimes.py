@@ -2,7 +2,9 @@
 
 ``RuntimeId`` names a driver: ``llamacpp`` (llama.cpp's ``llama-server``, a native process),
 ``vllm`` (vLLM's OpenAI server in a Docker container, Linux nodes with a Docker engine) and ``mlx``
-(``mlx_lm.server``, a native process on Apple Silicon). Every agent reports each driver it has as a
+(``mlx_lm.server``, a native process on Apple Silicon). ``external`` is no driver: an
+OpenAI-compatible server somewhere else that the daemon's router calls itself (``daemon.router.external``);
+no agent runs it, offers it or accepts a launch spec for it. Every agent reports each driver it has as a
 ``RuntimeOffer`` (``AgentStatus.runtime_offers``, ``/api/nodes``' ``runtimes``): available or not,
 the version it really is, where it is, and why it is unavailable when it is.
 """
@@ -13,9 +15,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-RuntimeId = Literal["llamacpp", "vllm", "mlx"]
+RuntimeId = Literal["llamacpp", "vllm", "mlx", "external"]
+# The runtimes an agent drives (a node offers each or says why not); ``external`` is none of them.
 RUNTIMES: tuple[RuntimeId, ...] = ("llamacpp", "vllm", "mlx")
-RUNTIME_LABELS: dict[str, str] = {"llamacpp": "llama.cpp", "vllm": "vLLM", "mlx": "MLX"}
+EXTERNAL: RuntimeId = "external"
+RUNTIME_LABELS: dict[str, str] = {"llamacpp": "llama.cpp", "vllm": "vLLM", "mlx": "MLX",
+                                  "external": "external endpoint"}
 
 
 class RuntimeOffer(BaseModel):

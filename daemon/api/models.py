@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.mlx import MlxSettings
@@ -57,6 +57,28 @@ class ModelDefinition(BaseModel):
     runtime_version: str | None = Field(
         default=None, max_length=200, description="Pin: the runtime version this model must run on (llama.cpp "
         "build, vLLM image digest, mlx-lm version); a node with another refuses to start it.")
+    # External endpoints (runtime "external", ``daemon.router.external``) and fallbacks (any runtime).
+    base_url: str | None = Field(default=None, max_length=500, description="external: the server's OpenAI "
+                                 "base URL (http or https), e.g. https://api.openai.com/v1.")
+    provider_model: str | None = Field(default=None, min_length=1, max_length=200, description="external: the "
+                                       "model name the server knows; the router puts it in each request's `model`.")
+    api_key_file: str | None = Field(default=None, max_length=1000, description="external: an absolute path on the "
+                                     "daemon's machine to a file holding the key, read on every request; the key "
+                                     "itself is never stored, shown or logged. None: send no key.")
+    fallbacks: list[str] = Field(default_factory=list, max_length=8, description="Served names or ids of other "
+                                 "models that answer in this one's place, in order, when it cannot: not ready and "
+                                 "not loadable, no room, its node offline, its endpoint unreachable; never once an "
+                                 "answer started.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _external_is_placed_nowhere(cls, data: Any) -> Any:
+        """An external model has no node and no file: node is 'local', model_path may be left out."""
+        if isinstance(data, dict) and data.get("runtime") == "external":
+            data = {**data, "node": LOCAL_NODE}
+            data.setdefault("model_path", "(external)")
+        return data
+
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     auto_start: bool = False
