@@ -1,6 +1,8 @@
 """The add-model wizard: a local file, a Hugging Face file or an Ollama model, with "will it fit"
 before anything is downloaded and the transfer's progress until the model is registered. The
-chosen node's runtimes are shown as badges, and the runtime is picked among the ones it offers."""
+chosen node's runtimes are shown as badges, and the runtime is picked among the ones it offers.
+For vLLM and MLX a model folder can be chosen as well as a file; vLLM asks for its container image
+(the node's by default); MLX has no context size to ask for."""
 
 from __future__ import annotations
 
@@ -93,6 +95,7 @@ class AddModelDialog(QDialog):
         row = QHBoxLayout(page)
         self.path = self._field("path", "/path/to/model.gguf (on the node)", "ModelPath")
         browse = button("Browse…")
+        browse.setObjectName("BrowseModel")
         browse.clicked.connect(self._browse)
         row.addWidget(self.path, 1)
         row.addWidget(browse)
@@ -131,8 +134,11 @@ class AddModelDialog(QDialog):
         self.runtime_note = label("", muted=True, wrap=True)
         self.runtime_note.setObjectName("RuntimeNote")
         form.addRow("", self.runtime_note)
+        self.image = self._field("image", "the node's vLLM image", "Image")
+        form.addRow("Image", self.image)
         form.addRow("Model id", self.model_id)
         form.addRow("Context size", self.ctx_size)
+        self.form = form
         card.body.addLayout(form)
         row = QHBoxLayout()
         self.fit_button = button("Will it fit?")
@@ -201,6 +207,13 @@ class AddModelDialog(QDialog):
             self.node_runtimes.show_node(node)
         self.node_runtimes.setVisible(node is not None)
         self.runtime.setEnabled(len(s.runtime_choices) > 1)
+        self.form.setRowVisible(self.image, s.asks_image)
+        self.image.setPlaceholderText(s.image_default or "vllm/vllm-openai:<version> (the node offers none)")
+        self.form.setRowVisible(self.ctx_size, s.asks_context)
+        self.ctx_size.setPlaceholderText("vLLM's max model length (tokens; default: the model's)"
+                                         if s.runtime == "vllm" else "the model's own (tokens, all slots)")
+        self.path.setPlaceholderText("/path/to/model-folder or a .gguf file (on the node)" if s.takes_folder
+                                     else "/path/to/model.gguf (on the node)")
         self.runtime_note.setText(s.runtime_note)
         self.runtime_note.setVisible(bool(s.runtime_note))
         self.fit_button.setEnabled(s.can_check and not s.checking)
@@ -232,7 +245,10 @@ class AddModelDialog(QDialog):
             self.vm.set_runtime(runtime)
 
     def _browse(self) -> None:
-        path, _filter = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
+        if self.vm.state.value.takes_folder:  # a Hugging Face snapshot folder: config.json and the weights
+            path = QFileDialog.getExistingDirectory(self, "Choose the model's folder")
+        else:
+            path, _filter = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
         if path:
             self.path.setText(path)
             self.vm.set_field("path", path)

@@ -7,7 +7,12 @@ Progress arrives as daemon events (``transfer.state``, ``transfer.progress``).
 
 The chosen node's runtimes are shown (``runtime_badges``) and the runtime is picked among the ones
 it offers (``runtime_choices``; llama.cpp by default). A downloaded or imported model is a GGUF
-file: llama.cpp only.
+file: llama.cpp only. For vLLM and MLX the local model may be a folder (a Hugging Face snapshot:
+config.json and safetensors) as well as a file; vLLM also asks for the container image, by default
+the one the node's vLLM offer names (``image_default``). The saved definition carries the runtime,
+the image and the runtime's settings: the context field is llama.cpp's ``ctx_size`` and vLLM's
+``max_model_len``; MLX has no context setting (``mlx_lm.server`` sizes its cache by itself), so
+the field is not asked for there.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from daemon.api.contracts import (
     FitReport,
     HfFileRef,
     LlamaCppSettings,
+    MlxSettings,
     OllamaModelInfo,
     RuntimeId,
     VllmSettings,
@@ -40,7 +46,8 @@ _LOGGER = logging.getLogger(__name__)
 SourceKind = Literal["file", "hf", "ollama"]
 GiB = 1 << 30
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
-FIELDS = ("node", "path", "hf_repo", "hf_file", "ollama_store", "ollama_model", "model_id", "ctx_size")
+FIELDS = ("node", "path", "hf_repo", "hf_file", "ollama_store", "ollama_model", "model_id", "ctx_size", "image")
+FOLDER_RUNTIMES: tuple[RuntimeId, ...] = ("vllm", "mlx")  # a model folder, not only a GGUF file
 
 
 def slug(text: str) -> str:
@@ -87,6 +94,35 @@ class AddModelState:
     done_ids: tuple[str, ...] = ()
     nodes: tuple[NodeView, ...] = ()
     runtime: RuntimeId = "llamacpp"
+    image: str = ""  # vLLM: the container image; empty: image_default
+
+    @property
+    def takes_folder(self) -> bool:
+        """The runtime serves a model folder (vLLM, MLX) as well as a file."""
+        return self.runtime in FOLDER_RUNTIMES
+
+    @property
+    def asks_image(self) -> bool:
+        return self.runtime == "vllm"
+
+    @property
+    def asks_context(self) -> bool:
+        """llama.cpp's ctx_size and vLLM's max_model_len; MLX has no context setting."""
+        return self.runtime != "mlx"
+
+    @property
+    def image_default(self) -> str:
+        """The image the chosen node's vLLM offer names (what its agent would run), or empty."""
+        node = self.chosen_node
+        offer = next((o for o in node.runtimes if o.runtime == "vllm"), None) if node is not None else None
+        return offer.location or "" if offer is not None else ""
+
+    @property
+    def chosen_image(self) -> str | None:
+        """The image saved with a vLLM model: the one typed, else the node's; None for other runtimes."""
+        if not self.asks_image:
+            return None
+        return self.image.strip() or self.image_default or None
 
     @property
     def chosen_node(self) -> NodeView | None:
@@ -123,8 +159,9 @@ class AddModelState:
 
     @property
     def can_check(self) -> bool:
-        if self.source == "file":
-            return bool(self.path.strip())
+        if self.source == "file":  # the estimate reads a GGUF header: a folder has none
+            path = self.path.strip()
+            return bool(path) and (not self.takes_folder or path.lower().endswith(".gguf"))
         return self.source == "hf" and bool(self.hf_repo.strip() and self.hf_file.strip())
 
     @property
@@ -136,7 +173,8 @@ class AddModelState:
         ready = {"file": bool(self.path.strip()), "hf": self.can_check,
                  "ollama": bool(self.ollama_model.strip())}[self.source]
         placeable = self.runtime in dict(self.runtime_choices)
-        return ready and placeable and not self.busy and not self.running
+        imaged = not self.asks_image or self.source != "file" or bool(self.chosen_image)
+        return ready and placeable and imaged and not self.busy and not self.running
 
     @property
     def progress(self) -> float | None:
@@ -201,7 +239,7 @@ class AddModelViewModel:
         if runtime not in choices:
             raise ValueError(f"{RUNTIME_LABELS.get(runtime, runtime)} is not offered here "
                              f"(offered: {', '.join(choices.values()) or 'none'})")
-        self._set(runtime=runtime, error=None)
+        self._set(runtime=runtime, error=None, fit=None, fit_text="")
 
     async def load_nodes(self) -> None:
         """The nodes and what each offers (the wizard shows the chosen node's runtimes)."""
@@ -222,6 +260,15 @@ class AddModelViewModel:
 
     def _settings(self) -> LlamaCppSettings:
         return LlamaCppSettings(ctx_size=self.state.value.ctx_size)
+
+    def _runtime_settings(self) -> dict[str, Any]:
+        """The chosen runtime's settings from the wizard's fields (the others stay at their defaults)."""
+        s = self.state.value
+        if s.runtime == "vllm":
+            return {"vllm": VllmSettings(max_model_len=s.ctx_size)}
+        if s.runtime == "mlx":
+            return {"mlx": MlxSettings()}
+        return {"settings": self._settings()}
 
     async def check_fit(self) -> FitReport | None:
         s = self.state.value
@@ -258,12 +305,11 @@ class AddModelViewModel:
         model_id = s.model_id.strip() or None
         try:
             if s.source == "file":
-                name = model_id or slug(os.path.basename(s.path.strip()).removesuffix(".gguf"))
-                runtime_settings: dict[str, Any] = {"settings": self._settings()} if s.runtime == "llamacpp" else \
-                    {"vllm": VllmSettings(max_model_len=s.ctx_size)} if s.runtime == "vllm" else {}
+                path = s.path.strip()
+                name = model_id or slug(os.path.basename(path.rstrip("/\\")).removesuffix(".gguf"))
                 view = await self.client.create_model(ModelDefinition(
-                    id=name, served_name=name, node=s.node, model_path=s.path.strip(), runtime=s.runtime,
-                    **runtime_settings))
+                    id=name, served_name=name, node=s.node, model_path=path, runtime=s.runtime,
+                    image=s.chosen_image, **self._runtime_settings()))
                 self._set(busy=False, done_ids=(view.definition.id,))
                 return
             if s.source == "hf":
