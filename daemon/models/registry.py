@@ -24,6 +24,7 @@ from daemon.validation import (
     DefinitionRejected,
     UnknownNode,
     check_definition,
+    check_fallbacks,
     resolve_node,
 )
 
@@ -123,8 +124,13 @@ class Registry:
 
     def _placed(self, definition: ModelDefinition) -> ModelDefinition:
         """Refused (422) on a node that does not exist; a node named by id prefix or name is stored
-        under its full id, so requests find it."""
-        if self.known_nodes is None:
+        under its full id, so requests find it. Its fallbacks must name models and make no cycle;
+        an external model is placed on no node."""
+        try:
+            check_fallbacks(definition, self._models.values())
+        except DefinitionRejected as exc:
+            raise RegistryError(422, "invalid_model", str(exc)) from exc
+        if self.known_nodes is None or definition.runtime == "external":
             return definition
         names = self.known_nodes()
         try:
