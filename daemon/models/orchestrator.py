@@ -20,6 +20,7 @@ from daemon.events import EventBus
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
 from daemon.nodes.links import AgentLink, Links
+from daemon.router.external import ExternalEndpoints
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class Orchestrator:
         self.events = events
         self.book = book
         self._links = links
+        self.external = ExternalEndpoints()  # runtime "external": no agent, a probed endpoint
         self._listeners: list[StateListener] = []
         self._states: dict[str, ModelState] = {}
         self._changed = asyncio.Condition()
@@ -64,6 +66,8 @@ class Orchestrator:
         return self._decorate(self._status(definition))
 
     def _status(self, definition: ModelDefinition) -> ModelStatus:
+        if definition.runtime == "external":
+            return self.external.status(definition)
         link = self._links.get(definition.node)
         inst = link.instances.get(definition.id) if link is not None else None
         wanted_hash = definition_hash(definition)
@@ -104,7 +108,7 @@ class Orchestrator:
     def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None:
         """An agent reported: publish the state changes of that node's models."""
         for definition in self.registry.all():
-            if definition.node != node_id:
+            if definition.node != node_id or definition.runtime == "external":
                 continue
             status = self.status(definition)
             if self._states.get(definition.id) != status.state:
@@ -115,6 +119,22 @@ class Orchestrator:
                 for listener in self._listeners:
                     listener(definition.id, previous, status)
         asyncio.get_running_loop().create_task(self._notify())
+
+    def _external_changed(self, definition: ModelDefinition) -> None:
+        """An external endpoint was probed: publish its state change as an agent report would."""
+        status = self.status(definition)
+        previous = self._states.get(definition.id)
+        if previous != status.state:
+            self._states[definition.id] = status.state
+            self.events.publish("model.state", definition.id, state=status.state.value,
+                                previous=previous.value if previous else None, error=status.error)
+            for listener in self._listeners:
+                listener(definition.id, previous, status)
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def watch_external(self) -> None:
+        """Probe the external models' endpoints in the background (``daemon.router.external``)."""
+        await self.external.watch(self.registry.all, self._external_changed)
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -149,6 +169,10 @@ class Orchestrator:
     async def start(self, model_id: str, *, by_user: bool = True, force: bool = False) -> ModelStatus:
         """Start a model. A start by the user also clears its crash count and restart pause."""
         definition = self.registry.require(model_id)
+        if definition.runtime == "external":  # nothing to start: ask the endpoint now
+            await self.external.probe(definition)
+            self._external_changed(definition)
+            return self.status(definition)
         if by_user:
             self.book.clear(model_id)
         self.book.want(model_id, True)
@@ -169,6 +193,8 @@ class Orchestrator:
 
     async def stop(self, model_id: str, *, keep_wanted: bool = False) -> ModelStatus:
         definition = self.registry.require(model_id)
+        if definition.runtime == "external":  # nothing runs here to stop
+            return self.status(definition)
         if not keep_wanted:
             self.book.want(model_id, False)
         link = await self._link(definition)
