@@ -153,7 +153,15 @@ class InstanceManager:
         return [(i, s.state, s.run.pid if s.run is not None else None) for i, s in self._supervisors.items()]
 
     async def stop(self, instance_id: str, timeout: float = 10.0) -> InstanceInfo:
-        return await self.get(instance_id).stop(timeout)
+        sup = self.get(instance_id)
+        failed = sup.state is InstanceState.FAILED
+        info = await sup.stop(timeout)
+        if failed:  # acknowledging a failure also removes an exited container a driver kept of it
+            for driver in self.drivers:
+                discard = getattr(driver, "discard", None)
+                if discard is not None:
+                    await discard(instance_id)
+        return info
 
     async def adopt_recorded(self) -> list[str]:
         """Adopt each recorded runtime that still runs; drop the other records. The adopted ids."""
@@ -198,7 +206,21 @@ class InstanceManager:
                     continue
                 await sup.adopt(run)
                 adopted.append(record.instance_id)
+            await self._report_exited(driver, known | set(adopted))
         return adopted
+
+    async def _report_exited(self, driver: RuntimeDriver, known: set[str]) -> None:
+        """What a container driver finds exited (or dead) with nobody watching: each such instance
+        is ``failed`` with Docker's exit code and last log lines; its next start removes the container."""
+        exited = getattr(driver, "exited", None)
+        if exited is None:
+            return
+        for found in await exited():
+            instance_id = found.record.instance_id
+            if instance_id in known or self._supervisor_busy(instance_id):
+                continue
+            await self._supervisor(instance_id).found_failed(found.record, found.error, found.lines,
+                                                             found.exit_code)
 
     def _supervisor_busy(self, instance_id: str) -> bool:
         sup = self._supervisors.get(instance_id)

@@ -17,6 +17,7 @@ import aiohttp
 
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
 from agent.logring import LogRing
+from agent.records import ProcessRecord
 from agent.runtimes.driver import RuntimeUnusable
 from agent.runtimes.run import RuntimeRun, StartFailed
 
@@ -119,6 +120,18 @@ class InstanceSupervisor:
             await self._transition(InstanceState.STARTING)
             self._task = asyncio.create_task(self._lifecycle(run, run.record.startup_timeout_s),
                                              name=f"supervise {self.instance_id}")
+
+    async def found_failed(self, record: ProcessRecord, error: str, lines: list[str], exit_code: int | None) -> None:
+        """An earlier agent's runtime that exited while no agent watched (a container Docker still
+        holds): ``failed`` with its exit, as if this agent had seen it go."""
+        async with self._lock:
+            if self.busy:
+                return
+            self._reset(adopted=True)
+            self._run = None
+            self._spec_facts = {"served_name": record.served_name, "model_path": record.model_path,
+                                "argv": list(record.argv), "config_hash": record.config_hash}
+            await self._transition(InstanceState.FAILED, error=error, last_log_lines=lines, exit_code=exit_code)
 
     async def _lifecycle(self, run: RuntimeRun, startup_timeout_s: float) -> None:
         try:

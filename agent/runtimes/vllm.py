@@ -37,6 +37,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,8 @@ from agent.runtimes.docker import (
     NotFound,
 )
 from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
-from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun
+from agent.runtimes.process import describe_exit
+from agent.runtimes.run import FAILURE_LINES, HEALTH_TIMEOUT, RuntimeRun
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -198,6 +200,33 @@ def record_from_inspect(info: Mapping[str, Any], startup_timeout_s: float = 120.
                          model_path=model, served_name=labels.get(LABEL_SERVED_NAME, ""),
                          config_hash=labels.get(LABEL_HASH, ""), started_at=_started_at(state),
                          startup_timeout_s=startup_timeout_s)
+
+
+@dataclass(frozen=True)
+class ExitedContainer:
+    """A container of ours that stopped while no agent watched it (exited, or dead): the instance
+    is ``failed`` with Docker's exit code and the last lines of Docker's log of it."""
+
+    record: ProcessRecord
+    exit_code: int | None
+    lines: list[str]
+    error: str
+
+
+def exit_error(state: Mapping[str, Any], lines: Sequence[str]) -> str:
+    """'vllm exited 3: <last line>' from a container's State (its OOM kill and Docker's own error
+    said when Docker has them)."""
+    code = state.get("ExitCode")
+    exit_code = int(code) if isinstance(code, int) else None
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "") or "(no output)"
+    text = f"{RUNTIME_NAME} {describe_exit(exit_code)}: {last}"
+    if state.get("OOMKilled"):
+        text += " (the kernel killed it for memory: OOM)"
+    if state.get("Error"):
+        text += f" (Docker: {state['Error']})"
+    if state.get("Status") == "dead":
+        text += " (Docker reports the container dead)"
+    return text
 
 
 class ContainerLog:
@@ -543,6 +572,56 @@ class VllmDriver:
             if record is not None:
                 records.append(record)
         return records
+
+    async def exited(self) -> list[ExitedContainer]:
+        """The containers of ours that exited (or died) with no agent watching: each instance is
+        reported ``failed`` with its exit code and the last lines of Docker's log; the container
+        stays (``docker logs`` still has it) until the instance is started again or acknowledged."""
+        try:
+            found = await self.client.containers(LABEL_MODEL)
+        except DockerError as exc:
+            _LOGGER.info("cannot list vLLM containers: %s", exc)
+            return []
+        result: list[ExitedContainer] = []
+        for item in found:
+            if item.get("State") not in ("exited", "dead"):
+                continue
+            try:
+                info = await self.client.inspect(str(item["Id"]))
+            except DockerError:
+                continue
+            record = record_from_inspect(info)
+            if record is None or str(info.get("Name") or "").lstrip("/") != container_name(record.instance_id):
+                continue  # not an instance's own ss-{id} (a stray copy): not ours to report
+            lines = await self.last_log_lines(str(info["Id"]))
+            state = info.get("State") or {}
+            code = state.get("ExitCode")
+            result.append(ExitedContainer(record, int(code) if isinstance(code, int) else None, lines,
+                                          exit_error(state, lines)))
+        return result
+
+    async def last_log_lines(self, container: str, count: int = FAILURE_LINES) -> list[str]:
+        """The last ``count`` lines Docker kept of a container's output ([] when it has none)."""
+        text = ""
+        try:
+            async for chunk in self.client.logs(container, follow=False, tail=str(count)):
+                text += chunk.decode("utf-8", "replace")
+        except DockerError as exc:
+            _LOGGER.info("no logs of %s: %s", container, exc)
+        return [line.rstrip("\r") for line in text.splitlines()][-count:]
+
+    async def discard(self, instance_id: str) -> None:
+        """Remove the instance's ``ss-{id}`` when it no longer runs (a failure acknowledged)."""
+        try:
+            info = await self.client.inspect(container_name(instance_id))
+            if (info.get("State") or {}).get("Running") or LABEL_MODEL not in ((info.get("Config") or {})
+                                                                                 .get("Labels") or {}):
+                return
+            await self.client.delete(str(info["Id"]), force=True)
+        except NotFound:
+            pass
+        except DockerError as exc:
+            _LOGGER.info("cannot remove the exited container of %s: %s", instance_id, exc)
 
     async def adopt(self, record: ProcessRecord, ring: LogRing) -> RuntimeRun | None:
         """The running ``ss-{id}`` of this instance, with what Docker says of it; None when gone."""

@@ -299,3 +299,61 @@ async def test_offer_says_what_the_engine_is(tmp_path: Path, docker_engine: Engi
     assert not gone.available and gone.reason == f"no Docker engine here: {tmp_path / 'no.sock'} does not exist"
     elsewhere = await VllmDriver(AgentPaths(tmp_path / "agent"), platform="darwin").offer()
     assert not elsewhere.available and elsewhere.reason == "vLLM containers run on Linux nodes only"
+
+
+async def test_a_container_that_exited_while_no_agent_watched_is_a_failure(
+        make_agent: Callable[[], InstanceManager], model_folder: Callable[..., Path],
+        docker_engine: Engine) -> None:  # noqa: F811
+    folder = model_folder("gone", crash_after=1)
+    agent = make_agent()
+    await agent.start(spec_for(folder, "gone"))
+    assert await settled(agent, "gone") is InstanceState.READY
+    info = agent.info("gone")
+    await agent.close()  # the agent goes away; the container keeps serving
+    client = DockerClient(docker_engine.socket)
+    try:
+        old_id = (await client.inspect("ss-gone"))["Id"]
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{info.endpoint}/v1/completions", json={"prompt": "x", "max_tokens": 2},
+                headers={"Authorization": f"Bearer {info.api_key}"}) as resp:
+            assert resp.status == 200
+        assert await client.wait(old_id) == 3  # it crashed with nobody watching
+
+        again = make_agent()
+        assert await again.adopt_recorded() == []
+        failed = again.info("gone")
+        assert failed.state is InstanceState.FAILED and failed.adopted
+        assert failed.exit_code == 3
+        assert failed.error == "vllm exited 3: ERROR: EngineCore died after 1 requests (fake crash)"
+        assert failed.last_log_lines[-1] == "ERROR: EngineCore died after 1 requests (fake crash)"
+        assert any("vLLM API server version" in line for line in failed.last_log_lines)
+        assert 0 < len(failed.last_log_lines) <= 20
+        assert failed.served_name == "gone-served" and failed.config_hash == info.config_hash
+        assert (await client.inspect("ss-gone"))["State"]["Status"] == "exited"  # kept for `docker logs`
+
+        # The next start removes the exited container and runs a new one.
+        (folder / "fake_vllm.json").write_text("{}")
+        await again.start(spec_for(folder, "gone"))
+        assert await settled(again, "gone") is InstanceState.READY
+        assert (await client.inspect("ss-gone"))["Id"] != old_id
+        await again.stop("gone")
+
+        # Acknowledging a failure found this way removes its container too.
+        (folder / "fake_vllm.json").write_text('{"crash_after": 1}')
+        await again.start(spec_for(folder, "gone"))
+        assert await settled(again, "gone") is InstanceState.READY
+        info = again.info("gone")
+        await again.close()
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{info.endpoint}/v1/completions", json={"prompt": "x", "max_tokens": 2},
+                headers={"Authorization": f"Bearer {info.api_key}"}) as resp:
+            assert resp.status == 200
+        assert await client.wait("ss-gone") == 3
+        third = make_agent()
+        await third.adopt_recorded()
+        assert third.info("gone").state is InstanceState.FAILED
+        assert (await third.stop("gone")).state is InstanceState.STOPPED
+        with pytest.raises(NotFound):
+            await client.inspect("ss-gone")
+    finally:
+        await client.close()
