@@ -123,3 +123,27 @@ def shard_names(file_name: str) -> list[str]:
     if not 1 <= count <= 999:
         return [file_name]
     return [f"{match.group('stem')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def architecture(header: GgufHeader) -> str:
+    return str(header.metadata.get("general.architecture") or "unknown")[:64]
+
+
+def adapter_problem(adapter: GgufHeader, base_architecture: str) -> str | None:
+    """Why a GGUF file is no LoRA adapter for a model of ``base_architecture`` (None: it is one).
+
+    llama.cpp's converter writes ``general.type = "adapter"``, ``adapter.type = "lora"`` and the
+    base model's ``general.architecture``; llama-server refuses any other file at load, late and in
+    its log only."""
+    meta = adapter.metadata
+    kind = meta.get("general.type")
+    if kind != "adapter":
+        said = "missing" if kind is None else repr(str(kind)[:40])
+        return f"is not an adapter (general.type is {said}, not 'adapter')"
+    adapter_type = meta.get("adapter.type")
+    if adapter_type != "lora":
+        return f"is not a LoRA adapter (adapter.type is {str(adapter_type)[:40]!r}, not 'lora')"
+    arch = architecture(adapter)
+    if arch != base_architecture:
+        return f"is an adapter for architecture '{arch}', not for the model's '{base_architecture}'"
+    return None

@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 FlashAttn = Literal["on", "off", "auto"]
 Pooling = Literal["none", "mean", "cls", "last", "rank"]
+SplitMode = Literal["none", "layer", "row"]
+CUDA_DEVICE = "CUDA"  # llama.cpp's CUDA backend names its devices CUDA0, CUDA1, ...
 
 
 def _setting(flag: str, default_shown: Any, description: str, unit: str = "", **kw: Any) -> Any:
@@ -51,6 +53,35 @@ class LlamaCppSettings(BaseModel):
                                          "one; built-in templates run without Jinja, so this turns Jinja off.",
                                          pattern=r"^[a-z0-9][a-z0-9_.-]{0,39}$")
     jinja: bool = Field(default=True, description="Use the model's Jinja chat template (tools need it).", json_schema_extra={"flag": "--jinja", "runtime_default": True, "unit": ""})
+    # Placement on a node's GPUs (``agent.placement``): which GPUs, and how the layers are shared out.
+    gpus: list[Annotated[int, Field(ge=0, le=63)]] | None = _setting(
+        "--device", "every GPU", "The node's GPUs (NVML indices) it runs on, as --device CUDA0,CUDA1; "
+        "[]: none (--device none).", max_length=16)
+    split_mode: SplitMode | None = _setting("--split-mode", "layer", "How layers are shared by several GPUs.")
+    tensor_split: str | None = _setting("--tensor-split", "by free memory",
+                                        "Share of the model on each GPU of the list, e.g. 3,1.",
+                                        pattern=r"^\d{1,6}(\.\d{1,4})?(,\d{1,6}(\.\d{1,4})?){0,15}$")
+    main_gpu: int | None = _setting("--main-gpu", 0, "The GPU of the list that holds the whole model with "
+                                    "split mode none.", "", ge=0, le=63)
+
+
+class Adapter(BaseModel):
+    """A LoRA adapter loaded unapplied with its base model and chosen per request by its own name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, description="Its own served name: the `model` clients send "
+                      "to get the base model with this adapter applied.")
+    file: str = Field(min_length=1, max_length=4096, description="The GGUF LoRA adapter on the node, in the base "
+                      "model's folder.")
+    scale: float = Field(default=1.0, ge=-16.0, le=16.0, allow_inf_nan=False,
+                         description="How strongly it applies (1.0: as trained).")
+
+
+def lora_field(adapters: list[Adapter], chosen: int | None) -> list[dict[str, Any]]:
+    """llama-server's per-request ``lora`` field: adapter ``chosen`` (an index, as ``--lora`` loaded
+    them) at its scale, every other one at 0; ``None`` applies none."""
+    return [{"id": i, "scale": a.scale if i == chosen else 0.0} for i, a in enumerate(adapters)]
 
 
 # flag spellings llama-server accepts -> field. Value flags take the next argument.
@@ -68,6 +99,10 @@ _VALUE_FLAGS: dict[str, str] = {
     "--pooling": "pooling",
     "-s": "seed", "--seed": "seed",
     "--chat-template": "chat_template",
+    "-dev": "gpus", "--device": "gpus",
+    "-sm": "split_mode", "--split-mode": "split_mode",
+    "-ts": "tensor_split", "--tensor-split": "tensor_split",
+    "-mg": "main_gpu", "--main-gpu": "main_gpu",
 }
 _BOOL_FLAGS: dict[str, tuple[str, bool]] = {
     "--mlock": ("mlock", True),
@@ -151,8 +186,11 @@ def lift_extra_args(settings: LlamaCppSettings, extra_args: list[str]) -> tuple[
 
 
 def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, port: int,
-               extra_args: list[str] | None = None, host: str = "127.0.0.1") -> list[str]:
-    """The llama-server argv after the executable, in a fixed canonical order."""
+               extra_args: list[str] | None = None, host: str = "127.0.0.1",
+               adapters: list[Adapter] | None = None) -> list[str]:
+    """The llama-server argv after the executable, in a fixed canonical order. Adapters are loaded
+    unapplied (``--lora`` each, ids in this order, then ``--lora-init-without-apply``): a request
+    applies one with its ``lora`` field (``lora_field``)."""
     settings, rest = lift_extra_args(settings, list(extra_args or []))
     argv = ["--model", model_path, "--alias", served_name, "--host", host, "--port", str(port)]
     for name, info in LlamaCppSettings.model_fields.items():
@@ -166,6 +204,10 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
                 argv.append(flag)  # type: ignore[arg-type]
         elif value is not None:
             argv += [flag, str(value)]  # type: ignore[list-item]
+    for adapter in adapters or []:
+        argv += ["--lora", adapter.file]
+    if adapters:
+        argv.append("--lora-init-without-apply")
     argv += ["--metrics", "--slots", "--no-webui"]
     return argv + rest
 
@@ -179,8 +221,9 @@ def parse_args(argv: list[str]) -> ParsedCommand:
 
 
 def config_hash(settings: LlamaCppSettings, model_path: str, served_name: str,
-                extra_args: list[str] | None = None) -> str:
-    """A short hash of the canonical argv, port excluded: equal hashes run the same way."""
-    argv = build_args(settings, model_path, served_name, 0, extra_args)
+                extra_args: list[str] | None = None, adapters: list[Adapter] | None = None) -> str:
+    """A short hash of the canonical argv, port excluded: equal hashes run the same way. An adapter's
+    name and scale are the router's, not the runtime's: changing them needs no restart."""
+    argv = build_args(settings, model_path, served_name, 0, extra_args, adapters=adapters)
     digest = hashlib.sha256(json.dumps(argv).encode()).hexdigest()
     return digest[:16]

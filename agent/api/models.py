@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.api.llamacpp import LlamaCppSettings
+from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.runtimes import RuntimeId, RuntimeOffer
 from agent.api.vllm import VllmSettings
@@ -48,6 +48,10 @@ class LaunchSpec(BaseModel):
         default=None, gt=0, description="Memory admission reserves for this instance instead of its GGUF estimate.")
     tuning: bool = Field(default=False, description="A tuning candidate of a job (vLLM: a mirbadllm.tuning=1 "
                          "container, never counted as the model's own).")
+    # LoRA adapters (llama.cpp): loaded unapplied, each applied per request by the daemon's router.
+    adapters: list[Adapter] = Field(default_factory=list, max_length=16, description="llama.cpp: LoRA adapters, "
+                                    "loaded unapplied in this order (their ids); each must be a GGUF LoRA for the "
+                                    "model's architecture.")
 
 
 class InstanceInfo(BaseModel):

@@ -31,6 +31,8 @@ from agent.api.llamacpp import build_args, config_hash, lift_extra_args, parse_a
 from agent.api.models import LaunchSpec
 from agent.api.runtimes import RuntimeOffer
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
+from agent.gguf_facts import adapter_problem, architecture
+from agent.gguf_reader import GgufError, read_header
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord, find_live_process
@@ -122,6 +124,35 @@ def check_spec(spec: LaunchSpec, models_dir: Path | None = None) -> None:
     except ValueError as exc:
         raise SpecRejected(f"extra_args: {exc}") from exc
     check_model_file(spec.model_path, models_dir)
+    if spec.adapters:
+        check_adapters(spec)
+
+
+def check_adapters(spec: LaunchSpec) -> None:
+    """Each adapter a GGUF LoRA in the model's folder, made for the model's architecture."""
+    if spec.runtime != "llamacpp":
+        raise SpecRejected(f"adapters: only llama.cpp takes LoRA adapters, not {spec.runtime}")
+    try:
+        base = architecture(read_header(spec.model_path))
+    except (OSError, GgufError) as exc:
+        raise SpecRejected(f"adapters: the model file's header could not be read: {exc}") from exc
+    for adapter in spec.adapters:
+        where = f"adapter '{adapter.name}' ({adapter.file[:200]})"
+        if "," in adapter.file:
+            raise SpecRejected(f"{where}: a file name with ',' is not allowed (llama-server splits --lora at commas)")
+        try:
+            check_node_path(adapter.file)
+            policy_check_extra_args(["--lora", adapter.file], spec.model_path, inside=real_inside)
+        except (UnsafeName, PolicyViolation) as exc:
+            raise SpecRejected(f"{where}: {exc}") from exc
+        if not os.path.isfile(adapter.file):
+            raise SpecRejected(f"{where}: file not found on this node")
+        try:
+            problem = adapter_problem(read_header(adapter.file), base)
+        except (OSError, GgufError) as exc:
+            problem = f"is not a readable GGUF file: {exc}"
+        if problem is not None:
+            raise SpecRejected(f"{where} {problem}")
 
 
 def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | None,
@@ -150,7 +181,8 @@ def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | Non
 
 def build_command(spec: LaunchSpec, port: int) -> list[str]:
     """llama-server's argv after the executable for ``spec`` on ``port``: pure, golden-tested."""
-    return build_args(spec.settings, spec.model_path, spec.served_name, port, spec.extra_args)
+    return build_args(spec.settings, spec.model_path, spec.served_name, port, spec.extra_args,
+                      adapters=spec.adapters)
 
 
 def kv_from_slots(slots: list[object], ctx_size: int | None) -> dict[str, float | int | None]:
@@ -428,7 +460,8 @@ class LlamaCppDriver:
             instance_id=spec.instance_id, pid=process.pid, create_time=process.create_time,
             executable=str(exe.path), port=port, api_key=api_key, argv=argv, model_path=spec.model_path,
             served_name=spec.served_name,
-            config_hash=config_hash(spec.settings, spec.model_path, spec.served_name, spec.extra_args),
+            config_hash=config_hash(spec.settings, spec.model_path, spec.served_name, spec.extra_args,
+                                    spec.adapters),
             started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
         run = RuntimeRun(RUNTIME_NAME, process, record, tailer, explain_exit=explain_exit(build_check))
         self._build_checks[run] = build_check  # until it is ready
