@@ -160,6 +160,7 @@ async def start(d: DaemonDeps) -> None:
     d.background.spawn(d.telemetry.run())
     d.background.spawn(d.orchestrator.auto_start())
     d.background.spawn(d.health.run())
+    d.background.spawn(d.orchestrator.watch_external())  # probes external endpoints (and closes their session)
     d.background.spawn(_housekeeping(d.history, d.keys))
     await d.nodes.start()
     d.background.spawn(d.jobs.recover())
@@ -199,5 +200,6 @@ async def stop(d: DaemonDeps) -> None:
     if d.local_agent is not None:
         await d.local_agent.stop()  # models keep running; the next agent adopts them
     await d.router.close()
+    await d.orchestrator.external.close()
     d.keys.flush_usage()
     await d.history.close()
