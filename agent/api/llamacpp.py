@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -117,10 +118,32 @@ OWNED_VALUE_FLAGS = frozenset({"-m", "--model", "-a", "--alias", "--host", "--po
 OWNED_BOOL_FLAGS = frozenset({"--metrics", "--slots", "--no-webui"})
 
 
+def device_names(gpus: list[int]) -> str:
+    """``--device``'s value for GPU indices: [0, 2] -> CUDA0,CUDA2; [] -> none."""
+    return ",".join(f"{CUDA_DEVICE}{i}" for i in gpus) or "none"
+
+
+def parse_devices(raw: str) -> list[int] | None:
+    """``--device``'s value as GPU indices; None for another backend's names (Vulkan0), kept as typed."""
+    names = [n.strip() for n in raw.split(",")]
+    if names == ["none"]:
+        return []
+    if all(re.fullmatch(rf"{CUDA_DEVICE}\d{{1,2}}", n) for n in names):
+        return [int(n[len(CUDA_DEVICE):]) for n in names]
+    return None
+
+
+def gpu_env(settings: LlamaCppSettings) -> dict[str, str]:
+    """The environment that makes ``--device``'s CUDA numbering the node's own (NVML's, PCI bus order)."""
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if settings.gpus else {}
+
+
 def _coerce(name: str, raw: str) -> Any:
     annotation = LlamaCppSettings.model_fields[name].annotation
     if annotation in (int, int | None):
         return int(raw)
+    if name == "gpus":
+        return parse_devices(raw)
     return raw
 
 
@@ -152,7 +175,9 @@ def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand:
                 raw = args[i]
             else:
                 raise ValueError(f"{flag} needs a value")
-            if flag in _VALUE_FLAGS:
+            if _VALUE_FLAGS.get(flag) == "gpus" and parse_devices(raw) is None:
+                rest += [arg] if eq else [flag, raw]
+            elif flag in _VALUE_FLAGS:
                 values[_VALUE_FLAGS[flag]] = _coerce(_VALUE_FLAGS[flag], raw)
             else:
                 owned[flag] = raw
@@ -202,6 +227,8 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
                 argv.append("--jinja" if value and settings.chat_template is None else "--no-jinja")
             elif value:
                 argv.append(flag)  # type: ignore[arg-type]
+        elif isinstance(value, list):
+            argv += [flag, device_names(value)]  # type: ignore[list-item]
         elif value is not None:
             argv += [flag, str(value)]  # type: ignore[list-item]
     for adapter in adapters or []:
