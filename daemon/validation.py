@@ -181,5 +181,8 @@ def check_definition(definition: ModelDefinition) -> None:
                 check_relative_name(source.hf_file, "sources.hf_file")
         except UnsafeName as exc:
             raise DefinitionRejected(f"sources: {exc}") from exc
+    if definition.pinned and definition.model_class == "opportunistic":
+        raise DefinitionRejected("pinned: an opportunistic model is the first unloaded to make room; "
+                                 "pin a standard or critical one, or leave it unpinned")
     if len(definition.tags) > MAX_TAGS or any(_CONTROL_RE.search(t) or len(t) > 64 for t in definition.tags):
         raise DefinitionRejected(f"tags: at most {MAX_TAGS}, each up to 64 printable characters")

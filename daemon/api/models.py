@@ -89,6 +89,11 @@ class ModelDefinition(BaseModel):
     max_queue: int = Field(default=64, ge=0, le=10_000, description="Requests that may wait for a slot or a load.")
     tags: list[str] = Field(default_factory=list)
     description: str = ""
+    # Loading on demand by memory (daemon.models.placement): what may be unloaded to make room.
+    pinned: bool = Field(default=False, description="Never unloaded to make room for another model.")
+    model_class: Literal["critical", "standard", "opportunistic"] = Field(
+        default="standard", description="Unloaded to make room only for a model of this class or a higher one "
+        "(critical > standard > opportunistic); the lowest class goes first.")
 
 
 class ModelStatus(BaseModel):
@@ -108,6 +113,8 @@ class ModelStatus(BaseModel):
     restarts_paused: bool = False
     config_hash: str | None = None
     running_config_hash: str | None = None
+    evicted: str | None = Field(default=None, description="Why the daemon last unloaded it to make room for another "
+                                "model; cleared when it starts again.")
 
 
 class ModelView(BaseModel):
@@ -157,7 +164,7 @@ class Event(BaseModel):
 
     id: int
     ts: float
-    type: str = Field(description="model.state | model.added | model.updated | model.removed | keys.changed | settings.changed"
+    type: str = Field(description="model.state | model.evicted (data: for_model, freed_bytes, reason) | model.added | model.updated | model.removed | keys.changed | settings.changed"
                                   " | job.started | job.progress | job.finished (data.job: a JobView)"
                                   " | node.state | node.paired | node.removed | node.discovered | node.vanished"
                                   " (data.node: a node id)")
