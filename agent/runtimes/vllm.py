@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import os
+import re
 import secrets
 import sys
 import time
@@ -90,6 +92,74 @@ _METRICS = {  # vLLM name -> InstanceSample field; labelled series are summed
     "vllm:generation_tokens_total": "generation_tokens_total",
 }
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second before vLLM 0.10
+
+
+LABEL_VERSION_PROBE = "mirbadllm.version-probe"
+VERSIONS_FILE = "vllm-versions.json"
+VERSION_PROBE_TIMEOUT_S = 120.0  # importing vllm imports torch: tens of seconds on a cold disk
+VERSION_PROBE = ["python3", "-c", "import vllm; print(vllm.__version__)"]
+_VERSION_TEXT = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")
+# Labels that name the vLLM version an image holds, in the order they are believed. The OCI
+# version label only counts on an image that says it is vLLM (title or source): vLLM's own
+# Dockerfile sets none, and the one its images carry is inherited from Ubuntu's base (22.04).
+VERSION_LABELS = ("ai.vllm.version", "vllm.version", "org.opencontainers.image.version")
+_OCI_IDENTITY = ("org.opencontainers.image.title", "org.opencontainers.image.source",
+                 "org.opencontainers.image.ref.name")
+
+
+def label_version(labels: Mapping[str, str] | None) -> str | None:
+    """The vLLM version an image's labels name, or None when they name none (see VERSION_LABELS)."""
+    labels = labels or {}
+    for key in VERSION_LABELS:
+        value = str(labels.get(key) or "").strip().removeprefix("v")
+        if not value or not _VERSION_TEXT.match(value):
+            continue
+        if key.startswith("org.opencontainers.") and not any(
+                "vllm" in str(labels.get(k) or "").lower() for k in _OCI_IDENTITY):
+            continue  # a base image's version (ubuntu 22.04), not vLLM's
+        return value
+    return None
+
+
+def probed_version(output: str) -> str | None:
+    """The version ``VERSION_PROBE`` printed: its last line that reads as a version."""
+    return next((line.strip() for line in reversed(output.splitlines()) if _VERSION_TEXT.match(line.strip())),
+                None)
+
+
+class VersionCache:
+    """vLLM versions read by running an image once, by image id, on disk under the agent's home
+    (``vllm-versions.json``): {image id: {"version": ...} or {"error": why}}. An image id names
+    exactly those bytes, so an entry never goes stale; a failed probe is kept too (it is not
+    run again for that image; a new image is a new id)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._entries: dict[str, dict[str, str]] | None = None
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        if self._entries is None:
+            try:
+                raw = json.loads(self.path.read_text(encoding="utf-8"))
+                self._entries = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in raw.items()
+                                 if isinstance(v, dict)} if isinstance(raw, dict) else {}
+            except (OSError, ValueError, AttributeError):
+                self._entries = {}
+        return self._entries
+
+    def get(self, image_id: str) -> dict[str, str] | None:
+        return self._load().get(image_id)
+
+    def put(self, image_id: str, entry: dict[str, str]) -> None:
+        entries = self._load()
+        entries[image_id] = entry
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            _LOGGER.warning("cannot write %s: %s", self.path, exc)
 
 
 def container_name(instance_id: str) -> str:
@@ -424,7 +494,9 @@ class VllmDriver:
 
     def __init__(self, paths: AgentPaths, image: str = DEFAULT_IMAGE, socket: str = DEFAULT_SOCKET,
                  gpus: Callable[[], Sequence[GpuInfo]] | None = None, client: DockerClient | None = None,
-                 stop_timeout_s: int = STOP_TIMEOUT_S, platform: str = sys.platform) -> None:
+                 stop_timeout_s: int = STOP_TIMEOUT_S, platform: str = sys.platform,
+                 version_probe: Sequence[str] = VERSION_PROBE,
+                 version_timeout_s: float = VERSION_PROBE_TIMEOUT_S) -> None:
         self.paths = paths
         self.image = image
         self.socket = socket
@@ -432,12 +504,18 @@ class VllmDriver:
         self._gpus = gpus if gpus is not None else (list)
         self.stop_timeout_s = stop_timeout_s
         self.platform = platform
+        self.version_probe = list(version_probe)
+        self.version_timeout_s = version_timeout_s
+        self.versions = VersionCache(paths.home / VERSIONS_FILE)
+        self._probes: dict[str, asyncio.Task[None]] = {}
         self._offer: tuple[float, RuntimeOffer] | None = None
 
     # -- what this node offers -------------------------------------------------------------------
 
     async def offer(self) -> RuntimeOffer:
-        """Available when the engine answers; its version and the image's digest when it is here."""
+        """Available when the engine answers: the image's vLLM version (its labels, else what running
+        it once printed, cached by image id; ``reason`` says why when it is not known yet), the
+        engine's version beside it, and the image's digest when the image is here."""
         now = time.monotonic()
         if self._offer is not None and now - self._offer[0] < OFFER_TTL_S:
             return self._offer[1]
@@ -454,18 +532,74 @@ class VllmDriver:
             return offer_unavailable(f"the agent may not use the Docker engine ({self.socket}: permission "
                                      "denied; add its user to the docker group)", self.image)
         try:
-            version = await self.client.version()
+            engine = await self.client.version()
         except DockerError as exc:
             return offer_unavailable(str(exc), self.image)
+        docker = f"Docker {engine.get('Version', '?')}"
         digest: str | None = None
         try:
             image = await self.client.image(self.image)
-            digests = image.get("RepoDigests") or []
-            digest = str(digests[0]).split("@", 1)[-1] if digests else str(image.get("Id") or "") or None
-        except DockerError:
-            pass  # pulled at the first start
-        return RuntimeOffer(runtime=RUNTIME_ID, available=True, version=f"Docker {version.get('Version', '?')}",
+        except DockerError:  # pulled at the first start
+            return RuntimeOffer(runtime=RUNTIME_ID, available=True, location=self.image,
+                                reason=f"vLLM version unknown: {self.image} is not on this node yet "
+                                       f"(pulled at the first start); {docker}")
+        digests = image.get("RepoDigests") or []
+        image_id = str(image.get("Id") or "")
+        digest = str(digests[0]).split("@", 1)[-1] if digests else image_id or None
+        version, why = self._image_version(image_id, (image.get("Config") or {}).get("Labels"))
+        if version is None:
+            return RuntimeOffer(runtime=RUNTIME_ID, available=True, digest=digest, location=self.image,
+                                reason=f"vLLM version unknown: {why}; {docker}")
+        return RuntimeOffer(runtime=RUNTIME_ID, available=True, version=f"{version} ({docker})",
                             digest=digest, location=self.image)
+
+    def _image_version(self, image_id: str, labels: Mapping[str, str] | None) -> tuple[str | None, str]:
+        """(version, why not): from the labels, else from the cache of probes, else a probe is
+        started in the background (never awaited here: this is the status path)."""
+        found = label_version(labels)
+        if found is not None:
+            return found, ""
+        if not image_id:
+            return None, "the engine gave no image id"
+        entry = self.versions.get(image_id)
+        if entry is not None:
+            return entry.get("version"), entry.get("error", "")
+        task = self._probes.get(image_id)
+        if task is None or task.done():
+            self._probes[image_id] = asyncio.get_running_loop().create_task(
+                self._probe_version(image_id), name=f"vllm version {image_id[:19]}")
+        return None, "reading it from the image (running it once)"
+
+    async def _probe_version(self, image_id: str) -> None:
+        """Run the image once with ``VERSION_PROBE`` as its entrypoint (no network, bounded by
+        ``version_timeout_s``) and remember what it printed, or why it printed no version."""
+        name = f"mirbadllm-vllm-version-{image_id.removeprefix('sha256:')[:12]}"
+        body = {"Image": image_id, "Entrypoint": list(self.version_probe), "Cmd": [],
+                "Labels": {LABEL_VERSION_PROBE: "1"}, "Env": ["VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1"],
+                "HostConfig": {"NetworkMode": "none", "RestartPolicy": {"Name": "no"}}}
+        entry: dict[str, str]
+        try:
+            with contextlib.suppress(NotFound):
+                await self.client.delete(name, force=True)
+            container = await self.client.create(name, body)
+            await self.client.start(container)
+            code = await asyncio.wait_for(self.client.wait(container), self.version_timeout_s)
+            output = "\n".join(await self.last_log_lines(container, 50))
+            version = probed_version(output) if code == 0 else None
+            last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "(no output)")
+            entry = {"version": version} if version else {
+                "error": f"the image printed no vLLM version ({describe_exit(code)}: {last[:200]})"}
+        except TimeoutError:
+            entry = {"error": f"the image did not say its vLLM version within {self.version_timeout_s:g} s"}
+        except DockerError as exc:
+            _LOGGER.info("cannot run %s for its vLLM version: %s", image_id, exc)
+            return  # the engine's trouble, not the image's: asked again at a later offer
+        finally:
+            with contextlib.suppress(DockerError):
+                await self.client.delete(name, force=True)
+        _LOGGER.info("vLLM version of %s: %s", image_id, entry)
+        self.versions.put(image_id, entry)
+        self._offer = None  # the next offer says it
 
     # -- the command and the checks --------------------------------------------------------------
 
@@ -659,7 +793,16 @@ class VllmDriver:
             _LOGGER.debug("cannot scrape %s: %s", run.endpoint, exc)
         return {}
 
+    async def version_probes(self) -> None:
+        """Wait for the version probes in flight (tests; ``close``)."""
+        for task in list(self._probes.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def close(self) -> None:
+        for task in self._probes.values():
+            task.cancel()
+        await self.version_probes()
         await self.client.close()
 
 

@@ -9,6 +9,7 @@ agent restart adopts the running container (the same one, found by label, with n
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -23,8 +24,22 @@ from agent.records import ProcessRecords
 from agent.runtimes.docker import DockerClient, NotFound, split_image
 from agent.runtimes.driver import NoRuntime, SpecRejected
 from agent.runtimes.drivers import Drivers
-from agent.runtimes.vllm import LABEL_MODEL, VllmDriver, create_body, parse_metrics
-from tests.agent._docker_support import Engine, docker_engine, fake_vllm_image  # noqa: F401 - fixtures
+from agent.runtimes.vllm import (
+    LABEL_MODEL,
+    LABEL_VERSION_PROBE,
+    VERSIONS_FILE,
+    VllmDriver,
+    create_body,
+    label_version,
+    parse_metrics,
+    probed_version,
+)
+from tests.agent._docker_support import (  # noqa: F401 - fixtures
+    HOST_PYTHON,
+    Engine,
+    docker_engine,
+    fake_vllm_image,
+)
 
 READY_TIMEOUT_S = 20.0
 SETTLED = {InstanceState.READY, InstanceState.FAILED, InstanceState.STOPPED}
@@ -290,7 +305,9 @@ async def test_offer_says_what_the_engine_is(tmp_path: Path, docker_engine: Engi
     driver = VllmDriver(AgentPaths(tmp_path / "agent"), image=fake_vllm_image, socket=docker_engine.socket)
     offer = await driver.offer()
     assert offer.available and offer.runtime == "vllm" and offer.location == fake_vllm_image
-    assert offer.version is not None and offer.version.startswith("Docker ")
+    assert offer.version is None  # no label; the image is being run once for its version
+    assert offer.reason is not None and offer.reason.startswith(
+        "vLLM version unknown: reading it from the image (running it once); Docker ")
     assert offer.digest is not None and offer.digest.startswith("sha256:")
     assert await driver.offer() is offer  # cached
     await driver.close()
@@ -355,5 +372,110 @@ async def test_a_container_that_exited_while_no_agent_watched_is_a_failure(
         assert (await third.stop("gone")).state is InstanceState.STOPPED
         with pytest.raises(NotFound):
             await client.inspect("ss-gone")
+    finally:
+        await client.close()
+
+
+def test_the_vllm_version_from_labels_is_vllms_own() -> None:
+    ubuntu = {"org.opencontainers.image.ref.name": "ubuntu", "org.opencontainers.image.version": "22.04",
+              "maintainer": "NVIDIA CORPORATION <cudatools@nvidia.com>"}
+    assert label_version(ubuntu) is None  # what vllm/vllm-openai inherits from its CUDA base
+    assert label_version(None) is None
+    assert label_version({**ubuntu, "org.opencontainers.image.title": "vllm-openai",
+                          "org.opencontainers.image.version": "v0.11.2"}) == "0.11.2"
+    assert label_version({"org.opencontainers.image.source": "https://github.com/vllm-project/vllm",
+                          "org.opencontainers.image.version": "0.10.1.1"}) == "0.10.1.1"
+    assert label_version({**ubuntu, "ai.vllm.version": "0.9.2"}) == "0.9.2"
+    assert label_version({"ai.vllm.version": "not a version; rm -rf"}) is None
+    assert probed_version("WARNING: no GPU\n0.11.0\n") == "0.11.0"
+    assert probed_version("0.6.3.post1") == "0.6.3.post1"
+    assert probed_version("Traceback (most recent call last):\nModuleNotFoundError: No module named 'vllm'") is None
+
+
+def image_stdlib() -> Path:
+    """The stdlib folder of the interpreter the fake image is made of (the host's /usr/bin/python3)."""
+    done = subprocess.run([HOST_PYTHON, "-S", "-c", "import os; print(os.path.dirname(os.__file__))"],
+                          capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())
+
+
+def derived_image(engine: Engine, base: str, tag: str, tmp_path: Path, *, label: dict[str, str] | None = None,
+                  vllm_version: str | None = None) -> str:
+    """``base`` with labels and/or a fake ``vllm`` module (and the ``site`` module a Python run
+    without ``-S`` needs), committed as ``tag``."""
+    made = engine.cli("create", base)
+    assert made.returncode == 0, made.stderr.decode()
+    container = made.stdout.decode().strip()
+    stdlib = image_stdlib()
+    try:
+        if vllm_version is not None:
+            package = tmp_path / "pkg" / "vllm"
+            package.mkdir(parents=True)
+            (package / "__init__.py").write_text(f"__version__ = {vllm_version!r}\n")
+            for name in ("site.py", "_sitebuiltins.py"):
+                done = engine.cli("cp", str(stdlib / name), f"{container}:{stdlib / name}")
+                assert done.returncode == 0, done.stderr.decode()
+            done = engine.cli("cp", str(package), f"{container}:{stdlib}/vllm")
+            assert done.returncode == 0, done.stderr.decode()
+        changes = [arg for key, value in (label or {}).items() for arg in ("-c", f"LABEL {key}={value}")]
+        done = engine.cli("commit", *changes, container, tag)
+        assert done.returncode == 0, done.stderr.decode()
+    finally:
+        engine.cli("rm", "-f", container)
+    return tag
+
+
+async def test_the_offer_reads_the_vllm_version_of_the_image(tmp_path: Path, docker_engine: Engine,  # noqa: F811
+                                                             fake_vllm_image: str) -> None:  # noqa: F811
+    home = AgentPaths(tmp_path / "agent").ensure()
+    client = DockerClient(docker_engine.socket)
+    try:
+        # The fake as it is: no label, no vllm module -> run once, and it says why there is no version.
+        plain = VllmDriver(home, image=fake_vllm_image, socket=docker_engine.socket)
+        assert (await plain.offer()).version is None
+        await plain.version_probes()
+        offer = await plain.offer()
+        assert offer.available and offer.version is None and offer.reason is not None
+        assert offer.reason.startswith("vLLM version unknown: the image printed no vLLM version (exited 1: ")
+        assert await client.containers(LABEL_VERSION_PROBE) == []  # the probe's container is gone
+        await plain.close()
+
+        # With a vllm module: what running it printed, cached on disk by image id.
+        module = derived_image(docker_engine, fake_vllm_image, "mirbadllm-fake-vllm:with-module", tmp_path,
+                               vllm_version="0.11.0")
+        driver = VllmDriver(home, image=module, socket=docker_engine.socket)
+        assert (await driver.offer()).reason == (
+            "vLLM version unknown: reading it from the image (running it once); "
+            f"Docker {(await client.version())['Version']}")
+        await driver.version_probes()
+        offer = await driver.offer()
+        assert offer.version is not None and offer.version.startswith("0.11.0 (Docker ") and offer.reason is None
+        image_id = (await client.image(module))["Id"]
+        assert json.loads((home.home / VERSIONS_FILE).read_text())[image_id] == {"version": "0.11.0"}
+        await driver.close()
+        again = VllmDriver(home, image=module, socket=docker_engine.socket)  # a restarted agent
+        assert (await again.offer()).version == offer.version
+        assert again._probes == {}  # read from the cache, not run again
+        await again.close()
+
+        # With vLLM's version in its labels: read at once, nothing is run.
+        labelled = derived_image(docker_engine, fake_vllm_image, "mirbadllm-fake-vllm:labelled", tmp_path,
+                                 label={"org.opencontainers.image.title": "vllm-openai",
+                                        "org.opencontainers.image.version": "0.10.2"})
+        driver = VllmDriver(home, image=labelled, socket=docker_engine.socket)
+        offer = await driver.offer()
+        assert offer.version is not None and offer.version.startswith("0.10.2 (Docker ") and driver._probes == {}
+        await driver.close()
+
+        # A probe that says nothing in time is given up, its container removed.
+        slow = VllmDriver(AgentPaths(tmp_path / "slow").ensure(), image=fake_vllm_image,
+                          socket=docker_engine.socket, version_timeout_s=1,
+                          version_probe=["/usr/bin/python3", "-S", "-c", "import time; time.sleep(60)"])
+        await slow.offer()
+        await slow.version_probes()
+        offer = await slow.offer()
+        assert offer.reason is not None and "did not say its vLLM version within 1 s" in offer.reason
+        assert await client.containers(LABEL_VERSION_PROBE) == []
+        await slow.close()
     finally:
         await client.close()
