@@ -33,6 +33,7 @@ from daemon.api.contracts import GpuInfo, LlamaCppSettings, VllmSettings
 from daemon.api.models import (
     ApiKeyCreated,
     ApiKeyInfo,
+    ApiKeyLimits,
     DaemonInfo,
     DaemonSettings,
     Event,
@@ -351,6 +352,16 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
         self.issued_secrets.append(secret)
         self.publish("keys.changed")
         return ApiKeyCreated(info=info, key=secret)
+
+    async def set_key_limits(self, key_id: str, limits: ApiKeyLimits) -> ApiKeyInfo:
+        self._record("set_key_limits", key_id, limits)
+        info = self.keys.get(key_id)
+        if info is None:
+            raise DaemonError(404, "key_not_found", f"no key '{key_id}'")
+        changed = info.limits.model_copy(update=limits.model_dump(include=limits.model_fields_set))
+        info = self.keys[key_id] = info.model_copy(update={"limits": changed})
+        self.publish("keys.changed")
+        return info
 
     async def revoke_key(self, key_id: str) -> None:
         self._record("revoke_key", key_id)

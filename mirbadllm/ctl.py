@@ -5,7 +5,7 @@
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
     mirbadllm ctl models pull REPO[:QUANT] | import ollama NAME | import folder PATH      (ctl_sources)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
-    mirbadllm ctl keys list | create NAME | revoke ID
+    mirbadllm ctl keys list | create NAME | limit ID [--rpm N] [--tokens-per-day N] | revoke ID  (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
 """
@@ -24,7 +24,7 @@ from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelDefinition
-from mirbadllm import ctl_daemon, ctl_jobs, ctl_nodes, ctl_sources
+from mirbadllm import ctl_daemon, ctl_jobs, ctl_keys, ctl_nodes, ctl_sources
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -62,12 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_nodes.add_parser(groups)
     ctl_daemon.add_parser(groups)
     ctl_jobs.add_parser(groups)
-    keys = groups.add_parser("keys", help="API keys for /v1").add_subparsers(dest="action", required=True)
-    keys.add_parser("list")
-    create = keys.add_parser("create")
-    create.add_argument("name")
-    revoke = keys.add_parser("revoke")
-    revoke.add_argument("id")
+    ctl_keys.add_parser(groups)
     return parser.parse_args(argv)
 
 
@@ -96,17 +91,7 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_daemon.run(args, client)
     if args.group in ("bench", "tune", "jobs"):
         return await ctl_jobs.run(args, client)
-    if args.action == "list":
-        for key in await client.list_keys():
-            print(f"{key.id}  {key.name:<20} {key.prefix}…")
-    elif args.action == "create":
-        created = await client.create_key(args.name)
-        print(f"API key '{created.info.name}' ({created.info.id}). Copy it now, it is not shown again:")
-        print(created.key)
-    else:
-        await client.revoke_key(args.id)
-        print(f"revoked {args.id}")
-    return 0
+    return await ctl_keys.run(args, client)
 
 
 async def _models(args: argparse.Namespace, client: DaemonClient) -> int:

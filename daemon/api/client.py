@@ -29,6 +29,7 @@ Route table (admin token as ``Authorization: Bearer``):
                                                                    # 409 runtime_upgrade_running, 422 runtime_build_refused
     GET    /api/keys                        -> list[ApiKeyInfo]
     POST   /api/keys                        -> ApiKeyCreated    # body: ApiKeyCreate; 201
+    PATCH  /api/keys/{id}                   -> ApiKeyInfo       # body: ApiKeyLimits (fields sent change)
     DELETE /api/keys/{id}                   -> 204
     GET    /api/settings                    -> DaemonSettings
     PUT    /api/settings                    -> DaemonSettings
@@ -69,6 +70,7 @@ from daemon.api.models import (
     ApiKeyCreate,
     ApiKeyCreated,
     ApiKeyInfo,
+    ApiKeyLimits,
     DaemonSettings,
     EventsPage,
     HistoryRange,
@@ -195,6 +197,11 @@ class DaemonClient:
     async def create_key(self, name: str) -> ApiKeyCreated:
         data = await self._call("POST", "/api/keys", body=ApiKeyCreate(name=name).model_dump())
         return ApiKeyCreated.model_validate(data)
+
+    async def set_key_limits(self, key_id: str, limits: ApiKeyLimits) -> ApiKeyInfo:
+        """Change the limits ``limits`` sets (a field given as None clears it; one left unset stays)."""
+        data = await self._call("PATCH", f"/api/keys/{key_id}", body=limits.model_dump(exclude_unset=True))
+        return ApiKeyInfo.model_validate(data)
 
     async def revoke_key(self, key_id: str) -> None:
         await self._call("DELETE", f"/api/keys/{key_id}")

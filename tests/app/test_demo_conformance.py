@@ -22,7 +22,7 @@ from app.demo_services import DEMO_PAIRING_CODE
 from daemon.api import client as client_module
 from daemon.api.client import DaemonClient
 from daemon.api.jobs import BenchmarkRequest, TuneRequest
-from daemon.api.models import DaemonSettings, ModelDefinition, ModelStatus
+from daemon.api.models import ApiKeyLimits, DaemonSettings, ModelDefinition, ModelStatus
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -83,7 +83,9 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("restart_model", lambda r: ("conformance",)), ("delete_model", lambda r: ("conformance",)),
         ("logs", lambda r: (model, 5, False)), ("model_history", lambda r: (model, "1h")),
         ("node_history", lambda r: ("local", "5m")), ("list_keys", lambda r: ()),
-        ("create_key", lambda r: ("conformance",)), ("revoke_key", lambda r: (r["create_key"].info.id,)),
+        ("create_key", lambda r: ("conformance",)),
+        ("set_key_limits", lambda r: (r["create_key"].info.id, ApiKeyLimits(requests_per_minute=60))),
+        ("revoke_key", lambda r: (r["create_key"].info.id,)),
         ("get_settings", lambda r: ()), ("put_settings", lambda r: (DaemonSettings(require_api_keys=True),)),
         ("requests", lambda r: (10,)), ("shutdown", lambda r: (False,)),
         ("fit", lambda r: (FitQuery(model_path="/models/x.gguf", settings=LlamaCppSettings(ctx_size=4096)),)),
