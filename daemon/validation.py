@@ -140,6 +140,8 @@ def check_definition(definition: ModelDefinition) -> None:
     """Raise ``DefinitionRejected`` naming the first field that reaches beyond its model."""
     if _CONTROL_RE.search(definition.served_name):
         raise DefinitionRejected("served_name contains a control character")
+    if definition.adapters:
+        check_adapters(definition)
     if definition.runtime == "external" or _external_fields(definition):
         check_external(definition)
         if len(definition.tags) > MAX_TAGS or any(_CONTROL_RE.search(t) or len(t) > 64 for t in definition.tags):
@@ -186,3 +188,28 @@ def check_definition(definition: ModelDefinition) -> None:
                                  "pin a standard or critical one, or leave it unpinned")
     if len(definition.tags) > MAX_TAGS or any(_CONTROL_RE.search(t) or len(t) > 64 for t in definition.tags):
         raise DefinitionRejected(f"tags: at most {MAX_TAGS}, each up to 64 printable characters")
+
+
+def check_adapters(definition: ModelDefinition) -> None:
+    """LoRA adapters judged by their text: llama.cpp only, each a file in the model's folder (the
+    agent reads each header at start and refuses one that is not a LoRA for the model's
+    architecture), under a name no other served name of this model takes. Names against other
+    models are the registry's check."""
+    if definition.runtime != "llamacpp":
+        raise DefinitionRejected(f"adapters: only llama.cpp takes LoRA adapters, not {definition.runtime}")
+    seen = {definition.served_name.casefold()}
+    for adapter in definition.adapters:
+        where = f"adapters: '{adapter.name[:128]}'"
+        if _CONTROL_RE.search(adapter.name):
+            raise DefinitionRejected(f"{where}: the name contains a control character")
+        if adapter.name.casefold() in seen:
+            raise DefinitionRejected(f"{where}: the name is already a served name of this model")
+        seen.add(adapter.name.casefold())
+        if "," in adapter.file:
+            raise DefinitionRejected(f"{where}: a file name with ',' is not allowed "
+                                     "(llama-server splits --lora at commas)")
+        try:
+            check_node_path(adapter.file)
+            check_extra_args(["--lora", adapter.file], definition.model_path, runtime="llamacpp")
+        except (UnsafeName, PolicyViolation) as exc:
+            raise DefinitionRejected(f"{where}: {exc}") from exc

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.api.llamacpp import LlamaCppSettings
+from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeId
@@ -94,6 +94,10 @@ class ModelDefinition(BaseModel):
     model_class: Literal["critical", "standard", "opportunistic"] = Field(
         default="standard", description="Unloaded to make room only for a model of this class or a higher one "
         "(critical > standard > opportunistic); the lowest class goes first.")
+    # LoRA adapters (llama.cpp): each served under its own name, unique among all served names.
+    adapters: list[Adapter] = Field(default_factory=list, max_length=16, description="llama.cpp: LoRA adapters, "
+                                    "each a `model` of its own: a request for one gets this model with only that "
+                                    "adapter applied; a request for this model applies none.")
 
 
 class ModelStatus(BaseModel):

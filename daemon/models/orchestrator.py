@@ -163,6 +163,7 @@ class Orchestrator:
                           runtime_version=definition.runtime_version,
                           extra_args=definition.extra_args, env=definition.env,
                           startup_timeout_s=definition.startup_timeout_s, force=force,
+                          adapters=definition.adapters,
                           memory_budget_bytes=None if definition.memory_budget_gib is None
                           else int(definition.memory_budget_gib * (1 << 30)))
 

@@ -102,7 +102,7 @@ def definition_hash(definition: ModelDefinition) -> str:
                                 definition.extra_args)
     else:
         value = config_hash(definition.settings, definition.model_path, definition.served_name,
-                            definition.extra_args)
+                            definition.extra_args, definition.adapters)
     if len(_HASHES) > 4096:
         _HASHES.clear()
     _HASHES[id(definition)] = (definition, value)
@@ -190,11 +190,25 @@ class Registry:
                 return model
         return None
 
+    def by_adapter_name(self, name: str) -> tuple[ModelDefinition, int] | None:
+        """The model whose LoRA adapter is served as ``name``, and the adapter's index."""
+        wanted = name.casefold()
+        for model in self._models.values():
+            for index, adapter in enumerate(model.adapters):
+                if adapter.name.casefold() == wanted:
+                    return model, index
+        return None
+
     def _check_unique(self, definition: ModelDefinition) -> None:
-        other = self.by_served_name(definition.served_name)
-        if other is not None and other.id != definition.id:
-            raise RegistryError(409, "served_name_taken",
-                                f"served name '{definition.served_name}' is already used by model '{other.id}'")
+        """Served names and adapter names share one namespace, case-insensitively."""
+        for name in [definition.served_name, *(a.name for a in definition.adapters)]:
+            other = self.by_served_name(name)
+            owner = self.by_adapter_name(name)
+            if owner is not None and owner[0].id != definition.id:
+                other = owner[0]
+            if other is not None and other.id != definition.id:
+                raise RegistryError(409, "served_name_taken",
+                                    f"served name '{name}' is already used by model '{other.id}'")
 
     async def add(self, definition: ModelDefinition) -> ModelDefinition:
         async with self._lock:

@@ -26,6 +26,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from agent.api.llamacpp import lora_field
 from agent.api.models import InstanceInfo, InstanceState
 from agent.api.relay import Record, Unreachable, Upstream, relay, runtime_session
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
@@ -157,15 +158,25 @@ class Router:
     # --- /v1/models ----------------------------------------------------------------------------
     async def list_models(self, request: web.Request) -> web.StreamResponse:
         self._check_key(request)
-        entries = (self._model_entry(definition) for definition in self.orchestrator.registry.all())
-        return web.json_response({"object": "list", "data": [entry for entry in entries if entry is not None]})
+        data: list[dict[str, object]] = []
+        for definition in self.orchestrator.registry.all():
+            entry = self._model_entry(definition)
+            if entry is not None:  # a model's adapters are listed as models of their own, owned by it
+                data += [entry, *(_adapter_entry(entry, a.name) for a in definition.adapters)]
+        return web.json_response({"object": "list", "data": data})
 
     async def retrieve_model(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/models/{name}`` (the openai SDK's ``models.retrieve``): one entry of the list."""
         self._check_key(request)
         name = request.match_info["name"]
-        definition = self.orchestrator.registry.by_served_name(name)
+        registry = self.orchestrator.registry
+        definition = registry.by_served_name(name)
+        adapter = registry.by_adapter_name(name) if definition is None else None
+        if adapter is not None:
+            definition = adapter[0]
         entry = self._model_entry(definition) if definition is not None else None
+        if entry is not None and adapter is not None:
+            entry = _adapter_entry(entry, adapter[0].adapters[adapter[1]].name)
         if definition is None or entry is None:
             why = "does not exist" if definition is None else "is stopped and does not start on request"
             raise DaemonProblem(404, "model_not_found", f"The model '{name}' {why}.")
@@ -200,7 +211,7 @@ class Router:
         except BodyTooLarge:
             limit_mib = self.config.max_body_bytes // (1024 * 1024)
             raise DaemonProblem(413, "request_too_large", f"Request body is larger than {limit_mib} MiB.") from None
-        definition, payload = self._resolve(body, request.method)
+        definition, payload, body = self._resolve(body, request.method)
         exchange = _exchange(request)
         exchange.model, exchange.node = definition.id, definition.node
         body = self._ask_for_usage(request, payload, body, exchange)
@@ -247,7 +258,10 @@ class Router:
             found = self._children[(served, status)] = self.metrics.requests.labels(served, str(status))
         return found
 
-    def _resolve(self, body: bytes, method: str) -> tuple[ModelDefinition, dict[str, Any]]:
+    def _resolve(self, body: bytes, method: str) -> tuple[ModelDefinition, dict[str, Any], bytes]:
+        """The model a request names, its parsed body and the body to send: a request for a LoRA
+        adapter goes to its base model with ``lora`` applying only that adapter; one for a model
+        with adapters applies none (every adapter at scale 0, whatever the client sent)."""
         if method == "GET" and not body:
             raise DaemonProblem(400, "model_required", "Send a JSON body with a 'model' field.")
         try:
@@ -257,11 +271,19 @@ class Router:
         name = payload.get("model") if isinstance(payload, dict) else None
         if not isinstance(name, str) or not name:
             raise DaemonProblem(400, "model_required", "The request needs a 'model' field (a string).")
-        definition = self.orchestrator.registry.by_served_name(name)
+        registry = self.orchestrator.registry
+        definition = registry.by_served_name(name)
+        chosen: int | None = None
+        if definition is None and (adapter := registry.by_adapter_name(name)) is not None:
+            definition, chosen = adapter
         if definition is None:
             raise DaemonProblem(404, "model_not_found", f"The model '{name}' does not exist.")
         _check_limits(payload)
-        return definition, payload
+        if definition.adapters:
+            payload["model"] = definition.served_name
+            payload["lora"] = lora_field(definition.adapters, chosen)
+            body = _dumps(payload)
+        return definition, payload, body
 
     @staticmethod
     def _ask_for_usage(request: web.Request, payload: dict[str, Any], body: bytes, exchange: _Exchange) -> bytes:
@@ -409,6 +431,11 @@ def _usage_only(event: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(parsed, dict) and parsed.get("choices") == [] and bool(parsed.get("usage"))
+
+
+def _adapter_entry(base: dict[str, object], name: str) -> dict[str, object]:
+    """A LoRA adapter as ``/v1/models`` lists it: its base model's entry under its own name."""
+    return {**base, "id": name, "owned_by": base["id"]}
 
 
 def _refusal_reason(response: web.StreamResponse, exchange: _Exchange) -> str:

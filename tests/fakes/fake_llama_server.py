@@ -31,6 +31,7 @@ llama-server does. Fault switches (environment):
     FAKE_TOOL_ARGS        a JSON text: the arguments of every tool call, instead of ones built
                           from the tool's schema (a model that calls its tools wrongly)
     FAKE_LOG_REQUESTS     print a "slot launch_slot_: ... processing task" line per generation
+    FAKE_LOG_BODIES       print a "fake: body {...}" line (the request's JSON, keys sorted) per generation
     FAKE_BIND_DELAY_S     wait this long before binding the port (another server may take it first)
     FAKE_SIGILL           "load": die by SIGILL while loading; "generate": at the first generation
                           (what a build for another CPU does in its first matrix kernel)
@@ -195,6 +196,8 @@ class FakeServer:
             body = request["body"] = await request.json()
         except ValueError:
             return error_body(400, "invalid JSON body", "invalid_request_error")
+        if os.environ.get("FAKE_LOG_BODIES"):
+            log(f"fake: body {json.dumps(body, sort_keys=True)}")
         if chat:
             prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         else:
