@@ -3,8 +3,9 @@
 Before a spawn the agent reads the model's GGUF header (a malformed one is refused outright),
 estimates what the instance needs (``agent.memory_estimate``) and compares it with what is free:
 system memory less a reserve, less what instances still loading will take; on discrete GPUs each
-GPU's free memory less its own reserve. A launch spec's memory budget (the model's
-``memory_budget_gib``) replaces the estimate, held against system memory alone. On unified memory
+GPU's free memory less its own reserve, for the GPUs the start is placed on (``gpus``,
+``split_mode``, ``tensor_split``, ``main_gpu``: ``agent.placement.placed_gpus``), each held to its
+own budget. A launch spec's memory budget (the model's ``memory_budget_gib``) replaces the estimate, held against system memory alone. On unified memory
 (Apple silicon, DGX Spark, Jetson) free memory only tells the truth once a load has finished, so
 starts go one at a time there.
 ``report`` answers the same question for the "will it fit" API, with the largest context and
@@ -41,6 +42,7 @@ from agent.memory_estimate import (
     max_gpu_layers,
     resolve_gpu_layers,
 )
+from agent.placement import Device, NodeMemory, placed_gpus
 from agent.problems import InsufficientMemory, InvalidModelFile, StartInProgress
 
 _LOGGER = logging.getLogger(__name__)
@@ -159,10 +161,12 @@ class Admission:
             GpuBudget(index=g.index, name=g.name, free_bytes=max(0, g.memory_total - g.memory_used),
                       budget_bytes=max(0, g.memory_total - g.memory_used - self.policy.gpu_reserve_bytes))
             for g in gpus]
-        budget = Budget(host=available - reserve - pending, gpus=tuple(b.budget_bytes for b in budgets))
+        positions, split = placed_gpus(settings, [b.index for b in budgets])  # the GPUs it is placed on
+        placed = [budgets[p] for p in positions]
+        budget = Budget(host=available - reserve - pending, gpus=tuple(b.budget_bytes for b in placed), split=split)
         layers = resolve_gpu_layers(summary, settings, budget)
         est = estimate(summary, settings, layers, budget.shares)
-        for gpu_budget, need in zip(budgets, est.gpu_bytes, strict=False):
+        for gpu_budget, need in zip(placed, est.gpu_bytes, strict=False):
             gpu_budget.needed_bytes = need
         ok = fits(est, budget)
         return FitReport(
@@ -170,8 +174,20 @@ class Admission:
             reserve_bytes=reserve, pending_bytes=pending, gpus=budgets, unified_memory=unified, fits=ok,
             max_ctx_size=max_ctx_size(summary, settings, budget, layers),
             max_gpu_layers=max_gpu_layers(summary, settings, budget) if budget.shares else None,
-            message=_message(est.host_bytes, est.gpu_bytes, budgets, available, reserve, pending, ok),
+            message=_message(est.host_bytes, est.gpu_bytes, placed, available, reserve, pending, ok),
             source=source)
+
+    async def snapshot(self, loading: list[tuple[str, int | None]] | None = None) -> NodeMemory:
+        """This node's memory for a plan (``agent.placement``): usable now, and with every device empty."""
+        total, available = await asyncio.to_thread(self.memory.memory)
+        gpus = await asyncio.to_thread(self.gpus.sample)
+        unified = is_unified(gpus, self.policy)
+        reserve, keep = self.policy.reserve(total), self.policy.gpu_reserve_bytes
+        devices = () if unified else tuple(
+            Device(index=g.index, name=g.name, free=max(0, g.memory_total - g.memory_used - keep),
+                   capacity=max(0, g.memory_total - keep)) for g in gpus)
+        return NodeMemory(host_free=available - reserve - self._pending(loading or []), host_capacity=total - reserve,
+                          gpus=devices, unified=unified, memory_total=total, memory_available=available)
 
     async def admit(self, spec: LaunchSpec, loading: Callable[[], list[tuple[str, InstanceState, int | None]]],
                     wait_for: Callable[[Callable[[], bool], float], object]) -> FitReport | None:

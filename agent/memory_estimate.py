@@ -15,6 +15,13 @@ Pure functions, asserted exactly by tests and checked against the real runtime b
   ``slots x vocabulary x 4 B``;
 * a fixed runtime overhead: 24 MiB plus 56 bytes per vocabulary token (the tokenizer's tables).
 
+Model folders (vLLM, MLX) have no GGUF header to read: their estimate is the weight files' size
+(``*.safetensors``, ``*.bin``, ``*.npz``, ``*.gguf``) plus a margin, ``FOLDER_MARGIN_FRACTION`` of
+it and at least ``FOLDER_MARGIN_MIN`` (a documented allowance, not a measurement: the KV cache of a
+modest context, activations and the framework's own buffers). What vLLM takes on a GPU is what it
+is told to take: ``--gpu-memory-utilization`` of each GPU's total (the model's memory budget as its
+share, else vLLM's default ``VLLM_DEFAULT_GPU_SHARE``), so that, not the weights, is its estimate.
+
 With layers offloaded to discrete GPUs the offloaded layers' weights and KV cache, the output
 head (when every layer is offloaded) and the compute buffer move to the GPUs, shared in proportion
 to their free memory as llama.cpp's default split does.
@@ -39,6 +46,11 @@ CELL_PAD = 256
 BASE_OVERHEAD = 24 * MiB
 PER_TOKEN_OVERHEAD = 56
 MAX_CTX = 4_194_304
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".npz", ".gguf")
+FOLDER_MARGIN_FRACTION = 0.2
+FOLDER_MARGIN_MIN = GiB
+VLLM_DEFAULT_GPU_SHARE = 0.9  # vLLM's --gpu-memory-utilization when it is not given
+VLLM_CPU_KV_DEFAULT = 4 * GiB  # vLLM's VLLM_CPU_KVCACHE_SPACE default on a node without a GPU
 
 
 def _pad(value: int, to: int = CELL_PAD) -> int:
@@ -147,9 +159,12 @@ class Budget:
 
     host: int
     gpus: tuple[int, ...] = ()
+    split: tuple[float, ...] = ()  # a --tensor-split of these GPUs; unset: by their budgets
 
     @property
     def shares(self) -> tuple[float, ...]:
+        if self.gpus and any(s > 0 for s in self.split):
+            return tuple(max(s, 0.0) for s in self.split)
         return tuple(max(g, 0) for g in self.gpus) if any(g > 0 for g in self.gpus) else ()
 
 
@@ -191,3 +206,24 @@ def max_ctx_size(summary: GgufSummary, settings: LlamaCppSettings, budget: Budge
         else:
             high = mid - 1
     return low * CELL_PAD
+
+
+def folder_margin(weights: int) -> int:
+    """The allowance beside a model folder's weights (see the module text)."""
+    return max(FOLDER_MARGIN_MIN, int(weights * FOLDER_MARGIN_FRACTION))
+
+
+def folder_need(weights: int) -> int:
+    """What a model folder's runtime (MLX; vLLM without a GPU) needs: its weights plus the margin."""
+    return weights + folder_margin(weights)
+
+
+def vllm_gpu_need(gpu_total: int, budget: int | None) -> int:
+    """What vLLM takes of one GPU: the budget when set (it becomes --gpu-memory-utilization), else
+    vLLM's default share of the GPU's total."""
+    return budget if budget is not None else int(gpu_total * VLLM_DEFAULT_GPU_SHARE)
+
+
+def vllm_weights_per_gpu(weights: int, tensor_parallel: int) -> int:
+    """One GPU's part of the weights when they are split over ``tensor_parallel`` GPUs."""
+    return -(-weights // max(1, tensor_parallel))

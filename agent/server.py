@@ -22,6 +22,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
+from agent.api.sources import FitRequest
 from agent.deps import AgentDeps
 from agent.manager import AlreadyRunning, UnknownInstance
 from agent.problems import AgentProblem
@@ -133,6 +134,15 @@ async def start_instance(request: web.Request) -> web.Response:
 
 async def stop_instance(request: web.Request) -> web.Response:
     timeout = _number(request, "timeout", 10.0, 0, 600)
+async def plan_model(request: web.Request) -> web.Response:
+    """Every way a model runs on this node, best first (``agent.placement``)."""
+    try:
+        req = FitRequest.model_validate(await request.json())
+    except (ValidationError, ValueError) as exc:
+        raise ApiError(422, "invalid_request", f"not a valid FitRequest: {exc}") from exc
+    return web.json_response((await _sources(request).plan(req)).model_dump(mode="json"))
+
+
     info = await request.app[DEPS].manager.stop(request.match_info["id"], timeout)
     return web.json_response(info.model_dump(mode="json"))
 
@@ -253,6 +263,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources.api
         web.post(f"{p}/unpair", unpair),                            # then waits to be paired again
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
+        web.post(f"{p}/plan", plan_model),                          # body: FitRequest -> NodePlan (agent.placement)
         *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
     ])
     app.cleanup_ctx.extend([_adoption, _telemetry, _proxy_session])

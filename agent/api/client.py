@@ -14,6 +14,7 @@ Route table (``/agent/v1``):
     POST /upgrade                         -> AgentUpgradeAnswer  # ?platform=&version=&size=&sha256=; body: the build; then exit 75
     POST /runtimes/llamacpp               -> LlamaCppBuildAnswer  # ?name=&version=&size=&sha256=&smoke_model=; body: tar.gz
     POST /fit                             -> FitReport       # body: FitRequest (a local path or an HF file)
+    POST /plan                            -> NodePlan        # body: FitRequest; every way it runs here (agent.api.plan)
     POST /downloads                       -> TransferInfo    # body: DownloadRequest; 202
     GET  /imports/ollama                  -> list[OllamaModelInfo]  # ?store=PATH
     POST /imports/ollama                  -> TransferInfo    # body: OllamaImportRequest; 202
@@ -45,6 +46,7 @@ from agent.api.models import (
     LaunchSpec,
     TelemetryPage,
 )
+from agent.api.plan import NodePlan
 from agent.api.runtime_builds import (
     RUNTIME_BUILD_PATH,
     LlamaCppBuildAnswer,
@@ -175,6 +177,11 @@ class AgentClient:
         """Will this model fit this node? Reads a Hugging Face file's header by ranges, nothing more."""
         data = await self._call("POST", "/fit", body=request.model_dump(mode="json"), timeout=_SLOW_CALL_TIMEOUT)
         return FitReport.model_validate(data)
+
+    async def plan(self, request: FitRequest) -> NodePlan:
+        """Every way this model runs on this node: each GPU, split, partly offloaded, the CPU."""
+        data = await self._call("POST", "/plan", body=request.model_dump(mode="json"), timeout=_SLOW_CALL_TIMEOUT)
+        return NodePlan.model_validate(data)
 
     async def download(self, request: DownloadRequest) -> TransferInfo:
         return TransferInfo.model_validate(await self._call("POST", "/downloads", body=request.model_dump(mode="json")))

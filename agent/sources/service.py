@@ -16,6 +16,7 @@ from huggingface_hub import get_token
 
 from agent.admission import Admission
 from agent.api.models import InstanceState
+from agent.api.plan import NodePlan
 from agent.api.safe_names import UnsafeName, check_node_path
 from agent.api.sources import (
     DownloadRequest,
@@ -28,6 +29,7 @@ from agent.api.sources import (
     OllamaModelInfo,
     TransferInfo,
 )
+from agent.placement import plan_node
 from agent.problems import InvalidModelFile
 from agent.sources.downloads import (
     DownloadContext,
@@ -70,6 +72,21 @@ class ModelSources:
 
     async def fit(self, req: FitRequest) -> FitReport:
         """The estimate for a local file or a Hugging Face file (only its header is read)."""
+        summary, source = await self._summary(req)
+        return await self.admission.report(summary, req.settings, source=source, loading=self._starting())
+
+    async def plan(self, req: FitRequest) -> NodePlan:
+        """Every way the model runs on this node (``agent.placement``), best first."""
+        summary, source = await self._summary(req)
+        memory = await self.admission.snapshot(self._starting())
+        return NodePlan(source=source, summary=summary, unified_memory=memory.unified,
+                        memory_total=memory.memory_total, memory_available=memory.memory_available,
+                        options=plan_node(summary, req.settings, memory))
+
+    def _starting(self) -> list[tuple[str, int | None]]:
+        return [(i, pid) for i, state, pid in self._loading() if state is InstanceState.STARTING]
+
+    async def _summary(self, req: FitRequest) -> tuple[GgufSummary, str]:
         if (req.model_path is None) == (req.hf is None):
             raise BadSourceRequest("give either model_path or hf")
         if req.model_path is not None:
@@ -83,8 +100,7 @@ class ModelSources:
             summary, source = await self._hf_summary(req)
         if summary.is_projector:
             raise InvalidModelFile("this file is a vision projector, not a model")
-        loading = [(i, pid) for i, state, pid in self._loading() if state is InstanceState.STARTING]
-        return await self.admission.report(summary, req.settings, source=source, loading=loading)
+        return summary, source
 
     async def _hf_summary(self, req: FitRequest) -> tuple[GgufSummary, str]:
         ref = req.hf
