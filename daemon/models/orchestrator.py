@@ -2,7 +2,9 @@
 
 The agents own the processes; this module turns a ``ModelDefinition`` into a ``LaunchSpec``, sends
 it to the node's agent through that node's start lane, and derives each ``ModelStatus`` from the
-definition and what the agent last reported. State changes become events.
+definition and what the agent last reported. State changes become events. A start on request
+makes room first when the node's memory is short: ``daemon.models.placement`` plans which idle
+models of that node to unload, and each one unloaded is a ``model.evicted`` event.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from collections.abc import Callable
 
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
+from agent.api.sources import FitRequest
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
+from daemon.models import placement
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
 from daemon.nodes.links import AgentLink, Links
@@ -27,6 +31,8 @@ _LOGGER = logging.getLogger(__name__)
 FIRST_CONTACT_S = 30.0
 
 StateListener = Callable[[str, ModelState | None, ModelStatus], None]
+InFlight = Callable[[str], int]  # requests in flight or waiting, by served name (the router's)
+ROOM_ATTEMPTS = 3  # plans per start: ours, then up to two more from the agent's own refusal
 
 
 class OrchestratorError(DaemonProblem):
@@ -45,6 +51,8 @@ class Orchestrator:
         self._changed = asyncio.Condition()
         self._ready_waits: dict[str, asyncio.Task[ModelStatus]] = {}
         self._last_used: dict[str, float] = {}
+        self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
+        self._needs: dict[tuple[str, str], int | None] = {}  # (model id, config hash) -> estimated bytes
 
     def on_state_change(self, listener: StateListener) -> None:
         """Call ``listener(model_id, previous, status)`` on each model state change (the health monitor)."""
@@ -93,6 +101,7 @@ class Orchestrator:
     def _decorate(self, status: ModelStatus) -> ModelStatus:
         status.crash_count = self.book.crashes.get(status.id, 0)
         status.restarts_paused = status.id in self.book.pauses
+        status.evicted = self._evicted.get(status.id)
         if status.restarts_paused and status.state != ModelState.READY:
             pause = self.book.pauses[status.id]
             status.error = (f"Crashed {pause.crashes} times, automatic restarts paused"
@@ -167,8 +176,10 @@ class Orchestrator:
                           memory_budget_bytes=None if definition.memory_budget_gib is None
                           else int(definition.memory_budget_gib * (1 << 30)))
 
-    async def start(self, model_id: str, *, by_user: bool = True, force: bool = False) -> ModelStatus:
-        """Start a model. A start by the user also clears its crash count and restart pause."""
+    async def start(self, model_id: str, *, by_user: bool = True, force: bool = False,
+                    in_flight: InFlight | None = None) -> ModelStatus:
+        """Start a model. A start by the user also clears its crash count and restart pause.
+        With ``in_flight`` (a start on request), idle models of its node are unloaded to make room."""
         definition = self.registry.require(model_id)
         if definition.runtime == "external":  # nothing to start: ask the endpoint now
             await self.external.probe(definition)
@@ -184,13 +195,87 @@ class Orchestrator:
             current = self.status(definition)
             if current.state in (ModelState.STARTING, ModelState.READY):
                 return current
-            try:
-                await link.client.start(self.launch_spec(definition, force))
-            except AgentError as exc:
-                raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
+            if in_flight is not None:
+                await self._make_room(definition, link, in_flight)
+            for attempt in range(1, ROOM_ATTEMPTS + 1):
+                try:
+                    await link.client.start(self.launch_spec(definition, force))
+                    break
+                except AgentError as exc:
+                    short = placement.shortfall_from_refusal(exc.details) \
+                        if exc.code == "insufficient_memory" and in_flight is not None else None
+                    if short is None or in_flight is None or attempt == ROOM_ATTEMPTS:
+                        raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
+                    await self._make_room(definition, link, in_flight, shortfall=short)
             await link.refresh()
+        self._evicted.pop(model_id, None)
         self.touch(model_id)
         return self.status(definition)
+
+    # --- making room (daemon.models.placement) -------------------------------------------------
+    async def _need(self, definition: ModelDefinition, link: AgentLink) -> int | None:
+        """What the model will take: its budget, else the agent's estimate from its GGUF header."""
+        if definition.memory_budget_gib is not None:
+            return int(definition.memory_budget_gib * (1 << 30))
+        if definition.runtime != "llamacpp":
+            return None
+        key = (definition.id, definition_hash(definition))
+        if key not in self._needs:
+            try:
+                report = await link.client.fit(FitRequest(model_path=definition.model_path,
+                                                          settings=definition.settings))
+                self._needs[key] = report.estimate.host_bytes + sum(report.estimate.gpu_bytes)
+            except AgentError as exc:  # the agent's admission will say it at start
+                _LOGGER.info("no memory estimate for %s: %s", definition.id, exc.message)
+                self._needs[key] = None
+        return self._needs[key]
+
+    def _loaded(self, definition: ModelDefinition, link: AgentLink, in_flight: InFlight) -> list[placement.Loaded]:
+        """The other models loaded or loading on ``definition``'s node, as the planner sees them."""
+        sample = link.latest_sample
+        loaded = []
+        for other in self.registry.all():
+            inst = link.instances.get(other.id)
+            if other.id == definition.id or other.node != definition.node or inst is None or \
+                    inst.state not in (InstanceState.STARTING, InstanceState.READY):
+                continue
+            size: int | None
+            if other.memory_budget_gib is not None:
+                size = int(other.memory_budget_gib * (1 << 30))
+            else:
+                figures = sample.instances.get(other.id) if sample is not None else None
+                size = None if figures is None or figures.rss_bytes is None else \
+                    figures.rss_bytes + (figures.gpu_memory_bytes or 0)
+            loaded.append(placement.Loaded(model_id=other.id, size_bytes=size, last_used=self.last_used(other.id, 0.0),
+                                           in_flight=in_flight(other.served_name), pinned=other.pinned,
+                                           model_class=other.model_class))
+        return loaded
+
+    async def _make_room(self, definition: ModelDefinition, link: AgentLink, in_flight: InFlight,
+                         shortfall: int | None = None) -> None:
+        """Unload what the plan says, or refuse with what is using the memory (503)."""
+        sample = link.latest_sample
+        if sample is None and shortfall is None:
+            return  # no figures yet: the agent's admission decides
+        need = await self._need(definition, link)
+        if need is None and shortfall is None:
+            return
+        memory = placement.NodeMemory(total=sample.memory_total if sample else 0,
+                                      available=sample.memory_available if sample else 0)
+        found = placement.plan(need or 0, memory, self._loaded(definition, link, in_flight),
+                               definition.model_class, shortfall=shortfall)
+        if not found.fits:
+            raise OrchestratorError(503, "insufficient_memory", f"Not enough memory on node '{definition.node}' "
+                                    f"for '{definition.id}': {found.reason}")
+        for victim in found.evict:
+            size = placement.gib(victim.size_bytes or 0)
+            reason = f"unloaded to make room for '{definition.id}' ({placement.gib(need or shortfall or 0)} " \
+                     f"needed; it was idle, class {victim.model_class}, and held {size})"
+            _LOGGER.info("%s %s", victim.model_id, reason)
+            self._evicted[victim.model_id] = reason
+            self.events.publish("model.evicted", victim.model_id, for_model=definition.id,
+                                freed_bytes=victim.size_bytes, needed_bytes=need, reason=reason)
+            await self.stop(victim.model_id)  # no longer wanted: start_on_request brings it back
 
     async def stop(self, model_id: str, *, keep_wanted: bool = False) -> ModelStatus:
         definition = self.registry.require(model_id)
@@ -227,20 +312,21 @@ class Orchestrator:
                 pass
         return self.status_by_id(model_id)
 
-    async def ensure_ready(self, model_id: str) -> ModelStatus:
-        """Start a model on request and wait for it; concurrent callers share one start."""
+    async def ensure_ready(self, model_id: str, in_flight: InFlight | None = None) -> ModelStatus:
+        """Start a model on request and wait for it; concurrent callers share one start. With
+        ``in_flight`` (the router's), idle models of its node are unloaded when it needs the room."""
         task = self._ready_waits.get(model_id)
         if task is None or task.done():
-            task = asyncio.get_running_loop().create_task(self._start_and_wait(model_id))
+            task = asyncio.get_running_loop().create_task(self._start_and_wait(model_id, in_flight))
             self._ready_waits[model_id] = task
         return await asyncio.shield(task)
 
-    async def _start_and_wait(self, model_id: str) -> ModelStatus:
+    async def _start_and_wait(self, model_id: str, in_flight: InFlight | None = None) -> ModelStatus:
         definition = self.registry.require(model_id)
         status = self.status(definition)
         if status.state != ModelState.READY:
             if status.state != ModelState.STARTING:
-                status = await self.start(model_id)
+                status = await self.start(model_id, in_flight=in_flight)
             status = await self.wait_settled(model_id, definition.startup_timeout_s + 5)
         return status
 

@@ -35,7 +35,7 @@ from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
 from daemon.history import History
 from daemon.keys import KeyStore
 from daemon.models.maintenance import Maintenance
-from daemon.models.orchestrator import Orchestrator
+from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.nodes.answer import answer_at
 from daemon.nodes.links import Links
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
@@ -338,8 +338,11 @@ class Router:
         status = orch.status(definition)
         if status.state != ModelState.READY and definition.start_on_request:
             try:
-                status = await orch.ensure_ready(definition.id)
+                status = await orch.ensure_ready(definition.id, self.in_flight)
             except Exception as exc:  # noqa: BLE001 - reported to the client below
+                if isinstance(exc, OrchestratorError) and exc.code == "insufficient_memory":
+                    raise DaemonProblem(503, exc.code, f"The model '{definition.served_name}' cannot be loaded: "
+                                        f"{exc.message}", retry_after=30) from None  # says what uses the memory
                 status = orch.status(definition)
                 status.error = status.error or str(exc)
         if status.state != ModelState.READY:
