@@ -3,7 +3,8 @@
 A created key's secret is handed to the caller once and never kept here: the list holds only
 ``ApiKeyInfo``, which has no secret. Opening ``/v1`` to the LAN always turns on required keys,
 because the daemon refuses an open LAN endpoint without them. Each key shows its use (requests
-and tokens, last 24 hours and in total), read again whenever the page asks for a refresh.
+and tokens, last 24 hours and in total), read again whenever the page asks for a refresh, and its
+limits (requests per minute, tokens per UTC day) with its use against them; ``set_limits`` changes them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from daemon.api.client import DaemonError
 from daemon.api.models import (
     ApiKeyCreated,
     ApiKeyInfo,
+    ApiKeyLimits,
     DaemonSettings,
     Event,
     ModelState,
@@ -40,6 +42,14 @@ def usage_cells(info: ApiKeyInfo) -> tuple[str, str]:
     """The key's requests and tokens, each as "last 24 h / total"."""
     return (f"{count(info.requests_24h)} / {count(info.requests_total)}",
             f"{count(info.tokens_24h)} / {count(info.tokens_total)}")
+
+
+def limits_cell(info: ApiKeyInfo) -> str:
+    """The key's limits with its use against them: "2 / 60 per min · 3.4k / 100k tokens today"."""
+    rpm, day = info.limits.requests_per_minute, info.limits.tokens_per_day
+    parts = [f"{count(info.requests_last_minute)} / {count(rpm)} per min" if rpm else "",
+             f"{count(info.tokens_today)} / {count(day)} tokens today" if day else ""]
+    return " · ".join(p for p in parts if p) or "No limits"
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,15 @@ class AccessViewModel:
         if all(k.id != created.info.id for k in s.keys):
             self.state.set(replace(s, keys=s.keys + (created.info,)))
         return created
+
+    async def set_limits(self, key_id: str, requests_per_minute: int | None,
+                         tokens_per_day: int | None) -> ApiKeyInfo:
+        """Set both limits of a key (None: no limit)."""
+        info = await self.client.set_key_limits(
+            key_id, ApiKeyLimits(requests_per_minute=requests_per_minute, tokens_per_day=tokens_per_day))
+        s = self.state.value
+        self.state.set(replace(s, keys=tuple(info if k.id == key_id else k for k in s.keys)))
+        return info
 
     async def revoke_key(self, key_id: str) -> None:
         await self.client.revoke_key(key_id)

@@ -1,4 +1,4 @@
-"""Access: who may use /v1 — API keys, LAN access — and how to connect tools to it."""
+"""Access: who may use /v1 — API keys and their limits, LAN access — and how to connect tools to it."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
     QHBoxLayout,
     QHeaderView,
     QInputDialog,
     QPlainTextEdit,
     QScrollArea,
+    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -25,13 +29,54 @@ from app import format as fmt
 from app.context import AppContext
 from app.ui.dialogs import NewKeyDialog
 from app.ui.widgets import Card, CopyField, button, label, page, page_header
-from app.viewmodels.access import LAN_NEEDS_KEYS, AccessState, usage_cells
-from daemon.api.models import ApiKeyCreated
+from app.viewmodels.access import LAN_NEEDS_KEYS, AccessState, limits_cell, usage_cells
+from daemon.api.models import ApiKeyCreated, ApiKeyInfo
+
+Limits = tuple[int | None, int | None]  # requests per minute, tokens per UTC day; None: no limit
 
 
 def _ask_name(parent: QWidget) -> str | None:
     name, ok = QInputDialog.getText(parent, "New API key", "Name (where it will be used):")
     return name.strip() if ok and name.strip() else None
+
+
+class KeyLimitsDialog(QDialog):
+    """A key's requests per minute and tokens per UTC day; 0 is no limit."""
+
+    def __init__(self, info: ApiKeyInfo, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Limits of “{info.name}”")
+        layout = QVBoxLayout(self)
+        layout.addWidget(label("Requests past a limit are refused with 429 and told when to retry. "
+                               "The day is the UTC day.", muted=True, wrap=True))
+        form = QFormLayout()
+        self.rpm = self._spin(info.limits.requests_per_minute, 1_000_000, "RpmLimit")
+        self.tokens = self._spin(info.limits.tokens_per_day, 2_000_000_000, "TokensPerDayLimit")
+        self.tokens.setSingleStep(1000)
+        form.addRow("Requests per minute", self.rpm)
+        form.addRow("Tokens per day", self.tokens)
+        layout.addLayout(form)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    @staticmethod
+    def _spin(value: int | None, top: int, name: str) -> QSpinBox:
+        spin = QSpinBox()
+        spin.setObjectName(name)
+        spin.setRange(0, top)
+        spin.setSpecialValueText("No limit")  # shown for 0
+        spin.setValue(value or 0)
+        return spin
+
+    def limits(self) -> Limits:
+        return (self.rpm.value() or None, self.tokens.value() or None)
+
+
+def _ask_limits(parent: QWidget, info: ApiKeyInfo) -> Limits | None:
+    dialog = KeyLimitsDialog(info, parent)  # from a click, like the name prompt: not inside a task
+    return dialog.limits() if dialog.exec() == QDialog.DialogCode.Accepted else None
 
 
 def _show_key(parent: QWidget, created: ApiKeyCreated) -> None:
@@ -48,6 +93,7 @@ class AccessPage(QScrollArea):
         self.vm = ctx.access
         self.ask_name: Callable[[QWidget], str | None] = _ask_name  # tests answer for the user
         self.show_key: Callable[[QWidget, ApiKeyCreated], None] = _show_key
+        self.ask_limits: Callable[[QWidget, ApiKeyInfo], Limits | None] = _ask_limits
         self.setWidgetResizable(True)
         body, layout = page()
         self.setWidget(body)
@@ -81,18 +127,21 @@ class AccessPage(QScrollArea):
         self.create_button.clicked.connect(self.create_key)
         bar.addWidget(self.create_button)
         keys.body.addLayout(bar)
-        self.table = QTableWidget(0, 7)
+        self.table = QTableWidget(0, 8)
         self.table.setObjectName("KeyTable")
-        self.table.setHorizontalHeaderLabels(["Name", "Key", "Created", "Last used", "Requests", "Tokens", ""])
+        self.table.setHorizontalHeaderLabels(["Name", "Key", "Created", "Last used", "Requests", "Tokens",
+                                              "Limits", ""])
         for col in (4, 5):
             self.table.horizontalHeaderItem(col).setToolTip("Last 24 hours / since the key was created")
+        self.table.horizontalHeaderItem(6).setToolTip("Requests in the last minute / per minute; "
+                                                      "tokens since 00:00 UTC / per day")
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.setShowGrid(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in (1, 2, 3, 4, 5, 6):
+        for col in (1, 2, 3, 4, 5, 6, 7):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setMinimumHeight(190)
         keys.body.addWidget(self.table)
@@ -137,13 +186,26 @@ class AccessPage(QScrollArea):
         self.table.setRowCount(len(s.keys))
         for row, info in enumerate(s.keys):
             for col, text in enumerate((info.name, f"{info.prefix}…", fmt.when(info.created_at),
-                                        fmt.ago(info.last_used_at), *usage_cells(info))):
+                                        fmt.ago(info.last_used_at), *usage_cells(info), limits_cell(info))):
                 self.table.setItem(row, col, QTableWidgetItem(text))
+            actions = QWidget()
+            box = QHBoxLayout(actions)
+            box.setContentsMargins(0, 0, 0, 0)
+            limits = button("Limits…")
+            limits.setObjectName(f"limits-{info.id}")
+            limits.clicked.connect(lambda _=False, k=info: self.edit_limits(k))
             revoke = button("Revoke", kind="danger")
             revoke.setObjectName(f"revoke-{info.id}")
             revoke.clicked.connect(lambda _=False, i=info.id, n=info.name: self.ctx.act(
                 self.vm.revoke_key(i), f"Revoked key “{n}”"))
-            self.table.setCellWidget(row, 6, revoke)
+            box.addWidget(limits)
+            box.addWidget(revoke)
+            self.table.setCellWidget(row, 7, actions)
+
+    def edit_limits(self, info: ApiKeyInfo) -> None:
+        wanted = self.ask_limits(self, info)
+        if wanted is not None:
+            self.ctx.act(self.vm.set_limits(info.id, *wanted), f"Limits of “{info.name}” saved")
 
     def _render_snippets(self, s: AccessState) -> None:
         while self.snippet_tabs.count():

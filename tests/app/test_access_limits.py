@@ -1,0 +1,101 @@
+"""The Access page shows each key's limits with its use against them, and sets them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication, QPushButton
+
+from app.context import AppContext
+from app.ui import theme
+from app.ui.main_window import MainWindow
+from app.ui.pages.access import KeyLimitsDialog
+from app.viewmodels.access import AccessViewModel, limits_cell
+from app.viewmodels.fleet import FleetViewModel
+from daemon.api.models import ApiKeyInfo, ApiKeyLimits
+
+CAPPED = ApiKeyInfo(id="k1", name="editor", prefix="sk-mirbad-ab12", created_at=1.7e9,
+                    limits=ApiKeyLimits(requests_per_minute=60, tokens_per_day=100_000),
+                    requests_last_minute=2, tokens_today=3400)
+
+
+def test_a_keys_limits_read_with_its_use_against_them() -> None:
+    assert limits_cell(CAPPED) == "2 / 60 per min · 3.4k / 100k tokens today"
+    assert limits_cell(CAPPED.model_copy(update={"limits": ApiKeyLimits(tokens_per_day=5000)})) == \
+        "3.4k / 5k tokens today"
+    assert limits_cell(CAPPED.model_copy(update={"limits": ApiKeyLimits()})) == "No limits"
+
+
+async def test_the_view_model_sets_both_limits(fake: FakeDaemonClient) -> None:
+    fake.keys["k1"] = CAPPED
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    await fleet.resync()
+    access = AccessViewModel(fleet)
+    await access.refresh()
+    info = await access.set_limits("k1", 30, None)
+    assert info.limits == ApiKeyLimits(requests_per_minute=30)
+    assert access.state.value.keys[0].limits == ApiKeyLimits(requests_per_minute=30)
+    assert fake.called("set_key_limits")
+
+
+@pytest.fixture
+def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
+           tmp_path: Path) -> Iterator[MainWindow]:
+    theme.apply(qapp, "light")
+    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx.fleet.feed._poll_timeout = 5
+    ctx.start()
+    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
+    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
+    win.show()
+    yield win
+    win.quitting = True
+    win.close()
+    ctx.logs.stop()
+    ctx.charts.hide()
+    win.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.mark.gui
+def test_the_access_page_shows_and_sets_a_keys_limits(window: MainWindow, fake: FakeDaemonClient,
+                                                      qtbot: Any) -> None:
+    fake.keys["k1"] = CAPPED
+    window.show_page("access")
+    page = window.access
+    table = page.table
+    limits_col = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())].index("Limits")
+
+    def shown() -> str:
+        item = table.item(0, limits_col) if table.rowCount() else None
+        return item.text() if item else ""
+
+    qtbot.waitUntil(lambda: shown() == "2 / 60 per min · 3.4k / 100k tokens today")
+    asked: list[ApiKeyInfo] = []
+
+    def answer(_parent: object, info: ApiKeyInfo) -> tuple[int | None, int | None]:
+        asked.append(info)
+        return (None, 250_000)
+
+    page.ask_limits = answer
+    page.findChild(QPushButton, "limits-k1").click()
+    qtbot.waitUntil(lambda: shown() == "3.4k / 250k tokens today")
+    assert asked[0].limits == CAPPED.limits  # the dialog starts from the key's limits
+    assert fake.keys["k1"].limits == ApiKeyLimits(tokens_per_day=250_000)
+
+
+@pytest.mark.gui
+def test_the_limits_dialog_starts_from_the_limits_and_zero_is_none(qapp: QApplication, qtbot: Any) -> None:
+    dialog = KeyLimitsDialog(CAPPED)
+    qtbot.addWidget(dialog)
+    assert dialog.limits() == (60, 100_000)
+    dialog.rpm.setValue(0)
+    assert dialog.rpm.text() == "No limit"
+    dialog.tokens.setValue(7)
+    assert dialog.limits() == (None, 7)
