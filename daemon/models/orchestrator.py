@@ -15,7 +15,13 @@ import time
 from collections.abc import Callable
 
 from agent.api.client import AgentError
-from agent.api.models import InstanceInfo, InstanceState, LaunchSpec
+from agent.api.models import (
+    AgentStatus,
+    InstanceInfo,
+    InstanceState,
+    LaunchSpec,
+    TelemetrySample,
+)
 from agent.api.sources import FitRequest
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 from daemon.errors import DaemonProblem
@@ -254,14 +260,18 @@ class Orchestrator:
     async def _make_room(self, definition: ModelDefinition, link: AgentLink, in_flight: InFlight,
                          shortfall: int | None = None) -> None:
         """Unload what the plan says, or refuse with what is using the memory (503)."""
-        sample = link.latest_sample
-        if sample is None and shortfall is None:
-            return  # no figures yet: the agent's admission decides
         need = await self._need(definition, link)
         if need is None and shortfall is None:
-            return
-        memory = placement.NodeMemory(total=sample.memory_total if sample else 0,
-                                      available=sample.memory_available if sample else 0)
+            return  # no figure to plan with: the agent's admission decides
+        figures: TelemetrySample | AgentStatus | None = link.latest_sample
+        if figures is None:  # no telemetry yet: ask the agent
+            try:
+                figures = await link.client.status()
+            except AgentError:
+                if shortfall is None:
+                    return
+        memory = placement.NodeMemory(total=figures.memory_total if figures else 0,
+                                      available=figures.memory_available if figures else 0)
         found = placement.plan(need or 0, memory, self._loaded(definition, link, in_flight),
                                definition.model_class, shortfall=shortfall)
         if not found.fits:
