@@ -34,8 +34,8 @@ _TABLES = {"model": MODEL_METRICS, "node": NODE_METRICS, "gpu": GPU_METRICS}
 # Access-log columns in RequestRecord's field order; the ones after completion_tokens came later
 # and are added to an older file by _migrate_requests, which keeps its rows.
 REQUEST_COLUMNS = ("id", "ts", "model", "node", "path", "status", "queue_ms", "ttft_ms", "total_ms",
-                   "prompt_tokens", "completion_tokens", "key_id", "error")
-REQUEST_COLUMNS_ADDED = {"key_id": "TEXT", "error": "TEXT"}
+                   "prompt_tokens", "completion_tokens", "key_id", "error", "answered_by")
+REQUEST_COLUMNS_ADDED = {"key_id": "TEXT", "error": "TEXT", "answered_by": "TEXT"}
 
 
 def _schema() -> str:

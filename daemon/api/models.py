@@ -262,3 +262,5 @@ class RequestRecord(BaseModel):
     completion_tokens: int | None = None
     key_id: str | None = Field(default=None, description="The API key used; None without one.")
     error: str | None = Field(default=None, description="Why it failed (or was retried); None when it went well.")
+    answered_by: str | None = Field(default=None, description="The fallback model (id) that answered in the "
+                                    "requested model's place; None when the requested model answered or none did.")

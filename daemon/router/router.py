@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from agent.api.llamacpp import lora_field
 from agent.api.models import InstanceInfo, InstanceState
@@ -38,6 +39,7 @@ from daemon.models.maintenance import Maintenance
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.nodes.answer import answer_at
 from daemon.nodes.links import Links
+from daemon.router.external import KeyUnreadable
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.router.metrics import RouterMetrics
 
@@ -84,6 +86,7 @@ class _Exchange(Record):
     model: str | None = None
     node: str | None = None
     strip_usage: bool = False  # we asked the runtime for usage the client did not ask for
+    answered_by: str | None = None  # the fallback that answered in the requested model's place
 
 
 EXCHANGE = web.RequestKey("exchange", _Exchange)
@@ -365,6 +368,51 @@ class Router:
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:
+        """To the model, else to its fallbacks in order: each tried when the one before refused
+        before any byte of an answer (503: not ready and not loadable, no room, node offline, key
+        unreadable; 502: unreachable). Never once an answer started. Each model gets the body with
+        its own name in ``model`` (an external one its provider's)."""
+        if not definition.fallbacks:
+            return await self._forward_one(request, definition, body, exchange)
+        first: DaemonProblem | None = None
+        for candidate in self._candidates(definition):
+            sent = body if candidate is definition else _with_model(body, candidate.served_name)
+            try:
+                response = await self._forward_one(request, candidate, sent, exchange)
+            except DaemonProblem as problem:
+                if problem.status not in (502, 503) or exchange.status or exchange.first_byte is not None:
+                    raise
+                exchange.failures.append(f"'{candidate.id}' did not answer: {problem.code}: {problem.message}")
+                first = first or problem
+                continue
+            if candidate is not definition:
+                exchange.answered_by = candidate.id
+                exchange.failures.append(f"answered by the fallback '{candidate.id}'")
+            return response
+        assert first is not None
+        raise first
+
+    def _candidates(self, definition: ModelDefinition) -> list[ModelDefinition]:
+        """The model, its fallbacks in order, then theirs (breadth first), each model once; a name
+        no model has now (removed since) is skipped."""
+        registry = self.orchestrator.registry
+        found, seen, index = [definition], {definition.id}, 0
+        while index < len(found) and len(found) < MAX_CANDIDATES:
+            for name in found[index].fallbacks:
+                model = registry.get(name) or registry.by_served_name(name)
+                if model is not None and model.id not in seen:
+                    seen.add(model.id)
+                    found.append(model)
+            index += 1
+        return found[:MAX_CANDIDATES]
+
+    async def _forward_one(self, request: web.Request, definition: ModelDefinition, body: bytes,
+                           exchange: _Exchange) -> web.StreamResponse:
+        exchange.node = None if definition.runtime == "external" else definition.node
+        if definition.runtime == "external":
+            target = await self._external_target(definition)
+            return await self._send(request, definition, _with_model(body, definition.provider_model or ""),
+                                    exchange, target)
         gate = self._gate(definition)
         target = await self._admit(definition, gate, exchange)
         try:
@@ -372,11 +420,32 @@ class Router:
         finally:
             gate.release_slot()
 
+    async def _external_target(self, definition: ModelDefinition) -> Upstream:
+        """An external model's endpoint, with its key read now: refused (503) while its last probe
+        failed or when the key file cannot be read."""
+        external = self.orchestrator.external
+        await external.ensure_probed(definition)  # once, for a model saved a moment ago
+        status = external.status(definition)
+        if status.state != ModelState.READY:
+            raise DaemonProblem(503, "model_not_ready", f"The model '{definition.served_name}' is "
+                                f"{status.state.value}: {status.error}", retry_after=30)
+        try:
+            target = external.upstream(definition)
+        except KeyUnreadable as exc:
+            raise DaemonProblem(503, "api_key_unreadable",
+                                f"The model '{definition.served_name}' cannot be called: {exc}", retry_after=30) from None
+        self.orchestrator.touch(definition.id)
+        return target
+
     async def _send(self, request: web.Request, definition: ModelDefinition, body: bytes, exchange: _Exchange,
                     target: Upstream) -> web.StreamResponse:
         request_id = request[REQUEST_ID]
+        path_qs = request.path_qs
+        if definition.runtime == "external":  # base_url ends where /v1 does; the client's own key stays here
+            path_qs = path_qs[3:] if path_qs.startswith("/v1") else path_qs
+            request = request.clone(headers=_to_external(request.headers))
         try:
-            return await relay(request, target, request.path_qs, body, record=exchange, log=_LOGGER,
+            return await relay(request, target, path_qs, body, record=exchange, log=_LOGGER,
                                label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
                                sse_rewrite=_UsageFilter() if exchange.strip_usage else None,
                                tail_bytes=USAGE_TAIL_BYTES)
@@ -396,7 +465,24 @@ class Router:
             exchange.node, request.path, exchange.status, exchange.queue_s * 1000,
             ttft, (now - exchange.started) * 1000, prompt,
             completion, exchange.key_id,
-            "; ".join(exchange.failures)[:2000] if exchange.failures else None))
+            "; ".join(exchange.failures)[:2000] if exchange.failures else None, exchange.answered_by))
+
+
+MAX_CANDIDATES = 16  # a model and the fallbacks tried for it, at most
+_EXTERNAL_DROPPED = frozenset({"x-api-key", "cookie"})  # the daemon's key and cookies stay here
+
+
+def _to_external(headers: Any) -> CIMultiDict[str]:
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _EXTERNAL_DROPPED)
+
+
+def _with_model(body: bytes, name: str) -> bytes:
+    """``body`` with ``model`` set to ``name`` (a fallback's served name, a provider's model name)."""
+    payload = _loads(body)
+    if not isinstance(payload, dict) or payload.get("model") == name:
+        return body
+    payload["model"] = name
+    return _dumps(payload)
 
 
 class _UsageFilter:
