@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.api.llamacpp import Adapter, LlamaCppSettings, build_args, config_hash, lora_field
+from agent.api.llamacpp import (
+    Adapter,
+    LlamaCppSettings,
+    build_args,
+    config_hash,
+    lora_field,
+)
 from agent.api.models import LaunchSpec
 from agent.runtimes.driver import SpecRejected
 from agent.runtimes.llamacpp import build_command, check_spec
