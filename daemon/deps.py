@@ -48,6 +48,7 @@ from daemon.routes import Handlers
 from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.runtimes.manager import RuntimeUpgradeManager
 from daemon.sources.api import SourcesApi
+from daemon.sources.mirror import Mirror, MirrorApi
 from daemon.sources.registration import register_models
 from daemon.sources.transfers import Transfers
 from daemon.telemetry import TelemetryCollector
@@ -85,6 +86,7 @@ class DaemonDeps:
     runtime_upgrades: RuntimeUpgradeManager
     jobs: JobManager
     transfers: Transfers
+    mirror: Mirror
     shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)  # `mirbadllm daemon` exits on it
     local_agent: LocalAgentProcess | None = None  # this machine's agent, once started
 
@@ -120,12 +122,13 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
         return await register_models(registry, events, history, transfer, query)
 
     transfers = Transfers(links, events, history, register, background.spawn)
+    mirror = Mirror(links, transfers, registry, events, history, paths.local_agent_home / "models", background.spawn)
     return DaemonDeps(config=config, paths=paths, admin_token=token, listener=Listener(config, paths),
                       background=background, events=events, registry=registry, keys=keys, history=history,
                       metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,
                       router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades,
                       runtime_upgrades=runtime_upgrades, jobs=jobs,
-                      transfers=transfers)
+                      transfers=transfers, mirror=mirror)
 
 
 def handlers(d: DaemonDeps) -> Handlers:
@@ -140,7 +143,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
         nodes=NodesApi(d.nodes, d.history),
         upgrades=UpgradesApi(d.upgrades),
-        runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades))
+        runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
+        mirror=MirrorApi(d.mirror))
 
 
 # --- lifecycle -------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from daemon.probes import Probes
 from daemon.router.router import Router
 from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.sources.api import SourcesApi
+from daemon.sources.mirror import MirrorApi
 from daemon.upgrades.api import UpgradesApi
 
 
@@ -38,6 +39,7 @@ class Handlers:
     nodes: NodesApi
     upgrades: UpgradesApi
     runtime_upgrades: RuntimeUpgradesApi
+    mirror: MirrorApi
 
 
 def route_table(h: Handlers) -> list[web.RouteDef]:
@@ -77,6 +79,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
 
         web.get("/api/fit", sources.fit_get),                                # ?node=ID&path=P | &hf_repo=R&hf_file=F&quant=Q&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
         web.post("/api/fit", sources.fit),                                   # body: FitQuery
+        web.post("/api/plan", sources.plan),                                 # body: PlanQuery; every online node's ways to run it
         web.post("/api/downloads", sources.download),                        # body: DownloadQuery
         web.get("/api/imports/ollama", sources.ollama_models),               # ?node=ID&store=PATH
         web.post("/api/imports/ollama", sources.import_ollama),              # body: OllamaImportQuery
@@ -85,6 +88,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/transfers", sources.list_transfers),
         web.get("/api/transfers/{id}", sources.get_transfer),
         web.post("/api/transfers/{id}/cancel", sources.cancel),
+        web.post("/api/mirror", h.mirror.start),                             # body: MirrorQuery; daemon.sources.mirror
 
         web.post("/api/jobs/benchmark", jobs.start_benchmark),               # body: BenchmarkRequest
         web.post("/api/jobs/tune", jobs.start_tune),                         # body: TuneRequest

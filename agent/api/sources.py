@@ -173,7 +173,7 @@ class TransferState(str, Enum):
     CANCELLED = "cancelled"
 
 
-TransferKind = Literal["hf", "url", "ollama", "folder"]
+TransferKind = Literal["hf", "url", "ollama", "folder", "mirror"]  # mirror: the daemon pushes it (agent.api.mirror)
 FINISHED_TRANSFERS = frozenset({TransferState.DONE, TransferState.FAILED, TransferState.CANCELLED})
 
 

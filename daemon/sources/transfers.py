@@ -58,12 +58,22 @@ class Transfers:
             self._spawn(self._watch(node))  # cancelled with the daemon's other tasks
         return transfer
 
+    async def own(self, node: str, info: TransferInfo) -> Transfer:
+        """A transfer the daemon runs itself (a mirror push to ``node``, ``daemon.sources.mirror``): listed
+        and evented like the others and moved on by ``update``, never followed on an agent (no ``agent_id``)."""
+        transfer = Transfer(**{**info.model_dump(), "id": f"x{next(self._ids)}"}, node=node, agent_id="")
+        self._transfers[transfer.id] = transfer
+        self._events.publish("transfer.state", None, **transfer.model_dump(mode="json"))
+        await self._history.audit("admin", f"transfer.{info.kind}", transfer.id, info.label)
+        return transfer
+
     async def _watch(self, node: str) -> None:
         """Long-poll the node's transfers while any of ours there is unfinished."""
         version: int | None = None
         backoff = 0.5
         try:
-            while any(t.node == node and t.state not in FINISHED_TRANSFERS for t in self._transfers.values()):
+            while any(t.node == node and t.agent_id and t.state not in FINISHED_TRANSFERS
+                      for t in self._transfers.values()):
                 link = self._links.get(node)
                 try:
                     if link is None:
@@ -78,7 +88,7 @@ class Transfers:
                 version = page.version
                 seen = {t.id: t for t in page.transfers}
                 for transfer in list(self._transfers.values()):
-                    if transfer.node != node or transfer.state in FINISHED_TRANSFERS:
+                    if transfer.node != node or not transfer.agent_id or transfer.state in FINISHED_TRANSFERS:
                         continue
                     info = seen.get(transfer.agent_id)
                     if info is None:  # the agent restarted and forgot it
