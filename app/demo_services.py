@@ -490,10 +490,12 @@ class DemoJobs:
     async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
         self._record("apply_job", job_id, restart)
         result = self._job(job_id).result
-        if not isinstance(result, TuningResult) or result.winner_settings is None:
+        vllm = isinstance(result, TuningResult) and result.runtime == "vllm"
+        winner = (result.winner_vllm if vllm else result.winner_settings) if isinstance(result, TuningResult) else None
+        if not isinstance(result, TuningResult) or winner is None:
             raise DaemonError(409, "no_winner", "this run has no winner to apply")
         view = self._view(result.model)
-        self.definitions[result.model] = view.definition.model_copy(update={"settings": result.winner_settings})
+        self.definitions[result.model] = view.definition.model_copy(update={"vllm" if vllm else "settings": winner})
         self._publish("model.updated", result.model)
         return self._view(result.model)
 

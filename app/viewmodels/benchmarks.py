@@ -2,6 +2,9 @@
 
 Qt-free. Runs come from ``DaemonApi.list_jobs``; a running job is followed through the event
 feed (``job.progress`` carries the job's view), and the history is re-read when it finishes.
+The newest finished tuning run is read in full (``last_tuning``) so the tab can say what it changed
+in the model's own runtime's settings (``describe_changes``: llama.cpp's, or vLLM's normalized ones
+and the winner's effective configuration).
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import BaseModel
+
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
-from daemon.api.jobs import BenchmarkRequest, JobView, PresetId
+from daemon.api.contracts import RUNTIME_LABELS
+from daemon.api.jobs import BenchmarkRequest, JobView, PresetId, TuningResult
 from daemon.api.models import Event
 from daemon.api.protocol import DaemonApi
 
@@ -72,6 +78,70 @@ def compare(a: dict[str, float], b: dict[str, float], metrics: tuple[Metric, ...
 
 
 @dataclass(frozen=True)
+class SettingChange:
+    """One setting the winner changes: its key (``vllm.max_num_seqs``, ``ctx_size``), flag and values."""
+
+    key: str
+    flag: str
+    saved: str
+    best: str
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "default"
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_none=True)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_shown(v)}" for k, v in sorted(value.items()) if v not in (None, {})) or "default"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _diff(prefix: str, saved: BaseModel, best: BaseModel) -> tuple[SettingChange, ...]:
+    changes = []
+    for name, info in type(saved).model_fields.items():
+        a, b = getattr(saved, name), getattr(best, name)
+        if a != b:
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            changes.append(SettingChange(f"{prefix}{name}", str(extra.get("flag", "")), _shown(a), _shown(b)))
+    return tuple(changes)
+
+
+def settings_changes(result: TuningResult) -> tuple[SettingChange, ...]:
+    """The settings the winner changes, from the runtime's own fields; () without a winner."""
+    if result.runtime == "vllm":
+        if result.winner_vllm is None or result.saved_vllm is None:
+            return ()
+        return _diff("vllm.", result.saved_vllm, result.winner_vllm)
+    if result.winner_settings is None:
+        return ()
+    return _diff("", result.saved_settings, result.winner_settings)
+
+
+def winner_config(result: TuningResult) -> str:
+    """The winner's effective configuration as the daemon recorded it (vLLM's normalized line)."""
+    pool = [*result.confirmation, *result.candidates]
+    cand = next((c for c in pool if c.index == result.winner), None) if result.winner is not None else None
+    return cand.effective_config if cand is not None else ""
+
+
+def describe_changes(result: TuningResult) -> list[str]:
+    """Lines for a person: the runtime, each changed setting, and vLLM's effective configuration."""
+    label = RUNTIME_LABELS.get(result.runtime, result.runtime)
+    changes = settings_changes(result)
+    if not changes:
+        return [f"{label}: the saved settings stay."] if result.winner is None else []
+    lines = [f"{label} settings the best run changes:"]
+    lines += [f"  {c.flag or c.key}: {c.saved} → {c.best}" for c in changes]
+    config = winner_config(result)
+    if result.runtime == "vllm" and config:
+        lines.append(f"  vLLM runs it as: {config}")
+    return lines
+
+
+@dataclass(frozen=True)
 class BenchmarksState:
     model_id: str | None = None
     runs: tuple[JobView, ...] = ()  # benchmarks, newest first
@@ -79,8 +149,19 @@ class BenchmarksState:
     active: JobView | None = None
     compare_ids: tuple[str, str] | None = None
     rows: tuple[ComparisonRow, ...] = ()
+    last_tuning: TuningResult | None = None  # the newest finished tuning run, in full
     loading: bool = False
     error: str | None = None
+
+    @property
+    def tuning_lines(self) -> tuple[str, ...]:
+        """What the newest tuning run found, in its runtime's settings; () when there is none."""
+        r = self.last_tuning
+        if r is None:
+            return ()
+        head = r.decision or ("Found better settings." if r.winner is not None else "No change.")
+        return (f"Last tuning ({RUNTIME_LABELS.get(r.runtime, r.runtime)}, {r.preset}, {r.search}): {head}",
+                *describe_changes(r))
 
     def chart(self, key: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(run times, values) of one metric over the finished benchmarks, oldest first."""
@@ -123,6 +204,19 @@ class BenchmarksViewModel:
         tunings = tuple(v for v in views if v.kind == "tune" and v.state.finished)
         self._update(runs=runs, tunings=tunings, active=active, loading=False, error=None)
         self._recompare()
+        await self._load_last_tuning(model_id, tunings)
+
+    async def _load_last_tuning(self, model_id: str, tunings: tuple[JobView, ...]) -> None:
+        if not tunings:
+            self._update(last_tuning=None)
+            return
+        try:
+            full = await self.client.get_job(tunings[0].id)
+        except DaemonError as exc:
+            _LOGGER.info("tuning run %s unavailable: %s", tunings[0].id, exc.message)
+            return
+        if self.state.value.model_id == model_id:
+            self._update(last_tuning=full.result if isinstance(full.result, TuningResult) else None)
 
     async def run_benchmark(self, preset: PresetId = "interactive") -> JobView | None:
         model_id = self.state.value.model_id

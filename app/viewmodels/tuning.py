@@ -4,6 +4,12 @@ Progress comes from the event feed (each ``job.progress`` carries the job's view
 candidate being tried and why, the scores so far, an ETA from the run's own pace). The results
 compare the baseline with the best as re-measured in the confirmation stage; Apply writes the
 winner's settings and may restart the model.
+
+What a run tunes depends on the model's runtime (``WizardState.runtime``, read from the model when
+the wizard opens): llama.cpp's settings, or vLLM's normalized ``vllm`` settings. The results show
+the settings that changed between the saved ones and the winner's (``settings_changes``: llama.cpp's
+``saved_settings``/``winner_settings``, vLLM's ``saved_vllm``/``winner_vllm``) and, for vLLM, the
+winner's ``effective_config`` line as the daemon recorded it.
 """
 
 from __future__ import annotations
@@ -13,9 +19,15 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
-from app.viewmodels.benchmarks import ComparisonRow, compare
+from app.viewmodels.benchmarks import (
+    ComparisonRow,
+    SettingChange,
+    compare,
+    settings_changes,
+)
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
+from daemon.api.contracts import RUNTIME_LABELS, RuntimeId
 from daemon.api.jobs import (
     PRESETS,
     CandidateResult,
@@ -43,11 +55,22 @@ SEARCH_TEXT: dict[str, str] = {
     "quick": "Quick: CPU threads, parallel slots and flash attention — the settings that matter most.",
     "full": "Full: also batch sizes, KV-cache types and GPU layers. Takes a few times longer.",
 }
+VLLM_SEARCH_TEXT: dict[str, str] = {
+    "quick": "Quick: max concurrent sequences, and speculative decoding (MTP or a draft) where the model has it.",
+    "full": "Full: also the KV-cache type (fp8 where memory allows), prefix caching, max batched tokens and "
+            "async scheduling. Takes a few times longer.",
+}
+
+
+def search_text(runtime: str) -> dict[str, str]:
+    """What quick and full search try, for the model's runtime."""
+    return VLLM_SEARCH_TEXT if runtime == "vllm" else SEARCH_TEXT
 
 
 @dataclass(frozen=True)
 class WizardState:
     model_id: str
+    runtime: RuntimeId = "llamacpp"
     step: Step = Step.PRESET
     preset: PresetId = "interactive"
     search: SearchMode = "quick"
@@ -61,6 +84,17 @@ class WizardState:
     @property
     def presets(self) -> tuple[PresetInfo, ...]:
         return PRESETS
+
+    @property
+    def search_text(self) -> dict[str, str]:
+        return search_text(self.runtime)
+
+    @property
+    def runtime_label(self) -> str:
+        return RUNTIME_LABELS.get(self.runtime, self.runtime)
+
+    def changes(self) -> tuple[SettingChange, ...]:
+        return settings_changes(self.result) if self.result is not None else ()
 
     def pair(self) -> tuple[CandidateResult | None, CandidateResult | None]:
         """(baseline, best) as the results page compares them: re-measured ones when confirmed."""
@@ -112,6 +146,15 @@ class TuningWizardViewModel:
     def choose_search(self, search: SearchMode) -> None:
         self._update(search=search, plan=None)
 
+    async def load_model(self) -> None:
+        """The model's runtime, for what the search texts and the results name."""
+        try:
+            view = await self.client.get_model(self.state.value.model_id)
+        except DaemonError as exc:
+            self._update(error=exc.message)
+            return
+        self._update(runtime=view.definition.runtime)
+
     def go(self, step: Step) -> None:
         if step <= Step.PLAN and self.state.value.job is None:
             self._update(step=step, error=None)
@@ -155,7 +198,8 @@ class TuningWizardViewModel:
     async def _show_result(self, view: JobView) -> None:
         full = view if view.result is not None else await self.client.get_job(view.id)
         result = full.result if isinstance(full.result, TuningResult) else None
-        self._update(job=full, result=result, step=Step.RESULTS, busy=False, error=full.error)
+        runtime = result.runtime if result is not None else self.state.value.runtime
+        self._update(job=full, result=result, runtime=runtime, step=Step.RESULTS, busy=False, error=full.error)
 
     def _on_event(self, event: Event) -> None:
         job = self.state.value.job

@@ -1,4 +1,5 @@
-"""The Benchmarks tab of a model: run one, the history, a chart over runs, two runs compared, Tune…"""
+"""The Benchmarks tab of a model: run one, the history, a chart over runs, two runs compared, Tune…,
+and what the last tuning run changed, in the model's runtime's settings (llama.cpp's or vLLM's)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ class BenchmarksTab(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setObjectName("BenchmarkProgress")
         layout.addWidget(self.progress)
+        self.tuning = label("", muted=True, wrap=True, selectable=True)
+        self.tuning.setObjectName("LastTuning")
+        layout.addWidget(self.tuning)
         self.table = QTableWidget(0, len(HISTORY_COLUMNS))
         self.table.setObjectName("BenchmarkHistory")
         self.table.setHorizontalHeaderLabels([title for title, _ in HISTORY_COLUMNS])
@@ -157,6 +161,8 @@ class BenchmarksTab(QWidget):
             self.status.setText(f"{a.kind} {a.phase}: {a.message}{eta}")
         else:
             self.status.setText(state.error or ("Loading…" if state.loading else f"{len(state.runs)} runs"))
+        self.tuning.setText("\n".join(state.tuning_lines))
+        self.tuning.setVisible(bool(state.tuning_lines))
         self._fill_history(state.runs)
         ts, one = state.chart("single_tps")
         ts_all, many = state.chart("top_agg_tps")

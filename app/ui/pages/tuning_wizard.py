@@ -1,6 +1,12 @@
-"""The tuning wizard: preset → quick or full search → plan with ETA → live progress → results + Apply."""
+"""The tuning wizard: preset → quick or full search → plan with ETA → live progress → results + Apply.
+
+The search texts, the plan and the results follow the model's runtime: for a vLLM model the plan
+lists the vLLM steps the daemon returns, and the results name the vLLM settings the winner changes
+and the configuration it runs (``effective_config``) instead of llama.cpp's settings."""
 
 from __future__ import annotations
+
+import asyncio
 
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -8,6 +14,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
     QHBoxLayout,
+    QLabel,
     QProgressBar,
     QRadioButton,
     QStackedWidget,
@@ -21,8 +28,13 @@ from app import format as fmt
 from app.context import AppContext
 from app.ui.score_chart import ScoreChart
 from app.ui.widgets import button, label
-from app.viewmodels.benchmarks import ComparisonRow
-from app.viewmodels.tuning import SEARCH_TEXT, Step, TuningWizardViewModel, WizardState
+from app.viewmodels.benchmarks import ComparisonRow, describe_changes
+from app.viewmodels.tuning import (
+    SEARCH_TEXT,
+    Step,
+    TuningWizardViewModel,
+    WizardState,
+)
 
 
 def _choices(parent: QWidget, options: list[tuple[str, str, str]]) -> tuple[QWidget, QButtonGroup]:
@@ -36,7 +48,9 @@ def _choices(parent: QWidget, options: list[tuple[str, str, str]]) -> tuple[QWid
         radio.setProperty("value", value)
         group.addButton(radio)
         layout.addWidget(radio)
-        layout.addWidget(label(description, muted=True, wrap=True))
+        text = label(description, muted=True, wrap=True)
+        text.setObjectName(f"choice-{value}-text")
+        layout.addWidget(text)
     layout.addStretch(1)
     return box, group
 
@@ -60,6 +74,8 @@ class TuningWizard(QDialog):
         self._build_pages()
         layout.addLayout(self._buttons())
         self.vm.state.subscribe(self.show_state, now=True)
+        self._loading = asyncio.ensure_future(self.vm.load_model())
+        self.finished.connect(lambda _r: self._loading.cancel())
 
     # --- pages -----------------------------------------------------------------------------------
     def _build_pages(self) -> None:
@@ -83,6 +99,8 @@ class TuningWizard(QDialog):
         self.headline = label("", role="figure", wrap=True)
         self.headline.setObjectName("TuningHeadline")
         self.decision = label("", muted=True, wrap=True, selectable=True)
+        self.changes = label("", wrap=True, selectable=True)
+        self.changes.setObjectName("TuningChanges")
         self.results = QTableWidget(0, 4)
         self.results.setObjectName("TuningResults")
         self.results.setHorizontalHeaderLabels(["Metric", "Saved settings", "Best found", "Change"])
@@ -90,7 +108,7 @@ class TuningWizard(QDialog):
         self.results.horizontalHeader().setStretchLastSection(True)
         results = QWidget()
         column = QVBoxLayout(results)
-        for w in (self.headline, self.decision, self.results):
+        for w in (self.headline, self.decision, self.changes, self.results):
             column.addWidget(w)
         for page in (presets, search, self.plan_text, progress, results):
             self.pages.addWidget(page)
@@ -133,6 +151,10 @@ class TuningWizard(QDialog):
         self.pages.setCurrentIndex(int(s.step))
         titles = ("Choose what to optimise for", "Choose how far to search", "The plan", "Tuning…", "Results")
         self.title.setText(titles[int(s.step)])
+        for value, text in s.search_text.items():
+            description = self.findChild(QLabel, f"choice-{value}-text")
+            if description is not None:
+                description.setText(text)
         for group, value in ((self.preset_group, s.preset), (self.search_group, s.search)):
             for b in group.buttons():
                 b.setChecked(b.property("value") == value)
@@ -175,6 +197,9 @@ class TuningWizard(QDialog):
             if r.restore_note:
                 lines.append(r.restore_note)
         self.decision.setText("\n".join(lines))
+        changes = describe_changes(r) if r is not None else []
+        self.changes.setText("\n".join(changes))
+        self.changes.setVisible(bool(changes))
         rows = s.rows()
         self.results.setRowCount(len(rows))
         for i, row in enumerate(rows):
@@ -193,7 +218,7 @@ def _change(row: ComparisonRow) -> str:
 def _plan_text(s: WizardState) -> str:
     plan = s.plan
     assert plan is not None
-    lines = [(f"Preset: {plan.preset} · {plan.search} search · about {plan.candidates} configurations, then "
+    lines = [(f"{s.runtime_label} · preset: {plan.preset} · {plan.search} search · about {plan.candidates} configurations, then "
               f"{plan.confirmations} re-measured from fresh starts."),
              (f"Estimated time: {fmt.duration(plan.eta_s)} (a start ≈ {plan.start_s:.0f} s, "
               f"a benchmark ≈ {plan.benchmark_s:.0f} s)."), ""]
