@@ -192,3 +192,50 @@ async def test_a_start_by_the_user_never_unloads_anything(tmp_path: Path) -> Non
         await fleet.orch.start("b")
     assert refused.value.code == "insufficient_memory" and refused.value.status == 409  # the agent's word
     assert fleet.agent.calls[-1] == "start b" and fleet.evictions() == []
+
+
+# --- through the router, with the daemon's real local agent and the fake runtime --------------------
+
+
+def budgets_that_do_not_both_fit(total: int, available: int) -> float:
+    """A budget in GiB that the agent admits (within what the machine has free, less its reserve)
+    while two of them claim more than the node has: midway between the two bounds."""
+    usable, half = (available - GiB) / GiB, (total - GiB) / GiB / 2
+    if usable <= half + 0.5:
+        pytest.skip("this machine has less than half its memory free; the budgets would not be admitted")
+    return round((usable + half) / 2, 2)
+
+
+async def test_a_queued_request_for_a_model_that_does_not_fit_is_answered_after_an_eviction(
+        tmp_path: Path, model_file: Path) -> None:
+    import openai
+
+    from tests.daemon.harness import model, running_daemon
+    from tests.fakes import write_fake_runtime
+
+    starts = tmp_path / "starts.txt"
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=4, starts_file=str(starts))
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        figures = await d.daemon.links["local"].client.status()
+        budget = budgets_that_do_not_both_fit(figures.memory_total, figures.memory_available)
+        for model_id in ("first", "second"):
+            await d.client.create_model(model(model_id, str(model_file), start_on_request=True,
+                                              memory_budget_gib=budget))
+        client = openai.AsyncOpenAI(base_url=d.v1, api_key="unused", max_retries=0)
+        try:
+            for model_id in ("first", "second"):
+                answer = await client.chat.completions.create(
+                    model=model_id, messages=[{"role": "user", "content": "hi"}])
+                assert answer.choices[0].message.content
+        finally:
+            await client.close()
+        first, second = (await d.client.get_model("first")).status, (await d.client.get_model("second")).status
+        assert (first.state, second.state) == (ModelState.STOPPED, ModelState.READY)
+        assert first.evicted is not None and "make room for 'second'" in first.evicted
+        page = await d.client.events(0, timeout=0)
+        [evicted] = [e for e in page.events if e.type == "model.evicted"]
+        assert evicted.model == "first" and evicted.data["for_model"] == "second"
+        assert evicted.data["freed_bytes"] == int(budget * GiB)
+        records = [r for r in await d.client.requests() if r.model == "second"]
+        assert [r.status for r in records] == [200]  # waited in the queue, answered, not refused
+        assert len(starts.read_text().splitlines()) == 2
