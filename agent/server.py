@@ -31,6 +31,8 @@ from agent.runtimes.llamacpp import NoRuntime, SpecRejected
 from agent.runtimes.rollout import LlamaCppBuilds
 from agent.runtimes.rollout import routes as runtime_build_routes
 from agent.sources.api import routes as sources_routes
+from agent.sources.mirror import MirrorReceiver
+from agent.sources.mirror import routes as mirror_routes
 from agent.sources.service import ModelSources
 from agent.upgrade import AgentUpgrades
 from agent.upgrade import routes as upgrade_routes
@@ -265,6 +267,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
         web.post(f"{p}/plan", plan_model),                          # body: FitRequest -> NodePlan (agent.placement)
         *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
+        *mirror_routes(p, MirrorReceiver(deps.paths.models_dir)),   # GET|PUT|DELETE /mirror/{name}, POST /mirror: agent.sources.mirror
     ])
     app.cleanup_ctx.extend([_adoption, _telemetry, _proxy_session])
     return app

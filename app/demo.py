@@ -30,6 +30,7 @@ from typing import Any
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
 from daemon.api.contracts import GpuInfo, LlamaCppSettings, VllmSettings
+from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
     ApiKeyCreated,
     ApiKeyInfo,
@@ -51,6 +52,7 @@ from daemon.api.models import (
     RouterStats,
     StatusResponse,
 )
+from daemon.api.sources import Transfer
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -384,6 +386,13 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
         self._record("requests", limit)
         return []
+
+    async def mirror(self, query: MirrorQuery) -> Transfer:
+        """The version is on the node at once: a finished mirror transfer, nothing registered."""
+        self._record("mirror", query)
+        source = self.definitions.get(query.model_id or "")
+        name = (query.path or (source.model_path if source else "model.gguf")).rsplit("/", 1)[-1]
+        return self._transfer("mirror", f"{name} -> {query.target_node}", query.target_node, [f"~/models/{name}"])
 
     async def shutdown(self, stop_models: bool = False) -> dict[str, Any]:
         """There is no process to stop; stopping the models is shown as it would happen."""

@@ -45,6 +45,7 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/transfers                   -> list[Transfer]   # events: transfer.state, transfer.progress
     GET    /api/transfers/{id}              -> Transfer
     POST   /api/transfers/{id}/cancel       -> Transfer
+    POST   /api/mirror                      -> Transfer         # body: MirrorQuery; 202 (daemon.api.mirror)
     POST   /api/jobs/benchmark              -> JobView          # body: BenchmarkRequest; 202, 409 job_conflict
     POST   /api/jobs/tune                   -> JobView          # body: TuneRequest; 202, 409 job_conflict
     POST   /api/jobs/tune/plan              -> TuningPlan       # body: TuneRequest
@@ -66,6 +67,7 @@ import aiohttp
 from agent.api.http import ErrorMap, JsonHttp, error_envelope
 from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
+from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
     ApiKeyCreate,
     ApiKeyCreated,
@@ -258,6 +260,10 @@ class DaemonClient:
 
     async def cancel_transfer(self, transfer_id: str) -> Transfer:
         return Transfer.model_validate(await self._call("POST", f"/api/transfers/{transfer_id}/cancel"))
+
+    async def mirror(self, query: MirrorQuery) -> Transfer:
+        """Push a model version this machine has to another node (``daemon.sources.mirror``); follow the transfer."""
+        return Transfer.model_validate(await self._call("POST", "/api/mirror", body=query.model_dump(mode="json")))
 
     # --- nodes ---------------------------------------------------------------------------------
     async def list_nodes(self) -> list[NodeView]:
