@@ -10,6 +10,25 @@ own budget. A launch spec's memory budget (the model's ``memory_budget_gib``) re
 starts go one at a time there.
 ``report`` answers the same question for the "will it fit" API, with the largest context and
 GPU-layer count that would fit.
+
+Model folders (vLLM, MLX) are estimated from their weight files (``agent.memory_estimate``:
+``folder_need``, the weights plus a documented margin); a folder with no weight file is refused.
+
+- MLX (Apple silicon, unified memory): the weights plus the margin, or the model's memory budget
+  when it has one, against available memory less the reserve and what loading models were promised
+  (a budget smaller than the weights themselves is refused).
+- vLLM on NVIDIA GPUs: vLLM takes what it is told to, ``--gpu-memory-utilization`` of each GPU it
+  uses, so that is held against each such GPU's free memory less the GPU reserve: the memory
+  budget when the model has one, else vLLM's own default (90 % of the GPU). A start without a
+  budget is not refused: a user who gave none expects vLLM's default, the GPU to itself; a budget
+  is how two models share one GPU. The weights (their part on each GPU, with tensor parallelism)
+  plus the margin must fit in that share, else vLLM would load them and then find no room for its
+  KV cache: refused with both numbers. The GPUs it uses are ``CUDA_VISIBLE_DEVICES``' (from the
+  model's env) or the first ``tensor_parallel_size`` ones. GPU memory is only known once a load
+  has finished, so a vLLM start waits for another one still loading (as on unified memory).
+- vLLM on unified memory (DGX Spark's GB10, Jetson): the same share, of system memory.
+- vLLM without a GPU: the weights, the margin and vLLM's CPU KV cache (``VLLM_CPU_KVCACHE_SPACE``,
+  4 GiB by default), or the budget, against system memory.
 """
 
 from __future__ import annotations
@@ -33,14 +52,20 @@ from agent.gguf_facts import shard_names, summarize
 from agent.gguf_reader import GgufError, read_header
 from agent.gpu import GpuProbe
 from agent.memory_estimate import (
+    VLLM_CPU_KV_DEFAULT,
+    WEIGHT_SUFFIXES,
     Budget,
     GiB,
     MiB,
     estimate,
     fits,
+    folder_margin,
+    folder_need,
     max_ctx_size,
     max_gpu_layers,
     resolve_gpu_layers,
+    vllm_gpu_need,
+    vllm_weights_per_gpu,
 )
 from agent.placement import Device, NodeMemory, placed_gpus
 from agent.problems import InsufficientMemory, InvalidModelFile, StartInProgress
@@ -104,6 +129,37 @@ def inspect_file(path: str) -> GgufSummary:
     return summarize(header, extra)
 
 
+def folder_weights(path: str) -> int:
+    """The size of a model folder's weight files (``WEIGHT_SUFFIXES``, in sub-folders too);
+    InvalidModelFile when it is no folder or holds none."""
+    if not os.path.isdir(path):
+        raise InvalidModelFile(f"{path} is not a model folder on this node")
+    total, count = 0, 0
+    for root, _dirs, files in os.walk(path, followlinks=True):
+        for name in files:
+            if name.endswith(WEIGHT_SUFFIXES) and not name.startswith("training_args"):
+                try:
+                    total += os.stat(os.path.join(root, name)).st_size
+                except OSError:
+                    continue
+                count += 1
+    if count == 0:
+        raise InvalidModelFile(f"{os.path.basename(os.path.normpath(path))} holds no weight files "
+                               f"({', '.join('*' + s for s in WEIGHT_SUFFIXES)}): nothing to load")
+    return total
+
+
+def _visible_gpus(spec: LaunchSpec, gpus: list[GpuInfo]) -> list[GpuInfo]:
+    """The GPUs a vLLM start uses: CUDA_VISIBLE_DEVICES' indices, else the first tensor-parallel ones."""
+    tp = spec.vllm.tensor_parallel_size or 1
+    visible = spec.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [int(part) for part in visible.split(",") if part.strip().isdigit()]
+        chosen = [g for index in wanted for g in gpus if g.index == index]
+        return chosen[:tp]
+    return sorted(gpus, key=lambda g: g.index)[:tp]
+
+
 class ModelInspector:
     """GGUF summaries of local files, cached by path, size and modification time."""
 
@@ -130,8 +186,10 @@ class ModelInspector:
 class Admission:
     """The admission check of one agent; ``instances`` lists (id, state, pid) of its instances."""
 
-    def __init__(self, policy: AdmissionPolicy, memory: MemoryProbe, gpus: GpuProbe) -> None:
+    def __init__(self, policy: AdmissionPolicy, memory: MemoryProbe, gpus: GpuProbe,
+                 models_dir: Path | None = None) -> None:
         self.policy = policy
+        self.models_dir = models_dir  # a relative model folder is taken under it (vLLM's relative paths)
         self.memory = memory
         self.gpus = gpus
         self.inspector = ModelInspector()
@@ -192,9 +250,9 @@ class Admission:
     async def admit(self, spec: LaunchSpec, loading: Callable[[], list[tuple[str, InstanceState, int | None]]],
                     wait_for: Callable[[Callable[[], bool], float], object]) -> FitReport | None:
         """Refuse ``spec`` unless it fits (or is forced); remember what it was admitted with.
-        None: a runtime whose model is no GGUF file (MLX's folder) is not estimated here."""
-        if spec.runtime == "mlx":
-            _LOGGER.info("%s: MLX models are not estimated; started without a memory check", spec.instance_id)
+        None for a model folder (vLLM, MLX): its check has no GGUF report (see the module text)."""
+        if spec.runtime in ("mlx", "vllm"):
+            await self._admit_folder(spec, loading, wait_for)
             return None
         summary = await self.inspector.summary(spec.model_path)
         if summary.is_projector:
@@ -228,6 +286,99 @@ class Admission:
             _LOGGER.warning("starting %s although it may not fit (forced): %s", spec.instance_id, report.message)
         self._admitted[spec.instance_id] = report.estimate.host_bytes
         return report
+
+
+    async def _admit_folder(self, spec: LaunchSpec,
+                            loading: Callable[[], list[tuple[str, InstanceState, int | None]]],
+                            wait_for: Callable[[Callable[[], bool], float], object]) -> None:
+        """A model folder's check (MLX, vLLM): see the module text."""
+        path = spec.model_path if os.path.isabs(spec.model_path) or self.models_dir is None else \
+            str(self.models_dir / spec.model_path)
+        weights = await asyncio.to_thread(folder_weights, path)
+        budget = spec.memory_budget_bytes
+
+        def others_loading() -> list[tuple[str, int | None]]:
+            return [(i, pid) for i, state, pid in loading()
+                    if state is InstanceState.STARTING and i != spec.instance_id]
+
+        gpus = await asyncio.to_thread(self.gpus.sample)
+        unified = spec.runtime == "mlx" or is_unified(gpus, self.policy)
+        discrete = spec.runtime == "vllm" and bool(gpus) and not unified
+        if (unified or discrete) and others_loading():
+            done = await wait_for(lambda: not others_loading(), self.policy.unified_wait_s)  # type: ignore[misc]
+            if not done and not spec.force:
+                where = "GPU" if discrete else "unified-memory"
+                raise StartInProgress(f"another model is still loading on this {where} node, and free memory "
+                                      "is only known once it has; try again when it is ready")
+            gpus = await asyncio.to_thread(self.gpus.sample)
+        total, available = await asyncio.to_thread(self.memory.memory)
+        reserve = self.policy.reserve(total)
+        pending = self._pending(others_loading())
+        usable = available - reserve - pending
+        label = "vLLM" if spec.runtime == "vllm" else "MLX"
+        name = os.path.basename(os.path.normpath(spec.model_path))
+        details: dict[str, object] = {"weights_bytes": weights, "margin_bytes": folder_margin(weights),
+                                      "available_bytes": available, "reserve_bytes": reserve,
+                                      "pending_bytes": pending}
+        problems: list[str] = []
+        host_need = 0
+        if discrete:
+            used = _visible_gpus(spec, gpus)
+            tp = spec.vllm.tensor_parallel_size or 1
+            per_gpu = vllm_weights_per_gpu(weights, tp) + folder_margin(vllm_weights_per_gpu(weights, tp))
+            needs = [vllm_gpu_need(g.memory_total, budget) for g in used]
+            budgets = [max(0, g.memory_total - g.memory_used - self.policy.gpu_reserve_bytes) for g in used]
+            details.update(gpu_needed_bytes=needs, gpu_budget_bytes=budgets, gpu_indices=[g.index for g in used],
+                           weights_per_gpu_bytes=per_gpu)
+            share = "its memory budget" if budget is not None else "vLLM's default share (90 % of the GPU)"
+            if len(used) < tp:
+                problems.append(f"it is split over {tp} GPUs (tensor_parallel_size) and this node has "
+                                f"{len(used)} it may use")
+            for gpu, need, have in zip(used, needs, budgets, strict=False):
+                if need > have:
+                    problems.append(f"GPU {gpu.index} needs {gib(need)} ({share}) of {gib(have)} usable")
+            smallest = min(needs) if needs else 0
+            if needs and per_gpu > smallest:
+                problems.append(f"its weights ({gib(vllm_weights_per_gpu(weights, tp))} per GPU, "
+                                f"{gib(per_gpu)} with the margin) do not fit in {share} of "
+                                f"{gib(smallest)}: vLLM would have no room for its KV cache")
+            summary = (f"{label} takes {share}: " + ", ".join(f"GPU {g.index} {gib(n)} of {gib(h)} usable"
+                                                             for g, n, h in zip(used, needs, budgets, strict=False)))
+        else:
+            if spec.runtime == "vllm" and unified and gpus and gpus[0].memory_total:
+                host_need = vllm_gpu_need(gpus[0].memory_total, budget)
+                basis = "its memory budget" if budget is not None else "vLLM's default share (90 %)"
+            elif budget is not None:
+                host_need, basis = budget, "its memory budget"
+            elif spec.runtime == "vllm":
+                kv = _cpu_kv_bytes(spec.env.get("VLLM_CPU_KVCACHE_SPACE"))
+                host_need, basis = folder_need(weights) + kv, f"weights, margin and {gib(kv)} of CPU KV cache"
+            else:
+                host_need, basis = folder_need(weights), "weights plus margin"
+            details.update(needed_bytes=host_need)
+            summary = _message(host_need, [], [], available, reserve, pending, host_need <= usable)
+            summary = f"{summary} ({basis}; weights {gib(weights)})"
+            if host_need > usable:
+                problems.append(summary)
+            if budget is not None and weights > budget:  # the budget is the user's word; the weights are fact
+                problems.append(f"its weights ({gib(weights)}) do not fit in its memory budget of {gib(budget)}")
+        if problems and not spec.force:
+            advice = "Raise or lower its memory budget" if budget is not None else "Give it a memory budget"
+            raise InsufficientMemory(f"not enough memory to start {spec.instance_id} ({label}, {name}): "
+                                     f"{'; '.join(problems)}. {advice}, free memory, or start it with force.",
+                                     details=details)
+        if problems:
+            _LOGGER.warning("starting %s although it may not fit (forced): %s", spec.instance_id, "; ".join(problems))
+        _LOGGER.info("%s admitted: %s", spec.instance_id, summary)
+        self._admitted[spec.instance_id] = host_need
+
+
+def _cpu_kv_bytes(raw: str | None) -> int:
+    """vLLM's ``VLLM_CPU_KVCACHE_SPACE`` (GiB) in bytes; its default when unset or unreadable."""
+    try:
+        return int(float(raw) * GiB) if raw else VLLM_CPU_KV_DEFAULT
+    except ValueError:
+        return VLLM_CPU_KV_DEFAULT
 
 
 def _with_budget(report: FitReport, budget: int) -> FitReport:
