@@ -110,13 +110,10 @@ class ExternalEndpoints:
         """Ready when the endpoint last answered, failed with why when it did not, starting before
         the first answer."""
         probe = self._known(definition)
-        base = {"id": definition.id, "served_name": definition.served_name, "node": definition.node,
-                "endpoint": definition.base_url}
-        if probe is None:
-            return ModelStatus(**base, state=ModelState.STARTING)
-        if probe.ready:
-            return ModelStatus(**base, state=ModelState.READY, started_at=self._started_at.get(definition.id))
-        return ModelStatus(**base, state=ModelState.FAILED, error=probe.error)
+        state = ModelState.STARTING if probe is None else ModelState.READY if probe.ready else ModelState.FAILED
+        return ModelStatus(id=definition.id, served_name=definition.served_name, node=definition.node,
+                           endpoint=definition.base_url, state=state, error=probe.error if probe else None,
+                           started_at=self._started_at.get(definition.id) if state == ModelState.READY else None)
 
     def stale(self, definition: ModelDefinition) -> bool:
         probe = self._known(definition)

@@ -376,7 +376,7 @@ class Router:
             return await self._forward_one(request, definition, body, exchange)
         first: DaemonProblem | None = None
         for candidate in self._candidates(definition):
-            sent = body if candidate is definition else _with_model(body, candidate.served_name)
+            sent = body if candidate is definition else _for_fallback(body, definition, candidate)
             try:
                 response = await self._forward_one(request, candidate, sent, exchange)
             except DaemonProblem as problem:
@@ -442,7 +442,7 @@ class Router:
         request_id = request[REQUEST_ID]
         path_qs = request.path_qs
         if definition.runtime == "external":  # base_url ends where /v1 does; the client's own key stays here
-            path_qs = path_qs[3:] if path_qs.startswith("/v1") else path_qs
+            path_qs = path_qs.removeprefix("/v1")
             request = request.clone(headers=_to_external(request.headers))
         try:
             return await relay(request, target, path_qs, body, record=exchange, log=_LOGGER,
@@ -474,6 +474,21 @@ _EXTERNAL_DROPPED = frozenset({"x-api-key", "cookie"})  # the daemon's key and c
 
 def _to_external(headers: Any) -> CIMultiDict[str]:
     return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _EXTERNAL_DROPPED)
+
+
+def _for_fallback(body: bytes, definition: ModelDefinition, fallback: ModelDefinition) -> bytes:
+    """The body for ``fallback``: its served name in ``model``; the ``lora`` the router set for
+    ``definition``'s adapters becomes the fallback's own (none applied), or goes."""
+    payload = _loads(body)
+    if not isinstance(payload, dict):
+        return body
+    payload["model"] = fallback.served_name
+    if definition.adapters:
+        if fallback.adapters:
+            payload["lora"] = lora_field(fallback.adapters, None)
+        else:
+            payload.pop("lora", None)
+    return _dumps(payload)
 
 
 def _with_model(body: bytes, name: str) -> bytes:

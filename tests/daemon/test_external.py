@@ -212,7 +212,7 @@ async def test_fallbacks_answer_when_the_model_cannot(tmp_path: Path, fake_runti
         status_code, answer = await _chat(d, "loads")
         assert status_code == 200, answer
         assert len(fake.chats()) == before + 1
-        row = [r for r in await _rows(d, 4) if r.model == "loads"][0]
+        row = next(r for r in await _rows(d, 4) if r.model == "loads")
         assert row.answered_by == "ext" and "offline" in (row.error or "")
 
 
@@ -240,3 +240,18 @@ async def test_fallback_cycles_and_bad_endpoints_are_refused_on_save(tmp_path: P
         assert "not a readable file" in await refused(external("e", "https://host/v1", tmp_path / "missing"))
         assert "only for runtime 'external'" in await refused(model("e", str(model_file), base_url="https://h/v1"))
         assert (await d.client.get_model("a")).definition.fallbacks == []
+
+
+def test_a_fallback_gets_its_own_name_and_no_adapter_of_the_model() -> None:
+    from daemon.router.router import _for_fallback
+
+    adapters = [{"name": "tuned", "file": "/models/tuned.gguf"}]
+    primary = model("primary", adapters=adapters)
+    plain, other = model("plain"), model("other", adapters=[{"name": "b1", "file": "/models/b1.gguf"},
+                                                              {"name": "b2", "file": "/models/b2.gguf"}])
+    body = json.dumps({"model": "tuned", "lora": [{"id": 0, "scale": 1.0}], "n": 1}).encode()
+    assert json.loads(_for_fallback(body, primary, plain)) == {"model": "plain", "n": 1}
+    assert json.loads(_for_fallback(body, primary, other)) == {
+        "model": "other", "n": 1, "lora": [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}]}
+    client_lora = json.dumps({"model": "plain", "lora": [{"id": 3, "scale": 0.5}]}).encode()
+    assert json.loads(_for_fallback(client_lora, plain, other))["lora"] == [{"id": 3, "scale": 0.5}]
