@@ -136,6 +136,11 @@ class BenchmarkResult(BaseModel):
     started_at: float
     finished_at: float | None = None
     settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings, description="Read back from the process.")
+    runtime: RuntimeId = Field(default="llamacpp", description="The runtime the measured instance ran on.")
+    vllm: VllmSettings | None = Field(default=None, description="vLLM's settings read back from the container's "
+                                                                  "Cmd (a vLLM model's run).")
+    extra_args: list[str] = Field(default_factory=list, description="The flags the read-back kept as they were.")
+    gpu_memory_utilization: float | None = Field(default=None, description="vLLM's share of the GPU it ran with.")
     argv: list[str] = Field(default_factory=list)
     config_hash: str | None = None
     slots: int | None = None

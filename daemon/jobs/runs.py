@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.api.client import AgentError
-from agent.api.llamacpp import parse_args
+from agent.api.llamacpp import LlamaCppSettings, parse_args
 from agent.api.models import InstanceState, TelemetrySample
+from agent.api.vllm import VllmSettings, parse_cmd
 from daemon.api.jobs import (
     BenchmarkRequest,
     BenchmarkResult,
@@ -79,9 +80,47 @@ async def settle(ctx: JobContext, job: Job, definition: ModelDefinition, timeout
     ctx.publish()
 
 
+@dataclass(frozen=True)
+class ReadBack:
+    """The settings a measured instance really ran with, read back from its argv (its container's
+    Cmd for vLLM); the definition's where the instance has no argv to read."""
+
+    settings: LlamaCppSettings
+    vllm: VllmSettings | None
+    extra_args: list[str]
+    gpu_memory_utilization: float | None = None
+
+
+def read_back(definition: ModelDefinition, argv: list[str]) -> ReadBack:
+    """llama.cpp's ``parse_args`` for a llama.cpp model, vLLM's ``parse_cmd`` for a vLLM one (MLX's
+    flags are the definition's: its argv is not read back)."""
+    if definition.runtime == "vllm":
+        if not argv:
+            return ReadBack(LlamaCppSettings(), definition.vllm, list(definition.extra_args))
+        vllm_settings, _model, _served, rest = parse_cmd(argv)
+        return ReadBack(LlamaCppSettings(), vllm_settings, rest, _utilization(argv))
+    if definition.runtime == "llamacpp" and argv:
+        parsed = parse_args(argv)
+        return ReadBack(parsed.settings, None, list(parsed.extra_args))
+    return ReadBack(definition.settings, None, list(definition.extra_args))
+
+
+def _utilization(argv: list[str]) -> float | None:
+    """``--gpu-memory-utilization``'s value in a vLLM Cmd (``parse_cmd`` takes it as the agent's own)."""
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--gpu-memory-utilization" and i + 1 < len(argv) else \
+            arg.partition("=")[2] if arg.startswith("--gpu-memory-utilization=") else None
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
 async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
                         request: BenchmarkRequest) -> BenchmarkResult:
-    preset = preset_for_model(request.preset, definition.settings.embeddings)
+    preset = preset_for_model(request.preset, embedding_model(definition))
     await settle(ctx, job, definition, request.suite.drain_timeout_s)
     instance = ctx.orchestrator.instance(definition)
     if instance is None or instance.state != InstanceState.READY:
@@ -96,14 +135,16 @@ async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
         ctx.publish()
 
     target = ctx.access.target(instance, definition.served_name, request.suite.request_timeout_s)
-    outcome, _plan, slots = await measure(target, preset, request.suite, fallback_slots=definition.settings.parallel,
-                                          progress=progress)
+    fallback = definition.vllm.max_num_seqs if definition.runtime == "vllm" else definition.settings.parallel
+    outcome, _plan, slots = await measure(target, preset, request.suite, fallback_slots=fallback, progress=progress)
     ctx.watch(job, definition.id)()
     argv = list(instance.argv)
-    settings = parse_args(argv).settings if argv else definition.settings
+    ran = read_back(definition, argv)
     return BenchmarkResult(
         model=definition.id, served_name=definition.served_name, node=definition.node, preset=preset.id,
-        stamp=job.stamp, started_at=job.started_at, finished_at=time.time(), settings=settings, argv=argv,
+        stamp=job.stamp, started_at=job.started_at, finished_at=time.time(), settings=ran.settings,
+        runtime=definition.runtime, vllm=ran.vllm, extra_args=ran.extra_args,
+        gpu_memory_utilization=ran.gpu_memory_utilization, argv=argv,
         config_hash=instance.config_hash, slots=slots, levels=outcome.levels, prefill=outcome.prefill,
         tool_calls=outcome.tool_calls, objective=outcome.objective, metrics=outcome.metrics,
         repetitions=outcome.repetitions, noisy=list(job.noisy), request_errors=outcome.errors,
