@@ -73,7 +73,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     identity = load_or_create_identity(paths)
     catalog = RuntimeCatalog(llama_server, preferred=PreferredBuild(paths.runtime_builds_dir))
     probe = gpu_probe if gpu_probe is not None else NvmlProbe()
-    admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe)
+    admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe,
+                          models_dir=paths.models_dir)
     llamacpp = LlamaCppDriver(paths, catalog)
     drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=probe.sample),
                       MlxDriver(paths, mlx_server, mlx_platform))
