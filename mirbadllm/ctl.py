@@ -72,6 +72,7 @@ def _fmt_model(view_status: object) -> str:
     extra = f"  pid {s.pid}" if getattr(s, "pid", None) else ""  # type: ignore[attr-defined]
     extra += "  (restart pending)" if getattr(s, "restart_pending", False) else ""
     error = f"\n    {s.error}" if getattr(s, "error", None) else ""  # type: ignore[attr-defined]
+    error += f"\n    {s.evicted}" if getattr(s, "evicted", None) else ""  # type: ignore[attr-defined]
     return f"{s.id:<24} {state:<9} {s.node:<10} {s.served_name}{extra}{error}"  # type: ignore[attr-defined]
 
 

@@ -34,6 +34,7 @@ from daemon.api.contracts import (
 from daemon.api.models import ModelDefinition
 
 SETTINGS_PREFIX = "settings."
+MODEL_CLASSES = typing.get_args(ModelDefinition.model_fields["model_class"].annotation)
 
 # runtime id -> (the ModelDefinition field holding its settings, the settings model)
 RUNTIME_SECTIONS: dict[str, tuple[str, type[BaseModel]]] = {
@@ -186,6 +187,12 @@ def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
         FieldSpec("memory_budget_gib", "Memory budget", "float", "Lifecycle", unit="GiB",
                   placeholder="no limit"),
         FieldSpec("startup_timeout_s", "Startup timeout", "float", "Lifecycle", unit="s", optional=False),
+        FieldSpec("pinned", "Keep loaded", "bool", "Lifecycle", "Never unloaded to make room for another model.",
+                  optional=False),
+        FieldSpec("model_class", "Class", "choice", "Lifecycle", "When a model loaded on request needs the "
+                  "memory, the lowest class is unloaded first, and never one above the model that asks.",
+                  choices=MODEL_CLASSES, values=MODEL_CLASSES, optional=False,
+                  choice_labels=tuple(c.capitalize() for c in MODEL_CLASSES)),
         FieldSpec("extra_args", "Extra arguments", "args", "Advanced", args_help),
         FieldSpec("env", "Environment", "env", "Advanced", "One NAME=value per line (allowlisted names only)."),
     )

@@ -207,9 +207,10 @@ def budgets_that_do_not_both_fit(total: int, available: int) -> float:
 
 
 async def test_a_queued_request_for_a_model_that_does_not_fit_is_answered_after_an_eviction(
-        tmp_path: Path, model_file: Path) -> None:
+        tmp_path: Path, model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import openai
 
+    from mirbadllm import ctl
     from tests.daemon.harness import model, running_daemon
     from tests.fakes import write_fake_runtime
 
@@ -239,3 +240,7 @@ async def test_a_queued_request_for_a_model_that_does_not_fit_is_answered_after_
         records = [r for r in await d.client.requests() if r.model == "second"]
         assert [r.status for r in records] == [200]  # waited in the queue, answered, not refused
         assert len(starts.read_text().splitlines()) == 2
+        capsys.readouterr()
+        assert await ctl.run(ctl.parse_args(["status"]), d.client) == 0
+        shown = capsys.readouterr().out
+        assert f"\n    {first.evicted}\n" in shown  # under the model's own line
