@@ -27,7 +27,13 @@ import aiohttp
 from agent.api.launch_policy import ENV_ALLOWED_PREFIXES, ENV_ALLOWLIST, PolicyViolation
 from agent.api.launch_policy import check_env as policy_check_env
 from agent.api.launch_policy import check_extra_args as policy_check_extra_args
-from agent.api.llamacpp import build_args, config_hash, lift_extra_args, parse_args
+from agent.api.llamacpp import (
+    build_args,
+    config_hash,
+    gpu_env,
+    lift_extra_args,
+    parse_args,
+)
 from agent.api.models import LaunchSpec
 from agent.api.runtimes import RuntimeOffer
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
@@ -449,7 +455,7 @@ class LlamaCppDriver:
         build_check = self._build_check(exe)
         argv = [str(exe.path)] + self.build_command(spec, port)
         api_key = secrets.token_urlsafe(32)
-        env = child_env(spec.env, api_key, exe.library_dir)
+        env = child_env({**gpu_env(spec.settings), **spec.env}, api_key, exe.library_dir)  # CUDAn = NVML's GPU n
         log_path = self.paths.instance_log(spec.instance_id)
         self.paths.logs_dir.mkdir(parents=True, exist_ok=True)
         _rotate(log_path)
