@@ -4,6 +4,7 @@
     mirbadllm ctl models list | add ID PATH [--served-name N] [--ctx-size N] ... | start ID [--wait]
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
     mirbadllm ctl models pull REPO[:QUANT] | import ollama NAME | import folder PATH      (ctl_sources)
+                         | mirror MODEL --to NODE                                        (ctl_sources)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
     mirbadllm ctl keys list | create NAME | limit ID [--rpm N] [--tokens-per-day N] | revoke ID  (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
@@ -99,7 +100,7 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
     if args.action == "list":
         for view in await client.list_models():
             print(_fmt_model(view.status))
-    elif args.action in ("pull", "import"):
+    elif args.action in ("pull", "import", "mirror"):
         return await ctl_sources.run(args, client)
     elif args.action == "add":
         node = await ctl_nodes.resolve_id(client, args.node)

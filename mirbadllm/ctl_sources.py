@@ -3,9 +3,11 @@
     mirbadllm ctl models pull REPO[:QUANT] [--id ID] [--node NODE] [--no-register]
     mirbadllm ctl models import ollama NAME [--store DIR] [--copy] [--id ID] [--node NODE]
     mirbadllm ctl models import folder PATH [--node NODE]
+    mirbadllm ctl models mirror MODEL|FILE --to NODE [--mmproj FILE] [--id ID] [--no-register]
 
 The daemon's admin API does the work (``/api/downloads``, ``/api/imports/*``), exactly as the app's
-add-model wizard does; this module starts the transfer, draws its progress from the event feed,
+add-model wizard does (``mirror``: ``/api/mirror``, the daemon pushes a model this machine has to
+another node, checked there, ``daemon.sources.mirror``); this module starts the transfer, draws its progress from the event feed,
 and says which models were registered and how to start them. Ctrl-C cancels the transfer.
 """
 
@@ -20,6 +22,7 @@ from typing import Any, TextIO
 
 from agent.api.sources import FINISHED_TRANSFERS, HfFileRef, TransferState
 from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.mirror import MirrorQuery
 from daemon.api.sources import (
     DownloadQuery,
     FolderImportQuery,
@@ -49,6 +52,14 @@ def add_parsers(models: Any) -> None:
     folder = sources.add_parser("folder", help="every GGUF in a folder, registered where it is")
     folder.add_argument("path")
     _registration_args(folder, one_model=False)
+    mirror = models.add_parser("mirror", help="push a model this machine has to another node, checked there")
+    mirror.add_argument("model", metavar="MODEL|FILE",
+                        help="a model id on this machine, or a GGUF in its models folder (a path)")
+    mirror.add_argument("--to", required=True, help="the node that gets it: name, id or id prefix")
+    mirror.add_argument("--mmproj", help="with FILE: its vision projector")
+    mirror.add_argument("--id", dest="model_id", help="the id registered on the node (default: from the model's)")
+    mirror.add_argument("--served-name", help="the `model` clients send for it (default: the id)")
+    mirror.add_argument("--no-register", action="store_true", help="place the files only; register nothing")
 
 
 def _registration_args(parser: argparse.ArgumentParser, one_model: bool = True) -> None:
@@ -119,7 +130,24 @@ async def follow(client: DaemonClient, transfer: Transfer, out: TextIO | None = 
     return await client.transfer(transfer.id)  # the final one, with what was registered
 
 
+def mirror_query(args: argparse.Namespace, target: str) -> MirrorQuery:
+    """``ctl models mirror``'s arguments: a model id, or (it has a '/' or a '.') a file."""
+    fields = {"target_node": target, "register_model": not args.no_register, "register_id": args.model_id,
+              "served_name": args.served_name}
+    if "/" in args.model or "." in args.model:
+        path = Path(args.model).expanduser()
+        return MirrorQuery(path=str(path.resolve()) if path.is_absolute() or path.exists() else args.model,
+                           projector_path=args.mmproj, **fields)
+    if args.mmproj:
+        raise DaemonError(422, "invalid_request", "--mmproj goes with a FILE; a model brings its own")
+    return MirrorQuery(model_id=args.model, **fields)
+
+
 async def run(args: argparse.Namespace, client: DaemonClient) -> int:
+    if args.action == "mirror":
+        transfer = await client.mirror(mirror_query(args, await ctl_nodes.resolve_id(client, args.to)))
+        print(f"{transfer.label}: {transfer.state.value}", file=sys.stderr, flush=True)
+        return report(await follow(client, transfer))
     node = await ctl_nodes.resolve_id(client, args.node)
     registration: dict[str, Any] = {"node": node, "register_models": not args.no_register, "tags": args.tag,
                                     "model_id": getattr(args, "model_id", None),

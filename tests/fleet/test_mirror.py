@@ -21,6 +21,7 @@ from daemon.api.client import DaemonError
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import ModelState
 from daemon.api.sources import Transfer
+from mirbadllm import ctl
 from mirbadllm.ctl_sources import follow
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes.gguf_files import gguf_bytes
@@ -112,7 +113,7 @@ async def test_a_tampered_byte_is_refused_and_nothing_is_left_on_the_node(agents
 
 
 async def test_refused_while_the_file_is_still_downloading_here_or_outside_the_models_folder(
-        agents: Any, tmp_path: Path, runtime_exe: Path) -> None:
+        agents: Any, tmp_path: Path, runtime_exe: Path, capsys: pytest.CaptureFixture[str]) -> None:
     async with fleet(agents, tmp_path, runtime_exe) as (rd, beta, beta_id, gguf, _projector):
         partial = gguf.with_name(f".{gguf.name}.partial")  # what a running download writes beside its file
         partial.write_bytes(b"half")
@@ -130,8 +131,10 @@ async def test_refused_while_the_file_is_still_downloading_here_or_outside_the_m
         assert await rd.client.transfers() == []
         assert not (beta.home / "models" / "tiny").exists()
 
-        partial.unlink()  # the download finished: now it goes
-        done = await finished(rd, await rd.client.mirror(MirrorQuery(path=str(gguf), target_node=beta_id,
-                                                                     register_model=False)))
-        assert done.state == TransferState.DONE and done.registered == []
+        partial.unlink()  # the download finished: now it goes, as `ctl models mirror FILE --to NODE`
+        args = ctl.parse_args(["models", "mirror", str(gguf), "--to", beta_id[:10], "--no-register"])
+        assert await ctl.run(args, rd.client) == 0
+        assert f"got {beta.home / 'models' / 'tiny' / gguf.name}" in capsys.readouterr().out
+        (done,) = await rd.client.transfers()
+        assert done.kind == "mirror" and done.state == TransferState.DONE and done.registered == []
         assert _sha(beta.home / "models" / "tiny" / gguf.name) == _sha(gguf)
