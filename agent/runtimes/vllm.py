@@ -9,7 +9,12 @@ The contract with Docker:
   on a tuning job's candidate (``LaunchSpec.tuning``).
 - State is always Docker's: the run's exit is the container's (``POST /containers/{id}/wait``),
   and an agent that restarts lists the containers by label and adopts the running ones (the same
-  container; its key, port, Cmd and hash read back from Docker, not from a file of ours).
+  container; its key, port, Cmd and hash read back from Docker, not from a file of ours); an
+  exited or dead one is reported ``failed`` with its exit code and the last 20 lines of Docker's
+  log (``exited``), and kept until the next start (or the failure's acknowledgement) removes it.
+- The offer's version is the image's vLLM version: its labels where they name vLLM's
+  (``label_version``), else what running the image once printed (``VERSION_PROBE``, in the
+  background, cached by image id in ``<home>/vllm-versions.json``), the engine's version beside it.
 - Create: the image (pulled first when missing, its progress in the instance log), Cmd =
   ``build_args`` (``vllm serve``'s flags; the image's entrypoint is ``vllm serve``), the key in
   ``VLLM_API_KEY``, 8000/tcp published on ``127.0.0.1:{port}`` only, the model folder bound
