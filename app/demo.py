@@ -52,7 +52,8 @@ from daemon.api.models import (
     RouterStats,
     StatusResponse,
 )
-from daemon.api.sources import Transfer
+from daemon.api.plan import DeviceUse, NodePlan, Plan, PlanOption, PlanQuery, PlanState
+from daemon.api.sources import FitQuery, Transfer
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -220,6 +221,37 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
 
     async def healthz(self) -> bool:
         return not self.unreachable
+
+    async def plan(self, query: PlanQuery) -> Plan:
+        """The seeded node's ways to run a file: its RTX 4090 (free now with the context shown) and the CPU."""
+        self._record("plan", query)
+        settings = query.settings.model_copy(update={"ctx_size": query.ctx_size}) if query.ctx_size else query.settings
+        fit = await DemoSources.fit(self, FitQuery(model_path=query.model_path, hf=query.hf, settings=settings))
+        layers, ctx = fit.summary.block_count + 1, query.ctx_size or 32768
+        weights, kv = fit.estimate.weights_bytes, fit.estimate.kv_cache_bytes
+        gpu_need = weights + kv + GIB // 2
+        on_gpu = settings.model_copy(update={"gpus": [0], "n_gpu_layers": layers, "ctx_size": ctx})
+        on_cpu = settings.model_copy(update={"gpus": [], "n_gpu_layers": 0, "ctx_size": ctx})
+        gpu_state: PlanState = "free" if gpu_need <= int(8.3 * GIB) else "needs_room" if gpu_need <= 23 * GIB \
+            else "too_big"
+        options = [
+            PlanOption(kind="gpu", label="GPU 0 (NVIDIA GeForce RTX 4090)", node="local", gpus=[0], state=gpu_state,
+                       ctx_size=ctx, max_ctx_size=32768, max_ctx_size_empty=131072, n_gpu_layers=layers,
+                       settings=on_gpu, args=["--device", "CUDA0", "--n-gpu-layers", str(layers), "--ctx-size", str(ctx)],
+                       estimate=fit.estimate, message=f"the demo's figures, with a context of {ctx} tokens",
+                       devices=[DeviceUse(device="cpu", needed_bytes=GIB // 2, free_bytes=35 * GIB,
+                                          capacity_bytes=63 * GIB),
+                                DeviceUse(device="gpu0", gpu_index=0, name="NVIDIA GeForce RTX 4090",
+                                          needed_bytes=gpu_need, free_bytes=int(8.3 * GIB), capacity_bytes=23 * GIB)]),
+            PlanOption(kind="cpu", label="CPU only", node="local", state="free" if fit.fits else "needs_room",
+                       ctx_size=ctx, max_ctx_size=fit.max_ctx_size, max_ctx_size_empty=fit.max_ctx_size,
+                       settings=on_cpu, args=["--device", "none", "--n-gpu-layers", "0", "--ctx-size", str(ctx)],
+                       estimate=fit.estimate, message=fit.message,
+                       devices=[DeviceUse(device="cpu", needed_bytes=fit.estimate.total_bytes, free_bytes=35 * GIB,
+                                          capacity_bytes=63 * GIB)])]
+        node = NodePlan(node="local", source=fit.source, summary=fit.summary, memory_total=fit.memory_total,
+                        memory_available=fit.memory_available, options=options)
+        return Plan(source=fit.source, summary=fit.summary, nodes=[node])
 
     async def status(self) -> StatusResponse:
         self._record("status")

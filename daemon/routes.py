@@ -79,6 +79,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
 
         web.get("/api/fit", sources.fit_get),                                # ?node=ID&path=P | &hf_repo=R&hf_file=F&quant=Q&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
         web.post("/api/fit", sources.fit),                                   # body: FitQuery
+        web.post("/api/plan", sources.plan),                                 # body: PlanQuery; every online node's ways to run it
         web.post("/api/downloads", sources.download),                        # body: DownloadQuery
         web.get("/api/imports/ollama", sources.ollama_models),               # ?node=ID&store=PATH
         web.post("/api/imports/ollama", sources.import_ollama),              # body: OllamaImportQuery

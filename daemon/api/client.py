@@ -37,6 +37,7 @@ Route table (admin token as ``Authorization: Bearer``):
     POST   /api/shutdown                    -> {"pid", "stopped_models"}  # ?stop_models=0|1; 202
     GET    /api/fit                         -> FitReport        # ?node=ID&path=P | &hf_repo=R&hf_file=F&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
     POST   /api/fit                         -> FitReport        # body: FitQuery
+    POST   /api/plan                        -> Plan             # body: PlanQuery; how it runs on each node
     POST   /api/downloads                   -> Transfer         # body: DownloadQuery; 202
     GET    /api/imports/ollama              -> list[OllamaModelInfo]  # ?node=ID&store=PATH
     GET    /api/imports/lmstudio            -> list[LmStudioModelInfo]  # ?node=ID
@@ -84,6 +85,7 @@ from daemon.api.models import (
     StatusResponse,
 )
 from daemon.api.nodes import DiscoveredNode, NodeAddressRequest, NodeAddResult, NodeView
+from daemon.api.plan import Plan, PlanQuery
 from daemon.api.runtime_upgrades import RuntimeRolloutView, RuntimeUpgradeRequest
 from daemon.api.sources import (
     DownloadQuery,
@@ -231,6 +233,13 @@ class DaemonClient:
         timeout = aiohttp.ClientTimeout(total=200, connect=5)
         data = await self._call("POST", "/api/fit", body=query.model_dump(mode="json"), timeout=timeout)
         return FitReport.model_validate(data)
+
+    async def plan(self, query: PlanQuery) -> Plan:
+        """How a model file runs on each online node (or ``query.node``): every GPU, a split, a partial
+        offload, the CPU, with the context that fits and whether it fits now; only headers are read."""
+        timeout = aiohttp.ClientTimeout(total=200, connect=5)
+        return Plan.model_validate(await self._call("POST", "/api/plan", body=query.model_dump(mode="json"),
+                                                    timeout=timeout))
 
     async def download(self, query: DownloadQuery) -> Transfer:
         return Transfer.model_validate(await self._call("POST", "/api/downloads", body=query.model_dump(mode="json")))

@@ -6,6 +6,7 @@ required; the table is ``daemon.routes``):
 
     GET  /api/fit                       -> FitReport   # ?node=ID&path=P | &hf_repo=R&hf_file=F&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
     POST /api/fit                       -> FitReport   # body: FitQuery
+    POST /api/plan                      -> Plan        # body: PlanQuery; every node's ways to run it (daemon.sources.plan)
     POST /api/downloads                 -> Transfer    # body: DownloadQuery; 202
     GET  /api/imports/ollama            -> list[OllamaModelInfo]  # ?node=ID&store=PATH
     POST /api/imports/ollama            -> Transfer    # body: OllamaImportQuery; 202
@@ -35,6 +36,7 @@ from agent.api.sources import (
     HfFileRef,
     OllamaImportRequest,
 )
+from daemon.api.plan import NodePlanError, PlanQuery
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -52,6 +54,7 @@ from daemon.errors import (
 )
 from daemon.history import History
 from daemon.nodes.links import Links
+from daemon.sources.plan import agent_request, fan_out
 from daemon.sources.transfers import Transfers
 
 MAX_BODY = 256 * 1024
@@ -120,6 +123,22 @@ class SourcesApi:
     async def _fit(self, query: FitQuery) -> web.Response:
         client = self._client(query.node)
         return json_response(await client.fit(_as_agent(FitRequest, query)))
+
+    @_answers
+    async def plan(self, request: web.Request) -> web.Response:
+        """How the model runs on the node asked, or on every online node (the others listed as offline)."""
+        query = await _body(request, PlanQuery)
+        if (query.model_path is None) == (query.hf is None):
+            raise DaemonProblem(422, "invalid_request", "give either model_path or hf")
+        if query.node is not None:
+            return json_response(await fan_out([(query.node, self._client(query.node))], agent_request(query)))
+        links = list(self._links)
+        offline = [NodePlanError(node=link.node_id, code="node_offline", message=f"offline: {link.last_error}")
+                   for link in links if not link.online]
+        online = [(link.node_id, link.client) for link in links if link.online]
+        if not online:
+            raise DaemonProblem(503, "node_offline", "no node is online to plan on")
+        return json_response(await fan_out(online, agent_request(query), offline))
 
     @_answers
     async def download(self, request: web.Request) -> web.Response:

@@ -24,6 +24,7 @@ from daemon.api.client import DaemonClient
 from daemon.api.jobs import BenchmarkRequest, TuneRequest
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import ApiKeyLimits, DaemonSettings, ModelDefinition, ModelStatus
+from daemon.api.plan import PlanQuery
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -90,6 +91,7 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("get_settings", lambda r: ()), ("put_settings", lambda r: (DaemonSettings(require_api_keys=True),)),
         ("requests", lambda r: (10,)), ("shutdown", lambda r: (False,)),
         ("fit", lambda r: (FitQuery(model_path="/models/x.gguf", settings=LlamaCppSettings(ctx_size=4096)),)),
+        ("plan", lambda r: (PlanQuery(model_path="/models/x.gguf", ctx_size=4096),)),
         ("download", lambda r: (DownloadQuery(url="https://example.com/x.gguf", sha256="0" * 64),)),
         ("ollama_models", lambda r: ()), ("lmstudio_models", lambda r: ("local",)),
         ("import_ollama", lambda r: (OllamaImportQuery(model="llama3.2:3b"),)),
