@@ -30,7 +30,7 @@ from agent.api.safe_names import (
     check_node_path,
     check_relative_name,
 )
-from daemon.api.models import ModelDefinition
+from daemon.api.models import AUTO_NODE, ModelDefinition
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TAGS = 32
@@ -118,8 +118,9 @@ def check_fallbacks(definition: ModelDefinition, others: Iterable[ModelDefinitio
 
 def resolve_node(node: str, known: Mapping[str, str]) -> str:
     """The full id of the node that ``node`` names, given ``known`` (id -> name): its id, a unique id
-    prefix (``ctl nodes list`` shows 12 characters) or its name (case-insensitive)."""
-    if node in known:
+    prefix (``ctl nodes list`` shows 12 characters) or its name (case-insensitive); ``auto`` stays
+    ``auto`` (the orchestrator places the model at each start)."""
+    if node in known or node == AUTO_NODE:
         return node
     wanted = node.strip().casefold()
     for candidates in ([i for i, name in known.items() if name.casefold() == wanted],

@@ -16,6 +16,7 @@ from agent.api.vllm import VllmSettings
 MODEL_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 DEFAULT_PORT = 8484
 LOCAL_NODE = "local"
+AUTO_NODE = "auto"  # placed at each start on the node where the model fits best (daemon.models.placement)
 
 
 class ModelState(str, Enum):
@@ -45,7 +46,8 @@ class ModelDefinition(BaseModel):
     id: str = Field(pattern=MODEL_ID_PATTERN, description="Stable id; lowercase letters, digits and '-'.")
     served_name: str = Field(min_length=1, max_length=128, description="The `model` clients send.")
     runtime: RuntimeId = "llamacpp"
-    node: str = Field(default=LOCAL_NODE, description="Node id; 'local' for this machine.")
+    node: str = Field(default=LOCAL_NODE, description="Node id; 'local' for this machine; 'auto': at each start, "
+                      "the node where it fits best (its file at the same path on each node).")
     model_path: str = Field(min_length=1, description="On the node: a GGUF file (llama.cpp), a model folder "
                             "(vLLM, MLX).")
     sources: ModelSource | None = None

@@ -102,7 +102,7 @@ class ModelsApi:
         return json_response(status, status=202 if status.state == ModelState.STARTING else 200)
 
     async def model_logs(self, request: web.Request) -> web.StreamResponse:
-        definition = self._registry.require(request.match_info["id"])
+        definition = self._orchestrator.placed(self._registry.require(request.match_info["id"]))  # "auto": its node
         link = self._links.get(definition.node)
         if link is None or not link.online:
             return error_response(503, "node_offline", f"node '{definition.node}' is not reachable")

@@ -138,7 +138,7 @@ class HealthMonitor:
 
     async def _probe(self, model_id: str, status: ModelStatus) -> None:
         """One token through the work path: /health can say ok while generation is wedged."""
-        definition = self.orch.registry.require(model_id)
+        definition = self.orch.placed(self.orch.registry.require(model_id))  # node "auto": where it runs
         instance = self.orch.instance(definition)
         if instance is None or not instance.endpoint or definition.settings.embeddings:
             return

@@ -4,12 +4,15 @@ The agents own the processes; this module turns a ``ModelDefinition`` into a ``L
 it to the node's agent through that node's start lane, and derives each ``ModelStatus`` from the
 definition and what the agent last reported. State changes become events. A start on request
 makes room first when the node's memory is short: ``daemon.models.placement`` plans which idle
-models of that node to unload, and each one unloaded is a ``model.evicted`` event.
+models of that node to unload, and each one unloaded is a ``model.evicted`` event. A model placed
+``node: "auto"`` is placed at each start on the node where it fits best (``placement.choose_node``);
+``node_of`` says where it runs now, and its status reports that node.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -23,7 +26,7 @@ from agent.api.models import (
     TelemetrySample,
 )
 from agent.api.sources import FitRequest
-from daemon.api.models import ModelDefinition, ModelState, ModelStatus
+from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelStatus
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.models import placement
@@ -58,7 +61,8 @@ class Orchestrator:
         self._ready_waits: dict[str, asyncio.Task[ModelStatus]] = {}
         self._last_used: dict[str, float] = {}
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
-        self._needs: dict[tuple[str, str], int | None] = {}  # (model id, config hash) -> estimated bytes
+        self._needs: dict[tuple[str, str, str], int | None] = {}  # (model, node, config hash) -> bytes
+        self._placed: dict[str, str] = {}  # model placed "auto" -> the node it was started on
 
     def on_state_change(self, listener: StateListener) -> None:
         """Call ``listener(model_id, previous, status)`` on each model state change (the health monitor)."""
@@ -72,8 +76,29 @@ class Orchestrator:
         return self._last_used.get(model_id, default)
 
     # --- status --------------------------------------------------------------------------------
+    def node_of(self, definition: ModelDefinition) -> str | None:
+        """The node the model runs on: its own, or for ``auto`` the one it was last started on (or
+        found running on, after a daemon restart); None for ``auto`` when it is on none."""
+        if definition.node != AUTO_NODE:
+            return definition.node
+        placed = self._placed.get(definition.id)
+        if placed is not None and placed in self._links:
+            return placed
+        for link in self._links:
+            inst = link.instances.get(definition.id)
+            if inst is not None and inst.state in (InstanceState.STARTING, InstanceState.READY):
+                self._placed[definition.id] = link.node_id
+                return link.node_id
+        return None
+
+    def placed(self, definition: ModelDefinition) -> ModelDefinition:
+        """The definition with ``auto`` replaced by the node it runs on (itself otherwise)."""
+        node = self.node_of(definition)
+        return definition if node is None or node == definition.node else definition.model_copy(update={"node": node})
+
     def instance(self, definition: ModelDefinition) -> InstanceInfo | None:
-        link = self._links.get(definition.node)
+        node = self.node_of(definition)
+        link = self._links.get(node) if node is not None else None
         return link.instances.get(definition.id) if link is not None else None
 
     def status(self, definition: ModelDefinition) -> ModelStatus:
@@ -82,24 +107,27 @@ class Orchestrator:
     def _status(self, definition: ModelDefinition) -> ModelStatus:
         if definition.runtime == "external":
             return self.external.status(definition)
-        link = self._links.get(definition.node)
-        inst = link.instances.get(definition.id) if link is not None else None
+        node = self.node_of(definition)
         wanted_hash = definition_hash(definition)
+        if node is None:  # placed "auto" and on no node now: it is placed when it starts
+            return ModelStatus(id=definition.id, served_name=definition.served_name,
+                               state=ModelState.STOPPED, node=AUTO_NODE, config_hash=wanted_hash)
+        link = self._links.get(node)
+        inst = link.instances.get(definition.id) if link is not None else None
         if link is None or not link.online:
-            reason = f"node '{definition.node}' is offline" if link is not None else \
-                f"node '{definition.node}' is unknown"
+            reason = f"node '{node}' is offline" if link is not None else f"node '{node}' is unknown"
             if link is not None and link.last_error:
                 reason += f": {link.last_error}"
             state = ModelState.STOPPED if inst is None else ModelState(inst.state.value)
             return ModelStatus(id=definition.id, served_name=definition.served_name, state=state,
-                               node=definition.node, error=reason, config_hash=wanted_hash)
+                               node=node, error=reason, config_hash=wanted_hash)
         if inst is None:
             return ModelStatus(id=definition.id, served_name=definition.served_name,
-                               state=ModelState.STOPPED, node=definition.node, config_hash=wanted_hash)
+                               state=ModelState.STOPPED, node=node, config_hash=wanted_hash)
         running = inst.state in (InstanceState.STARTING, InstanceState.READY)
         return ModelStatus(
             id=definition.id, served_name=definition.served_name, state=ModelState(inst.state.value),
-            node=definition.node, endpoint=inst.endpoint, pid=inst.pid, started_at=inst.started_at,
+            node=node, endpoint=inst.endpoint, pid=inst.pid, started_at=inst.started_at,
             error=inst.error, last_log_lines=inst.last_log_lines if inst.error else [],
             restart_pending=running and inst.config_hash is not None and inst.config_hash != wanted_hash,
             config_hash=wanted_hash, running_config_hash=inst.config_hash if running else None)
@@ -123,7 +151,7 @@ class Orchestrator:
     def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None:
         """An agent reported: publish the state changes of that node's models."""
         for definition in self.registry.all():
-            if definition.node != node_id or definition.runtime == "external":
+            if definition.runtime == "external" or self.node_of(definition) not in (node_id, None):
                 continue
             status = self.status(definition)
             if self._states.get(definition.id) != status.state:
@@ -157,17 +185,18 @@ class Orchestrator:
 
     # --- actions -------------------------------------------------------------------------------
     async def _link(self, definition: ModelDefinition) -> AgentLink:
-        link = self._links.get(definition.node)
+        node = self.node_of(definition) or definition.node
+        link = self._links.get(node)
         if link is None:
             raise OrchestratorError(409, "node_unknown", f"model '{definition.id}' is placed on unknown node "
-                                    f"'{definition.node}'")
+                                    f"'{node}'")
         if not link.first_sync.is_set():  # the daemon just started: give its agent a moment
             try:
                 await asyncio.wait_for(link.first_sync.wait(), FIRST_CONTACT_S)
             except TimeoutError:
                 pass
         if not link.online:
-            raise OrchestratorError(503, "node_offline", f"node '{definition.node}' is offline: {link.last_error}")
+            raise OrchestratorError(503, "node_offline", f"node '{node}' is offline: {link.last_error}")
         return link
 
     @staticmethod
@@ -194,6 +223,9 @@ class Orchestrator:
         if by_user:
             self.book.clear(model_id)
         self.book.want(model_id, True)
+        if definition.node == AUTO_NODE and self.status(definition).state not in (ModelState.STARTING,
+                                                                                  ModelState.READY):
+            self._placed[model_id] = await self._choose_node(definition, in_flight)
         link = await self._link(definition)
         # A node that reports its runtime unavailable is refused before the agent is asked.
         self.registry.check_runtime(definition, status=409)
@@ -225,7 +257,7 @@ class Orchestrator:
             return int(definition.memory_budget_gib * (1 << 30))
         if definition.runtime != "llamacpp":
             return None
-        key = (definition.id, definition_hash(definition))
+        key = (definition.id, link.node_id, definition_hash(definition))
         if key not in self._needs:
             try:
                 report = await link.client.fit(FitRequest(model_path=definition.model_path,
@@ -242,7 +274,7 @@ class Orchestrator:
         loaded = []
         for other in self.registry.all():
             inst = link.instances.get(other.id)
-            if other.id == definition.id or other.node != definition.node or inst is None or \
+            if other.id == definition.id or self.node_of(other) != link.node_id or inst is None or \
                     inst.state not in (InstanceState.STARTING, InstanceState.READY):
                 continue
             size: int | None
@@ -263,19 +295,15 @@ class Orchestrator:
         need = await self._need(definition, link)
         if need is None and shortfall is None:
             return  # no figure to plan with: the agent's admission decides
-        figures: TelemetrySample | AgentStatus | None = link.latest_sample
-        if figures is None:  # no telemetry yet: ask the agent
-            try:
-                figures = await link.client.status()
-            except AgentError:
-                if shortfall is None:
-                    return
+        figures = await self._figures(link)
+        if figures is None and shortfall is None:
+            return
         memory = placement.NodeMemory(total=figures.memory_total if figures else 0,
                                       available=figures.memory_available if figures else 0)
         found = placement.plan(need or 0, memory, self._loaded(definition, link, in_flight),
                                definition.model_class, shortfall=shortfall)
         if not found.fits:
-            raise OrchestratorError(503, "insufficient_memory", f"Not enough memory on node '{definition.node}' "
+            raise OrchestratorError(503, "insufficient_memory", f"Not enough memory on node '{link.node_id}' "
                                     f"for '{definition.id}': {found.reason}")
         for victim in found.evict:
             size = placement.gib(victim.size_bytes or 0)
@@ -287,12 +315,58 @@ class Orchestrator:
                                 freed_bytes=victim.size_bytes, needed_bytes=need, reason=reason)
             await self.stop(victim.model_id)  # no longer wanted: start_on_request brings it back
 
+    @staticmethod
+    async def _figures(link: AgentLink) -> TelemetrySample | AgentStatus | None:
+        """The node's memory figures: its latest telemetry sample, else the agent's status now."""
+        if link.latest_sample is not None:
+            return link.latest_sample
+        try:
+            return await link.client.status()
+        except AgentError:
+            return None
+
+    async def _choose_node(self, definition: ModelDefinition, in_flight: InFlight | None) -> str:
+        """Where a model placed ``auto`` starts: the best of the online nodes that offer its runtime
+        (``placement.choose_node``); only a start on request unloads models to make room there."""
+        links = list(self._links)
+        waiting = [link.first_sync.wait() for link in links if not link.first_sync.is_set()]
+        if waiting:  # the daemon just started: give its agents a moment
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waiting), FIRST_CONTACT_S)
+        options: list[placement.NodeOption] = []
+        for link in links:
+            here = definition.model_copy(update={"node": link.node_id})
+            try:
+                self.registry.check_runtime(here, status=409)
+            except RegistryError:
+                continue
+            figures = await self._figures(link) if link.online else None
+            if figures is None:
+                continue
+            need = await self._need(here, link)
+            memory = placement.NodeMemory(total=figures.memory_total, available=figures.memory_available)
+            found = placement.plan(need or 0, memory, self._loaded(here, link, in_flight or (lambda _name: 0)),
+                                   definition.model_class)
+            gpu_free = sum(max(0, g.memory_total - g.memory_used) for g in figures.gpus)
+            options.append(placement.NodeOption(link.node_id, found, gpu_free))
+        best = placement.choose_node(options, may_evict=in_flight is not None)
+        if best is not None:
+            return best.node_id
+        if not options:
+            raise OrchestratorError(503, "node_offline", f"model '{definition.id}' is placed 'auto', and no online "
+                                    "node offers its runtime")
+        reasons = "; ".join(f"node '{o.node_id}': {o.plan.reason or 'it would unload other models'}"
+                            for o in options)
+        raise OrchestratorError(503, "insufficient_memory", f"No node has the memory for '{definition.id}': {reasons}")
+
     async def stop(self, model_id: str, *, keep_wanted: bool = False) -> ModelStatus:
         definition = self.registry.require(model_id)
         if definition.runtime == "external":  # nothing runs here to stop
             return self.status(definition)
         if not keep_wanted:
             self.book.want(model_id, False)
+        if self.node_of(definition) is None:  # placed "auto" and on no node: nothing runs
+            return self.status(definition)
         link = await self._link(definition)
         try:
             await link.client.stop(model_id)
@@ -345,16 +419,17 @@ class Orchestrator:
         the nodes in parallel, so a node that is offline or slow to load holds up only its own."""
         by_node: dict[str, list[ModelDefinition]] = {}
         for definition in self.registry.all():
-            if definition.auto_start and definition.node in self._links:
+            if definition.auto_start and (definition.node in self._links or definition.node == AUTO_NODE):
                 by_node.setdefault(definition.node, []).append(definition)
         await asyncio.gather(*(self._auto_start_node(models) for models in by_node.values()))
 
     async def _auto_start_node(self, definitions: list[ModelDefinition]) -> None:
         for definition in definitions:
             link = self._links.get(definition.node)
-            if link is None:
+            if link is None and definition.node != AUTO_NODE:
                 return
-            await link.first_sync.wait()
+            if link is not None:  # "auto" waits for its nodes in start
+                await link.first_sync.wait()
             if self.status(definition).state in (ModelState.STOPPED, ModelState.FAILED):
                 try:
                     _LOGGER.info("auto-starting %s", definition.id)

@@ -137,3 +137,29 @@ def shortfall_from_refusal(details: dict[str, object] | None) -> int | None:
         gpu = max((int(n) - int(b) for n, b in zip(gpu_need, gpu_budget, strict=False)), default=0)
     short = max(host, gpu)
     return short if short > 0 else None
+
+
+# --- node "auto": where a model goes --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeOption:
+    """One node a model placed ``node: "auto"`` could start on: the plan there, and its GPUs' free memory."""
+
+    node_id: str
+    plan: Plan
+    gpu_free: int = 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.gpu_free > 0 and self.gpu_free >= self.plan.need
+
+
+def choose_node(options: Sequence[NodeOption], *, may_evict: bool = True) -> NodeOption | None:
+    """The best node: one where the model fits (without unloading anything unless ``may_evict``), on a
+    GPU with room for it before one without, then the one that unloads the least, then the one with
+    the most room left (ties by node id). None when it fits nowhere."""
+    fitting = [o for o in options if o.plan.fits and (may_evict or not o.plan.evict)]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda o: (not o.on_gpu, o.plan.freed, len(o.plan.evict), -o.plan.room, o.node_id))

@@ -334,10 +334,11 @@ class Router:
         window = self.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
         if window is not None:
             raise window.refusal()  # 503 maintenance, Retry-After from the job's estimate
-        instance = orch.instance(definition)
-        link = self.links.get(definition.node)
+        placed = orch.placed(definition)  # node "auto": the node it runs on now
+        instance = orch.instance(placed)
+        link = self.links.get(placed.node)
         if instance is not None and instance.state == InstanceState.READY and link is not None and link.online:
-            return self._target(definition, instance)  # the hot path: no status to derive
+            return self._target(placed, instance)  # the hot path: no status to derive
         status = orch.status(definition)
         if status.state != ModelState.READY and definition.start_on_request:
             try:
@@ -356,7 +357,7 @@ class Router:
                                 retry_after=retry)
         instance = orch.instance(definition)
         assert instance is not None
-        return self._target(definition, instance)
+        return self._target(orch.placed(definition), instance)
 
     def _target(self, definition: ModelDefinition,
                 instance: InstanceInfo) -> Upstream:

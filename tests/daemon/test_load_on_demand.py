@@ -244,3 +244,73 @@ async def test_a_queued_request_for_a_model_that_does_not_fit_is_answered_after_
         assert await ctl.run(ctl.parse_args(["status"]), d.client) == 0
         shown = capsys.readouterr().out
         assert f"\n    {first.evicted}\n" in shown  # under the model's own line
+
+
+# --- node "auto" ------------------------------------------------------------------------------------
+
+
+class TwoNodes:
+    """Two fake agents, "cpu" (32 GiB) and "gpu" (16 GiB and a GPU with ``gpu_free`` GiB free)."""
+
+    def __init__(self, tmp_path: Path, gpu_free: float) -> None:
+        from agent.api.models import GpuInfo
+
+        self.cpu, self.gpu = Fleet(tmp_path / "cpu", total=32 * GiB, available=31 * GiB), Fleet(tmp_path / "gpu")
+        self.orch = self.cpu.orch  # one orchestrator over both links
+        self.gpu.link = AgentLink("gpu", self.gpu.agent, self.orch.on_instances)  # type: ignore[arg-type]
+        self.gpu.link.latest_sample = TelemetrySample(
+            seq=1, ts=0, cpu_percent=0, memory_total=16 * GiB, memory_used=GiB, memory_available=15 * GiB,
+            gpus=[GpuInfo(index=0, name="GPU", memory_total=24 * GiB, memory_used=int((24 - gpu_free) * GiB))])
+        self.cpu.links.pop("local")
+        self.cpu.link.node_id = "cpu"
+        self.cpu.links.add(self.cpu.link)
+        self.cpu.links.add(self.gpu.link)
+
+    async def open(self) -> TwoNodes:
+        await self.cpu.link.refresh()
+        await self.gpu.link.refresh()
+        return self
+
+    async def add(self, model_id: str, budget_gib: float, **fields: object) -> ModelDefinition:
+        return await self.cpu.add(model_id, budget_gib, **fields)
+
+
+async def test_auto_goes_to_a_gpu_with_room_and_the_status_says_where(tmp_path: Path) -> None:
+    nodes = await TwoNodes(tmp_path, gpu_free=8).open()
+    await nodes.add("m", 6, node="auto")
+    assert nodes.orch.status_by_id("m").node == "auto"  # placed when it starts
+    status = await nodes.orch.ensure_ready("m", nodes.cpu.in_flight)
+    assert (status.state, status.node) == (ModelState.READY, "gpu")
+    assert list(nodes.gpu.agent.running) == ["m"] and nodes.cpu.agent.running == {}
+    assert nodes.orch.placed(nodes.orch.registry.require("m")).node == "gpu"
+    await nodes.orch.stop("m")
+    assert nodes.gpu.agent.calls[-1] == "stop m"
+
+
+async def test_auto_goes_where_it_unloads_the_least(tmp_path: Path) -> None:
+    nodes = await TwoNodes(tmp_path, gpu_free=2).open()  # the GPU has no room for it: memory decides
+    await nodes.add("big", 10, node="auto")
+    await nodes.add("gpu-resident", 12, node="gpu")
+    await nodes.add("m", 8, node="auto")
+    await nodes.cpu.load("big", "gpu-resident")
+    assert nodes.orch.status_by_id("big").node == "cpu"  # 31 GiB free there, 15 on "gpu"
+    # "cpu" has 21 GiB room, "gpu" 3: "m" fits on "cpu" without unloading anything.
+    assert (await nodes.orch.ensure_ready("m", nodes.cpu.in_flight)).node == "cpu"
+    assert nodes.cpu.evictions() == []
+
+
+async def test_a_user_start_of_an_auto_model_that_fits_nowhere_is_refused_naming_each_node(
+        tmp_path: Path) -> None:
+    nodes = await TwoNodes(tmp_path, gpu_free=0).open()
+    await nodes.add("m", 40, node="auto")
+    with pytest.raises(OrchestratorError) as refused:
+        await nodes.orch.start("m")
+    assert refused.value.code == "insufficient_memory"
+    assert "node 'cpu': needs 40.00 GiB" in refused.value.message and "node 'gpu'" in refused.value.message
+    assert nodes.orch.status_by_id("m").node == "auto"
+
+
+def test_auto_is_a_node_the_registry_keeps() -> None:
+    from daemon.validation import resolve_node
+
+    assert resolve_node("auto", {"local": "workstation"}) == "auto"

@@ -11,6 +11,8 @@ from daemon.models.placement import (
     Loaded,
     ModelClass,
     NodeMemory,
+    NodeOption,
+    choose_node,
     eviction_order,
     plan,
     room,
@@ -121,3 +123,26 @@ def test_the_shortfall_read_from_an_agents_refusal() -> None:
     assert shortfall_from_refusal(details) == 4 * GiB  # GPU 0 misses more than the host
     assert shortfall_from_refusal({"needed_bytes": GiB, "available_bytes": 4 * GiB}) is None
     assert shortfall_from_refusal(None) is None and shortfall_from_refusal({}) is None
+
+
+def option(node_id: str, need_gib: float, loaded_gib: list[float], *, total_gib: float = 16,
+           gpu_free_gib: float = 0) -> NodeOption:
+    memory = NodeMemory(total=int(total_gib * GiB), available=int(total_gib * GiB))
+    models = [loaded(f"{node_id}-{i}", size, i) for i, size in enumerate(loaded_gib)]
+    return NodeOption(node_id, plan(int(need_gib * GiB), memory, models), gpu_free=int(gpu_free_gib * GiB))
+
+
+def test_auto_prefers_a_gpu_with_room_then_the_least_eviction_then_the_most_room() -> None:
+    cpu_roomy, gpu_roomy = option("cpu", 4, []), option("gpu", 4, [], gpu_free_gib=8)
+    assert choose_node([cpu_roomy, gpu_roomy]).node_id == "gpu"  # type: ignore[union-attr]
+    small_gpu = option("small-gpu", 4, [], gpu_free_gib=2)  # a GPU without room for it counts as none
+    assert choose_node([small_gpu, option("more-room", 4, [], total_gib=32)]).node_id == "more-room"  # type: ignore[union-attr]
+    full_gpu = option("full-gpu", 8, [10], gpu_free_gib=12)  # fits on its GPU only after an eviction
+    assert choose_node([full_gpu, option("cpu", 8, [])]).node_id == "full-gpu"  # type: ignore[union-attr]
+    a, b = option("a", 8, [4, 6]), option("b", 8, [2, 2, 4])  # a frees 4 GiB, b frees 2
+    assert full_gpu.plan.evict and a.plan.freed == 4 * GiB and b.plan.freed == 2 * GiB
+    assert choose_node([a, b]).node_id == "b"  # type: ignore[union-attr]
+    assert choose_node([a, b], may_evict=False) is None
+    assert choose_node([option("a", 40, []), option("b", 40, [])]) is None
+    assert choose_node([]) is None
+    assert choose_node([option("z", 4, []), option("y", 4, [])]).node_id == "y"  # type: ignore[union-attr]
