@@ -5,6 +5,7 @@
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
     mirbadllm ctl models pull REPO[:QUANT] | import ollama NAME | import folder PATH      (ctl_sources)
                          | mirror MODEL --to NODE                                        (ctl_sources)
+                         | plan FILE|REPO[:QUANT] [--node N] [--ctx N]                   (ctl_plan)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
     mirbadllm ctl keys list | create NAME | limit ID [--rpm N] [--tokens-per-day N] | revoke ID  (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
@@ -25,7 +26,7 @@ from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelDefinition
-from mirbadllm import ctl_daemon, ctl_jobs, ctl_keys, ctl_nodes, ctl_sources
+from mirbadllm import ctl_daemon, ctl_jobs, ctl_keys, ctl_nodes, ctl_plan, ctl_sources
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -59,6 +60,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     logs.add_argument("--tail", type=int, default=100)
     logs.add_argument("--follow", "-f", action="store_true")
     ctl_sources.add_parsers(models)
+    ctl_plan.add_parser(models)
 
     ctl_nodes.add_parser(groups)
     ctl_daemon.add_parser(groups)
@@ -102,6 +104,8 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
             print(_fmt_model(view.status))
     elif args.action in ("pull", "import", "mirror"):
         return await ctl_sources.run(args, client)
+    elif args.action == "plan":
+        return await ctl_plan.run(args, client)
     elif args.action == "add":
         node = await ctl_nodes.resolve_id(client, args.node)
         settings = LlamaCppSettings(ctx_size=args.ctx_size, parallel=args.parallel,
