@@ -57,13 +57,13 @@ class LlamaCppSettings(BaseModel):
     # Placement on a node's GPUs (``agent.placement``): which GPUs, and how the layers are shared out.
     gpus: list[Annotated[int, Field(ge=0, le=63)]] | None = _setting(
         "--device", "every GPU", "The node's GPUs (NVML indices) it runs on, as --device CUDA0,CUDA1; "
-        "[]: none (--device none).", max_length=16)
+        "[]: none (--device none).", max_length=16, title="GPUs")
     split_mode: SplitMode | None = _setting("--split-mode", "layer", "How layers are shared by several GPUs.")
     tensor_split: str | None = _setting("--tensor-split", "by free memory",
                                         "Share of the model on each GPU of the list, e.g. 3,1.",
                                         pattern=r"^\d{1,6}(\.\d{1,4})?(,\d{1,6}(\.\d{1,4})?){0,15}$")
     main_gpu: int | None = _setting("--main-gpu", 0, "The GPU of the list that holds the whole model with "
-                                    "split mode none.", "", ge=0, le=63)
+                                    "split mode none.", "", ge=0, le=63, title="Main GPU")
 
 
 class Adapter(BaseModel):
