@@ -46,7 +46,7 @@ def merge(plans: Sequence[NodePlan], errors: Sequence[NodePlanError]) -> Plan:
 async def fan_out(clients: Sequence[tuple[str, AgentClient]], request: FitRequest,
                   errors: Sequence[NodePlanError] = ()) -> Plan:
     """Every node's plan at once; a node that fails is listed with its error. When every node
-    failed, the first node's error is raised (AgentError), as the one-node call would."""
+    failed, the first error to come back is raised (AgentError), as a one-node call's would be."""
 
     raised: list[AgentError] = []
 
