@@ -219,7 +219,8 @@ class Admission:
             GpuBudget(index=g.index, name=g.name, free_bytes=max(0, g.memory_total - g.memory_used),
                       budget_bytes=max(0, g.memory_total - g.memory_used - self.policy.gpu_reserve_bytes))
             for g in gpus]
-        positions, split = placed_gpus(settings, [b.index for b in budgets])  # the GPUs it is placed on
+        # the GPUs it is placed on; on unified memory there are none of their own
+        positions, split = ([], ()) if unified else placed_gpus(settings, [b.index for b in budgets])
         placed = [budgets[p] for p in positions]
         budget = Budget(host=available - reserve - pending, gpus=tuple(b.budget_bytes for b in placed), split=split)
         layers = resolve_gpu_layers(summary, settings, budget)

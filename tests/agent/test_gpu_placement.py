@@ -128,3 +128,15 @@ async def test_the_agent_plans_each_gpu_a_split_and_the_cpu(
         assert {o.ctx_size for o in asked.options} == {4096}
         error = await _refusal(agent.client.plan(FitRequest()))
         assert error.status == 422
+
+
+async def test_named_gpus_on_unified_memory_are_held_to_system_memory(
+        tmp_path: Path, fake_runtime: Callable[..., Path], port_base: int) -> None:
+    model = write_gguf(tmp_path / "models" / "big.gguf", **BIG)
+    gb10 = FakeGpuProbe([GpuInfo(index=0, name="NVIDIA GB10", memory_total=120 * GiB, memory_used=GiB)])
+    memory = FakeMemoryProbe(total=128 * GiB, available=100 * GiB)
+    async with sources_agent(tmp_path, fake_runtime(), port_base, gpu_probe=gb10, memory_probe=memory) as agent:
+        report = await agent.client.fit(FitRequest(model_path=str(model), settings=LlamaCppSettings(gpus=[0])))
+        assert report.unified_memory is True and report.gpus == [] and report.fits is True
+        plan = await agent.client.plan(FitRequest(model_path=str(model)))
+        assert [(o.kind, o.state) for o in plan.options] == [("unified", "free")] and plan.unified_memory is True
