@@ -195,6 +195,9 @@ def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
                   choice_labels=tuple(c.capitalize() for c in MODEL_CLASSES)),
         FieldSpec("extra_args", "Extra arguments", "args", "Advanced", args_help),
         FieldSpec("env", "Environment", "env", "Advanced", "One NAME=value per line (allowlisted names only)."),
+        *((FieldSpec("adapters", "LoRA adapters", "json", "Advanced", 'A JSON list of {"name", "file", "scale"}: '
+                     "each adapter is a model of its own, named `name`, in the model's folder.",
+                     placeholder="none"),) if runtime == "llamacpp" else ()),
     )
 
 
