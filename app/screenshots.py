@@ -47,7 +47,8 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
 PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
               "nodes", "playground", "playground-completion", "access", "settings")
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
-                "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog"}
+                "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",
+                "KeyLimitsDialog": "key-limits-dialog"}
 EXTRA_SHOTS = ("tuning-wizard-progress", "tray-menu")
 
 
@@ -97,6 +98,15 @@ async def _dialogs(window, ctx, demo, save) -> None:  # type: ignore[no-untyped-
     await _settle()
     save(DIALOG_SHOTS["NewKeyDialog"], dialog)
     dialog.close()
+    from app.ui.pages.access import KeyLimitsDialog
+    from daemon.api.models import ApiKeyLimits
+
+    limited = created.info.model_copy(update={"limits": ApiKeyLimits(requests_per_minute=60, tokens_per_day=200_000)})
+    limits = KeyLimitsDialog(limited, window)
+    limits.show()
+    await _settle()
+    save(DIALOG_SHOTS["KeyLimitsDialog"], limits)
+    limits.close()
 
     window.show_page("nodes")
     pairing = window.nodes.open_pairing((await demo.discovered_nodes())[0])
