@@ -134,8 +134,6 @@ async def start_instance(request: web.Request) -> web.Response:
     return web.json_response(info.model_dump(mode="json"), status=202)
 
 
-async def stop_instance(request: web.Request) -> web.Response:
-    timeout = _number(request, "timeout", 10.0, 0, 600)
 async def plan_model(request: web.Request) -> web.Response:
     """Every way a model runs on this node, best first (``agent.placement``)."""
     try:
@@ -145,6 +143,8 @@ async def plan_model(request: web.Request) -> web.Response:
     return web.json_response((await _sources(request).plan(req)).model_dump(mode="json"))
 
 
+async def stop_instance(request: web.Request) -> web.Response:
+    timeout = _number(request, "timeout", 10.0, 0, 600)
     info = await request.app[DEPS].manager.stop(request.match_info["id"], timeout)
     return web.json_response(info.model_dump(mode="json"))
 
@@ -213,6 +213,22 @@ async def _adoption(app: web.Application) -> AsyncIterator[None]:
         await deps.sources.close()  # running transfers are cancelled and leave no partial files
 
 
+async def _warm_offers(app: web.Application) -> AsyncIterator[None]:
+    """Learn what each runtime offers once at start (a build's fingerprint, ``--version``, the vLLM
+    image's version), so the first status probes answer from the drivers' caches, not after it."""
+    async def warm() -> None:
+        try:
+            await app[DEPS].manager.drivers.offers()
+        except Exception:  # a status probe asks again and reports what fails
+            _LOGGER.exception("could not learn the runtimes' offers at start")
+
+    task = asyncio.create_task(warm(), name="warm-offers")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 async def _telemetry(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(app[DEPS].telemetry.run(), name="telemetry")
     yield
@@ -263,13 +279,13 @@ def create_app(deps: AgentDeps) -> web.Application:
         web.get(f"{p}/telemetry", telemetry),                       # ?since=SEQ
         web.route("*", f"{p}/proxy/{{id}}/{{path:.*}}", proxy),     # any method, streamed
         *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources.api
+        web.post(f"{p}/plan", plan_model),                          # body: FitRequest -> NodePlan (agent.placement)
         web.post(f"{p}/unpair", unpair),                            # then waits to be paired again
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
-        web.post(f"{p}/plan", plan_model),                          # body: FitRequest -> NodePlan (agent.placement)
         *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
         *mirror_routes(p, MirrorReceiver(deps.paths.models_dir)),   # GET|PUT|DELETE /mirror/{name}, POST /mirror: agent.sources.mirror
     ])
-    app.cleanup_ctx.extend([_adoption, _telemetry, _proxy_session])
+    app.cleanup_ctx.extend([_adoption, _warm_offers, _telemetry, _proxy_session])
     return app
 
 
