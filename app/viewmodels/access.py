@@ -45,10 +45,10 @@ def usage_cells(info: ApiKeyInfo) -> tuple[str, str]:
 
 
 def limits_cell(info: ApiKeyInfo) -> str:
-    """The key's limits with its use against them: "2 / 60 per min · 3.4k / 100k tokens today"."""
+    """The key's limits with its use against them: "2 / 60 a min · 3.4k / 100k today"."""
     rpm, day = info.limits.requests_per_minute, info.limits.tokens_per_day
-    parts = [f"{count(info.requests_last_minute)} / {count(rpm)} per min" if rpm else "",
-             f"{count(info.tokens_today)} / {count(day)} tokens today" if day else ""]
+    parts = [f"{count(info.requests_last_minute)} / {count(rpm)} a min" if rpm else "",
+             f"{count(info.tokens_today)} / {count(day)} today" if day else ""]
     return " · ".join(p for p in parts if p) or "No limits"
 
 

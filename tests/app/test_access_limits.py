@@ -26,9 +26,9 @@ CAPPED = ApiKeyInfo(id="k1", name="editor", prefix="sk-mirbad-ab12", created_at=
 
 
 def test_a_keys_limits_read_with_its_use_against_them() -> None:
-    assert limits_cell(CAPPED) == "2 / 60 per min · 3.4k / 100k tokens today"
+    assert limits_cell(CAPPED) == "2 / 60 a min · 3.4k / 100k today"
     assert limits_cell(CAPPED.model_copy(update={"limits": ApiKeyLimits(tokens_per_day=5000)})) == \
-        "3.4k / 5k tokens today"
+        "3.4k / 5k today"
     assert limits_cell(CAPPED.model_copy(update={"limits": ApiKeyLimits()})) == "No limits"
 
 
@@ -72,11 +72,11 @@ def test_the_access_page_shows_and_sets_a_keys_limits(window: MainWindow, fake: 
     table = page.table
     limits_col = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())].index("Limits")
 
-    def shown() -> str:
-        item = table.item(0, limits_col) if table.rowCount() else None
-        return item.text() if item else ""
+    def shown() -> str:  # the limits are shown on the button that sets them
+        cell = table.cellWidget(0, limits_col) if table.rowCount() else None
+        return cell.text() if isinstance(cell, QPushButton) else ""
 
-    qtbot.waitUntil(lambda: shown() == "2 / 60 per min · 3.4k / 100k tokens today")
+    qtbot.waitUntil(lambda: shown() == "2 / 60 a min · 3.4k / 100k today")
     asked: list[ApiKeyInfo] = []
 
     def answer(_parent: object, info: ApiKeyInfo) -> tuple[int | None, int | None]:
@@ -85,7 +85,7 @@ def test_the_access_page_shows_and_sets_a_keys_limits(window: MainWindow, fake: 
 
     page.ask_limits = answer
     page.findChild(QPushButton, "limits-k1").click()
-    qtbot.waitUntil(lambda: shown() == "3.4k / 250k tokens today")
+    qtbot.waitUntil(lambda: shown() == "3.4k / 250k today")
     assert asked[0].limits == CAPPED.limits  # the dialog starts from the key's limits
     assert fake.keys["k1"].limits == ApiKeyLimits(tokens_per_day=250_000)
 

@@ -99,7 +99,7 @@ class AccessPage(QScrollArea):
         self.setWidget(body)
         layout.addWidget(page_header("Access", "Who may use the endpoint, and how to point your tools at it."))
 
-        top = QHBoxLayout()
+        top = QVBoxLayout()  # stacked: the key table needs the page's width for its use and limits
         top.setSpacing(12)
         net = Card("Network")
         self.url = CopyField()
@@ -115,8 +115,7 @@ class AccessPage(QScrollArea):
         self.lan_note = label(LAN_NEEDS_KEYS, muted=True, wrap=True)
         net.body.addWidget(self.lan_note)
         net.body.addWidget(self.require)
-        net.body.addStretch(1)
-        top.addWidget(net, 1)
+        top.addWidget(net)
 
         keys = Card("API keys")
         bar = QHBoxLayout()
@@ -145,7 +144,7 @@ class AccessPage(QScrollArea):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setMinimumHeight(190)
         keys.body.addWidget(self.table)
-        top.addWidget(keys, 2)
+        top.addWidget(keys)
         layout.addLayout(top)
 
         connect = Card("Connect your tools")
@@ -186,21 +185,18 @@ class AccessPage(QScrollArea):
         self.table.setRowCount(len(s.keys))
         for row, info in enumerate(s.keys):
             for col, text in enumerate((info.name, f"{info.prefix}…", fmt.when(info.created_at),
-                                        fmt.ago(info.last_used_at), *usage_cells(info), limits_cell(info))):
+                                        fmt.ago(info.last_used_at), *usage_cells(info))):
                 self.table.setItem(row, col, QTableWidgetItem(text))
-            actions = QWidget()
-            box = QHBoxLayout(actions)
-            box.setContentsMargins(0, 0, 0, 0)
-            limits = button("Limits…")
+            limits = button(limits_cell(info), kind="flat")  # the limits, shown where they are set
             limits.setObjectName(f"limits-{info.id}")
+            limits.setToolTip("Set this key's requests per minute and tokens per day")
             limits.clicked.connect(lambda _=False, k=info: self.edit_limits(k))
+            self.table.setCellWidget(row, 6, limits)
             revoke = button("Revoke", kind="danger")
             revoke.setObjectName(f"revoke-{info.id}")
             revoke.clicked.connect(lambda _=False, i=info.id, n=info.name: self.ctx.act(
                 self.vm.revoke_key(i), f"Revoked key “{n}”"))
-            box.addWidget(limits)
-            box.addWidget(revoke)
-            self.table.setCellWidget(row, 7, actions)
+            self.table.setCellWidget(row, 7, revoke)
 
     def edit_limits(self, info: ApiKeyInfo) -> None:
         wanted = self.ask_limits(self, info)
