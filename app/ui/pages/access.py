@@ -130,10 +130,12 @@ class AccessPage(QScrollArea):
         self.table.setObjectName("KeyTable")
         self.table.setHorizontalHeaderLabels(["Name", "Key", "Created", "Last used", "Requests", "Tokens",
                                               "Limits", ""])
-        for col in (4, 5):
-            self.table.horizontalHeaderItem(col).setToolTip("Last 24 hours / since the key was created")
-        self.table.horizontalHeaderItem(6).setToolTip("Requests in the last minute / per minute; "
-                                                      "tokens since 00:00 UTC / per day")
+        tips = {4: "Last 24 hours / since the key was created", 5: "Last 24 hours / since the key was created",
+                6: "Requests in the last minute / per minute; tokens since 00:00 UTC / per day"}
+        for col, tip in tips.items():
+            item = self.table.horizontalHeaderItem(col)
+            if item is not None:
+                item.setToolTip(tip)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
