@@ -15,6 +15,7 @@ import pytest
 
 from daemon.api.client import DaemonError
 from daemon.api.models import ApiKeyInfo, ApiKeyLimits
+from daemon.errors import DaemonProblem
 from daemon.router.limits import RequestWindows, seconds_to_next_utc_day, utc_day
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes import write_fake_runtime
@@ -163,3 +164,25 @@ async def test_limits_set_through_the_api_survive_a_restart(tmp_path: Path, fake
         assert by_name["capped"].limits == ApiKeyLimits(requests_per_minute=2)
         cleared = await d.client.set_key_limits(created.info.id, ApiKeyLimits(requests_per_minute=None))
         assert cleared.limits == ApiKeyLimits(tokens_per_day=9000)
+
+
+def test_the_days_tokens_and_the_limits_are_kept_in_keys_json(tmp_path: Path) -> None:
+    from daemon.keys import KeyStore
+
+    clock = Clock(datetime(2026, 3, 1, 9, 0, tzinfo=UTC).timestamp())
+    store = KeyStore(tmp_path / "keys.json", clock=clock)
+    created = store.create("batch", ApiKeyLimits(tokens_per_day=100))
+    store.count_use(created.info.id, 60)
+    store.flush_usage()
+    again = KeyStore(tmp_path / "keys.json", clock=clock)
+    again.load()
+    [info] = again.list()
+    assert (info.limits, info.tokens_today, info.tokens_total) == (ApiKeyLimits(tokens_per_day=100), 60, 60)
+    again.count_use(created.info.id, 50)
+    with pytest.raises(DaemonProblem) as caught:
+        again.admit(created.info.id)
+    assert (caught.value.status, caught.value.code) == (429, "tokens_per_day_exceeded")
+    assert caught.value.retry_after == 15 * 3600
+    clock.now += 15 * 3600  # the next UTC day starts from nothing
+    again.admit(created.info.id)
+    assert again.list()[0].tokens_today == 0
