@@ -173,7 +173,8 @@ def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
                   choices=tuple(RUNTIMES), values=tuple(RUNTIMES), optional=False,
                   choice_labels=tuple(RUNTIME_LABELS[r] for r in RUNTIMES)),
         FieldSpec("model_path", "Model", "text", "Model", _MODEL_PATH_HELP.get(runtime, ""), optional=False),
-        FieldSpec("node", "Node", "text", "Model", "'local' for this machine.", optional=False),
+        FieldSpec("node", "Node", "text", "Model", "'local' for this machine; 'auto' for the node where it fits "
+                  "best at each start.", optional=False),
         FieldSpec("tags", "Tags", "tags", "Model", "Comma-separated, for filtering."),
         FieldSpec("description", "Description", "text", "Model"),
         *pinned,
