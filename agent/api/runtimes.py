@@ -31,4 +31,5 @@ class RuntimeOffer(BaseModel):
     version: str | None = Field(default=None, description="llama-server's build, the vLLM version, the mlx-lm version.")
     digest: str | None = Field(default=None, description="The build's SHA-256 fingerprint, or the image digest.")
     location: str | None = Field(default=None, description="The executable's path, or the image reference.")
-    reason: str | None = Field(default=None, description="Why it is unavailable (None when available).")
+    reason: str | None = Field(default=None, description="Why it is unavailable; on an available one, what is "
+                                                         "not known about it (e.g. an image whose vLLM version is unknown).")
