@@ -11,6 +11,7 @@ variables that ``ENV_ALLOWLIST`` admits; anything else is refused, not dropped s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -377,10 +378,19 @@ async def ask_version(exe: RuntimeExecutable, timeout_s: float = VERSION_TIMEOUT
     try:
         output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
     except TimeoutError:
-        process.kill()
-        await process.wait()
+        await _reap(process)
         return ReportedVersion(text=f"{exe.path} --version gave no answer within {timeout_s:g} s")
+    except asyncio.CancelledError:  # the agent stops while asking: leave no child (nor its transport) behind
+        await asyncio.shield(_reap(process))
+        raise
     return parse_version_output(output.decode(errors="replace"))
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+    await process.wait()
 
 
 class LlamaCppDriver:
