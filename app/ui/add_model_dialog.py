@@ -2,12 +2,19 @@
 before anything is downloaded and the transfer's progress until the model is registered. The
 chosen node's runtimes are shown as badges, and the runtime is picked among the ones it offers.
 For vLLM and MLX a model folder can be chosen as well as a file; vLLM asks for its container image
-(the node's by default); MLX has no context size to ask for."""
+(the node's by default); MLX has no context size to ask for.
+
+"How it runs here" lists the daemon's plan for a GGUF file on the node (every node's options,
+each with the context that fits, free now or needs room, and the flags); the picked one gives the
+saved model its node and GPU settings. A plan that fails says why, and Add still works. An external
+endpoint asks for its base URL, the provider's model name and the path of an API key file (a path on
+the daemon's machine, never the key itself); it has no node, runtime or context."""
 
 from __future__ import annotations
 
 import asyncio
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
@@ -16,6 +23,8 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QProgressBar,
     QRadioButton,
     QStackedWidget,
@@ -25,11 +34,11 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext, Message
 from app.ui.pages.nodes import RuntimeBadges
-from app.ui.widgets import Card, button, label
+from app.ui.widgets import Card, button, label, set_prop
 from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
 
 SOURCES: tuple[tuple[SourceKind, str], ...] = (("hf", "Hugging Face"), ("file", "A file on the node"),
-                                               ("ollama", "An Ollama model"))
+                                               ("ollama", "An Ollama model"), ("external", "An external endpoint"))
 
 
 class AddModelDialog(QDialog):
@@ -49,7 +58,8 @@ class AddModelDialog(QDialog):
         layout.addLayout(self._source_row())
         self.pages = QStackedWidget()
         for kind, _text in SOURCES:
-            self.pages.addWidget({"hf": self._hf_page, "file": self._file_page, "ollama": self._ollama_page}[kind]())
+            self.pages.addWidget({"hf": self._hf_page, "file": self._file_page, "ollama": self._ollama_page,
+                                  "external": self._external_page}[kind]())
         layout.addWidget(self.pages)
         layout.addWidget(self._common_card())
         layout.addWidget(self._progress_card(), 1)
@@ -101,6 +111,30 @@ class AddModelDialog(QDialog):
         row.addWidget(browse)
         return page
 
+    def _external_page(self) -> QWidget:
+        page = QWidget()
+        form = QFormLayout(page)
+        self.base_url = self._field("base_url", "https://api.openai.com/v1", "BaseUrl")
+        self.provider_model = self._field("provider_model", "the model name the server knows, e.g. gpt-4o-mini",
+                                          "ProviderModel")
+        key_row = QHBoxLayout()
+        self.api_key_file = self._field("api_key_file", "/path/to/key.txt on the daemon's machine (optional)",
+                                        "ApiKeyFile")
+        self.api_key_file.setToolTip("A path, never the key: the daemon reads the key from this file on each "
+                                     "request; it is not stored, shown or logged.")
+        browse = button("Browse…")
+        browse.setObjectName("BrowseKeyFile")
+        browse.clicked.connect(self._browse_key)
+        key_row.addWidget(self.api_key_file, 1)
+        key_row.addWidget(browse)
+        form.addRow("Base URL", self.base_url)
+        form.addRow("Provider model", self.provider_model)
+        form.addRow("API key file", key_row)
+        self.external_note = label("", muted=True, wrap=True)
+        self.external_note.setObjectName("ExternalNote")
+        form.addRow("", self.external_note)
+        return page
+
     def _ollama_page(self) -> QWidget:
         page = QWidget()
         form = QFormLayout(page)
@@ -145,11 +179,26 @@ class AddModelDialog(QDialog):
         self.fit_button.setObjectName("CheckFit")
         self.fit_button.clicked.connect(lambda: asyncio.ensure_future(self.vm.check_fit()))
         row.addWidget(self.fit_button)
+        self.plan_button = button("How it runs here")
+        self.plan_button.setObjectName("CheckPlan")
+        self.plan_button.setToolTip("Every node's ways to run this file: GPU, split, offload or CPU, the context "
+                                    "that fits, and whether it fits now or needs room.")
+        self.plan_button.clicked.connect(lambda: asyncio.ensure_future(self.vm.check_plan()))
+        row.addWidget(self.plan_button)
         row.addStretch(1)
         card.body.addLayout(row)
         self.fit_text = label("", wrap=True, selectable=True)
         self.fit_text.setObjectName("FitText")
         card.body.addWidget(self.fit_text)
+        self.plan_list = QListWidget()
+        self.plan_list.setObjectName("PlanOptions")
+        self.plan_list.setWordWrap(True)
+        self.plan_list.setMaximumHeight(120)
+        self.plan_list.currentRowChanged.connect(self._option_chosen)
+        card.body.addWidget(self.plan_list)
+        self.plan_note = label("", muted=True, wrap=True)
+        self.plan_note.setObjectName("PlanNote")
+        card.body.addWidget(self.plan_note)
         return card
 
     def _progress_card(self) -> QWidget:
@@ -200,22 +249,50 @@ class AddModelDialog(QDialog):
                 for runtime, text in choices:
                     self.runtime.addItem(text, runtime)
             self.runtime.setCurrentIndex(self.runtime.findData(s.runtime))
+            rows = s.plan_rows
+            if tuple(self.plan_list.item(i).text() for i in range(self.plan_list.count())) != rows:
+                self.plan_list.clear()
+                for n, text in enumerate(rows):
+                    item = QListWidgetItem(text)
+                    if not s.pickable(n):
+                        item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsSelectable & ~Qt.ItemFlag.ItemIsEnabled)
+                    self.plan_list.addItem(item)
+            self.plan_list.setCurrentRow(-1 if s.picked is None else s.picked)
+            picked_node = s.chosen_node if s.picked is not None else None
+            if picked_node is not None:  # the option picked says where it runs: the Node field shows it
+                shown = "local" if picked_node.local else picked_node.name
+                if self.node.text() != shown:
+                    self.node.setText(shown)
         finally:
             self._rendering = False
         node = s.chosen_node
         if node is not None:
             self.node_runtimes.show_node(node)
-        self.node_runtimes.setVisible(node is not None)
+        self.form.setRowVisible(self.node_runtimes, node is not None and not s.external)
         self.runtime.setEnabled(len(s.runtime_choices) > 1)
+        for row in (self.node, self.runtime):
+            self.form.setRowVisible(row, not s.external)
+        self.fit_button.setVisible(not s.external)
+        self.model_id.setPlaceholderText("made from the provider model" if s.external else "made from the file name")
+        self.plan_button.setVisible(s.source == "file")
+        self.plan_button.setEnabled(s.can_plan)
+        self.plan_button.setText("Asking the nodes…" if s.planning else "How it runs here")
+        self.plan_list.setVisible(bool(s.plan_options))
+        self.plan_note.setText(s.plan_note)
+        set_prop(self.plan_note, "role", "error" if s.plan_error else "")
+        self.plan_note.setVisible(bool(s.plan_note))
+        self.external_note.setText(s.external_problem if s.external and (s.base_url or s.provider_model)
+                                   else "The key stays in its file on the daemon's machine: read on each request, "
+                                        "never stored, shown or logged.")
         self.form.setRowVisible(self.image, s.asks_image)
         self.image.setPlaceholderText(s.image_default or "vllm/vllm-openai:<version> (the node offers none)")
-        self.form.setRowVisible(self.ctx_size, s.asks_context)
+        self.form.setRowVisible(self.ctx_size, s.asks_context and not s.external)
         self.ctx_size.setPlaceholderText("vLLM's max model length (tokens; default: the model's)"
                                          if s.runtime == "vllm" else "the model's own (tokens, all slots)")
         self.path.setPlaceholderText("/path/to/model-folder or a .gguf file (on the node)" if s.takes_folder
                                      else "/path/to/model.gguf (on the node)")
         self.runtime_note.setText(s.runtime_note)
-        self.runtime_note.setVisible(bool(s.runtime_note))
+        self.form.setRowVisible(self.runtime_note, bool(s.runtime_note) and not s.external)
         self.fit_button.setEnabled(s.can_check and not s.checking)
         self.fit_button.setText("Checking…" if s.checking else "Will it fit?")
         self.fit_text.setText(s.fit_text or ("Reads only the file's header: nothing is downloaded."
@@ -223,6 +300,7 @@ class AddModelDialog(QDialog):
         self.add_button.setEnabled(s.can_add)
         self.add_button.setText("Download and add" if s.source == "hf" else "Import and add"
                                 if s.source == "ollama" else "Add")
+        self.add_button.setToolTip(s.external_problem if s.external else "")
         self.cancel_button.setVisible(s.running)
         progress = s.progress
         self.progress.setVisible(s.transfer is not None)
@@ -238,6 +316,16 @@ class AddModelDialog(QDialog):
     def _ollama_chosen(self, text: str) -> None:
         if not self._rendering:
             self.vm.set_field("ollama_model", text)
+
+    def _option_chosen(self, row: int) -> None:
+        if not self._rendering and row >= 0 and self.vm.state.value.pickable(row):
+            self.vm.pick_option(row)
+
+    def _browse_key(self) -> None:
+        path, _filter = QFileDialog.getOpenFileName(self, "Choose the file holding the API key")
+        if path:
+            self.api_key_file.setText(path)
+            self.vm.set_field("api_key_file", path)
 
     def _runtime_chosen(self) -> None:
         runtime = self.runtime.currentData()

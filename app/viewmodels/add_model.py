@@ -13,6 +13,18 @@ the one the node's vLLM offer names (``image_default``). The saved definition ca
 the image and the runtime's settings: the context field is llama.cpp's ``ctx_size`` and vLLM's
 ``max_model_len``; MLX has no context setting (``mlx_lm.server`` sizes its cache by itself), so
 the field is not asked for there.
+
+"How it runs here": for a GGUF file on the node (llama.cpp) the wizard asks the daemon's plan
+(``DaemonApi.plan``, every online node) and lists each option (``plan_rows``: the node, GPU, split,
+offload or CPU, the context that fits, free now or needs room, the flags). The best one is picked
+at first; the user may pick another that fits now or once room is made. The saved definition takes
+the picked option's node and the llama.cpp settings it names (``n_gpu_layers``, ``gpus``,
+``split_mode``, ``tensor_split``, ``main_gpu``, ``ctx_size``). A plan that fails is shown
+(``plan_error``) and adding still works, with the fields as typed.
+
+An external endpoint (source ``external``, runtime ``external``) is no file and is placed on no
+node: its base URL, the provider's model name and, optionally, the path of a file on the daemon's
+machine holding the API key (a path, never the key itself). It carries no runtime settings.
 """
 
 from __future__ import annotations
@@ -38,16 +50,28 @@ from daemon.api.contracts import (
 )
 from daemon.api.models import Event, ModelDefinition
 from daemon.api.nodes import NodeView
+from daemon.api.plan import STATE_LABELS, Plan, PlanOption, PlanQuery
 from daemon.api.protocol import DaemonApi
 from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
 
 _LOGGER = logging.getLogger(__name__)
 
-SourceKind = Literal["file", "hf", "ollama"]
+SourceKind = Literal["file", "hf", "ollama", "external"]
 GiB = 1 << 30
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
-FIELDS = ("node", "path", "hf_repo", "hf_file", "ollama_store", "ollama_model", "model_id", "ctx_size", "image")
+FIELDS = ("node", "path", "hf_repo", "hf_file", "ollama_store", "ollama_model", "model_id", "ctx_size", "image",
+          "base_url", "provider_model", "api_key_file")
+# The llama.cpp settings a plan option names: the saved definition takes them from the picked option.
+PLACEMENT_SETTINGS = ("n_gpu_layers", "gpus", "split_mode", "tensor_split", "main_gpu", "ctx_size")
+PICKABLE_STATES = ("free", "needs_room")
+KIND_LABELS = {"gpu": "GPU", "split": "split across GPUs", "partial": "partial offload", "cpu": "CPU",
+               "unified": "unified memory", "nodes": "across nodes"}
 FOLDER_RUNTIMES: tuple[RuntimeId, ...] = ("vllm", "mlx")  # a model folder, not only a GGUF file
+
+
+def _is_absolute(path: str) -> bool:
+    """Absolute on the daemon's machine, whatever its system: /x, C:\\x or \\\\server\\x."""
+    return path.startswith(("/", "\\\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", path))
 
 
 def slug(text: str) -> str:
@@ -95,6 +119,91 @@ class AddModelState:
     nodes: tuple[NodeView, ...] = ()
     runtime: RuntimeId = "llamacpp"
     image: str = ""  # vLLM: the container image; empty: image_default
+    # "How it runs here" (llama.cpp, a GGUF file): the daemon's plan and the option picked (an index
+    # into ``plan_options``), or why there is no plan.
+    planning: bool = False
+    plan: Plan | None = None
+    plan_error: str | None = None
+    picked: int | None = None
+    # An external endpoint: no node, no file, no runtime settings.
+    base_url: str = ""
+    provider_model: str = ""
+    api_key_file: str = ""  # a path on the daemon's machine, never the key itself
+
+    @property
+    def external(self) -> bool:
+        return self.source == "external"
+
+    @property
+    def external_problem(self) -> str:
+        """Why the external endpoint cannot be added as typed; empty when it can."""
+        url, key_file = self.base_url.strip(), self.api_key_file.strip()
+        if not url:
+            return "The server's base URL, e.g. https://api.openai.com/v1."
+        if not url.lower().startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
+            return "The base URL starts with http:// or https:// and names a host."
+        if not self.provider_model.strip():
+            return "The model name the server knows, e.g. gpt-4o-mini."
+        if key_file and not _is_absolute(key_file):
+            return "The API key file is an absolute path on the daemon's machine (the key stays in that file)."
+        return ""
+
+    @property
+    def can_plan(self) -> bool:
+        """A GGUF file on the node, for llama.cpp: the plan reads its header on each node."""
+        return (self.source == "file" and self.runtime == "llamacpp"
+                and self.path.strip().lower().endswith(".gguf") and not self.planning)
+
+    @property
+    def plan_options(self) -> tuple[PlanOption, ...]:
+        return tuple(self.plan.options()) if self.plan is not None else ()
+
+    @property
+    def picked_option(self) -> PlanOption | None:
+        options = self.plan_options
+        return options[self.picked] if self.picked is not None and self.picked < len(options) else None
+
+    def node_name(self, node_id: str) -> str:
+        found = next((n for n in self.nodes if node_id in (n.id, n.name) or (node_id == "local" and n.local)), None)
+        if found is None:
+            return node_id[:12] or "the fleet"
+        return "This machine" if found.local else found.name
+
+    def pickable(self, index: int) -> bool:
+        options = self.plan_options
+        return 0 <= index < len(options) and options[index].state in PICKABLE_STATES and bool(options[index].node)
+
+    @property
+    def plan_rows(self) -> tuple[str, ...]:
+        """One line per option: where, how, the context that fits, free now or needs room, the flags."""
+        rows = []
+        for o in self.plan_options:
+            where = self.node_name(o.node) if o.node else "Across nodes"
+            context = f"{o.ctx_size} tokens of context" if o.ctx_size else "no context fits"
+            if o.max_ctx_size or o.max_ctx_size_empty:
+                context += f" (largest now {o.max_ctx_size}, empty {o.max_ctx_size_empty})"
+            parts = [f"{where}: {o.label}", KIND_LABELS.get(o.kind, o.kind), context,
+                     STATE_LABELS.get(o.state, o.state)]
+            if o.args:
+                parts.append(" ".join(o.args))
+            if o.message and o.state not in PICKABLE_STATES:
+                parts.append(o.message)
+            rows.append(" · ".join(parts))
+        return tuple(rows)
+
+    @property
+    def plan_note(self) -> str:
+        """Why there is no plan, or the nodes that could not answer; and what adding will do."""
+        if self.plan_error:
+            return f"No plan: {self.plan_error} You can still add the model with the settings as typed."
+        if self.plan is None:
+            return ""
+        notes = [f"{self.node_name(e.node)} could not say: {e.message}" for e in self.plan.errors]
+        if not self.plan_options:
+            notes.insert(0, "No node can run this file.")
+        elif self.picked_option is None:
+            notes.insert(0, "No option fits: adding keeps the settings as typed.")
+        return " ".join(notes)
 
     @property
     def takes_folder(self) -> bool:
@@ -142,6 +251,8 @@ class AddModelState:
         """(runtime id, label) of the runtimes the chosen node offers this source; a GGUF download or
         an Ollama import is for llama.cpp only."""
         offered = available_runtimes(self.chosen_node)
+        if self.external:
+            return ()
         if self.source != "file":
             offered = tuple(r for r in offered if r == "llamacpp")
         return tuple((r, RUNTIME_LABELS.get(r, r)) for r in offered)
@@ -150,6 +261,8 @@ class AddModelState:
     def runtime_note(self) -> str:
         """Why the runtime cannot be picked freely: nothing offered, or the node has not reported."""
         node = self.chosen_node
+        if self.external:
+            return ""
         if node is None or not node.runtimes:
             return "The node has not reported its runtimes yet: llama.cpp, the default."
         if not self.runtime_choices:
@@ -170,6 +283,8 @@ class AddModelState:
 
     @property
     def can_add(self) -> bool:
+        if self.external:
+            return not self.external_problem and not self.busy
         ready = {"file": bool(self.path.strip()), "hf": self.can_check,
                  "ollama": bool(self.ollama_model.strip())}[self.source]
         placeable = self.runtime in dict(self.runtime_choices)
@@ -221,7 +336,7 @@ class AddModelViewModel:
             self._set(runtime="llamacpp")
 
     def set_source(self, source: SourceKind) -> None:
-        self._set(source=source, fit=None, fit_text="", error=None)
+        self._set(source=source, fit=None, fit_text="", error=None, plan=None, plan_error=None, picked=None)
         self._settle_runtime()
 
     def set_field(self, name: str, value: Any) -> None:
@@ -229,7 +344,12 @@ class AddModelViewModel:
             raise ValueError(f"no field {name!r}")
         if name == "ctx_size":
             value = int(value) if str(value).strip() else None
-        self._set(**{name: value, "fit": None, "fit_text": "", "error": None})
+        changes: dict[str, Any] = {name: value, "fit": None, "fit_text": "", "error": None}
+        if name in ("path", "ctx_size"):  # another question: the old plan no longer answers it
+            changes.update(plan=None, plan_error=None, picked=None)
+        elif name == "node":  # a node typed by hand: no option picked any more (the plan stays listed)
+            changes.update(picked=None)
+        self._set(**changes)
         if name == "node":
             self._settle_runtime()
 
@@ -239,7 +359,42 @@ class AddModelViewModel:
         if runtime not in choices:
             raise ValueError(f"{RUNTIME_LABELS.get(runtime, runtime)} is not offered here "
                              f"(offered: {', '.join(choices.values()) or 'none'})")
-        self._set(runtime=runtime, error=None, fit=None, fit_text="")
+        self._set(runtime=runtime, error=None, fit=None, fit_text="", plan=None, plan_error=None, picked=None)
+
+    async def check_plan(self) -> Plan | None:
+        """Ask every online node how the file runs there; the best option is picked. A failure is
+        shown in ``plan_error`` and adding stays possible."""
+        s = self.state.value
+        if not s.can_plan:
+            return None
+        self._set(planning=True, plan=None, plan_error=None, picked=None, error=None)
+        try:
+            plan = await self.client.plan(PlanQuery(model_path=s.path.strip(), ctx_size=s.ctx_size,
+                                                    settings=self._settings()))
+        except (DaemonError, ValueError) as exc:
+            self._set(planning=False, plan_error=getattr(exc, "message", str(exc)))
+            return None
+        options = plan.options()
+        best = plan.best()
+        picked = next((i for i, o in enumerate(options) if o is best and o.node), None)
+        self._set(planning=False, plan=plan)
+        if picked is not None:
+            self.pick_option(picked)
+        return plan
+
+    def pick_option(self, index: int | None) -> None:
+        """Pick one of the plan's options (one that fits now or once room is made), or none."""
+        s = self.state.value
+        if index is None:
+            self._set(picked=None)
+            return
+        if not s.pickable(index):
+            option = s.plan_options[index] if 0 <= index < len(s.plan_options) else None
+            why = STATE_LABELS.get(option.state, option.state) if option is not None else "no such option"
+            raise ValueError(f"That option cannot be picked: {why}.")
+        option = s.plan_options[index]
+        self._set(picked=index, node=option.node, error=None)
+        self._settle_runtime()
 
     async def load_nodes(self) -> None:
         """The nodes and what each offers (the wizard shows the chosen node's runtimes)."""
@@ -261,6 +416,18 @@ class AddModelViewModel:
     def _settings(self) -> LlamaCppSettings:
         return LlamaCppSettings(ctx_size=self.state.value.ctx_size)
 
+    def _placed_settings(self) -> LlamaCppSettings:
+        """The typed settings with the picked option's placement (its GPUs, layers and context)."""
+        settings = self._settings()
+        option = self.state.value.picked_option
+        if option is None:
+            return settings
+        placed = {k: getattr(option.settings, k) for k in PLACEMENT_SETTINGS}
+        placed["n_gpu_layers"] = option.settings.n_gpu_layers if option.settings.n_gpu_layers is not None \
+            else option.n_gpu_layers
+        placed["ctx_size"] = settings.ctx_size or option.settings.ctx_size or option.ctx_size or None
+        return settings.model_copy(update=placed)
+
     def _runtime_settings(self) -> dict[str, Any]:
         """The chosen runtime's settings from the wizard's fields (the others stay at their defaults)."""
         s = self.state.value
@@ -268,7 +435,7 @@ class AddModelViewModel:
             return {"vllm": VllmSettings(max_model_len=s.ctx_size)}
         if s.runtime == "mlx":
             return {"mlx": MlxSettings()}
-        return {"settings": self._settings()}
+        return {"settings": self._placed_settings()}
 
     async def check_fit(self) -> FitReport | None:
         s = self.state.value
@@ -304,6 +471,13 @@ class AddModelViewModel:
         self._set(busy=True, error=None, done_ids=(), transfer=None)
         model_id = s.model_id.strip() or None
         try:
+            if s.external:
+                name = model_id or slug(s.provider_model.strip())
+                view = await self.client.create_model(ModelDefinition(
+                    id=name, served_name=name, runtime="external", base_url=s.base_url.strip(),
+                    provider_model=s.provider_model.strip(), api_key_file=s.api_key_file.strip() or None))
+                self._set(busy=False, done_ids=(view.definition.id,))
+                return
             if s.source == "file":
                 path = s.path.strip()
                 name = model_id or slug(os.path.basename(path.rstrip("/\\")).removesuffix(".gguf"))

@@ -11,11 +11,17 @@ unions). So a field added to a settings model appears in the editor without touc
 Validation is pydantic's own: the editor holds raw text, builds a ``ModelDefinition`` from it (what
 the editor does not show, such as the other runtimes' settings, stays as it was), and maps each
 pydantic error back to the field it belongs to.
+
+An external endpoint (runtime ``external``) runs on no node and has no runtime settings: its rows
+are the base URL, the provider's model name and the API key file (a path on the daemon's machine,
+never the key), and its runtime is not switched here (the agent runtimes are offered only to a
+model an agent runs). Every model has ``fallbacks``: the models that answer in its place.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import types
 import typing
@@ -42,6 +48,8 @@ RUNTIME_SECTIONS: dict[str, tuple[str, type[BaseModel]]] = {
     "vllm": ("vllm", VllmSettings),
     "mlx": ("mlx", MlxSettings),
 }
+EXTERNAL = "external"  # no agent runs it: no node, no file, no settings section
+ENDPOINT_GROUP = "Endpoint"
 _EXECUTABLE = {"llamacpp": "llama-server", "vllm": "vllm serve", "mlx": "mlx_lm.server"}
 _MODEL_PATH_HELP = {"llamacpp": "Path of the GGUF file on the node.",
                     "vllm": "Path of the model folder on the node (mounted into the container).",
@@ -128,7 +136,10 @@ def runtime_group(runtime: str) -> str:
 
 
 def runtime_fields(runtime: str, model: type[BaseModel] | None = None) -> tuple[FieldSpec, ...]:
-    """One row per field of the runtime's settings model (``model`` overrides which model)."""
+    """One row per field of the runtime's settings model (``model`` overrides which model); none for
+    an external endpoint."""
+    if runtime not in RUNTIME_SECTIONS and model is None:
+        return ()
     section, default_model = RUNTIME_SECTIONS[runtime]
     specs = []
     for name, info in (model or default_model).model_fields.items():
@@ -158,7 +169,37 @@ def llamacpp_fields() -> tuple[FieldSpec, ...]:
     return runtime_fields("llamacpp")
 
 
+_FALLBACKS = FieldSpec("fallbacks", "Fallbacks", "tags", "Model", "Served names or ids of other models, "
+                       "comma-separated, that answer in this one's place, in order, when it cannot (not loadable, "
+                       "no room, its node offline, its endpoint unreachable).", placeholder="none")
+
+
+def external_fields() -> tuple[FieldSpec, ...]:
+    """An external endpoint's rows: no node, no file, no runtime settings, no arguments."""
+    group = ENDPOINT_GROUP
+    return (
+        FieldSpec("id", "Id", "text", "Model", "Lowercase letters, digits and '-'; cannot change later.",
+                  optional=False),
+        FieldSpec("served_name", "Served name", "text", "Model", "The `model` clients send.", optional=False),
+        FieldSpec("runtime", "Runtime", "choice", "Model", "An OpenAI-compatible server somewhere else; the "
+                  "daemon's router calls it. No node runs it.", choices=(EXTERNAL,), values=(EXTERNAL,),
+                  optional=False, choice_labels=(RUNTIME_LABELS.get(EXTERNAL, EXTERNAL),)),
+        FieldSpec("tags", "Tags", "tags", "Model", "Comma-separated, for filtering."),
+        FieldSpec("description", "Description", "text", "Model"),
+        _FALLBACKS,
+        FieldSpec("base_url", "Base URL", "text", group, "The server's OpenAI base URL (http:// or https://), "
+                  "with no key in it.", placeholder="https://api.openai.com/v1", optional=False),
+        FieldSpec("provider_model", "Provider model", "text", group, "The model name the server knows; put in "
+                  "each request's `model`.", placeholder="gpt-4o-mini", optional=False),
+        FieldSpec("api_key_file", "API key file", "text", group, "An absolute path on the daemon's machine to a "
+                  "file holding the key, read on each request; the key itself is never stored or shown.",
+                  placeholder="no key sent"),
+    )  # no lifecycle: the daemon probes it and the provider queues
+
+
 def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
+    if runtime == EXTERNAL:
+        return external_fields()
     group = runtime_group(runtime)
     pinned = (FieldSpec("image", "Container image", "text", group,
                         "The vLLM image: a tag, or name@sha256:digest.", placeholder="the node's vLLM image"),
@@ -177,6 +218,7 @@ def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
                   "best at each start.", optional=False),
         FieldSpec("tags", "Tags", "tags", "Model", "Comma-separated, for filtering."),
         FieldSpec("description", "Description", "text", "Model"),
+        _FALLBACKS,
         *pinned,
         FieldSpec("runtime_version", "Pinned version", "text", group,
                   "The runtime version this model must run on; a node with another refuses to start it.",
@@ -208,12 +250,14 @@ def all_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
 
 def groups(runtime: str) -> tuple[str, ...]:
     """The editor's cards, in order."""
+    if runtime == EXTERNAL:
+        return ("Model", ENDPOINT_GROUP)
     return ("Model", runtime_group(runtime), "Lifecycle", "Advanced")
 
 
 def _every_field() -> tuple[FieldSpec, ...]:
     seen: dict[str, FieldSpec] = {}
-    for runtime in RUNTIME_SECTIONS:
+    for runtime in (*RUNTIME_SECTIONS, EXTERNAL):
         for spec in all_fields(runtime):
             seen.setdefault(spec.key, spec)
     return tuple(seen.values())
@@ -259,6 +303,8 @@ class SettingsForm:
 
     @property
     def runtime(self) -> str:
+        if self.original.runtime == EXTERNAL:  # an endpoint stays one; an agent's model is no endpoint
+            return EXTERNAL
         runtime = str(self.values.get("runtime") or self.original.runtime)
         return runtime if runtime in RUNTIME_SECTIONS else self.original.runtime
 
@@ -276,8 +322,9 @@ class SettingsForm:
     def validate(self) -> tuple[ModelDefinition | None, dict[str, str]]:
         errors: dict[str, str] = {}
         data: dict[str, Any] = self.original.model_dump(mode="json")  # what is not shown stays as it was
-        section = RUNTIME_SECTIONS[self.runtime][0]
-        data[section] = {}  # the shown runtime's settings are rebuilt: blank means the runtime's default
+        if self.runtime in RUNTIME_SECTIONS:
+            section = RUNTIME_SECTIONS[self.runtime][0]
+            data[section] = {}  # the shown runtime's settings are rebuilt: blank means the runtime's default
         for spec in self.specs:
             try:
                 value = _parse(spec, self.values.get(spec.key))
@@ -293,6 +340,8 @@ class SettingsForm:
                 data[spec.key] = value
         if not self.is_new:
             data["id"] = self.original.id  # the id is the model's identity: never renamed here
+        if self.runtime == EXTERNAL:
+            errors.update({k: v for k, v in _external_errors(data).items() if k not in errors})
         try:
             definition = ModelDefinition.model_validate(data)
         except ValidationError as exc:
@@ -308,6 +357,23 @@ class SettingsForm:
                 errors.setdefault(key, f"{'.'.join(inner)}: {message}" if inner else message)
             return None, errors
         return (None, errors) if errors else (definition, {})
+
+
+def _external_errors(data: dict[str, Any]) -> dict[str, str]:
+    """What the daemon would refuse in an external endpoint, said at the field (the key file's
+    existence is the daemon's to check: it is on the daemon's machine)."""
+    errors = {}
+    url = str(data.get("base_url") or "").strip()
+    if not re.match(r"^https?://[^/\s?#]+", url, re.IGNORECASE):
+        errors["base_url"] = "an http:// or https:// URL with a host, e.g. https://api.openai.com/v1"
+    elif "@" in url.split("/", 3)[2] or "?" in url or "#" in url:
+        errors["base_url"] = "no credentials, query or fragment in it (the key goes in the API key file)"
+    if not str(data.get("provider_model") or "").strip():
+        errors["provider_model"] = "the model name the server knows"
+    key_file = str(data.get("api_key_file") or "")
+    if key_file and not (key_file.startswith(("/", "\\\\")) or re.match(r"^[A-Za-z]:[\\/]", key_file)):
+        errors["api_key_file"] = "an absolute path on the daemon's machine (the file holds the key)"
+    return errors
 
 
 def _owner(key: str) -> str:

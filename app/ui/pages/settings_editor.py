@@ -4,7 +4,9 @@ Rows come from ``app.viewmodels.settings_form``: one per definition field and on
 model's runtime settings (``LlamaCppSettings``, ``VllmSettings`` or ``MlxSettings``): the runtime's
 default is the placeholder, the unit sits beside the box, the flag and description are the tooltip.
 The rows are rebuilt when the model shown (or the Runtime picked) runs on another runtime. Save
-stays disabled while any value is refused.
+stays disabled while any value is refused. An external endpoint shows its base URL, provider model
+and API key file (a path) instead of a node, a file and runtime settings, and its runtime is fixed;
+every model shows its fallbacks.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import Card, bind, button, label, set_prop
 from app.viewmodels.nodes import node_choices
-from app.viewmodels.settings_form import FieldSpec, SettingsForm, all_fields, groups
+from app.viewmodels.settings_form import (
+    EXTERNAL,
+    FieldSpec,
+    SettingsForm,
+    all_fields,
+    groups,
+)
 from daemon.api.models import ModelDefinition, ModelView
 
 
@@ -228,6 +236,7 @@ class SettingsEditor(QWidget):
                 elif isinstance(editor, QLineEdit):
                     editor.setText(str(value or ""))
             self.editors["id"].setEnabled(form.is_new)
+            self.editors["runtime"].setEnabled(form.runtime != EXTERNAL)  # an endpoint is not moved onto a node
         finally:
             self._loading = False
         self.duplicate_button.setEnabled(not form.is_new)

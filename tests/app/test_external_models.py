@@ -1,0 +1,234 @@
+"""External endpoints in the app: added from the wizard (base URL, provider model, the path of an API
+key file, never the key), edited in the model editor without llama.cpp's rows, and every model's
+fallbacks edited there; nodes offer only the agent runtimes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient, definition
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtWidgets import QApplication, QComboBox, QLineEdit
+
+from app.context import AppContext
+from app.ui import theme
+from app.ui.add_model_dialog import AddModelDialog
+from app.ui.main_window import MainWindow
+from app.ui.pages.model_panel import SETTINGS
+from app.viewmodels.add_model import AddModelViewModel
+from app.viewmodels.nodes import available_runtimes, runtime_badges
+from app.viewmodels.settings_form import SettingsForm, all_fields, groups
+from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES, LlamaCppSettings
+from daemon.api.models import ModelDefinition
+from daemon.api.nodes import NodeState, NodeView, RuntimeOffer
+
+
+def endpoint(model_id: str = "gpt-mini", **kw: Any) -> ModelDefinition:
+    return ModelDefinition(id=model_id, served_name=kw.pop("served_name", model_id), runtime="external",
+                           base_url="https://api.example.com/v1", provider_model="gpt-4o-mini",
+                           api_key_file="/etc/mirbadllm/openai.key", **kw)
+
+
+def test_nodes_offer_only_the_agent_runtimes() -> None:
+    assert RUNTIMES == ("llamacpp", "vllm", "mlx") and "external" not in RUNTIMES
+    assert RUNTIME_LABELS["external"] == "external endpoint"
+    node = NodeView(id="a" * 64, name="box", state=NodeState.ONLINE, runtimes=[
+        RuntimeOffer(runtime=r, available=True, version="1") for r in ("llamacpp", "vllm", "mlx")])
+    assert [b.runtime for b in runtime_badges(node)] == ["llamacpp", "vllm", "mlx"]
+    assert "external" not in available_runtimes(node)
+
+
+# --- the wizard, Qt-free ------------------------------------------------------------------------------
+async def test_an_external_model_is_saved_with_its_endpoint_and_no_node_settings(fake: FakeDaemonClient) -> None:
+    vm = AddModelViewModel(fake)
+    await vm.load_nodes()
+    vm.set_source("external")
+    s = vm.state.value
+    assert s.runtime_choices == () and not s.can_check and not s.can_plan and not s.can_add
+    assert "base URL" in s.external_problem
+    vm.set_field("base_url", "api.example.com/v1")
+    assert "http:// or https://" in vm.state.value.external_problem and not vm.state.value.can_add
+    vm.set_field("base_url", " https://api.example.com/v1 ")
+    assert "model name" in vm.state.value.external_problem
+    vm.set_field("provider_model", "gpt-4o-mini")
+    vm.set_field("api_key_file", "sk-live-123")  # a key pasted where the path goes is refused
+    assert "absolute path" in vm.state.value.external_problem and not vm.state.value.can_add
+    vm.set_field("api_key_file", "/etc/mirbadllm/openai.key")
+    assert vm.state.value.external_problem == "" and vm.state.value.can_add
+    await vm.add()
+    assert vm.state.value.error is None and vm.state.value.done_ids == ("gpt-4o-mini",)
+    saved = fake.called("create_model")[-1][0]
+    assert (saved.id, saved.served_name, saved.runtime) == ("gpt-4o-mini", "gpt-4o-mini", "external")
+    assert (saved.base_url, saved.provider_model, saved.api_key_file) == (
+        "https://api.example.com/v1", "gpt-4o-mini", "/etc/mirbadllm/openai.key")
+    assert saved.node == "local" and saved.model_path == "(external)", "placed on no node"
+    assert saved.settings == LlamaCppSettings() and saved.image is None and saved.extra_args == []
+    assert saved.sources is None and not fake.called("fit") and not fake.called("plan")
+    vm.close()
+
+
+async def test_an_external_model_may_send_no_key(fake: FakeDaemonClient) -> None:
+    vm = AddModelViewModel(fake)
+    vm.set_source("external")
+    vm.set_field("base_url", "http://10.0.0.5:8000/v1")
+    vm.set_field("provider_model", "Qwen/Qwen3-8B")
+    vm.set_field("model_id", "lab-qwen")
+    await vm.add()
+    saved = fake.called("create_model")[-1][0]
+    assert (saved.id, saved.provider_model, saved.api_key_file) == ("lab-qwen", "Qwen/Qwen3-8B", None)
+    vm.close()
+
+
+# --- the editor's form, Qt-free ---------------------------------------------------------------------
+def test_an_external_models_form_has_its_endpoint_rows_and_no_runtime_settings() -> None:
+    keys = [s.key for s in all_fields("external")]
+    assert {"base_url", "provider_model", "api_key_file", "fallbacks"} <= set(keys)
+    assert not [k for k in keys if "." in k], "no llama.cpp, vLLM or MLX settings"
+    assert not {"node", "model_path", "extra_args", "env", "adapters", "image"} & set(keys)
+    assert groups("external") == ("Model", "Endpoint")
+    runtime = next(s for s in all_fields("external") if s.key == "runtime")
+    assert runtime.choices == ("external",)
+    agent_runtime = next(s for s in all_fields("llamacpp") if s.key == "runtime")
+    assert agent_runtime.choices == ("llamacpp", "vllm", "mlx")
+    assert {"base_url", "provider_model", "api_key_file"}.isdisjoint(s.key for s in all_fields("llamacpp"))
+
+    form = SettingsForm(endpoint())
+    assert form.runtime == "external"
+    assert (form.values["base_url"], form.values["api_key_file"]) == ("https://api.example.com/v1",
+                                                                      "/etc/mirbadllm/openai.key")
+    form.set("provider_model", "gpt-4.1-mini")
+    form.set("fallbacks", "alpha, Beta-7B")
+    saved, errors = form.validate()
+    assert errors == {} and saved is not None
+    assert (saved.runtime, saved.provider_model, saved.fallbacks) == ("external", "gpt-4.1-mini", ["alpha", "Beta-7B"])
+    assert saved.api_key_file == "/etc/mirbadllm/openai.key" and saved.settings == LlamaCppSettings()
+
+
+def test_a_bad_endpoint_is_refused_on_its_row() -> None:
+    form = SettingsForm(endpoint())
+    form.set("base_url", "ftp://files.example.com")
+    form.set("provider_model", "")
+    form.set("api_key_file", "openai.key")
+    saved, errors = form.validate()
+    assert saved is None and set(errors) == {"base_url", "provider_model", "api_key_file"}
+    assert "http:// or https://" in errors["base_url"] and "absolute path" in errors["api_key_file"]
+    form.set("base_url", "https://user:secret@api.example.com/v1")
+    assert "no credentials" in form.validate()[1]["base_url"]
+    form.set("runtime", "llamacpp")  # an endpoint is not turned into a model a node runs
+    assert form.runtime == "external"
+
+
+def test_fallbacks_are_edited_for_a_model_a_node_runs() -> None:
+    form = SettingsForm(definition("alpha", fallbacks=["beta"]))
+    assert form.values["fallbacks"] == "beta"
+    form.set("fallbacks", "gpt-mini, beta")
+    saved, errors = form.validate()
+    assert errors == {} and saved is not None and saved.fallbacks == ["gpt-mini", "beta"]
+    assert saved.base_url is None and saved.runtime == "llamacpp"
+    form.set("fallbacks", "")
+    cleared, _ = form.validate()
+    assert cleared is not None and cleared.fallbacks == []
+
+
+# --- widgets ----------------------------------------------------------------------------------------
+@pytest.fixture
+def external_fake() -> FakeDaemonClient:
+    return FakeDaemonClient([definition("alpha", tags=["chat"]), endpoint()])
+
+
+@pytest.fixture
+def window(external_fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
+           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext]]:
+    if theme.current_name() != "light" or not qapp.styleSheet():
+        theme.apply(qapp, "light")
+    ctx = AppContext.create(external_fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux",
+                            host_refresh_s=3600)
+    ctx.fleet.feed._poll_timeout = 5
+    ctx.start()
+    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
+    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
+    win.resize(1280, 800)
+    win.show()
+    yield win, ctx
+    ctx.logs.stop()
+    ctx.charts.hide()
+    win.quitting = True
+    win.close()
+    win.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def _settings_of(window: MainWindow, qtbot: Any, model_id: str) -> Any:
+    window.show_page("models")
+    window.models.select(model_id)
+    panel = window.models.panel
+    panel.tabs.setCurrentIndex(SETTINGS)
+    qtbot.waitUntil(lambda: panel.settings.form is not None and panel.settings.form.original.id == model_id)
+    return panel.settings
+
+
+@pytest.mark.gui
+def test_the_wizard_adds_an_external_endpoint(window: tuple[MainWindow, AppContext], external_fake: FakeDaemonClient,
+                                              qtbot: Any) -> None:
+    win, ctx = window
+    dialog = AddModelDialog(ctx, win)
+    dialog.show()
+    try:
+        dialog.source_buttons.button(3).click()
+        assert dialog.pages.currentIndex() == 3 and dialog.base_url.isVisible()
+        assert not dialog.node.isVisible() and not dialog.runtime.isVisible() and not dialog.ctx_size.isVisible()
+        assert not dialog.fit_button.isVisible() and not dialog.plan_button.isVisible()
+        assert not dialog.add_button.isEnabled()
+        qtbot.keyClicks(dialog.base_url, "https://api.example.com/v1")
+        qtbot.keyClicks(dialog.provider_model, "gpt-4o")
+        qtbot.keyClicks(dialog.api_key_file, "key.txt")
+        assert not dialog.add_button.isEnabled() and "absolute path" in dialog.external_note.text()
+        dialog.api_key_file.clear()
+        qtbot.keyClicks(dialog.api_key_file, "/home/me/.keys/openai")
+        assert dialog.add_button.isEnabled()
+        qtbot.keyClicks(dialog.model_id, "gpt-4o")
+        qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: bool(external_fake.called("create_model")))
+        saved = external_fake.called("create_model")[0][0]
+        assert (saved.id, saved.runtime, saved.base_url, saved.provider_model, saved.api_key_file) == (
+            "gpt-4o", "external", "https://api.example.com/v1", "gpt-4o", "/home/me/.keys/openai")
+        qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.model("gpt-4o") is not None)
+    finally:
+        dialog.reject()
+
+
+@pytest.mark.gui
+def test_the_editor_shows_an_endpoint_and_saves_its_fallbacks(window: tuple[MainWindow, AppContext],
+                                                              external_fake: FakeDaemonClient, qtbot: Any) -> None:
+    win, _ctx = window
+    editor = _settings_of(win, qtbot, "gpt-mini")
+    assert "settings.ctx_size" not in editor.editors and "node" not in editor.editors
+    assert "model_path" not in editor.editors and "extra_args" not in editor.editors
+    url, key_file = editor.editors["base_url"], editor.editors["api_key_file"]
+    assert isinstance(url, QLineEdit) and url.text() == "https://api.example.com/v1"
+    assert isinstance(key_file, QLineEdit) and key_file.text() == "/etc/mirbadllm/openai.key"
+    runtime = editor.editors["runtime"]
+    assert isinstance(runtime, QComboBox) and runtime.count() == 1 and not runtime.isEnabled()
+    url.setText("api.example.com")
+    assert editor.errors["base_url"].isVisible() and not editor.save_button.isEnabled()
+    url.setText("https://api.example.com/v2")
+    fallbacks = editor.editors["fallbacks"]
+    assert isinstance(fallbacks, QLineEdit)
+    fallbacks.setText("alpha")
+    assert editor.save_button.isEnabled()
+    editor.save_button.click()
+    qtbot.waitUntil(lambda: len(external_fake.called("update_model")) == 1)
+    saved = external_fake.called("update_model")[0][0]
+    assert (saved.runtime, saved.base_url, saved.fallbacks, saved.api_key_file) == (
+        "external", "https://api.example.com/v2", ["alpha"], "/etc/mirbadllm/openai.key")
+
+    llama = _settings_of(win, qtbot, "alpha")
+    assert "settings.ctx_size" in llama.editors and "base_url" not in llama.editors
+    llama.editors["fallbacks"].setText("gpt-mini")
+    llama.save_button.click()
+    qtbot.waitUntil(lambda: len(external_fake.called("update_model")) == 2)
+    assert external_fake.called("update_model")[1][0].fallbacks == ["gpt-mini"]
