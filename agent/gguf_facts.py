@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.api.sources import GgufSummary
+from agent.api.sources import GgufKind, GgufSummary, lora_problem
 from agent.gguf_reader import GgufHeader
 
 # llama.cpp's set_swa_pattern(n): layer i uses the window unless i % n == n - 1.
@@ -95,7 +95,12 @@ def summarize(header: GgufHeader, extra_shard_bytes: int = 0) -> GgufSummary:
         split_count=max(1, _int(meta.get("split.count")) or 1),
         is_projector=arch in PROJECTOR_ARCHS or str(meta.get("general.type") or "") == "mmproj",
         layer_bytes=layer_bytes, output_bytes=output, output_tied=not has_output and layers > 0,
-        embedding_bytes=embedding, repack_bytes=repack, has_chat_template=has_chat_template(header))
+        embedding_bytes=embedding, repack_bytes=repack, has_chat_template=has_chat_template(header),
+        kind=GgufKind(general_type=_text(meta.get("general.type")), adapter_type=_text(meta.get("adapter.type"))))
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)[:64]
 
 
 def has_chat_template(header: GgufHeader) -> bool:
@@ -130,20 +135,8 @@ def architecture(header: GgufHeader) -> str:
 
 
 def adapter_problem(adapter: GgufHeader, base_architecture: str) -> str | None:
-    """Why a GGUF file is no LoRA adapter for a model of ``base_architecture`` (None: it is one).
-
-    llama.cpp's converter writes ``general.type = "adapter"``, ``adapter.type = "lora"`` and the
-    base model's ``general.architecture``; llama-server refuses any other file at load, late and in
-    its log only."""
+    """Why a GGUF file is no LoRA adapter for a model of ``base_architecture`` (None: it is one);
+    the reasons are ``agent.api.sources.lora_problem``'s, which the daemon also asks on save."""
     meta = adapter.metadata
-    kind = meta.get("general.type")
-    if kind != "adapter":
-        said = "missing" if kind is None else repr(str(kind)[:40])
-        return f"is not an adapter (general.type is {said}, not 'adapter')"
-    adapter_type = meta.get("adapter.type")
-    if adapter_type != "lora":
-        return f"is not a LoRA adapter (adapter.type is {str(adapter_type)[:40]!r}, not 'lora')"
-    arch = architecture(adapter)
-    if arch != base_architecture:
-        return f"is an adapter for architecture '{arch}', not for the model's '{base_architecture}'"
-    return None
+    return lora_problem(_text(meta.get("general.type")), _text(meta.get("adapter.type")), architecture(adapter),
+                        base_architecture)

@@ -15,6 +15,33 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.api.llamacpp import LlamaCppSettings
 
 
+class GgufKind(BaseModel):
+    """What kind of file the header says it is: a model, a vision projector, a LoRA adapter."""
+
+    general_type: str | None = Field(default=None, description="`general.type` ('model', 'adapter', 'mmproj'); "
+                                     "None: the header does not say.")
+    adapter_type: str | None = Field(default=None, description="`adapter.type` of an adapter ('lora').")
+
+
+def lora_problem(general_type: str | None, adapter_type: str | None, architecture: str,
+                 base_architecture: str) -> str | None:
+    """Why a GGUF file with these header facts is no LoRA adapter for a model of ``base_architecture``
+    (None: it is one). ``architecture`` is the file's ``general.architecture``.
+
+    llama.cpp's converter writes ``general.type = "adapter"``, ``adapter.type = "lora"`` and the
+    base model's ``general.architecture``; llama-server refuses any other file at load, late and in
+    its log only. The agent asks this at start (``agent.gguf_facts.adapter_problem``), the daemon
+    when a definition is saved (from a ``GgufSummary``'s ``kind``)."""
+    if general_type != "adapter":
+        said = "missing" if general_type is None else repr(general_type[:40])
+        return f"is not an adapter (general.type is {said}, not 'adapter')"
+    if adapter_type != "lora":
+        return f"is not a LoRA adapter (adapter.type is {str(adapter_type)[:40]!r}, not 'lora')"
+    if architecture != base_architecture:
+        return f"is an adapter for architecture '{architecture}', not for the model's '{base_architecture}'"
+    return None
+
+
 class GgufSummary(BaseModel):
     """What a GGUF header says about a model, as far as memory and serving are concerned."""
 
@@ -45,6 +72,9 @@ class GgufSummary(BaseModel):
     has_chat_template: bool | None = Field(
         default=None, description="The header carries `tokenizer.chat_template` (None: not known, an older agent). "
                                   "Without one, a model is a base model that continues text.")
+    kind: GgufKind | None = Field(
+        default=None, description="`general.type` and `adapter.type` (None: not known, an older agent); with "
+                                  "`architecture`, they tell a LoRA adapter for a model (``lora_problem``).")
 
 
 class MemoryEstimate(BaseModel):

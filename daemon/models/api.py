@@ -1,7 +1,9 @@
 """Handlers of the models part of the admin API (admin token required; the routes are in ``daemon.routes``).
 
 Definitions are the registry's (``daemon.models.registry``); start, stop and restart go through the
-orchestrator, which asks the node's agent; logs stream from the agent over the node's link.
+orchestrator, which asks the node's agent; logs stream from the agent over the node's link. A
+definition with LoRA adapters is read on its node when saved, if that node is online
+(``ModelsApi._check_adapters``); the agent checks them again at each start.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import json
 
 from aiohttp import web
 
-from agent.api.client import AgentError
+from agent.api.client import AgentClient, AgentError
+from agent.api.sources import FitRequest, GgufSummary, lora_problem
 from daemon.api.models import ModelDefinition, ModelState, ModelView
 from daemon.errors import (
     DaemonProblem,
@@ -24,8 +27,9 @@ from daemon.errors import (
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.orchestrator import Orchestrator
-from daemon.models.registry import Registry
+from daemon.models.registry import Registry, RegistryError, checked
 from daemon.nodes.links import Links
+from daemon.validation import DefinitionRejected, resolve_node
 
 MAX_BODY = 1024 * 1024
 
@@ -49,8 +53,51 @@ class ModelsApi:
     async def _definition(self, request: web.Request) -> ModelDefinition:
         return validated(ModelDefinition, await read_json(request, MAX_BODY), "invalid_model")
 
+    async def _check_adapters(self, definition: ModelDefinition) -> None:
+        """Each LoRA adapter, read on the model's node: a LoRA GGUF for the base model's architecture,
+        else 422 ``invalid_model`` with the reason (``agent.api.sources.lora_problem``). Decides nothing
+        when the node is offline or "auto", the base file is not readable there, or its agent does not
+        say (an older one): the agent checks again at each start."""
+        if not definition.adapters or definition.runtime != "llamacpp":
+            return
+        checked(definition)  # its own refusals first, before any node is asked
+        node = definition.node
+        if self._registry.known_nodes is not None:
+            try:
+                node = resolve_node(node, self._registry.known_nodes())
+            except DefinitionRejected:
+                return  # the registry refuses it, saying why
+        link = self._links.get(node)
+        if link is None or not link.online:
+            return
+        try:
+            base = await self._summary(link.client, definition.model_path)
+        except AgentError:
+            return
+        for adapter in definition.adapters:
+            where = f"adapters: adapter '{adapter.name}' ({adapter.file[:200]})"
+            try:
+                summary = await self._summary(link.client, adapter.file)
+            except AgentError as exc:
+                if exc.code == "invalid_model_file":  # none there, or not a GGUF file the node can read
+                    raise RegistryError(422, "invalid_model", f"{where}: {exc.message}") from exc
+                continue
+            if summary.kind is None:
+                return
+            problem = lora_problem(summary.kind.general_type, summary.kind.adapter_type, summary.architecture,
+                                   base.architecture)
+            if problem is not None:
+                raise RegistryError(422, "invalid_model", f"{where} {problem}")
+
+    @staticmethod
+    async def _summary(client: AgentClient, path: str) -> GgufSummary:
+        """What the node reads in the file's header (``POST /fit``; only the header is read)."""
+        return (await client.fit(FitRequest(model_path=path))).summary
+
     async def create_model(self, request: web.Request) -> web.Response:
-        definition = await self._registry.add(await self._definition(request))
+        definition = await self._definition(request)
+        await self._check_adapters(definition)
+        definition = await self._registry.add(definition)
         self._events.publish("model.added", definition.id)
         await self._history.audit("admin", "model.add", definition.id)
         return json_response(self._view(definition), status=201)
@@ -62,6 +109,8 @@ class ModelsApi:
         definition = await self._definition(request)
         if definition.id != request.match_info["id"]:
             raise DaemonProblem(400, "id_mismatch", "The id in the body differs from the id in the path.")
+        self._registry.require(definition.id)
+        await self._check_adapters(definition)
         definition = await self._registry.update(definition)
         self._events.publish("model.updated", definition.id)
         await self._history.audit("admin", "model.update", definition.id)

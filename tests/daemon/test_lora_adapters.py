@@ -115,10 +115,11 @@ async def test_a_request_for_an_adapter_reaches_its_base_with_only_that_adapter_
 async def test_a_file_that_is_no_lora_for_the_model_fails_the_start_with_the_reason(tmp_path: Path) -> None:
     folder = tmp_path / "models"
     base = write_gguf(folder / "base.gguf", arch="llama")
-    wrong = write_gguf(folder / "qwen-lora.gguf", arch="qwen2", extra=LORA)
+    wrong = write_gguf(folder / "qwen-lora.gguf", arch="llama", extra=LORA)  # a LoRA for it when saved
     runtime = write_fake_runtime(tmp_path / "bin", tokens=2)
     async with running_daemon(tmp_path / "home", runtime) as d:
         await d.client.create_model(model("base", str(base), adapters=[{"name": "q", "file": str(wrong)}]))
+        write_gguf(wrong, arch="qwen2", extra=LORA)  # replaced on the node after the save
         with pytest.raises(DaemonError) as refused:
             await d.client.start_model("base", wait=True)
         assert "is an adapter for architecture 'qwen2', not for the model's 'llama'" in str(refused.value)
