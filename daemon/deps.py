@@ -139,7 +139,7 @@ def handlers(d: DaemonDeps) -> Handlers:
         admin=AdminApi(d.config, d.listener, d.registry, d.orchestrator, lambda: d.router.stats, d.telemetry,
                        d.events, d.keys, d.history, d.shutdown_requested),
         models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history),
-        sources=SourcesApi(d.links, d.transfers, d.history),
+        sources=SourcesApi(d.links, d.transfers, d.history, d.mirror),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
         nodes=NodesApi(d.nodes, d.history),
         upgrades=UpgradesApi(d.upgrades),

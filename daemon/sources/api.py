@@ -54,6 +54,7 @@ from daemon.errors import (
 )
 from daemon.history import History
 from daemon.nodes.links import Links
+from daemon.sources.mirror import Mirror
 from daemon.sources.plan import agent_request, fan_out
 from daemon.sources.transfers import Transfers
 
@@ -95,10 +96,11 @@ def fit_query_from(query: Any) -> FitQuery:
 
 
 class SourcesApi:
-    def __init__(self, links: Links, transfers: Transfers, history: History) -> None:
+    def __init__(self, links: Links, transfers: Transfers, history: History, mirror: Mirror | None = None) -> None:
         self._links = links
         self._transfers = transfers
         self._history = history
+        self._mirror = mirror  # runs the daemon's own transfers (kind "mirror"), and cancels them
 
     def _client(self, node: str) -> AgentClient:
         link = self._links.get(node)
@@ -183,7 +185,11 @@ class SourcesApi:
     @_answers
     async def cancel(self, request: web.Request) -> web.Response:
         transfer = self._find(request)
-        if transfer.state not in FINISHED_TRANSFERS:
+        if transfer.state not in FINISHED_TRANSFERS and transfer.kind == "mirror":
+            if self._mirror is None:
+                raise DaemonProblem(409, "not_cancellable", "this daemon cannot cancel mirror transfers")
+            await self._mirror.cancel(transfer.id)  # the daemon's own push: no agent transfer to ask
+        elif transfer.state not in FINISHED_TRANSFERS:
             info = await self._client(transfer.node).cancel_transfer(transfer.agent_id)
             await self._transfers.update(transfer.id, info)
         await self._history.audit("admin", "transfer.cancel", transfer.id)

@@ -24,9 +24,15 @@ files on ``local``; ``Mirror.start`` checks the request at once and answers a ``
    new paths, its ``--mmproj`` rewritten; adapters are not mirrored and are left off); files named by
    path are registered as a download's are (``daemon.sources.registration``).
 
+**cancel** (``POST /api/transfers/{id}/cancel``, ``Mirror.cancel``): the push task is stopped, its
+connection closes, the node drops every partial of the version (``DELETE /mirror/{name}``) and the
+transfer is ``cancelled``. Once the version is being placed (commit, register) it is let finish:
+whole or nothing.
+
 Test seams: ``cut_at`` (the next push breaks once its stream passes that byte, after the node has
 received the bytes before it), ``tamper_at`` (that byte of the next push is flipped, once),
-``chunk`` and ``pushes`` (where each push began: name and offset).
+``hold_at`` (the next push stops at that byte, once the node holds the bytes before it, and waits
+until cancelled; ``held`` is set then), ``chunk`` and ``pushes`` (where each push began: name and offset).
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ MAX_TRIES = 5
 PROGRESS_S = 0.5
 MMPROJ_FLAGS = ("--mmproj", "-mm")
 RETRYABLE = {"unreachable", "timeout", "mirror_busy", "mirror_offset_mismatch"}
+DISCARD_WAIT_S = 10.0  # a node lets go of a cut push once it sees its connection close
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
@@ -142,6 +149,10 @@ class Mirror:
         self.cut_at: int | None = None  # test seam
         self.tamper_at: int | None = None  # test seam
         self.pushes: list[tuple[str, int]] = []  # test seam: (name, offset) of each push
+        self.hold_at: int | None = None  # test seam
+        self.held = asyncio.Event()  # test seam: a push waits at hold_at
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # transfer id -> its running mirror
+        self._placing: set[str] = set()  # past the push: let finish, not cancelled
 
     # --- the request -----------------------------------------------------------------------------
     async def start(self, query: MirrorQuery) -> Transfer:
@@ -213,11 +224,45 @@ class Mirror:
     # --- the work --------------------------------------------------------------------------------
     async def _run(self, transfer_id: str, files: list[SourceFile], query: MirrorQuery,
                    source: ModelDefinition | None) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[transfer_id] = task
         try:
-            await self._mirror(transfer_id, files, query, source)
+            current = self._transfers.get(transfer_id)
+            if current is not None and current.state not in FINISHED_TRANSFERS:  # not cancelled before it began
+                await self._mirror(transfer_id, files, query, source)
         except Exception as exc:
             _LOGGER.exception("mirror %s failed", transfer_id)
             await self._finish(transfer_id, TransferState.FAILED, error=f"the mirror failed: {exc}")
+        finally:
+            self._tasks.pop(transfer_id, None)
+            self._placing.discard(transfer_id)
+
+    async def cancel(self, transfer_id: str) -> None:
+        """Stop a running mirror: its push ends, the node drops what it received of the version, and the
+        transfer is ``cancelled``. One already being placed is let finish (whole or nothing)."""
+        transfer = self._transfers.get(transfer_id)
+        if transfer is None or transfer.kind != "mirror" or transfer.state in FINISHED_TRANSFERS:
+            return
+        task = self._tasks.get(transfer_id)
+        if task is not None:
+            if transfer_id not in self._placing:
+                task.cancel()
+            await asyncio.wait([task])  # not ``await task``: its cancellation is not this caller's
+        current = self._transfers.get(transfer_id)
+        if current is None or current.state in FINISHED_TRANSFERS:
+            return  # it finished (placed, or failed) before the cancel reached it
+        kept: list[str] = []
+        try:
+            client = MirrorClient(self._client(transfer.node))
+        except DaemonProblem as exc:
+            kept, why = list(transfer.files), exc.message
+        else:
+            kept, why = await self._discard(client, transfer.files), ""
+        error = None
+        if kept:
+            error = f"cancelled; the node kept what it received of {', '.join(kept)}" + (f": {why}" if why else "")
+        await self._finish(transfer_id, TransferState.CANCELLED, error=error)
 
     async def _mirror(self, transfer_id: str, files: list[SourceFile], query: MirrorQuery,
                       source: ModelDefinition | None) -> None:
@@ -235,12 +280,13 @@ class Mirror:
                 await self._step(transfer_id, f"sending {file.name}", done)
                 await self._send(transfer_id, client, f, file, done)
                 done += file.size
+            self._placing.add(transfer_id)
             await self._step(transfer_id, "placing", done)
             placed = (await client.commit(version)).paths
         except (MirrorFailed, AgentError, DaemonProblem, OSError) as exc:
             message = exc.message if isinstance(exc, AgentError | DaemonProblem) else str(exc)
             if client is not None and isinstance(exc, AgentError) and exc.code == "mirror_checksum_mismatch":
-                await self._discard(client, version)  # whole or nothing: no partial of the version stays
+                await self._discard(client, [f.name for f in version])  # whole or nothing: no partial stays
             await self._finish(transfer_id, TransferState.FAILED, error=message)
             return
         result = ImportedModel(name=Path(placed[0]).name.removesuffix(".gguf"), model_path=placed[0],
@@ -299,6 +345,8 @@ class Mirror:
                     self.tamper_at = None
                 if self.cut_at is not None and position + len(block) > self.cut_at:
                     await self._cut(client, f, position)
+                if self.hold_at is not None and position + len(block) > self.hold_at:
+                    await self._hold(client, f, position)
                 yield block
                 position += len(block)
                 if time.monotonic() - shown >= PROGRESS_S or position == f.size:
@@ -314,12 +362,34 @@ class Mirror:
             await asyncio.sleep(0.01)
         raise _Cut(f"cut at {position}")
 
-    async def _discard(self, client: MirrorClient, version: list[MirrorFile]) -> None:
-        for file in version:
-            try:
-                await client.discard(file.name)
-            except AgentError as exc:
-                _LOGGER.warning("could not drop the partial %s on the node: %s", file.name, exc.message)
+    async def _hold(self, client: MirrorClient, f: SourceFile, position: int) -> None:
+        """The seam's pause: once the node holds every byte before ``position``, wait until cancelled."""
+        self.hold_at = None
+        for _ in range(500):
+            if (await client.state(f.name)).size >= position:
+                break
+            await asyncio.sleep(0.01)
+        self.held.set()
+        await asyncio.Event().wait()
+
+    async def _discard(self, client: MirrorClient, names: list[str]) -> list[str]:
+        """Drop the node's partials of ``names``; the names it kept (it could not be reached, or still holds
+        a push open past ``DISCARD_WAIT_S``)."""
+        kept: list[str] = []
+        for name in names:
+            deadline = time.monotonic() + DISCARD_WAIT_S
+            while True:
+                try:
+                    await client.discard(name)
+                    break
+                except AgentError as exc:
+                    if exc.code == "mirror_busy" and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)  # the node has not yet seen the cut push's connection close
+                        continue
+                    _LOGGER.warning("could not drop the partial %s on the node: %s", name, exc.message)
+                    kept.append(name)
+                    break
+        return kept
 
     # --- the transfer's view -----------------------------------------------------------------------
     async def _step(self, transfer_id: str, stage: str | None, bytes_done: int) -> None:
