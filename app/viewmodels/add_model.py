@@ -474,7 +474,8 @@ class AddModelViewModel:
             if s.external:
                 name = model_id or slug(s.provider_model.strip())
                 view = await self.client.create_model(ModelDefinition(
-                    id=name, served_name=name, runtime="external", base_url=s.base_url.strip(),
+                    id=name, served_name=name, runtime="external", model_path="(external)",  # no file: placed nowhere
+                    base_url=s.base_url.strip(),
                     provider_model=s.provider_model.strip(), api_key_file=s.api_key_file.strip() or None))
                 self._set(busy=False, done_ids=(view.definition.id,))
                 return
