@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.api.runtime_builds import LlamaCppBuildAnswer
-from daemon.api.models import LOCAL_NODE
 from daemon.api.nodes import NodeView
 from daemon.api.runtime_upgrades import (
     NodeRuntimeBuild,
@@ -37,7 +36,7 @@ from daemon.runtimes.build import (
     newest_build,
 )
 from daemon.runtimes.rollout import RuntimeRollout
-from daemon.upgrades.rollout import NodeTarget
+from daemon.upgrades.rollout import NodeTarget, rollout_targets
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -83,12 +82,7 @@ class RuntimeUpgradeManager:
                                   wanted=dict(self._wanted))
 
     def _targets(self) -> list[NodeTarget]:
-        targets = []
-        for node in self._nodes():
-            link = self._links.get(node.id)
-            if node.id != LOCAL_NODE and link is not None:
-                targets.append(NodeTarget(node.id, node.name, link.client))
-        return targets
+        return rollout_targets(self._nodes(), self._links)
 
     async def start(self, request: RuntimeUpgradeRequest) -> RuntimeRolloutView:
         if self._task is not None and not self._task.done():

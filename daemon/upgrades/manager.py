@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from daemon.api.models import LOCAL_NODE
 from daemon.api.nodes import NodeView
 from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.updates.staging import UpdateError
@@ -24,7 +23,7 @@ from daemon.events import EventBus
 from daemon.history import History
 from daemon.nodes.links import Links
 from daemon.upgrades.release import load_release_async
-from daemon.upgrades.rollout import NodeTarget, Rollout, UpgradePolicy
+from daemon.upgrades.rollout import NodeTarget, Rollout, UpgradePolicy, rollout_targets
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -51,12 +50,7 @@ class UpgradeManager:
         return self.rollout.view if self.rollout is not None else RolloutView()
 
     def _targets(self) -> list[NodeTarget]:
-        targets = []
-        for node in self._nodes():
-            link = self._links.get(node.id)
-            if node.id != LOCAL_NODE and link is not None:
-                targets.append(NodeTarget(node.id, node.name, link.client))
-        return targets
+        return rollout_targets(self._nodes(), self._links)
 
     async def start(self, request: UpgradeRequest) -> RolloutView:
         if self._task is not None and not self._task.done():

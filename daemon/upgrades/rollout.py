@@ -23,12 +23,15 @@ from pydantic import BaseModel, Field
 from agent.api.client import AgentError
 from agent.api.models import AgentStatus, InstancesPage, InstanceState
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer, agent_platform
+from daemon.api.models import LOCAL_NODE
+from daemon.api.nodes import NodeView
 from daemon.api.upgrades import (
     NodeUpgradeState,
     NodeUpgradeView,
     RolloutState,
     RolloutView,
 )
+from daemon.nodes.links import Links
 from daemon.upgrades.release import StagedRelease
 
 _LOGGER = logging.getLogger(__name__)
@@ -55,6 +58,17 @@ class NodeTarget:
     node_id: str
     name: str
     client: UpgradeClient
+
+
+def rollout_targets(nodes: list[NodeView], links: Links) -> list[NodeTarget]:
+    """The paired nodes a rollout walks, in the order of ``/api/nodes`` (this machine's own agent is
+    the daemon's child and goes with the daemon), each with its link's client."""
+    targets = []
+    for node in nodes:
+        link = links.get(node.id)
+        if node.id != LOCAL_NODE and link is not None:
+            targets.append(NodeTarget(node.id, node.name, link.client))
+    return targets
 
 
 class NodeFailed(Exception):
