@@ -23,6 +23,11 @@ Route table (``/agent/v1``):
     GET  /transfers                       -> TransfersPage   # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}                  -> TransferInfo
     POST /transfers/{id}/cancel           -> TransferInfo
+    POST   /rpc/servers                   -> RpcServerInfo   # body: RpcServerRequest; 201 (agent.api.rpc)
+    GET    /rpc/servers                   -> RpcServersPage
+    GET    /rpc/servers/{grant}           -> RpcServerInfo
+    DELETE /rpc/servers/{grant}           -> RpcServerInfo   # stopped; the grant is closed
+    GET    /rpc/{grant}/tunnel            -> WebSocket       # the grant's peer agent only
 
 An unpaired agent answers only the pairing routes; see ``agent.api.pairing``.
 """
@@ -47,6 +52,13 @@ from agent.api.models import (
     TelemetryPage,
 )
 from agent.api.plan import NodePlan
+from agent.api.rpc import (
+    RPC_SERVERS_PATH,
+    RpcServerInfo,
+    RpcServerRequest,
+    RpcServersPage,
+    rpc_server_path,
+)
 from agent.api.runtime_builds import (
     RUNTIME_BUILD_PATH,
     LlamaCppBuildAnswer,
@@ -209,6 +221,21 @@ class AgentClient:
 
     async def cancel_transfer(self, transfer_id: str) -> TransferInfo:
         return TransferInfo.model_validate(await self._call("POST", f"/transfers/{transfer_id}/cancel"))
+
+    async def start_rpc_server(self, request: RpcServerRequest) -> RpcServerInfo:
+        """Start ggml-rpc-server on this (helper) node for a grant; answers once it listens on loopback."""
+        data = await self._call("POST", RPC_SERVERS_PATH, body=request.model_dump(mode="json"))
+        return RpcServerInfo.model_validate(data)
+
+    async def stop_rpc_server(self, grant_id: str) -> RpcServerInfo:
+        """Stop a grant's rpc-server and close the grant (its tunnels too); 404 when none is known."""
+        return RpcServerInfo.model_validate(await self._call("DELETE", rpc_server_path(grant_id)))
+
+    async def rpc_servers(self) -> list[RpcServerInfo]:
+        return RpcServersPage.model_validate(await self._call("GET", RPC_SERVERS_PATH)).servers
+
+    async def rpc_server(self, grant_id: str) -> RpcServerInfo:
+        return RpcServerInfo.model_validate(await self._call("GET", rpc_server_path(grant_id)))
 
     async def logs(self, instance_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
         """Log lines of an instance: the last ``tail`` lines, then new ones while ``follow``."""

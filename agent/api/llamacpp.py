@@ -210,14 +210,31 @@ def lift_extra_args(settings: LlamaCppSettings, extra_args: list[str]) -> tuple[
     return parsed.settings, parsed.extra_args
 
 
+def rpc_device_names(devices_per_peer: list[int]) -> list[str]:
+    """The names llama.cpp gives the RPC devices of ``--rpc`` servers: RPC0, RPC1, ... in order."""
+    return [f"RPC{i}" for i in range(sum(devices_per_peer))]
+
+
 def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, port: int,
                extra_args: list[str] | None = None, host: str = "127.0.0.1",
-               adapters: list[Adapter] | None = None) -> list[str]:
+               adapters: list[Adapter] | None = None, rpc: list[str] | None = None,
+               rpc_devices: list[int] | None = None) -> list[str]:
     """The llama-server argv after the executable, in a fixed canonical order. Adapters are loaded
     unapplied (``--lora`` each, ids in this order, then ``--lora-init-without-apply``): a request
-    applies one with its ``lora`` field (``lora_field``)."""
+    applies one with its ``lora`` field (``lora_field``).
+
+    ``rpc``: the RPC servers (``host:port``, the agent's loopback forwards to its helpers), as
+    ``--rpc`` right after the port: llama.cpp registers their devices while it reads the flag, so it
+    comes before ``--device``, which then names them too (``rpc_devices``: how many each offers)."""
     settings, rest = lift_extra_args(settings, list(extra_args or []))
     argv = ["--model", model_path, "--alias", served_name, "--host", host, "--port", str(port)]
+    if rpc:
+        argv += ["--rpc", ",".join(rpc)]
+        if settings.gpus is not None:
+            names = [n for n in device_names(settings.gpus).split(",") if n != "none"]
+            names += rpc_device_names(rpc_devices or [1] * len(rpc))
+            argv += ["--device", ",".join(names)]
+            settings = settings.model_copy(update={"gpus": None})
     for name, info in LlamaCppSettings.model_fields.items():
         value = getattr(settings, name)
         flag = (info.json_schema_extra or {})["flag"]  # type: ignore[index]
@@ -248,9 +265,13 @@ def parse_args(argv: list[str]) -> ParsedCommand:
 
 
 def config_hash(settings: LlamaCppSettings, model_path: str, served_name: str,
-                extra_args: list[str] | None = None, adapters: list[Adapter] | None = None) -> str:
+                extra_args: list[str] | None = None, adapters: list[Adapter] | None = None,
+                rpc_nodes: list[str] | None = None) -> str:
     """A short hash of the canonical argv, port excluded: equal hashes run the same way. An adapter's
-    name and scale are the router's, not the runtime's: changing them needs no restart."""
-    argv = build_args(settings, model_path, served_name, 0, extra_args, adapters=adapters)
+    name and scale are the router's, not the runtime's: changing them needs no restart. ``rpc_nodes``:
+    the helpers' node ids in order (``LaunchSpec.rpc_peers``), standing in for the loopback forwards
+    (whose ports change on every start); none gives the hash of a model on its node alone."""
+    argv = build_args(settings, model_path, served_name, 0, extra_args, adapters=adapters,
+                      rpc=[f"node:{n}" for n in rpc_nodes or []] or None)
     digest = hashlib.sha256(json.dumps(argv).encode()).hexdigest()
     return digest[:16]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
+from agent.api.rpc import RpcPeer
 from agent.api.runtimes import RuntimeId, RuntimeOffer
 from agent.api.vllm import VllmSettings
 
@@ -52,6 +53,10 @@ class LaunchSpec(BaseModel):
     adapters: list[Adapter] = Field(default_factory=list, max_length=16, description="llama.cpp: LoRA adapters, "
                                     "loaded unapplied in this order (their ids); each must be a GGUF LoRA for the "
                                     "model's architecture.")
+    # One model across nodes (llama.cpp): each helper's rpc-server, reached through its agent's tunnel.
+    rpc_peers: list[RpcPeer] = Field(default_factory=list, max_length=16, description="llama.cpp: helper nodes "
+                                     "whose rpc-servers hold part of the model (agent.api.rpc); llama-server gets "
+                                     "--rpc with a loopback forward to each, in this order.")
 
 
 class InstanceInfo(BaseModel):
@@ -118,6 +123,8 @@ class AgentStatus(BaseModel):
     runtimes: dict[str, str | None] = Field(default_factory=dict, description="runtime -> executable or None")
     runtime_offers: list[RuntimeOffer] = Field(default_factory=list, description="Each driver, honestly reported.")
     features: list[str] = Field(default_factory=list)
+    rpc_server: str | None = Field(default=None, description="The ggml-rpc-server of its llama.cpp build: "
+                                   "None when this node cannot lend memory to a model on another (agent.api.rpc).")
 
 
 class InstanceSample(BaseModel):
