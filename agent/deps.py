@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.admission import Admission, AdmissionPolicy, MemoryProbe, PsutilMemoryProbe
-from agent.gpu import GpuProbe, NvmlProbe
+from agent.gpu import GpuProbe, NvmlProbe, UnifiedMemoryProbe, apple_silicon
 from agent.identity import AgentIdentity, load_or_create_identity
 from agent.manager import InstanceManager
 from agent.paths import AgentPaths
@@ -82,7 +82,10 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     builds = LlamaCppBuilds(paths, catalog, llamacpp, lambda: [run.port for run in manager.runs().values()],
                             first_port)
     sources = ModelSources(paths.models_dir, admission, manager.loading, allow_private=allow_private_sources)
-    telemetry = TelemetryCollector(manager, probe, telemetry_interval_s)
+    # Apple silicon's unified memory is telemetry's GPU entry only: admission and placement treat that
+    # memory as the system's (agent.admission.is_unified), not as a GPU's own
+    seen = UnifiedMemoryProbe() if gpu_probe is None and apple_silicon() else probe
+    telemetry = TelemetryCollector(manager, seen, telemetry_interval_s)
     return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager,
                      telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources,
                      runtime_builds=builds)

@@ -96,6 +96,16 @@ class GpuProcess(BaseModel):
         default=None, description="Its own SM use, else the GPU's when it is the only process on it.")
 
 
+class GpuEcc(BaseModel):
+    """ECC error counts of one GPU: volatile since the driver last loaded, aggregate over its life.
+    A count the GPU does not report is None (absent), never 0."""
+
+    volatile_corrected: int | None = None
+    volatile_uncorrected: int | None = None
+    aggregate_corrected: int | None = None
+    aggregate_uncorrected: int | None = None
+
+
 class GpuInfo(BaseModel):
     index: int
     name: str
@@ -106,6 +116,16 @@ class GpuInfo(BaseModel):
     temperature_c: float | None = None
     power_w: float | None = None
     processes: list[GpuProcess] = Field(default_factory=list)
+    ecc: GpuEcc | None = Field(default=None, description="None: ECC off or not reported by this GPU.")
+    throttle_reasons: list[str] | None = Field(
+        default=None, description="Why its clocks are held down now (agent.gpu.THROTTLE_REASONS names); "
+        "[]: not held; None: not reported.")
+    xid_events: int | None = Field(default=None, description="XID errors seen since the agent started; "
+                                   "None: not watched (the driver cannot deliver them).")
+    last_xid: int | None = Field(default=None, description="The code of the newest XID error, when any came.")
+    unified_memory: bool = Field(default=False, description="Apple silicon: memory_* is the system's memory.")
+    working_set_limit: int | None = Field(
+        default=None, description="Apple silicon: Metal's recommended working set (bytes), when readable.")
 
 
 class AgentStatus(BaseModel):
