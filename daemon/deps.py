@@ -113,6 +113,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
                         history)
     registry.known_nodes = nodes.names  # a model is saved only on a node that exists
     registry.node_offers = nodes.offers  # ...and that offers its runtime (when it says)
+    registry.node_lends = nodes.lends  # ...and helpers of one model across nodes have an rpc-server
     upgrades = UpgradeManager(paths.home, config.upgrades, nodes.views, links, events, history)
     runtime_upgrades = RuntimeUpgradeManager(paths.home, nodes.views, links, events, history,
                                              lambda node: smoke_model_on(registry, node))

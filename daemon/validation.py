@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from agent.api.launch_policy import (
@@ -30,7 +30,7 @@ from agent.api.safe_names import (
     check_node_path,
     check_relative_name,
 )
-from daemon.api.models import AUTO_NODE, ModelDefinition
+from daemon.api.models import AUTO_NODE, LOCAL_NODE, ModelDefinition
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TAGS = 32
@@ -137,10 +137,46 @@ def _listing(known: Mapping[str, str]) -> str:
     return ", ".join(f"{name} (id {node_id})" for node_id, name in known.items()) or "none (pair one first)"
 
 
+def resolve_rpc_nodes(definition: ModelDefinition, known: Mapping[str, str],
+                      lends: Callable[[str], bool | None] | None = None) -> list[str]:
+    """The full ids of the helper nodes ``definition.rpc_nodes`` names (one model across nodes,
+    llama.cpp RPC): each a node that exists, named once, not the model's own node; the model's
+    node a paired one (this machine's agent has no certificate for a helper to check). A helper
+    whose agent says it has no rpc-server (``lends`` answers False) is refused; one that does not
+    say now (offline, older) does not block a save, as with runtimes."""
+    if not definition.rpc_nodes:
+        return []
+    if definition.runtime != "llamacpp":
+        raise DefinitionRejected(f"rpc_nodes: only llama.cpp runs a model across nodes, not {definition.runtime}")
+    if definition.node in (LOCAL_NODE, AUTO_NODE):
+        raise DefinitionRejected(f"rpc_nodes: the model's node must be a paired node, not '{definition.node}' "
+                                 "(this machine's own agent cannot take part in a split yet)")
+    helpers: list[str] = []
+    for name in definition.rpc_nodes:
+        try:
+            node = resolve_node(name, known)
+        except UnknownNode as exc:
+            raise UnknownNode(f"rpc_nodes: {exc}") from None
+        if node == AUTO_NODE or node == LOCAL_NODE:
+            raise DefinitionRejected(f"rpc_nodes: '{name[:64]}' cannot lend memory: name paired nodes")
+        if node == definition.node:
+            raise DefinitionRejected(f"rpc_nodes: '{name[:64]}' is the model's own node; name the other nodes "
+                                     "that hold part of it")
+        if node in helpers:
+            raise DefinitionRejected(f"rpc_nodes: '{name[:64]}' is named twice")
+        if lends is not None and lends(node) is False:
+            raise DefinitionRejected(f"rpc_nodes: node '{known.get(node, node)}' has no llama.cpp rpc-server "
+                                     "(its llama.cpp build was made without GGML_RPC): update its runtime")
+        helpers.append(node)
+    return helpers
+
+
 def check_definition(definition: ModelDefinition) -> None:
     """Raise ``DefinitionRejected`` naming the first field that reaches beyond its model."""
     if _CONTROL_RE.search(definition.served_name):
         raise DefinitionRejected("served_name contains a control character")
+    if definition.rpc_nodes and definition.runtime != "llamacpp":
+        raise DefinitionRejected(f"rpc_nodes: only llama.cpp runs a model across nodes, not {definition.runtime}")
     if definition.adapters:
         check_adapters(definition)
     if definition.runtime == "external" or _external_fields(definition):

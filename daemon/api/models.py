@@ -12,6 +12,7 @@ from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeId
 from agent.api.vllm import VllmSettings
+from daemon.api.rpc_split import RpcHelper
 
 MODEL_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 DEFAULT_PORT = 8484
@@ -100,6 +101,10 @@ class ModelDefinition(BaseModel):
     adapters: list[Adapter] = Field(default_factory=list, max_length=16, description="llama.cpp: LoRA adapters, "
                                     "each a `model` of its own: a request for one gets this model with only that "
                                     "adapter applied; a request for this model applies none.")
+    # One model across nodes (llama.cpp RPC, daemon.models.rpc): helper nodes lend their memory.
+    rpc_nodes: list[str] = Field(default_factory=list, max_length=8, description="llama.cpp: helper nodes (id, id "
+                                 "prefix or name; stored as ids) whose rpc-servers hold part of the layers; each "
+                                 "needs llama.cpp's rpc-server. Empty: the model runs on its node alone.")
 
 
 class ModelStatus(BaseModel):
@@ -121,6 +126,8 @@ class ModelStatus(BaseModel):
     running_config_hash: str | None = None
     evicted: str | None = Field(default=None, description="Why the daemon last unloaded it to make room for another "
                                 "model; cleared when it starts again.")
+    rpc_helpers: list[RpcHelper] = Field(default_factory=list, description="One model across nodes: each helper "
+                                         "node of ``rpc_nodes`` and its rpc-server (daemon.models.rpc).")
 
 
 class ModelView(BaseModel):

@@ -6,7 +6,9 @@ definition and what the agent last reported. State changes become events. A star
 makes room first when the node's memory is short: ``daemon.models.placement`` plans which idle
 models of that node to unload, and each one unloaded is a ``model.evicted`` event. A model placed
 ``node: "auto"`` is placed at each start on the node where it fits best (``placement.choose_node``);
-``node_of`` says where it runs now, and its status reports that node.
+``node_of`` says where it runs now, and its status reports that node. A llama.cpp model that names
+``rpc_nodes`` runs across nodes: its helpers' rpc-servers start first and stop with it
+(``daemon.models.rpc``), and a helper offline makes it not ready.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from agent.api.models import (
     LaunchSpec,
     TelemetrySample,
 )
+from agent.api.rpc import RpcPeer
 from agent.api.sources import FitRequest
 from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelStatus
 from daemon.errors import DaemonProblem
@@ -32,6 +35,7 @@ from daemon.events import EventBus
 from daemon.models import placement
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
+from daemon.models.rpc import RpcHelpers
 from daemon.nodes.links import AgentLink, Links
 from daemon.router.external import ExternalEndpoints
 
@@ -63,6 +67,7 @@ class Orchestrator:
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
         self._needs: dict[tuple[str, str, str], int | None] = {}  # (model, node, config hash) -> bytes
         self._placed: dict[str, str] = {}  # model placed "auto" -> the node it was started on
+        self.rpc = RpcHelpers(links)  # one model across nodes: the helpers' rpc-servers (daemon.models.rpc)
 
     def on_state_change(self, listener: StateListener) -> None:
         """Call ``listener(model_id, previous, status)`` on each model state change (the health monitor)."""
@@ -102,7 +107,18 @@ class Orchestrator:
         return link.instances.get(definition.id) if link is not None else None
 
     def status(self, definition: ModelDefinition) -> ModelStatus:
-        return self._decorate(self._status(definition))
+        return self._decorate(self._across(definition, self._status(definition)))
+
+    def _across(self, definition: ModelDefinition, status: ModelStatus) -> ModelStatus:
+        """A model across nodes: its helpers shown; one offline makes it not ready (failed)."""
+        if not definition.rpc_nodes:
+            return status
+        running = status.state in (ModelState.STARTING, ModelState.READY)
+        status.rpc_helpers = self.rpc.helpers(definition, running)
+        problem = self.rpc.problem(definition) if running else None
+        if problem is not None:
+            status.state, status.error = ModelState.FAILED, problem[1]
+        return status
 
     def _status(self, definition: ModelDefinition) -> ModelStatus:
         if definition.runtime == "external":
@@ -151,14 +167,17 @@ class Orchestrator:
     def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None:
         """An agent reported: publish the state changes of that node's models."""
         for definition in self.registry.all():
-            if definition.runtime == "external" or self.node_of(definition) not in (node_id, None):
+            if definition.runtime == "external" or (self.node_of(definition) not in (node_id, None)
+                                                    and node_id not in definition.rpc_nodes):
                 continue
             status = self.status(definition)
             if self._states.get(definition.id) != status.state:
                 previous = self._states.get(definition.id)
                 self._states[definition.id] = status.state
+                problem = self.rpc.problem(definition) if definition.rpc_nodes else None
                 self.events.publish("model.state", definition.id, state=status.state.value,
-                                    previous=previous.value if previous else None, error=status.error)
+                                    previous=previous.value if previous else None, error=status.error,
+                                    **({"helper": problem[0]} if problem else {}))
                 for listener in self._listeners:
                     listener(definition.id, previous, status)
         asyncio.get_running_loop().create_task(self._notify())
@@ -200,14 +219,15 @@ class Orchestrator:
         return link
 
     @staticmethod
-    def launch_spec(definition: ModelDefinition, force: bool = False) -> LaunchSpec:
+    def launch_spec(definition: ModelDefinition, force: bool = False,
+                    rpc_peers: list[RpcPeer] | None = None) -> LaunchSpec:
         return LaunchSpec(instance_id=definition.id, runtime=definition.runtime, model_path=definition.model_path,
                           served_name=definition.served_name, settings=definition.settings,
                           vllm=definition.vllm, mlx=definition.mlx, image=definition.image,
                           runtime_version=definition.runtime_version,
                           extra_args=definition.extra_args, env=definition.env,
                           startup_timeout_s=definition.startup_timeout_s, force=force,
-                          adapters=definition.adapters,
+                          adapters=definition.adapters, rpc_peers=rpc_peers or [],
                           memory_budget_bytes=None if definition.memory_budget_gib is None
                           else int(definition.memory_budget_gib * (1 << 30)))
 
@@ -235,14 +255,17 @@ class Orchestrator:
                 return current
             if in_flight is not None:
                 await self._make_room(definition, link, in_flight)
+            peers = await self.rpc.open(definition, link.node_id) if definition.rpc_nodes else []
             for attempt in range(1, ROOM_ATTEMPTS + 1):
                 try:
-                    await link.client.start(self.launch_spec(definition, force))
+                    await link.client.start(self.launch_spec(definition, force, peers))
                     break
                 except AgentError as exc:
                     short = placement.shortfall_from_refusal(exc.details) \
                         if exc.code == "insufficient_memory" and in_flight is not None else None
                     if short is None or in_flight is None or attempt == ROOM_ATTEMPTS:
+                        if peers:  # a failed start leaves no rpc-server behind
+                            await self.rpc.close(definition)
                         raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
                     await self._make_room(definition, link, in_flight, shortfall=short)
             await link.refresh()
@@ -367,13 +390,17 @@ class Orchestrator:
             self.book.want(model_id, False)
         if self.node_of(definition) is None:  # placed "auto" and on no node: nothing runs
             return self.status(definition)
-        link = await self._link(definition)
         try:
-            await link.client.stop(model_id)
-        except AgentError as exc:
-            if exc.status != 404:
-                raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
-        await link.refresh()
+            link = await self._link(definition)
+            try:
+                await link.client.stop(model_id)
+            except AgentError as exc:
+                if exc.status != 404:
+                    raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
+            await link.refresh()
+        finally:
+            if definition.rpc_nodes:  # the helpers' rpc-servers stop with it
+                await self.rpc.close(definition)
         return self.status(definition)
 
     async def restart(self, model_id: str) -> ModelStatus:

@@ -26,6 +26,7 @@ from daemon.validation import (
     check_definition,
     check_fallbacks,
     resolve_node,
+    resolve_rpc_nodes,
 )
 
 _LOGGER = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ def definition_hash(definition: ModelDefinition) -> str:
                                 definition.extra_args)
     else:
         value = config_hash(definition.settings, definition.model_path, definition.served_name,
-                            definition.extra_args, definition.adapters)
+                            definition.extra_args, definition.adapters, rpc_nodes=definition.rpc_nodes)
     if len(_HASHES) > 4096:
         _HASHES.clear()
     _HASHES[id(definition)] = (definition, value)
@@ -121,6 +122,8 @@ class Registry:
         self.known_nodes: Callable[[], Mapping[str, str]] | None = None
         # What a node's agent says of its runtimes (None: it does not say now); the daemon sets it.
         self.node_offers: Callable[[str], list[RuntimeOffer] | None] | None = None
+        # Whether a node's agent has llama.cpp's rpc-server (None: it does not say now); the daemon sets it.
+        self.node_lends: Callable[[str], bool | None] | None = None
 
     def _placed(self, definition: ModelDefinition) -> ModelDefinition:
         """Refused (422) on a node that does not exist; a node named by id prefix or name is stored
@@ -139,7 +142,12 @@ class Registry:
             raise RegistryError(422, "unknown_node", str(exc)) from exc
         definition = definition if node == definition.node else definition.model_copy(update={"node": node})
         self.check_runtime(definition, names.get(node, node))
-        return definition
+        try:
+            helpers = resolve_rpc_nodes(definition, names, self.node_lends)
+        except DefinitionRejected as exc:
+            code = "unknown_node" if isinstance(exc, UnknownNode) else "invalid_model"
+            raise RegistryError(422, code, str(exc)) from exc
+        return definition if helpers == definition.rpc_nodes else definition.model_copy(update={"rpc_nodes": helpers})
 
     def check_runtime(self, definition: ModelDefinition, node_name: str | None = None, *, status: int = 422) -> None:
         """Refuse ``definition`` on a node that reports its runtime unavailable. A node that does not

@@ -160,6 +160,14 @@ class NodeManager:
             return None
         return list(health.status.runtime_offers) or None
 
+    def lends(self, node_id: str) -> bool | None:
+        """Whether the node's agent has llama.cpp's rpc-server, so it can hold part of a model that
+        runs on another node (``AgentStatus.rpc_server``); None when it does not answer now."""
+        health = self.monitor.health.get(node_id)
+        if health is None or health.status is None or health.state not in (NodeState.ONLINE, NodeState.DEGRADED):
+            return None
+        return health.status.rpc_server is not None
+
     def names(self) -> dict[str, str]:
         """Every node a model may be placed on, id -> name (the registry refuses any other)."""
         names = {LOCAL_NODE: socket.gethostname()} if LOCAL_NODE in self.links else {}
