@@ -1,7 +1,8 @@
 """The agent's identity: an EC P-256 key, its certificate and the pinned CA.
 
-The key is made once and never leaves ``identity/``. Until a daemon signs a certificate for it the
-agent holds a self-signed one; the node id is the SHA-256 of whichever certificate it holds (DER).
+The key is made once and never leaves ``identity/``; it is stored through ``agent.api.key_store``
+(encrypted with a secret in the OS keychain where one is usable, else a 0600 file). Until a daemon
+signs a certificate for it the agent holds a self-signed one; the node id is the SHA-256 of whichever certificate it holds (DER).
 ``ca.crt`` pins the daemon's certificate authority: only clients with a certificate it signed get
 in (``server_ssl_context``).
 """
@@ -23,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agent.api.key_store import KeyStoreError, load_cert_chain, read_key, write_key
 from agent.paths import AgentPaths
 
 _LOGGER = logging.getLogger(__name__)
@@ -57,15 +59,6 @@ class AgentIdentity:
         return self.cert.issuer == self.cert.subject
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write a file readable by its owner only, atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
 def _write_public(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
@@ -74,9 +67,9 @@ def _write_public(path: Path, data: bytes) -> None:
 
 def _load_key(path: Path) -> ec.EllipticCurvePrivateKey:
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except ValueError as exc:
-        raise IdentityError(f"{path} is not a PEM private key ({exc}); move it away to make a new one") from exc
+        key = read_key(path)  # encrypted in place when a keychain is usable
+    except KeyStoreError as exc:
+        raise IdentityError(str(exc)) from exc
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise IdentityError(f"{path} is not an EC key; move it away to make a new one")
     return key
@@ -122,9 +115,9 @@ def load_or_create_identity(paths: AgentPaths, common_name: str | None = None) -
         key = _load_key(paths.key_file)
     else:
         key = ec.generate_private_key(ec.SECP256R1())
-        _write_private(paths.key_file, key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-        _LOGGER.info("made a new agent key in %s", paths.key_file)
+        encrypted = write_key(paths.key_file, key)
+        _LOGGER.info("made a new agent key in %s (%s)", paths.key_file,
+                     "encrypted with a keychain secret" if encrypted else "a 0600 file: no keychain")
         if paths.cert_file.exists():  # a certificate for some older key is worthless now
             paths.cert_file.unlink()
     if paths.cert_file.exists():
@@ -185,5 +178,5 @@ def server_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
     ctx.verify_mode = ssl.CERT_REQUIRED
     # Only the pinned CA: the system trust store is never loaded into this context.
     ctx.load_verify_locations(cafile=str(identity.paths.ca_file))
-    ctx.load_cert_chain(certfile=str(identity.paths.cert_file), keyfile=str(identity.paths.key_file))
+    load_cert_chain(ctx, identity.paths.cert_file, identity.paths.key_file)
     return ctx

@@ -21,6 +21,7 @@ import psutil
 from aiohttp import web
 from pydantic import ValidationError
 
+from agent.api.key_store import at_rest
 from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
 from agent.api.sources import FitRequest
 from agent.deps import AgentDeps
@@ -106,7 +107,7 @@ async def status(request: web.Request) -> web.Response:
                        arch=platform.machine(), version=deps.version, cpu_count=psutil.cpu_count() or 1,
                        memory_total=memory.total, memory_available=memory.available, gpus=gpus,
                        runtimes=deps.catalog.runtimes(), runtime_offers=await deps.manager.drivers.offers(),
-                       features=deps.features)
+                       features=deps.features, keys_at_rest=at_rest([deps.identity.paths.key_file]))
     return web.json_response(body.model_dump(mode="json"))
 
 

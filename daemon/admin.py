@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from agent.api.key_store import KeysAtRest
 from daemon.api.models import (
     ApiKeyCreate,
     ApiKeyLimits,
@@ -44,7 +45,8 @@ MAX_ADMIN_BODY = 1024 * 1024
 class AdminApi:
     def __init__(self, config: DaemonConfig, listener: Listener, registry: Registry, orchestrator: Orchestrator,
                  router_stats: Callable[[], dict[str, RouterStats]], telemetry: TelemetryCollector,
-                 events: EventBus, keys: KeyStore, history: History, shutdown_requested: asyncio.Event) -> None:
+                 events: EventBus, keys: KeyStore, history: History, shutdown_requested: asyncio.Event,
+                 keys_at_rest: Callable[[], KeysAtRest | None] = lambda: None) -> None:
         self._config = config
         self._listener = listener
         self._registry = registry
@@ -55,12 +57,13 @@ class AdminApi:
         self._keys = keys
         self._history = history
         self._shutdown_requested = shutdown_requested  # POST /api/shutdown; `mirbadllm daemon` exits on it
+        self._keys_at_rest = keys_at_rest  # daemon.tls.keys_at_rest: keychain or 0600 files (+ a warning)
 
     # --- status and events ---------------------------------------------------------------------
     async def status(self, request: web.Request) -> web.Response:
         return json_response(StatusResponse(daemon=self._listener.info(), models=self._orchestrator.all_statuses(),
                                             router=self._router_stats(), hosts=self._telemetry.hosts(),
-                                            last_event_id=self._events.last_id))
+                                            last_event_id=self._events.last_id, keys_at_rest=self._keys_at_rest()))
 
     async def events(self, request: web.Request) -> web.Response:
         since = query_int(request, "since", 0)

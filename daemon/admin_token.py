@@ -8,6 +8,7 @@ import logging
 import secrets
 from pathlib import Path
 
+from agent.api.key_store import keychain
 from daemon.api.locations import KEYRING_SERVICE, KEYRING_USER
 from daemon.atomic import write_atomic
 
@@ -29,10 +30,12 @@ def load_or_create(path: Path) -> str:
 
 
 def _store_in_keychain(home: Path, token: str) -> None:
+    backend, why = keychain()  # honours MIRBADLLM_KEYRING (off in the tests)
+    if backend is None:
+        _LOGGER.debug("admin token not stored in a keychain: %s", why)
+        return
     try:
-        import keyring
-
-        keyring.set_password(KEYRING_SERVICE, f"{KEYRING_USER}:{home}", token)
+        backend.set_password(KEYRING_SERVICE, f"{KEYRING_USER}:{home}", token)
     except Exception as exc:  # noqa: BLE001 - no keychain (headless Linux) is normal
         _LOGGER.debug("admin token not stored in a keychain: %s", exc)
 

@@ -56,6 +56,7 @@ from daemon.tls import (
     client_ssl_context,
     ensure_client_certificate,
     ensure_local_agent_identity,
+    keys_at_rest,
 )
 from daemon.upgrades.api import UpgradesApi
 from daemon.upgrades.manager import UpgradeManager
@@ -138,7 +139,9 @@ def handlers(d: DaemonDeps) -> Handlers:
         probes=Probes(d.registry, d.orchestrator, d.metrics),
         router=d.router,
         admin=AdminApi(d.config, d.listener, d.registry, d.orchestrator, lambda: d.router.stats, d.telemetry,
-                       d.events, d.keys, d.history, d.shutdown_requested),
+                       d.events, d.keys, d.history, d.shutdown_requested,
+                       lambda: keys_at_rest(d.paths.pki, d.paths.local_agent_home / "identity"
+                                            if d.config.local_agent else None)),
         models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history),
         sources=SourcesApi(d.links, d.transfers, d.history, d.mirror),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),

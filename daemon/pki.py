@@ -1,6 +1,8 @@
 """The daemon's own certificate authority: it signs agent and daemon client certificates.
 
-Keys are EC P-256; the CA key is written 0600. A node id is the SHA-256 of its certificate (DER).
+Keys are EC P-256, stored through ``agent.api.key_store``: encrypted with a secret in the OS keychain
+where one is usable, else 0600 files. A node id is the SHA-256 of its certificate (DER).
+``read_ca_pem`` / ``install_ca_pem`` hand the CA to a backup and take it back from a restore.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agent.api.key_store import KeyStoreError, read_key, read_key_pem, write_key
+
 _LOGGER = logging.getLogger(__name__)
 
 CA_DAYS = 3650
+CA_KEY_FILE, CA_CERT_FILE = "ca.key", "ca.crt"
 LEAF_DAYS = 825
 
 
@@ -43,13 +48,18 @@ def fingerprint(cert: x509.Certificate) -> str:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write a secret file readable by its owner only, atomically."""
+    """Write a secret file readable by its owner only, atomically (keys go through ``write_key``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     os.replace(tmp, path)
+
+
+def _same_key(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> bool:
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
 
 
 def _now() -> dt.datetime:
@@ -63,11 +73,21 @@ class CertificateAuthority:
 
     @classmethod
     def load_or_create(cls, directory: Path, name: str = "MirbadLLM local CA") -> CertificateAuthority:
-        key_path, cert_path = directory / "ca.key", directory / "ca.crt"
+        key_path, cert_path = directory / CA_KEY_FILE, directory / CA_CERT_FILE
         if key_path.exists() and cert_path.exists():
-            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-            assert isinstance(key, ec.EllipticCurvePrivateKey)
-            return cls(key, x509.load_pem_x509_certificate(cert_path.read_bytes()))
+            key = read_key(key_path)
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise KeyStoreError(f"{key_path} is not an EC key")
+            cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+            if not _same_key(key, cert):
+                raise KeyStoreError(f"{key_path} is not the key of {cert_path}: restore the CA (or the home) "
+                                    "from a backup")
+            return cls(key, cert)
+        if key_path.exists() or cert_path.exists():  # half a CA: never replaced by a new one silently
+            there, gone = (key_path, cert_path) if key_path.exists() else (cert_path, key_path)
+            raise KeyStoreError(f"{there} exists but {gone} does not: restore {gone.name} (or the home from a "
+                                f"backup); only if that is impossible move {there.name} away too, and pair every "
+                                "node again with the new CA")
         key = new_key()
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         cert = (
@@ -85,7 +105,7 @@ class CertificateAuthority:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        write_private(key_path, key_pem(key))
+        write_key(key_path, key)
         cert_path.write_bytes(cert_pem(cert))
         _LOGGER.info("created certificate authority in %s", directory)
         return cls(key, cert)
@@ -138,6 +158,42 @@ class CertificateAuthority:
         key = new_key()
         cert = self.sign(key.public_key(), common_name, server=server, client=client, hosts=hosts)
         key_path, cert_path = directory / f"{stem}.key", directory / f"{stem}.crt"
-        write_private(key_path, key_pem(key))
+        write_key(key_path, key)
         cert_path.write_bytes(cert_pem(cert))
         return key_path, cert_path
+
+
+def read_ca_pem(directory: Path) -> tuple[bytes, bytes]:
+    """The CA in ``directory`` as (unencrypted PKCS#8 key PEM, certificate PEM), for a backup that
+    encrypts them itself. KeyStoreError when the key cannot be read (e.g. its keychain secret is gone)."""
+    return read_key_pem(directory / CA_KEY_FILE), (directory / CA_CERT_FILE).read_bytes()
+
+
+def install_ca_pem(directory: Path, key_pem_bytes: bytes, cert_pem_bytes: bytes) -> CertificateAuthority:
+    """Make ``directory``'s CA the given one (a restore): checked first, the key stored as any other key
+    (encrypted where a keychain is usable), the certificate written atomically. ValueError when the pair
+    is no CA or the key is not the certificate's (TypeError: not an EC key). Certificates the old CA signed for this daemon are
+    reissued at the next start (``daemon.tls`` checks them against the CA)."""
+    try:
+        key = serialization.load_pem_private_key(key_pem_bytes, password=None)
+        cert = x509.load_pem_x509_certificate(cert_pem_bytes)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a PEM key and certificate: {exc}") from exc
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError("the CA key is not an EC key")
+    if not _same_key(key, cert):
+        raise ValueError("the CA key does not belong to the CA certificate")
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        raise ValueError("the certificate is not a certificate authority")
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path = directory / CA_CERT_FILE
+    tmp = cert_path.with_name(cert_path.name + ".tmp")
+    tmp.write_bytes(cert_pem(cert))
+    write_key(directory / CA_KEY_FILE, key)
+    os.replace(tmp, cert_path)
+    _LOGGER.info("installed a certificate authority in %s", directory)
+    return CertificateAuthority(key, cert)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from cryptography import x509
 
+from agent.api.key_store import KeysAtRest, at_rest, load_cert_chain
 from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
-from daemon.pki import CertificateAuthority, cert_pem
+from daemon.pki import CA_KEY_FILE, CertificateAuthority, cert_pem
 
 CLIENT_STEM = "daemon-client"
 
@@ -26,8 +27,14 @@ def client_ssl_context(ca_cert: Path, key: Path, cert: Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca_cert))
     ctx.check_hostname = False
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-    ctx.load_cert_chain(str(cert), str(key))
+    load_cert_chain(ctx, cert, key)  # the key may be encrypted with a keychain secret
     return ctx
+
+
+def keys_at_rest(pki_dir: Path, local_identity_dir: Path | None) -> KeysAtRest:
+    """How the daemon's private keys are stored: the CA's, its client key, the local agent's."""
+    keys = [pki_dir / CA_KEY_FILE, pki_dir / f"{CLIENT_STEM}.key"]
+    return at_rest(keys + ([local_identity_dir / IDENTITY_KEY_FILE] if local_identity_dir else []))
 
 
 def ensure_local_agent_identity(ca: CertificateAuthority, identity_dir: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +17,27 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.fakes import write_fake_runtime
+from tests.fakes.keychain import MemoryKeychain
 
 # No test announces or browses mDNS on the machine's real network: a test that needs it opts in
 # on interfaces it created itself (tests/fleet). Child processes inherit this.
 os.environ.setdefault("MIRBADLLM_NO_MDNS", "1")
+# No test reads or writes the real user keychain (agent.api.key_store, the admin token): keys are
+# 0600 files unless a test installs a keychain of its own with the `keychain` fixture.
+os.environ["MIRBADLLM_KEYRING"] = "off"
+
+
+@pytest.fixture
+def keychain(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKeychain]:
+    """An in-memory keychain as keyring's backend (``MIRBADLLM_KEYRING=os``) for this test only."""
+    import keyring
+
+    previous = keyring.get_keyring()
+    made = MemoryKeychain()
+    monkeypatch.setenv("MIRBADLLM_KEYRING", "os")
+    keyring.set_keyring(made)
+    yield made
+    keyring.set_keyring(previous)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from agent.api.key_store import forget, load_cert_chain
 from agent.api.pairing import IDENTITY_DAEMON_FILE
 from agent.identity import (
     AgentIdentity,
@@ -99,8 +100,9 @@ def install_enrollment(paths: AgentPaths, ca_pem: str, agent_cert_pem: str, daem
 
 def reset_identity(paths: AgentPaths) -> None:
     """Forget the pairing and the key: the next identity is a new node."""
-    for path in (paths.ca_file, daemon_pin_file(paths), paths.cert_file, paths.key_file):
+    for path in (paths.ca_file, daemon_pin_file(paths), paths.cert_file):
         path.unlink(missing_ok=True)
+    forget(paths.key_file)  # the key file and its keychain secret
     _LOGGER.info("identity in %s removed: this agent is unpaired", paths.identity_dir)
 
 
@@ -119,7 +121,7 @@ def paired_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_verify_locations(cadata=pem)
     ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the pinned leaf is the one trust anchor
-    ctx.load_cert_chain(certfile=str(identity.paths.cert_file), keyfile=str(identity.paths.key_file))
+    load_cert_chain(ctx, identity.paths.cert_file, identity.paths.key_file)  # the key may be encrypted
     return ctx
 
 
@@ -128,5 +130,5 @@ def pairing_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.verify_mode = ssl.CERT_NONE
-    ctx.load_cert_chain(certfile=str(identity.paths.cert_file), keyfile=str(identity.paths.key_file))
+    load_cert_chain(ctx, identity.paths.cert_file, identity.paths.key_file)  # the key may be encrypted
     return ctx

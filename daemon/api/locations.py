@@ -38,10 +38,14 @@ def read_admin_token(home: Path) -> str | None:
             return token
     except OSError:
         pass
-    try:
-        import keyring
+    # The keychain as agent.api.key_store sees it: honours MIRBADLLM_KEYRING (off in the tests).
+    from agent.api.key_store import keychain
 
-        return keyring.get_password(KEYRING_SERVICE, f"{KEYRING_USER}:{home}")
+    backend, _why = keychain()
+    if backend is None:
+        return None
+    try:
+        return backend.get_password(KEYRING_SERVICE, f"{KEYRING_USER}:{home}")
     except Exception as exc:  # noqa: BLE001 - a missing or locked keychain is normal
         _LOGGER.debug("no keychain: %s", exc)
         return None

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
@@ -170,6 +171,8 @@ class StatusResponse(BaseModel):
     router: dict[str, RouterStats] = Field(default_factory=dict)
     hosts: list[HostSnapshot] = Field(default_factory=list)
     last_event_id: int = 0
+    # Secrets at rest (agent.api.key_store): the daemon's private keys in the keychain, or 0600 files + a warning.
+    keys_at_rest: KeysAtRest | None = None
 
 
 class Event(BaseModel):

@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from agent.api.client import AgentError
+from agent.api.key_store import load_cert_chain
 from agent.api.pairing import (
     PairingClient,
     PairingComplete,
@@ -69,7 +70,7 @@ async def peer_certificate(host: str, port: int, client: tuple[str, str] | None,
     ctx.verify_mode = ssl.CERT_NONE
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     if client is not None:
-        ctx.load_cert_chain(client[0], client[1])
+        load_cert_chain(ctx, client[0], client[1])  # the key may be encrypted (agent.api.key_store)
     try:
         _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=ctx), timeout)
     except (OSError, TimeoutError, ssl.SSLError) as exc:
