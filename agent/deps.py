@@ -25,12 +25,16 @@ from agent.runtimes.llamacpp import FIRST_PORT, LlamaCppDriver
 from agent.runtimes.mlx import MlxDriver, MlxPlatform
 from agent.runtimes.rollout import LlamaCppBuilds
 from agent.runtimes.vllm import DEFAULT_IMAGE, VllmDriver
+from agent.services.manager import ServiceManager
+from agent.services.platforms import platform_manager
+from agent.services.policy import ServicePolicy, own_service_names, read_policy_file
+from agent.services.service import HostServices
 from agent.sources.service import ModelSources
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
 from agent.upgrade import AgentUpgrades
 
 FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade",
-            "runtime-builds"]
+            "runtime-builds", "services"]
 # Admission and getting models (agent.sources.service).
 SOURCES_FEATURES = ["admission", "fit", "gguf-inspect", "downloads-hf", "downloads-url", "imports-ollama",
                     "imports-folder", "transfers-long-poll"]
@@ -59,6 +63,7 @@ class AgentDeps:
     sources: ModelSources | None = None  # fit, downloads, imports; None in tests that need none
     upgrades: AgentUpgrades | None = None  # POST /upgrade; None: this agent refuses upgrades
     runtime_builds: LlamaCppBuilds | None = None  # POST /runtimes/llamacpp: rolled-out llama.cpp builds
+    services: HostServices | None = None  # GET /services, POST /services/{name}/{action}: agent.services
 
 
 def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None,
@@ -67,7 +72,7 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
                memory_probe: MemoryProbe | None = None, admission_policy: AdmissionPolicy | None = None,
                allow_private_sources: bool = False, mlx_server: str | os.PathLike[str] | None = None,
                mlx_platform: MlxPlatform | None = None, vllm_image: str = DEFAULT_IMAGE,
-               docker_socket: str = DEFAULT_SOCKET) -> AgentDeps:
+               docker_socket: str = DEFAULT_SOCKET, service_manager: ServiceManager | None = None) -> AgentDeps:
     """The agent's parts for the home directory ``home`` (created where missing)."""
     paths = AgentPaths(Path(home)).ensure()
     identity = load_or_create_identity(paths)
@@ -86,6 +91,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     # memory as the system's (agent.admission.is_unified), not as a GPU's own
     seen = UnifiedMemoryProbe() if gpu_probe is None and apple_silicon() else probe
     telemetry = TelemetryCollector(manager, seen, telemetry_interval_s)
+    services = HostServices(service_manager or platform_manager(),
+                            ServicePolicy(read_policy_file(paths.services_policy_file), own_service_names()))
     return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager,
                      telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources,
-                     runtime_builds=builds)
+                     runtime_builds=builds, services=services)

@@ -66,6 +66,11 @@ class AgentPaths:
         return self.home / "pairing-code.json"
 
     @property
+    def services_policy_file(self) -> Path:
+        """Which host services the daemon may manage here (``agent.services.policy``)."""
+        return self.home / "services.json"
+
+    @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
 

@@ -31,6 +31,8 @@ from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
 from agent.runtimes.llamacpp import NoRuntime, SpecRejected
 from agent.runtimes.rollout import LlamaCppBuilds
 from agent.runtimes.rollout import routes as runtime_build_routes
+from agent.services.api import routes as services_routes
+from agent.services.service import HostServices
 from agent.sources.api import routes as sources_routes
 from agent.sources.mirror import MirrorReceiver
 from agent.sources.mirror import routes as mirror_routes
@@ -266,6 +268,13 @@ def _runtime_builds(request: web.Request) -> LlamaCppBuilds:
     return builds
 
 
+def _services(request: web.Request) -> HostServices:
+    services = request.app[DEPS].services
+    if services is None:
+        raise ApiError(503, "service_manager_unavailable", "this agent was built without host services")
+    return services
+
+
 def create_app(deps: AgentDeps) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
     app[DEPS] = deps
@@ -285,6 +294,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
         *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
         *mirror_routes(p, MirrorReceiver(deps.paths.models_dir)),   # GET|PUT|DELETE /mirror/{name}, POST /mirror: agent.sources.mirror
+        *services_routes(p, _services),                             # GET /services, POST /services/{name}/{action}: agent.services
     ])
     app.cleanup_ctx.extend([_adoption, _warm_offers, _telemetry, _proxy_session])
     return app

@@ -23,6 +23,8 @@ Route table (``/agent/v1``):
     GET  /transfers                       -> TransfersPage   # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}                  -> TransferInfo
     POST /transfers/{id}/cancel           -> TransferInfo
+    GET  /services                        -> ServicesList    # ?all=0|1&allow=NAME&protect=NAME (agent.api.services)
+    POST /services/{name}/{action}        -> ServiceActionResult  # start|stop|restart; body: ServiceActionRequest
     POST   /rpc/servers                   -> RpcServerInfo   # body: RpcServerRequest; 201 (agent.api.rpc)
     GET    /rpc/servers                   -> RpcServersPage
     GET    /rpc/servers/{grant}           -> RpcServerInfo
@@ -36,11 +38,13 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator
+import urllib.parse
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from multidict import MultiDict
 
 from agent.api.http import ErrorMap, JsonHttp, error_envelope, iter_sse_data
 from agent.api.models import (
@@ -63,6 +67,12 @@ from agent.api.runtime_builds import (
     RUNTIME_BUILD_PATH,
     LlamaCppBuildAnswer,
     LlamaCppBuildOffer,
+)
+from agent.api.services import (
+    ServiceAction,
+    ServiceActionRequest,
+    ServiceActionResult,
+    ServicesList,
 )
 from agent.api.sources import (
     DownloadRequest,
@@ -236,6 +246,22 @@ class AgentClient:
 
     async def rpc_server(self, grant_id: str) -> RpcServerInfo:
         return RpcServerInfo.model_validate(await self._call("GET", rpc_server_path(grant_id)))
+
+    async def services(self, every: bool = False, allow: Sequence[str] = (),
+                       protect: Sequence[str] = ()) -> ServicesList:
+        """The node's whitelisted services (``every``: all it has), ``allow``/``protect`` added to its own."""
+        params: MultiDict[str] = MultiDict([("all", str(int(every))), *(("allow", n) for n in allow),
+                                            *(("protect", n) for n in protect)])
+        return ServicesList.model_validate(await self._http.call("GET", "/services", params=params,
+                                                                 timeout=_CALL_TIMEOUT))
+
+    async def service_action(self, name: str, action: ServiceAction,
+                             request: ServiceActionRequest) -> ServiceActionResult:
+        """Start, stop or restart a service; the agent's policy decides (403 service_* codes)."""
+        path = f"/services/{urllib.parse.quote(name, safe='@:+')}/{action}"
+        data = await self._call("POST", path, body=request.model_dump(mode="json"),
+                                timeout=aiohttp.ClientTimeout(total=150, connect=10))
+        return ServiceActionResult.model_validate(data)
 
     async def logs(self, instance_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
         """Log lines of an instance: the last ``tail`` lines, then new ones while ``follow``."""
