@@ -24,6 +24,8 @@ from daemon.api.sources import Transfer
 from daemon.background import Background
 from daemon.config import DaemonConfig
 from daemon.events import EventBus
+from daemon.fleet_metrics.collector import FleetCollector
+from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.history import History
 from daemon.jobs.api import JobsApi
 from daemon.jobs.manager import JobManager
@@ -114,6 +116,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
                         history)
     registry.known_nodes = nodes.names  # a model is saved only on a node that exists
     registry.node_offers = nodes.offers  # ...and that offers its runtime (when it says)
+    metrics.registry.register(FleetCollector(router.gates.waiting, registry.get, telemetry.hosts, nodes.names))
     registry.node_lends = nodes.lends  # ...and helpers of one model across nodes have an rpc-server
     upgrades = UpgradeManager(paths.home, config.upgrades, nodes.views, links, events, history)
     runtime_upgrades = RuntimeUpgradeManager(paths.home, nodes.views, links, events, history,
@@ -148,7 +151,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         nodes=NodesApi(d.nodes, d.history),
         upgrades=UpgradesApi(d.upgrades),
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
-        mirror=MirrorApi(d.mirror))
+        mirror=MirrorApi(d.mirror),
+        prometheus=PrometheusTargets(d.nodes.views))
 
 
 # --- lifecycle -------------------------------------------------------------------------------------

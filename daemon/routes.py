@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from daemon.admin import AdminApi
+from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.jobs.api import JobsApi
 from daemon.models.api import ModelsApi
 from daemon.nodes.api import NodesApi
@@ -40,6 +41,7 @@ class Handlers:
     upgrades: UpgradesApi
     runtime_upgrades: RuntimeUpgradesApi
     mirror: MirrorApi
+    prometheus: PrometheusTargets
 
 
 def route_table(h: Handlers) -> list[web.RouteDef]:
@@ -75,6 +77,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/settings", admin.get_settings),
         web.put("/api/settings", admin.put_settings),                        # body: DaemonSettings
         web.get("/api/requests", admin.recent_requests),                     # ?limit=N
+        web.get("/api/prometheus/targets", h.prometheus.targets),            # ?node_exporter_port=N; HTTP SD JSON (daemon.fleet_metrics)
         web.post("/api/shutdown", admin.shutdown),                           # ?stop_models=0|1
 
         web.get("/api/fit", sources.fit_get),                                # ?node=ID&path=P | &hf_repo=R&hf_file=F&quant=Q&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N

@@ -65,6 +65,10 @@ class Gates:
     def __init__(self) -> None:
         self._gates: dict[str, ModelGate] = {}
 
+    def waiting(self) -> dict[str, int]:
+        """Requests held in each model's queue now, by model id (what ``/metrics`` reports)."""
+        return {model_id: gate.waiting for model_id, gate in self._gates.items()}
+
     def for_model(self, model_id: str, slots: int, queue_limit: int) -> ModelGate:
         gate = self._gates.get(model_id)
         if gate is None or (gate.slots, gate.queue_limit) != (slots, queue_limit):

@@ -87,6 +87,7 @@ class _Exchange(Record):
     node: str | None = None
     strip_usage: bool = False  # we asked the runtime for usage the client did not ask for
     answered_by: str | None = None  # the fallback that answered in the requested model's place
+    served: str | None = None  # the requested model's served name: its Prometheus label
 
 
 EXCHANGE = web.RequestKey("exchange", _Exchange)
@@ -217,6 +218,7 @@ class Router:
         definition, payload, body = self._resolve(body, request.method)
         exchange = _exchange(request)
         exchange.model, exchange.node = definition.id, definition.node
+        exchange.served = definition.served_name
         body = self._ask_for_usage(request, payload, body, exchange)
         served = definition.served_name
         stats = self.stats.get(served)
@@ -460,6 +462,10 @@ class Router:
         ttft = (exchange.first_byte - exchange.started - exchange.queue_s) * 1000 if exchange.first_byte else None
         if exchange.key_id is not None:
             self.keys.count_use(exchange.key_id, (prompt or 0) + (completion or 0))
+        if exchange.served is not None:  # Prometheus: the times of answers, the tokens of all
+            ok = 200 <= exchange.status < 400
+            self.metrics.observe(exchange.served, ttft / 1000 if ok and ttft is not None else None,
+                                 now - exchange.started if ok else None, prompt, completion)
         # A RequestRecord's fields in REQUEST_COLUMNS order, without building (and validating) one.
         self.history.record_request_row((
             request.get(REQUEST_ID) or CURRENT_REQUEST_ID.get() or "-", time.time(), exchange.model,

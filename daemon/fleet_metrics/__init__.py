@@ -1,0 +1,1 @@
+"""Fleet metrics for Prometheus: the fleet's figures on ``/metrics`` and HTTP service discovery."""
