@@ -18,6 +18,8 @@ from agent.identity import AgentIdentity, load_or_create_identity
 from agent.manager import InstanceManager
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
+from agent.rpc.forwards import RpcForwards, peer_client_context
+from agent.rpc.servers import RpcServers
 from agent.runtimes.catalog import PreferredBuild, RuntimeCatalog
 from agent.runtimes.docker import DEFAULT_SOCKET
 from agent.runtimes.drivers import Drivers
@@ -63,6 +65,7 @@ class AgentDeps:
     sources: ModelSources | None = None  # fit, downloads, imports; None in tests that need none
     upgrades: AgentUpgrades | None = None  # POST /upgrade; None: this agent refuses upgrades
     runtime_builds: LlamaCppBuilds | None = None  # POST /runtimes/llamacpp: rolled-out llama.cpp builds
+    rpc: RpcServers | None = None  # /rpc/servers: this node's rpc-servers for models on other nodes (agent.rpc)
     services: HostServices | None = None  # GET /services, POST /services/{name}/{action}: agent.services
 
 
@@ -80,7 +83,7 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     probe = gpu_probe if gpu_probe is not None else NvmlProbe()
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe,
                           models_dir=paths.models_dir)
-    llamacpp = LlamaCppDriver(paths, catalog)
+    llamacpp = LlamaCppDriver(paths, catalog, rpc_forwards=RpcForwards(lambda: peer_client_context(identity)))
     drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=probe.sample),
                       MlxDriver(paths, mlx_server, mlx_platform))
     manager = InstanceManager(drivers, ProcessRecords(paths.records_file), first_port, admission=admission)
@@ -93,6 +96,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     telemetry = TelemetryCollector(manager, seen, telemetry_interval_s)
     services = HostServices(service_manager or platform_manager(),
                             ServicePolicy(read_policy_file(paths.services_policy_file), own_service_names()))
-    return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager,
+    rpc = RpcServers(paths, catalog, memory_probe or PsutilMemoryProbe(), probe,
+                     lambda: [run.port for run in manager.runs().values()])
+    return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager, rpc=rpc,
                      telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources,
                      runtime_builds=builds, services=services)

@@ -26,8 +26,12 @@ from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
 from agent.api.sources import FitRequest
 from agent.deps import AgentDeps
 from agent.manager import AlreadyRunning, UnknownInstance
+from agent.pairing.enrollment import daemon_pin_file
 from agent.problems import AgentProblem
 from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
+from agent.rpc import api as rpc_api
+from agent.rpc.peers import PeerPolicy, peer_gate, read_pin
+from agent.rpc.servers import RpcServers
 from agent.runtimes.llamacpp import NoRuntime, SpecRejected
 from agent.runtimes.rollout import LlamaCppBuilds
 from agent.runtimes.rollout import routes as runtime_build_routes
@@ -110,6 +114,7 @@ async def status(request: web.Request) -> web.Response:
                        memory_total=memory.total, memory_available=memory.available, gpus=gpus,
                        runtimes=deps.catalog.runtimes(), runtime_offers=await deps.manager.drivers.offers(),
                        features=deps.features, keys_at_rest=at_rest([deps.identity.paths.key_file]))
+    body.rpc_server = deps.rpc.executable() if deps.rpc is not None else None
     return web.json_response(body.model_dump(mode="json"))
 
 
@@ -275,8 +280,22 @@ def _services(request: web.Request) -> HostServices:
     return services
 
 
+def _rpc(request: web.Request) -> RpcServers:
+    rpc = request.app[DEPS].rpc
+    if rpc is None:
+        raise ApiError(503, "no_rpc", "this agent was built without rpc-servers")
+    return rpc
+
+
+def _peer_gate(deps: AgentDeps) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The daemon reaches everything; another node only a grant's RPC tunnel (agent.rpc.peers)."""
+    rpc = deps.rpc
+    return peer_gate(PeerPolicy(read_pin(daemon_pin_file(deps.paths))), rpc_api.tunnel_route(API_PREFIX),
+                     rpc.allows if rpc is not None else lambda _grant, _node: False)
+
+
 def create_app(deps: AgentDeps) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors, _peer_gate(deps)])
     app[DEPS] = deps
     p = API_PREFIX
     app.router.add_routes([
@@ -295,8 +314,10 @@ def create_app(deps: AgentDeps) -> web.Application:
         *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
         *mirror_routes(p, MirrorReceiver(deps.paths.models_dir)),   # GET|PUT|DELETE /mirror/{name}, POST /mirror: agent.sources.mirror
         *services_routes(p, _services),                             # GET /services, POST /services/{name}/{action}: agent.services
+        *rpc_api.routes(p, _rpc),                                   # /rpc/servers, /rpc/{grant}/tunnel: agent.rpc.api
     ])
     app.cleanup_ctx.extend([_adoption, _warm_offers, _telemetry, _proxy_session])
+    app.cleanup_ctx.append(rpc_api.cleanup(lambda a: a[DEPS].rpc))  # every rpc-server stops with the agent
     return app
 
 

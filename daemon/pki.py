@@ -141,7 +141,8 @@ class CertificateAuthority:
         return builder.sign(self.key, hashes.SHA256())
 
     def sign_csr(self, csr_pem: bytes, *, hosts: list[str] | None = None) -> x509.Certificate:
-        """Sign an agent's certificate request (server use only: agents never call agents)."""
+        """Sign an agent's certificate request: server use, and client use for one agent's tunnel to
+        another's rpc-server (one model across nodes, ``agent.api.rpc``)."""
         csr = x509.load_pem_x509_csr(csr_pem)
         if not csr.is_signature_valid:
             raise ValueError("certificate request signature is invalid")
@@ -150,7 +151,7 @@ class CertificateAuthority:
             raise TypeError("only EC keys are accepted")
         cn = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         name = str(cn[0].value) if cn else "mirbadllm-agent"
-        return self.sign(pub, name, server=True, client=False, hosts=hosts)
+        return self.sign(pub, name, server=True, client=True, hosts=hosts)
 
     def issue_keypair(self, directory: Path, stem: str, common_name: str, *, server: bool, client: bool,
                       hosts: list[str] | None = None) -> tuple[Path, Path]:

@@ -46,7 +46,7 @@ def ensure_local_agent_identity(ca: CertificateAuthority, identity_dir: Path) ->
     cert_path = identity_dir / IDENTITY_CERT_FILE
     if not (cert_path.exists() and (identity_dir / IDENTITY_KEY_FILE).exists() and _issued_by(cert_path, ca)):
         ca.issue_keypair(identity_dir, Path(IDENTITY_KEY_FILE).stem, "mirbadllm-local-agent",
-                         server=True, client=False, hosts=["127.0.0.1", "localhost", "::1"])
+                         server=True, client=True, hosts=["127.0.0.1", "localhost", "::1"])
     (identity_dir / IDENTITY_CA_FILE).write_bytes(cert_pem(ca.cert))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import Adapter, LlamaCppSettings
@@ -58,6 +58,12 @@ class LaunchSpec(BaseModel):
     rpc_peers: list[RpcPeer] = Field(default_factory=list, max_length=16, description="llama.cpp: helper nodes "
                                      "whose rpc-servers hold part of the model (agent.api.rpc); llama-server gets "
                                      "--rpc with a loopback forward to each, in this order.")
+
+    @model_validator(mode="after")
+    def _rpc_only_for_llamacpp(self) -> LaunchSpec:
+        if self.rpc_peers and self.runtime != "llamacpp":
+            raise ValueError("rpc_peers: only a llama.cpp model runs across nodes")
+        return self
 
 
 class InstanceInfo(BaseModel):
@@ -144,6 +150,8 @@ class AgentStatus(BaseModel):
     runtimes: dict[str, str | None] = Field(default_factory=dict, description="runtime -> executable or None")
     runtime_offers: list[RuntimeOffer] = Field(default_factory=list, description="Each driver, honestly reported.")
     features: list[str] = Field(default_factory=list)
+    rpc_server: str | None = Field(default=None, description="The ggml-rpc-server of its llama.cpp build: "
+                                   "None when this node cannot lend memory to a model on another (agent.api.rpc).")
     keys_at_rest: KeysAtRest | None = Field(default=None, description="The agent key: in the keychain, or a "
                                             "0600 file with a warning (agent.api.key_store).")
     rpc_server: str | None = Field(default=None, description="The ggml-rpc-server of its llama.cpp build: "

@@ -60,7 +60,8 @@ class RpcServerRequest(BaseModel):
     peer_node_id: str = Field(pattern=NODE_ID_PATTERN, description="The main node's id (SHA-256 of its agent "
                               "certificate, DER): the one peer the tunnel lets in.")
     memory_bytes: int | None = Field(default=None, gt=0, description="The memory this helper lends the model: "
-                                     "refused (507 not_enough_memory) when it has less free; None: not checked.")
+                                     "refused (409 insufficient_memory) when it has less free (on the named GPUs, "
+                                     "else in system memory); None: not checked.")
     gpus: list[int] | None = Field(default=None, max_length=16, description="The helper's GPUs (NVML indices) "
                                    "the server offers, as -d CUDA0,...; []: its CPU only; None: every GPU, else "
                                    "the CPU (rpc-server's own default).")

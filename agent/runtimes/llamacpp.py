@@ -43,6 +43,7 @@ from agent.gguf_reader import GgufError, read_header
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord, find_live_process
+from agent.rpc.forwards import ForwardSet, RpcForwards
 from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
 from agent.runtimes.checks import (
     ILLEGAL_INSTRUCTION,
@@ -186,10 +187,12 @@ def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | Non
     return env
 
 
-def build_command(spec: LaunchSpec, port: int) -> list[str]:
-    """llama-server's argv after the executable for ``spec`` on ``port``: pure, golden-tested."""
+def build_command(spec: LaunchSpec, port: int, rpc: list[str] | None = None) -> list[str]:
+    """llama-server's argv after the executable for ``spec`` on ``port``: pure, golden-tested.
+    ``rpc``: the loopback forwards to ``spec.rpc_peers``' rpc-servers, in the same order."""
     return build_args(spec.settings, spec.model_path, spec.served_name, port, spec.extra_args,
-                      adapters=spec.adapters)
+                      adapters=spec.adapters, rpc=rpc,
+                      rpc_devices=[p.devices for p in spec.rpc_peers] if rpc else None)
 
 
 def kv_from_slots(slots: list[object], ctx_size: int | None) -> dict[str, float | int | None]:
@@ -400,9 +403,11 @@ class LlamaCppDriver:
     runtime_name = RUNTIME_NAME
 
     def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog, checks: RuntimeChecks | None = None,
-                 check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
+                 check_timeout_s: float = CHECK_TIMEOUT_S, rpc_forwards: RpcForwards | None = None) -> None:
         self.paths = paths
         self.catalog = catalog
+        self.rpc_forwards = rpc_forwards  # a model across nodes: loopback forwards to its helpers (agent.rpc)
+        self._rpc_watchers: set[asyncio.Task[None]] = set()
         self.checks = checks if checks is not None else RuntimeChecks(paths.runtime_checks_file)
         self.check_timeout_s = check_timeout_s
         self._build_checks: weakref.WeakKeyDictionary[RuntimeRun, BuildCheck] = weakref.WeakKeyDictionary()
@@ -450,6 +455,8 @@ class LlamaCppDriver:
 
     def check(self, spec: LaunchSpec) -> None:
         check_spec(spec)
+        if spec.rpc_peers and self.rpc_forwards is None:
+            raise SpecRejected("rpc_peers: this agent forwards no RPC (it was built without agent.rpc)")
         self.executable()
 
     def _build_check(self, exe: RuntimeExecutable) -> BuildCheck:
@@ -463,25 +470,60 @@ class LlamaCppDriver:
         check_spec(spec, self.paths.models_dir)
         exe = self.executable()
         build_check = self._build_check(exe)
-        argv = [str(exe.path)] + self.build_command(spec, port)
+        forwards = self._open_forwards(spec)
+        rpc = forwards.endpoints if forwards is not None else None
+        argv = [str(exe.path)] + build_command(spec, port, rpc)
         api_key = secrets.token_urlsafe(32)
         env = child_env({**gpu_env(spec.settings), **spec.env}, api_key, exe.library_dir)  # CUDAn = NVML's GPU n
         log_path = self.paths.instance_log(spec.instance_id)
         self.paths.logs_dir.mkdir(parents=True, exist_ok=True)
         _rotate(log_path)
         tailer = LogTailer(log_path, ring)
-        process = RuntimeProcess.spawn(argv, env, log_path, cwd=self.paths.home)
+        try:
+            process = RuntimeProcess.spawn(argv, env, log_path, cwd=self.paths.home)
+        except BaseException:
+            if forwards is not None:
+                forwards.stop_listening()
+            raise
+        if forwards is not None:
+            self._close_on_exit(forwards, process)
         _LOGGER.info("started %s for %s: pid %d, port %d", RUNTIME_NAME, spec.instance_id, process.pid, port)
         record = ProcessRecord(
             instance_id=spec.instance_id, pid=process.pid, create_time=process.create_time,
             executable=str(exe.path), port=port, api_key=api_key, argv=argv, model_path=spec.model_path,
             served_name=spec.served_name,
             config_hash=config_hash(spec.settings, spec.model_path, spec.served_name, spec.extra_args,
-                                    spec.adapters),
+                                    spec.adapters, [p.node_id for p in spec.rpc_peers]),
             started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
         run = RuntimeRun(RUNTIME_NAME, process, record, tailer, explain_exit=explain_exit(build_check))
         self._build_checks[run] = build_check  # until it is ready
         return run
+
+    def _open_forwards(self, spec: LaunchSpec) -> ForwardSet | None:
+        if not spec.rpc_peers:
+            return None
+        if self.rpc_forwards is None:
+            raise SpecRejected("rpc_peers: this agent forwards no RPC (it was built without agent.rpc)")
+        return self.rpc_forwards.open(spec.instance_id, spec.rpc_peers)
+
+    def _close_on_exit(self, forwards: ForwardSet, process: RuntimeProcess) -> None:
+        """The forwards live as long as the llama-server that uses them (a stop, a crash)."""
+        async def watch() -> None:
+            try:
+                await process.wait()
+            finally:
+                await forwards.close()
+
+        task = asyncio.get_running_loop().create_task(watch(), name=f"rpc forwards {forwards.instance_id}")
+        self._rpc_watchers.add(task)
+        task.add_done_callback(self._rpc_watchers.discard)
+
+    async def close(self) -> None:
+        """The agent is going away: a model across nodes loses its forwards (its RPC breaks)."""
+        for task in list(self._rpc_watchers):
+            task.cancel()
+        if self.rpc_forwards is not None:
+            await self.rpc_forwards.close_all()
 
     async def adopt(self, record: ProcessRecord, ring: LogRing) -> RuntimeRun | None:
         """Take over a runtime a previous agent started (same PID, creation time and executable);

@@ -1,7 +1,8 @@
 """Mutual TLS between the daemon and a paired agent refuses everything but the pinned pair.
 
-Agent side: no client certificate, one from another CA, one this CA signed for someone else, an
-expired one, TLS 1.2. Daemon side: a node's pinned context refuses another node's certificate
+Agent side: no client certificate, one from another CA, an expired one, TLS 1.2 fail the
+handshake; one this CA signed for someone else (another node's agent may reach a grant's RPC
+tunnel, ``agent.rpc.peers``) gets a 403 on every other route. Daemon side: a node's pinned context refuses another node's certificate
 (same CA) and an expired node certificate. And the pairing routes are gone once paired.
 """
 
@@ -61,6 +62,19 @@ async def refused(url: str, ctx: ssl.SSLContext) -> AgentError:
     return caught.value
 
 
+async def forbidden(url: str, ctx: ssl.SSLContext) -> AgentError:
+    """Through the handshake (a certificate the CA signed), then refused: not the daemon."""
+    client = AgentClient(url, ctx)
+    try:
+        for call in (client.status, client.instances, client.telemetry):
+            with pytest.raises(AgentError) as caught:
+                await call()
+            assert (caught.value.status, caught.value.code) == (403, "peer_not_allowed")
+    finally:
+        await client.close()
+    return caught.value
+
+
 @pytest.fixture
 def ca(tmp_path: Path) -> CertificateAuthority:
     return CertificateAuthority.load_or_create(tmp_path / "pki")
@@ -92,9 +106,12 @@ async def test_only_the_pinned_daemon_certificate_gets_in(paired: tuple[InProces
     other_ca = CertificateAuthority.load_or_create(tmp_path / "other-pki", name="Another CA")
     foreign = other_ca.issue_keypair(tmp_path / "other", "client", "mirbadllm-daemon", server=False, client=True)
     await refused(agent.url, client_context(node_pem, foreign[1], foreign[0]))  # another CA
-    # Signed by the very same CA, but not the daemon certificate the agent learned while pairing.
+    # Signed by the very same CA, but not the daemon certificate the agent learned while pairing:
+    # another node's agent reaches only a grant's RPC tunnel, nothing a daemon does.
     same_ca = ca.issue_keypair(tmp_path / "same", "client", "mirbadllm-daemon", server=False, client=True)
-    await refused(agent.url, client_context(node_pem, same_ca[1], same_ca[0]))
+    await forbidden(agent.url, client_context(node_pem, same_ca[1], same_ca[0]))
+    other_agent = ca.issue_keypair(tmp_path / "node", "agent", "node-b", server=True, client=True)
+    await forbidden(agent.url, client_context(node_pem, other_agent[1], other_agent[0]))
     k = new_key()
     expired = write_pair(tmp_path / "expired", "client",
                          k, ca.sign(k.public_key(), "mirbadllm-daemon", server=False, client=True,

@@ -1,0 +1,61 @@
+"""Bytes between a WebSocket and a TCP connection, both ways, until either side ends.
+
+The helper's tunnel route (``agent.rpc.api``) and the main node's forwards (``agent.rpc.forwards``)
+both carry llama.cpp's RPC stream this way: every read from the TCP side goes out as one binary
+frame (at most ``CHUNK`` bytes), every binary frame received is written to the TCP side. Either
+side closing, a text frame or an error ends both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Protocol
+
+import aiohttp
+
+CHUNK = 1024 * 1024
+MAX_FRAME = 4 * CHUNK  # what a receiver accepts; a sender never sends more than CHUNK
+
+
+class FrameSocket(Protocol):
+    """What both aiohttp WebSocket ends have in common, as used here."""
+
+    def __aiter__(self) -> FrameSocket: ...
+    async def __anext__(self) -> aiohttp.WSMessage: ...
+    async def send_bytes(self, data: bytes) -> None: ...
+    async def close(self) -> bool: ...
+
+
+async def _frames_to_tcp(ws: FrameSocket, writer: asyncio.StreamWriter) -> None:
+    async for msg in ws:
+        if msg.type != aiohttp.WSMsgType.BINARY:
+            return
+        writer.write(msg.data)
+        await writer.drain()
+
+
+async def _tcp_to_frames(reader: asyncio.StreamReader, ws: FrameSocket) -> None:
+    while True:
+        data = await reader.read(CHUNK)
+        if not data:
+            return
+        await ws.send_bytes(data)
+
+
+async def pipe(ws: FrameSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Carry bytes both ways until one direction ends; then close both ends."""
+    tasks = [asyncio.ensure_future(_frames_to_tcp(ws, writer)), asyncio.ensure_future(_tcp_to_frames(reader, ws))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError, aiohttp.ClientError):
+                await task
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.wait_closed()
+        with contextlib.suppress(ConnectionError, OSError, aiohttp.ClientError):
+            await ws.close()
