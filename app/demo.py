@@ -27,9 +27,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from app.demo_audit import DemoAudit
+from app.demo_host_services import DemoHostServices
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
-from daemon.api.contracts import GpuInfo, LlamaCppSettings, VllmSettings
+from daemon.api.contracts import GpuInfo, KeysAtRest, LlamaCppSettings, VllmSettings
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
     ApiKeyCreated,
@@ -101,7 +103,7 @@ def _bare_host() -> HostSnapshot:
                                       memory_used=5 * GIB, utilization_percent=42.0)])
 
 
-class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
+class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
     ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare
@@ -126,6 +128,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
         self.base_model_files: set[str] = set()
         self.hosts = [_demo_host() if seeded else _bare_host()]
         self.router: dict[str, RouterStats] = {}
+        self.keys_at_rest: KeysAtRest | None = None  # a test sets the daemon's key-storage state (+ warning)
         self.ready_after: float | None = 2.0 if seeded else None
         self.unreachable = False
         self.closed = False
@@ -260,7 +263,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
                           started_at=self.started_at, home=self.home)
         hosts = [_moving(h, time.time()) for h in self.hosts] if self.live else list(self.hosts)
         return StatusResponse(daemon=info, models=list(self.statuses.values()), router=dict(self.router),
-                              hosts=hosts, last_event_id=self._last_id)
+                              hosts=hosts, last_event_id=self._last_id, keys_at_rest=self.keys_at_rest)
 
     async def events(self, since: int, timeout: float = 30.0) -> EventsPage:
         self._record("events", since)
@@ -301,6 +304,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
     async def update_model(self, definition: ModelDefinition) -> ModelView:
         self._record("update_model", definition)
         self._view(definition.id)
+        self._note_audit("model.update", definition.id, self.definitions[definition.id], definition)
         self.definitions[definition.id] = definition
         status = self.statuses[definition.id]
         if status.state in _RUNNING:
@@ -399,8 +403,9 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs):
 
     async def revoke_key(self, key_id: str) -> None:
         self._record("revoke_key", key_id)
-        if self.keys.pop(key_id, None) is None:
+        if (revoked := self.keys.pop(key_id, None)) is None:
             raise DaemonError(404, "key_not_found", f"no key '{key_id}'")
+        self._note_audit("key.revoke", key_id, revoked.model_dump(include={"id", "name", "prefix", "limits"}))
         self.publish("keys.changed")
 
     async def get_settings(self) -> DaemonSettings:

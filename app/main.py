@@ -160,7 +160,7 @@ async def connect(home: Path, args: argparse.Namespace, url_override: str):  # t
             return None
         if conn.started_by_us:
             _LOGGER.info("started the daemon at %s", conn.url)
-        return DaemonClient(conn.url, conn.token)
+        return DaemonClient(conn.url, conn.token, client_name="app")  # the audit log's actor
 
 
 def _mark_shown() -> None:

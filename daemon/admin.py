@@ -6,7 +6,6 @@ jobs and upgrades have their own handlers in their folders.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from aiohttp import web
 from agent.api.key_store import KeysAtRest
 from daemon.api.models import (
     ApiKeyCreate,
+    ApiKeyInfo,
     ApiKeyLimits,
     DaemonSettings,
     ModelState,
@@ -92,28 +92,30 @@ class AdminApi:
         body = validated(ApiKeyCreate, await read_json(request, MAX_ADMIN_BODY), "invalid_key_request")
         created = self._keys.create(body.name, body.limits)
         self._events.publish("keys.changed")
-        await self._history.audit("admin", "key.create", created.info.id)
+        await self._history.audit("admin", "key.create", created.info.id, after=_key_record(created.info))
         return json_response(created, status=201)
 
     async def set_key_limits(self, request: web.Request) -> web.Response:
         """``PATCH /api/keys/{id}``: the fields sent change, null clears one, the rest stay."""
         key_id = request.match_info["id"]
         update = validated(ApiKeyLimits, await read_json(request, MAX_ADMIN_BODY), "invalid_key_limits")
+        previous = next((k.limits for k in self._keys.list() if k.id == key_id), None)
         info = self._keys.set_limits(key_id, update)
         if info is None:
             return error_response(404, "key_not_found", f"no API key with id '{key_id}'")
         used = (await self._history.key_usage(time.time() - 86400)).get(key_id, (0, 0))
         info = info.model_copy(update={"requests_24h": used[0], "tokens_24h": used[1]})
         self._events.publish("keys.changed")
-        await self._history.audit("admin", "key.limits", key_id, json.dumps(info.limits.model_dump()))
+        await self._history.audit("admin", "key.limits", key_id, before=previous, after=info.limits)
         return json_response(info)
 
     async def revoke_key(self, request: web.Request) -> web.Response:
         key_id = request.match_info["id"]
+        record = next((_key_record(k) for k in self._keys.list() if k.id == key_id), None)
         if not self._keys.revoke(key_id):
             return error_response(404, "key_not_found", f"no API key with id '{key_id}'")
         self._events.publish("keys.changed")
-        await self._history.audit("admin", "key.revoke", key_id)
+        await self._history.audit("admin", "key.revoke", key_id, before=record)
         return web.Response(status=204)
 
     async def get_settings(self, request: web.Request) -> web.Response:
@@ -123,11 +125,18 @@ class AdminApi:
         settings = validated(DaemonSettings, await read_json(request, MAX_ADMIN_BODY), "invalid_settings")
         if settings.lan_access and not self._keys.list():
             raise DaemonProblem(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
+        previous = self._config.settings()
         await self._listener.apply(settings)
         self._events.publish("settings.changed", **settings.model_dump())
-        await self._history.audit("admin", "settings.update", "", json.dumps(settings.model_dump()))
+        await self._history.audit("admin", "settings.update", "", before=previous, after=self._config.settings())
         return json_response(self._config.settings())
 
     async def recent_requests(self, request: web.Request) -> web.Response:
         rows = await self._history.recent_requests(min(query_int(request, "limit", 100), 1000))
         return web.json_response([r.model_dump() for r in rows])
+
+
+def _key_record(info: ApiKeyInfo) -> dict[str, object]:
+    """A key as the audit log keeps it: what names and limits it, never its secret, hash or counters."""
+    return {"id": info.id, "name": info.name, "prefix": info.prefix, "created_at": info.created_at,
+            "limits": info.limits.model_dump()}

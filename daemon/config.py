@@ -37,6 +37,7 @@ class DaemonConfig(BaseModel):
     runtime_first_port: int | None = Field(default=None, ge=1024, le=65000,
                                            description="Lowest loopback port for the local agent's runtimes "
                                                        "(default: the agent's, 18080).")
+    audit_retention_days: int = Field(default=90, ge=1, le=3650, description="Days an audit-log entry is kept.")
     seed_demo_model: bool = Field(default=True, description="Register the demo model on first run.")
     health: HealthPolicy = Field(default_factory=HealthPolicy, description="Crash restarts and probes.")
     nodes: NodePolicy = Field(default_factory=NodePolicy, description="LAN discovery and the node monitor.")
@@ -56,7 +57,8 @@ class DaemonConfig(BaseModel):
         return self.require_api_keys or not self.loopback_only
 
     def settings(self) -> DaemonSettings:
-        return DaemonSettings(lan_access=self.lan_access, require_api_keys=self.require_api_keys)
+        return DaemonSettings(lan_access=self.lan_access, require_api_keys=self.require_api_keys,
+                              audit_retention_days=self.audit_retention_days)
 
 
 @functools.lru_cache(maxsize=64)  # asked several times per /v1 request (Host check, key check)

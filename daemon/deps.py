@@ -21,6 +21,8 @@ from agent.api.client import AgentClient
 from daemon import admin_token
 from daemon.admin import AdminApi
 from daemon.api.sources import Transfer
+from daemon.audit.api import AuditApi
+from daemon.audit.log import AuditLog
 from daemon.background import Background
 from daemon.config import DaemonConfig
 from daemon.events import EventBus
@@ -77,6 +79,7 @@ class DaemonDeps:
     registry: Registry
     keys: KeyStore
     history: History
+    audit: AuditLog  # the recorder of admin actions (daemon.audit.log): hand it to a feature that records
     metrics: RouterMetrics
     links: Links
     maintenance: Maintenance
@@ -107,6 +110,8 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     background, events, links, maintenance = Background(), EventBus(config.event_ring), Links(), Maintenance()
     history, keys, metrics = History(paths.history), KeyStore(paths.keys), RouterMetrics()
     registry = Registry(paths.models)
+    audit = AuditLog(paths.history)
+    history.recorder = audit  # History.audit's callers record through it
     orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links)
     router = Router(orchestrator, links, maintenance, keys, config, history, metrics)
     health = HealthMonitor(orchestrator, links, maintenance, config.health, router.in_flight)
@@ -130,7 +135,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     mirror = Mirror(links, transfers, registry, events, history, paths.local_agent_home / "models", background.spawn)
     return DaemonDeps(config=config, paths=paths, admin_token=token, listener=Listener(config, paths),
                       background=background, events=events, registry=registry, keys=keys, history=history,
-                      metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,
+                      audit=audit, metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,
                       router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades,
                       runtime_upgrades=runtime_upgrades, jobs=jobs,
                       transfers=transfers, mirror=mirror)
@@ -152,6 +157,7 @@ def handlers(d: DaemonDeps) -> Handlers:
         upgrades=UpgradesApi(d.upgrades),
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
         mirror=MirrorApi(d.mirror),
+        audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views))
 
 
@@ -166,6 +172,7 @@ async def start(d: DaemonDeps) -> None:
         if gguf is not None:
             d.registry.seed_demo(gguf)
     await d.history.open()
+    await d.audit.open()
     await d.router.open()
     if d.config.local_agent:
         await _start_local_agent(d)
@@ -173,7 +180,7 @@ async def start(d: DaemonDeps) -> None:
     d.background.spawn(d.orchestrator.auto_start())
     d.background.spawn(d.health.run())
     d.background.spawn(d.orchestrator.watch_external())  # probes external endpoints (and closes their session)
-    d.background.spawn(_housekeeping(d.history, d.keys))
+    d.background.spawn(_housekeeping(d.history, d.keys, d.audit, d.config))
     await d.nodes.start()
     d.background.spawn(d.jobs.recover())
 
@@ -192,13 +199,14 @@ async def _start_local_agent(d: DaemonDeps) -> None:
     d.background.spawn(link.run())
 
 
-async def _housekeeping(history: History, keys: KeyStore) -> None:
+async def _housekeeping(history: History, keys: KeyStore, audit: AuditLog, config: DaemonConfig) -> None:
     while True:
         await asyncio.sleep(1.0)
         await history.flush()
         keys.flush_usage()
         if int(time.monotonic()) % int(MAINTENANCE_S) == 0:
             await history.maintain()
+            await audit.prune(config.audit_retention_days)  # the setting may change at run time
 
 
 async def stop(d: DaemonDeps) -> None:
@@ -215,3 +223,4 @@ async def stop(d: DaemonDeps) -> None:
     await d.orchestrator.external.close()
     d.keys.flush_usage()
     await d.history.close()
+    await d.audit.close()

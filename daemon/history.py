@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.api.models import HistoryPoint, HistoryRange, HistorySeries, RequestRecord
+from daemon.audit.log import Recorder
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class History:
         self._db: sqlite3.Connection | None = None
         self._pending_requests: list[tuple[Any, ...]] = []
         self._last_rollup = 0.0
+        self.recorder: Recorder | None = None  # the audit log, where History.audit's entries go
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -118,13 +120,21 @@ class History:
         """``record_request`` for the router's hot path: the values already in REQUEST_COLUMNS order."""
         self._pending_requests.append(row)
 
-    async def audit(self, actor: str, action: str, subject: str = "", detail: str = "") -> None:
+    async def audit(self, actor: str, action: str, subject: str = "", detail: str = "", *,
+                    before: Any = None, after: Any = None) -> None:
+        """An admin action for the audit log: handed to ``recorder`` (``daemon.audit.log.AuditLog``,
+        set by ``daemon.deps``), where actor "admin" means whoever is acting now (the request's client,
+        else the daemon itself); without one, a plain row as before."""
+        if self.recorder is not None:
+            await self.recorder.record(action, subject, before=before, after=after, detail=detail,
+                                       actor=None if actor == "admin" else actor)
+            return
         await self._run(self._audit, (time.time(), actor, action, subject, detail))
 
     def _audit(self, row: tuple[Any, ...]) -> None:
         assert self._db is not None
         with self._db:
-            self._db.execute("INSERT INTO audit VALUES (?, ?, ?, ?, ?)", row)
+            self._db.execute("INSERT INTO audit (ts, actor, action, subject, detail) VALUES (?, ?, ?, ?, ?)", row)
 
     async def flush(self) -> None:
         rows, self._pending_requests = self._pending_requests, []

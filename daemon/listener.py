@@ -57,6 +57,8 @@ class Listener:
         before = self._config.bind_host
         self._config.lan_access = settings.lan_access
         self._config.require_api_keys = settings.require_api_keys
+        if "audit_retention_days" in settings.model_fields_set:  # likewise: unsent, it stays
+            self._config.audit_retention_days = settings.audit_retention_days
         save_settings(self._paths.config, settings)
         if self._runner is not None and self._site is not None and before != self._config.bind_host:
             await self._site.stop()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from daemon.admin import AdminApi
+from daemon.audit.api import AuditApi
 from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.jobs.api import JobsApi
 from daemon.models.api import ModelsApi
@@ -41,6 +42,7 @@ class Handlers:
     upgrades: UpgradesApi
     runtime_upgrades: RuntimeUpgradesApi
     mirror: MirrorApi
+    audit: AuditApi
     prometheus: PrometheusTargets
 
 
@@ -77,6 +79,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/settings", admin.get_settings),
         web.put("/api/settings", admin.put_settings),                        # body: DaemonSettings
         web.get("/api/requests", admin.recent_requests),                     # ?limit=N
+        web.get("/api/audit", h.audit.list_audit),                           # ?since=&until=&actor=&action=&subject=&limit=&before= (daemon.audit.api)
         web.get("/api/prometheus/targets", h.prometheus.targets),            # ?node_exporter_port=N; HTTP SD JSON (daemon.fleet_metrics)
         web.post("/api/shutdown", admin.shutdown),                           # ?stop_models=0|1
 

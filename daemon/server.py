@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from daemon import admin_token, deps
+from daemon.audit.actor import actor_middleware
 from daemon.deps import DaemonDeps
 from daemon.errors import (
     CURRENT_REQUEST_ID,
@@ -86,7 +87,7 @@ def _middlewares(d: DaemonDeps) -> list[Any]:
             return internal_error(request, exc)
 
     # The access log (/v1 only) sits outside the error handler, so it records what the client got.
-    return [request_id, d.router.access_log, errors, host_check, admin_auth]
+    return [request_id, d.router.access_log, errors, host_check, admin_auth, actor_middleware]
 
 
 def create_app(d: DaemonDeps) -> web.Application:

@@ -146,7 +146,7 @@ def run_with_client(args: argparse.Namespace,
     if token is None:
         print(f"no admin token in {home}: is the daemon installed there? (--home DIR)", file=sys.stderr)
         return 2
-    client = DaemonClient(args.url or read_daemon_url(home), token)
+    client = DaemonClient(args.url or read_daemon_url(home), token, client_name="ctl")  # the audit log's actor
 
     async def go() -> int:
         try:

@@ -34,6 +34,7 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/settings                    -> DaemonSettings
     PUT    /api/settings                    -> DaemonSettings
     GET    /api/requests                    -> list[RequestRecord]  # ?limit=N
+    GET    /api/audit                       -> AuditPage        # ?since=&until=&actor=&action=&subject=&limit=&before=
     POST   /api/shutdown                    -> {"pid", "stopped_models"}  # ?stop_models=0|1; 202
     GET    /api/fit                         -> FitReport        # ?node=ID&path=P | &hf_repo=R&hf_file=F&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
     POST   /api/fit                         -> FitReport        # body: FitQuery
@@ -67,6 +68,7 @@ import aiohttp
 
 from agent.api.http import ErrorMap, JsonHttp, error_envelope
 from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
+from daemon.api.audit import CLIENT_HEADER, AuditPage
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
@@ -120,10 +122,13 @@ def daemon_errors(base_url: str) -> ErrorMap:
 class DaemonClient:
     """Typed admin client. One instance per daemon; close it when done."""
 
-    def __init__(self, base_url: str, token: str, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, base_url: str, token: str, session: aiohttp.ClientSession | None = None,
+                 client_name: str | None = None) -> None:
+        """``client_name`` (app, ctl, ...) is who the audit log records for this client's actions."""
         self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}", **({CLIENT_HEADER: client_name} if client_name else {})}
         self._http = JsonHttp(self.base_url, daemon_errors(self.base_url), session=session,
-                              headers={"Authorization": f"Bearer {token}"}, connect_s=5,
+                              headers=headers, connect_s=5,
                               call_timeout=_CALL_TIMEOUT, poll_grace_s=15)
 
     @property
@@ -216,6 +221,14 @@ class DaemonClient:
     async def put_settings(self, settings: DaemonSettings) -> DaemonSettings:
         data = await self._call("PUT", "/api/settings", body=settings.model_dump())
         return DaemonSettings.model_validate(data)
+
+    async def audit(self, since: float | None = None, until: float | None = None, actor: str | None = None,
+                    action: str | None = None, subject: str | None = None, limit: int = 100,
+                    before: int | None = None) -> AuditPage:
+        """The audit log, newest first; ``before`` is a page's ``next_before`` (the next, older page)."""
+        params = {k: v for k, v in {"since": since, "until": until, "actor": actor, "action": action,
+                                    "subject": subject, "limit": limit, "before": before}.items() if v is not None}
+        return AuditPage.model_validate(await self._call("GET", "/api/audit", params=params))
 
     async def requests(self, limit: int = 100) -> list[RequestRecord]:
         return [RequestRecord.model_validate(r) for r in await self._call("GET", "/api/requests", params={"limit": limit})]

@@ -239,6 +239,8 @@ class DaemonSettings(BaseModel):
 
     lan_access: bool = Field(default=False, description="Serve /v1 on every interface; requires API keys.")
     require_api_keys: bool = Field(default=False, description="Require a key on /v1 even on loopback.")
+    # The audit log (daemon.audit): entries older than this are dropped by the daemon's housekeeping.
+    audit_retention_days: int = Field(default=90, ge=1, le=3650, description="Days an audit-log entry is kept.")
 
 
 HistoryRange = Literal["5m", "1h", "24h", "7d"]

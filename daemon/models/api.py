@@ -99,7 +99,7 @@ class ModelsApi:
         await self._check_adapters(definition)
         definition = await self._registry.add(definition)
         self._events.publish("model.added", definition.id)
-        await self._history.audit("admin", "model.add", definition.id)
+        await self._history.audit("admin", "model.add", definition.id, after=definition)
         return json_response(self._view(definition), status=201)
 
     async def get_model(self, request: web.Request) -> web.Response:
@@ -109,11 +109,11 @@ class ModelsApi:
         definition = await self._definition(request)
         if definition.id != request.match_info["id"]:
             raise DaemonProblem(400, "id_mismatch", "The id in the body differs from the id in the path.")
-        self._registry.require(definition.id)
+        previous = self._registry.require(definition.id)
         await self._check_adapters(definition)
         definition = await self._registry.update(definition)
         self._events.publish("model.updated", definition.id)
-        await self._history.audit("admin", "model.update", definition.id)
+        await self._history.audit("admin", "model.update", definition.id, before=previous, after=definition)
         self._orchestrator.on_instances(definition.node, {})
         return json_response(self._view(definition))
 
@@ -125,7 +125,7 @@ class ModelsApi:
             await self._orchestrator.stop(model_id)
         await self._registry.remove(model_id)
         self._events.publish("model.removed", model_id)
-        await self._history.audit("admin", "model.remove", model_id)
+        await self._history.audit("admin", "model.remove", model_id, before=definition)
         return web.Response(status=204)
 
     async def start_model(self, request: web.Request) -> web.Response:

@@ -256,7 +256,7 @@ class NodeManager:
             link = self._attach(record)
         _LOGGER.info("paired node %r (%s) at %s", record.name, record.id[:12], record.address)
         self._events.publish("node.paired", None, node=record.id, name=record.name, address=record.address)
-        await self._history.audit("admin", "node.pair", record.id, f"{record.name} at {record.address}")
+        await self._history.audit("admin", "node.pair", record.id, f"{record.name} at {record.address}", after=record)
         if link is not None:
             with contextlib.suppress(TimeoutError):  # it is switching to mutual TLS: give it a moment
                 await asyncio.wait_for(link.first_sync.wait(), FIRST_CONTACT_S)
@@ -292,7 +292,7 @@ class NodeManager:
         self._orchestrator.on_instances(node_id, {})
         _LOGGER.info("removed node %r (%s)", record.name, node_id[:12])
         self._events.publish("node.removed", None, node=node_id, name=record.name, agent_unpaired=told)
-        await self._history.audit("admin", "node.remove", node_id, record.name)
+        await self._history.audit("admin", "node.remove", node_id, record.name, before=record)
         return told
 
 

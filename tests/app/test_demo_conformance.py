@@ -89,7 +89,7 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("set_key_limits", lambda r: (r["create_key"].info.id, ApiKeyLimits(requests_per_minute=60))),
         ("revoke_key", lambda r: (r["create_key"].info.id,)),
         ("get_settings", lambda r: ()), ("put_settings", lambda r: (DaemonSettings(require_api_keys=True),)),
-        ("requests", lambda r: (10,)), ("shutdown", lambda r: (False,)),
+        ("requests", lambda r: (10,)), ("audit", lambda r: ()), ("shutdown", lambda r: (False,)),
         ("fit", lambda r: (FitQuery(model_path="/models/x.gguf", settings=LlamaCppSettings(ctx_size=4096)),)),
         ("plan", lambda r: (PlanQuery(model_path="/models/x.gguf", ctx_size=4096),)),
         ("download", lambda r: (DownloadQuery(url="https://example.com/x.gguf", sha256="0" * 64),)),
