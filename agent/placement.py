@@ -7,6 +7,8 @@ holds it against; ``plan_node`` lists the options of ``agent.api.plan``: each GP
 node's GPUs split by layers (``--tensor-split`` by their free memory), part of the layers
 offloaded (as many as fit at a modest context), the CPU, or the node's unified memory. Each comes
 with the largest context that fits and what each device holds (``agent.memory_estimate``).
+``split_figures`` gives what each layer takes at a ladder of contexts, from which the daemon works
+out a split of the layers across nodes (llama.cpp RPC).
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ from agent.api.plan import (
     PlanKind,
     PlanOption,
     PlanState,
+    SplitFigures,
 )
 from agent.api.sources import GgufSummary
 from agent.memory_estimate import (
     DEFAULT_CTX,
+    MAX_CTX,
     Budget,
     GiB,
     estimate,
     fits,
+    kv_bytes,
     max_ctx_size,
     max_gpu_layers,
     run_shape,
@@ -39,6 +44,7 @@ from agent.memory_estimate import (
 from agent.problems import AgentProblem
 
 PARTIAL_CTX = 8192  # the context a partial offload is sized at when none is asked
+SPLIT_MIN_CTX = 2048  # the smallest context of the ladder a split across nodes is figured at
 PLACEMENT_FIELDS = ("gpus", "split_mode", "tensor_split", "main_gpu", "n_gpu_layers", "ctx_size")
 _CLEARED: dict[str, Any] = {"gpus": None, "split_mode": None, "tensor_split": None, "main_gpu": None}
 
@@ -207,3 +213,33 @@ def plan_node(summary: GgufSummary, settings: LlamaCppSettings, memory: NodeMemo
     options.append(_option(summary, settings, memory, "cpu", "CPU only", (), 0, (),
                            {**_CLEARED, "gpus": [], "n_gpu_layers": 0}))
     return sorted(options, key=rank)
+
+
+def split_contexts(summary: GgufSummary, settings: LlamaCppSettings) -> list[int]:
+    """The contexts a split across nodes is figured at: the one asked, else doubling from
+    ``SPLIT_MIN_CTX`` up to the model's native context (which ends the ladder)."""
+    if settings.ctx_size:
+        return [settings.ctx_size]
+    top = min(MAX_CTX, (summary.context_length or DEFAULT_CTX) * (settings.parallel or 1))
+    ladder, ctx = [], SPLIT_MIN_CTX
+    while ctx < top:
+        ladder.append(ctx)
+        ctx *= 2
+    return [*ladder, top]
+
+
+def split_figures(summary: GgufSummary, settings: LlamaCppSettings) -> list[SplitFigures]:
+    """What each repeating layer takes (weights and KV cache) and what the main node keeps, at each
+    context of ``split_contexts``: the estimate of the model on one CPU, cut by layer. Empty when
+    the header gives no layer sizes."""
+    if not summary.layer_bytes or len(summary.layer_bytes) != summary.block_count:
+        return []
+    figures = []
+    for ctx in split_contexts(summary, settings):
+        sized = settings.model_copy(update={**_CLEARED, "ctx_size": ctx, "n_gpu_layers": 0})
+        whole = estimate(summary, sized)
+        layers = [w + kv for w, kv in zip(summary.layer_bytes, kv_bytes(summary, run_shape(summary, sized)),
+                                          strict=False)]
+        figures.append(SplitFigures(ctx_size=whole.ctx_size, layer_bytes=layers,
+                                    main_bytes=max(0, whole.total_bytes - sum(layers))))
+    return figures

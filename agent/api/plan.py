@@ -4,8 +4,10 @@ Spoken on ``/agent/v1/plan`` (body: ``agent.api.sources.FitRequest``; answer: ``
 merged over the fleet by the daemon's ``POST /api/plan`` (``daemon.api.plan``). An option is a
 placement (one GPU, the node's GPUs split by layers, part of the layers offloaded, the CPU, the
 node's unified memory, or across nodes), the largest context that fits it, what each device
-holds, and whether it fits in the memory free now or needs room made first. New fields are
-additive, with defaults.
+holds, and whether it fits in the memory free now or needs room made first. For a split across
+nodes each node gives ``SplitFigures`` (what each layer takes at a ladder of contexts) and the
+daemon works out the option (``daemon.sources.plan.across_nodes``). New fields are additive, with
+defaults.
 """
 
 from __future__ import annotations
@@ -36,6 +38,29 @@ class DeviceUse(BaseModel):
     capacity_bytes: int = Field(description="Usable with nothing else on it: total less the reserve.")
 
 
+class NodeShare(BaseModel):
+    """One node's part of a model run across nodes (llama.cpp RPC): its layers and what they take."""
+
+    node: str
+    role: Literal["main", "helper"] = Field(description="main: runs llama-server (and holds what is not a layer); "
+                                            "helper: an rpc-server holding layers.")
+    layers: int = Field(description="Repeating layers it holds.")
+    device: str = Field(description="Where they live: cpu (system memory) or gpus (its GPUs).")
+    needed_bytes: int
+    free_bytes: int
+    capacity_bytes: int
+
+
+class SplitFigures(BaseModel):
+    """What a model takes at one context with its layers shared over nodes (the daemon splits them):
+    each repeating layer's weights and KV cache, and the rest, held by the main node (token
+    embeddings, output head, compute buffers, the runtime's overhead)."""
+
+    ctx_size: int
+    layer_bytes: list[int] = Field(default_factory=list)
+    main_bytes: int = 0
+
+
 class PlanOption(BaseModel):
     """One way to run the model."""
 
@@ -54,6 +79,9 @@ class PlanOption(BaseModel):
     estimate: MemoryEstimate | None = None
     devices: list[DeviceUse] = Field(default_factory=list)
     message: str = ""
+    # Across nodes (kind "nodes", set by the daemon): the helpers a definition names (rpc_nodes), each node's part.
+    rpc_nodes: list[str] = Field(default_factory=list, description="The helper nodes' ids, in --rpc order.")
+    shares: list[NodeShare] = Field(default_factory=list, description="Each node's layers and memory, main first.")
 
 
 class NodePlan(BaseModel):
@@ -66,3 +94,6 @@ class NodePlan(BaseModel):
     memory_total: int = 0
     memory_available: int = 0
     options: list[PlanOption] = Field(default_factory=list)
+    split: list[SplitFigures] = Field(default_factory=list, description="The model's figures for a split over "
+                                      "nodes at a ladder of contexts, smallest first (the one asked, when asked); "
+                                      "empty: an agent that does not give them.")

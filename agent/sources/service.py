@@ -29,7 +29,7 @@ from agent.api.sources import (
     OllamaModelInfo,
     TransferInfo,
 )
-from agent.placement import plan_node
+from agent.placement import plan_node, split_figures
 from agent.problems import InvalidModelFile
 from agent.sources.downloads import (
     DownloadContext,
@@ -81,7 +81,8 @@ class ModelSources:
         memory = await self.admission.snapshot(self._starting())
         return NodePlan(source=source, summary=summary, unified_memory=memory.unified,
                         memory_total=memory.memory_total, memory_available=memory.memory_available,
-                        options=plan_node(summary, req.settings, memory))
+                        options=plan_node(summary, req.settings, memory),
+                        split=split_figures(summary, req.settings))
 
     def _starting(self) -> list[tuple[str, int | None]]:
         return [(i, pid) for i, state, pid in self._loading() if state is InstanceState.STARTING]

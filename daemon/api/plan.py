@@ -4,7 +4,8 @@ The daemon asks every online node's agent (``/agent/v1/plan``, ``agent.api.plan`
 answers (``daemon.sources.plan``): each node's options (a GPU, a layer split, a partial offload,
 the CPU, unified memory) with the context that fits, what each device holds, and whether it fits
 in the memory free now or needs room; the nodes that could not answer, with why; and the fleet's
-own options (across nodes, which needs llama.cpp's RPC and is not available yet).
+own option: across nodes over llama.cpp's RPC when no node holds the model alone (each node's
+layers and memory in ``PlanOption.shares``, the helpers a definition names in ``rpc_nodes``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from agent.api.plan import (
     STATE_LABELS,
     DeviceUse,
     NodePlan,
+    NodeShare,
     PlanKind,
     PlanOption,
     PlanState,
+    SplitFigures,
 )
 from agent.api.sources import GgufSummary, HfFileRef
 
@@ -68,5 +71,5 @@ class Plan(BaseModel):
         return None
 
 
-__all__ = ["PLAN_KINDS", "PLAN_STATES", "STATE_LABELS", "DeviceUse", "NodePlan", "NodePlanError", "Plan",
-           "PlanKind", "PlanOption", "PlanQuery", "PlanState"]
+__all__ = ["PLAN_KINDS", "PLAN_STATES", "STATE_LABELS", "DeviceUse", "NodePlan", "NodePlanError", "NodeShare",
+           "Plan", "PlanKind", "PlanOption", "PlanQuery", "PlanState", "SplitFigures"]

@@ -10,13 +10,24 @@ import pytest
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.llamacpp import LlamaCppSettings
+from agent.api.models import AgentStatus
 from agent.api.sources import FitRequest, GgufSummary, HfFileRef
 from daemon.api.client import DaemonError
-from daemon.api.plan import NodePlan, NodePlanError, Plan, PlanOption, PlanQuery
+from daemon.api.plan import (
+    DeviceUse,
+    NodePlan,
+    NodePlanError,
+    NodeShare,
+    Plan,
+    PlanOption,
+    PlanQuery,
+    SplitFigures,
+)
 from daemon.sources.plan import (
-    ACROSS_NODES,
+    NodePool,
     across_nodes,
     agent_request,
+    cut_layers,
     fan_out,
     merge,
 )
@@ -35,11 +46,18 @@ def _node(*options: PlanOption, source: str = "/m/a.gguf") -> NodePlan:
 
 
 class FakeAgent:
-    """An agent's plan call: its answer, or the error it fails with; the requests it was sent."""
+    """An agent's plan call: its answer, or the error it fails with; the requests it was sent; its
+    status (memory, rpc-server) when it has one."""
 
-    def __init__(self, answer: NodePlan | AgentError) -> None:
+    def __init__(self, answer: NodePlan | AgentError, status: AgentStatus | None = None) -> None:
         self.answer = answer
         self.requests: list[FitRequest] = []
+        self._status = status
+
+    async def status(self) -> AgentStatus:
+        if self._status is None:
+            raise AgentError(0, "unreachable", "no status")
+        return self._status
 
     async def plan(self, request: FitRequest) -> NodePlan:
         self.requests.append(request)
@@ -73,9 +91,9 @@ def test_merge_names_each_options_node_and_adds_across_nodes_only_for_several() 
                  _node(_option("cpu", "needs_room")).model_copy(update={"node": "b"})],
                 [NodePlanError(node="c", code="node_offline", message="offline")])
     assert [(o.node, o.kind) for o in two.options()] == [("a", "gpu"), ("b", "cpu"), ("", "nodes")]
-    (rpc,) = two.fleet
-    assert (rpc.state, rpc.message, rpc.label) == ("unavailable", ACROSS_NODES, "across nodes a, b (llama.cpp RPC)")
-    assert "RPC" in rpc.message and "not run it yet" in rpc.message
+    (rpc,) = two.fleet  # one node holds it alone: no split is offered
+    assert (rpc.state, rpc.label) == ("unavailable", "across nodes (llama.cpp RPC)")
+    assert rpc.message == "not needed: it runs on node a alone (gpu), faster than over the network"
     assert [e.node for e in two.errors] == ["c"] and two.summary == SUMMARY
     assert merge([], []).summary is None and across_nodes([]) == []
 
@@ -130,3 +148,96 @@ async def test_plan_through_the_daemon_and_its_local_agent(tmp_path: Path, fake_
         async with d.client.session.post(f"{d.url}/api/plan", json=body,
                                          headers={"Authorization": f"Bearer {d.daemon.admin_token}"}) as resp:
             assert resp.status == 422 and "error" in await resp.json()
+
+
+# --- across nodes (llama.cpp RPC): the split as a pure function -----------------------------------
+
+GiB = 1 << 30
+MiB = 1 << 20
+# 4 layers, each 1 GiB at 2K, 1.25 GiB at 4K, 1.5 GiB at 8K (weights and KV); the main keeps 512 MiB.
+LADDER = [SplitFigures(ctx_size=ctx, layer_bytes=[size] * 4, main_bytes=512 * MiB)
+          for ctx, size in ((2048, GiB), (4096, 5 * GiB // 4), (8192, 3 * GiB // 2))]
+
+
+def _cpu_node(node: str, free: int, capacity: int) -> NodePlan:
+    """A CPU-only node with the file, too small alone."""
+    cpu = DeviceUse(device="cpu", needed_bytes=9 * GiB // 2, free_bytes=free, capacity_bytes=capacity)
+    option = PlanOption(kind="cpu", label="CPU", state="too_big", ctx_size=2048, max_ctx_size=0,
+                        max_ctx_size_empty=0, devices=[cpu])
+    return NodePlan(node=node, source="/m/big.gguf", summary=SUMMARY, options=[option], split=LADDER)
+
+
+def _pools(**nodes: tuple[int, int, bool]) -> dict[str, NodePool]:
+    return {n: NodePool(n, lends, free, cap, "cpu", free, cap) for n, (free, cap, lends) in nodes.items()}
+
+
+def _rows(option: PlanOption) -> list[tuple[str, str, int, float, float]]:
+    return [(s.node, s.role, s.layers, s.needed_bytes / GiB, s.free_bytes / GiB) for s in option.shares]
+
+
+def test_layers_are_cut_in_proportion_to_room_else_in_order() -> None:
+    assert cut_layers([GiB] * 4, [2 * GiB, 5 * GiB // 2]) == [2, 2]
+    assert cut_layers([GiB] * 4, [2 * GiB, 3 * GiB // 2, 3 * GiB // 2]) == [2, 1, 1]
+    assert cut_layers([GiB] * 4, [3 * GiB, GiB]) == [3, 1]
+    assert cut_layers([GiB] * 4, [2 * GiB, GiB]) is None  # 4 GiB of layers, 3 GiB of room
+    assert cut_layers([GiB] * 4, [-1, 8 * GiB]) is None  # the main cannot keep its own part
+
+
+def test_a_model_no_node_holds_runs_across_two_in_the_memory_free_now() -> None:
+    pools = _pools(a=(5 * GiB // 2, 4 * GiB, True), b=(5 * GiB // 2, 4 * GiB, True), c=(8 * GiB, 8 * GiB, False))
+    (option,) = across_nodes([_cpu_node("a", 5 * GiB // 2, 4 * GiB)], pools)
+    assert (option.kind, option.node, option.state, option.rpc_nodes) == ("nodes", "a", "free", ["b"])
+    assert (option.ctx_size, option.max_ctx_size, option.max_ctx_size_empty) == (2048, 2048, 8192)
+    # the main keeps the first 2 layers and its 0.5 GiB; the helper's rpc-server holds the last 2
+    assert _rows(option) == [("a", "main", 2, 2.5, 2.5), ("b", "helper", 2, 2.0, 2.5)]
+    assert option.args == ["--ctx-size", "2048", "--n-gpu-layers", "2"]
+    assert (option.settings.ctx_size, option.settings.n_gpu_layers, option.settings.gpus) == (2048, 2, None)
+    assert option.label == "across 2 nodes over llama.cpp RPC (2 on a + 2 on b layers)"
+    assert option.message.startswith("fits in the memory free now over 2 nodes, with a context of 2048 tokens")
+
+
+def test_a_split_that_fits_once_room_is_made_says_where() -> None:
+    pools = _pools(a=(5 * GiB // 2, 4 * GiB, True), b=(GiB, 4 * GiB, True))
+    (option,) = across_nodes([_cpu_node("a", 5 * GiB // 2, 4 * GiB)], pools)
+    assert (option.state, option.ctx_size, option.max_ctx_size, option.max_ctx_size_empty) == (
+        "needs_room", 8192, 0, 8192)
+    assert _rows(option) == [("a", "main", 2, 3.5, 2.5), ("b", "helper", 2, 3.0, 1.0)]
+    assert option.message == "fits once room is made: 1.0 GiB more on a, 2.0 GiB more on b"
+
+
+def test_more_helpers_are_taken_only_when_one_is_not_enough() -> None:
+    pools = _pools(a=(5 * GiB // 2, 4 * GiB, True), b=(3 * GiB // 2, 4 * GiB, True), d=(3 * GiB // 2, 4 * GiB, True))
+    (option,) = across_nodes([_cpu_node("a", 5 * GiB // 2, 4 * GiB)], pools)
+    assert (option.state, option.rpc_nodes, option.ctx_size) == ("free", ["b", "d"], 2048)
+    assert _rows(option) == [("a", "main", 2, 2.5, 2.5), ("b", "helper", 1, 1.0, 1.5), ("d", "helper", 1, 1.0, 1.5)]
+    assert option.args == ["--ctx-size", "2048", "--n-gpu-layers", "2", "--tensor-split", "1,1"]
+    assert option.settings.tensor_split == "1,1"  # one RPC device per helper, in rpc_nodes order
+
+
+def test_too_big_even_together_and_the_cases_with_no_split() -> None:
+    small = _pools(a=(5 * GiB // 2, 5 * GiB // 2, True), b=(GiB, GiB, True))
+    (option,) = across_nodes([_cpu_node("a", 5 * GiB // 2, 5 * GiB // 2)], small)
+    assert (option.state, option.ctx_size, option.max_ctx_size_empty) == ("too_big", 2048, 0)
+    assert option.message == "too big even for these nodes' memory together: it needs 4.5 GiB of 3.5 GiB"
+    main = _cpu_node("a", 5 * GiB // 2, 4 * GiB)
+    for pools, words in ((_pools(a=(GiB, GiB, False), b=(8 * GiB, 8 * GiB, True)), "no node with the file has"),
+                         (_pools(a=(GiB, GiB, True), b=(8 * GiB, 8 * GiB, False)), "no other node has"),):
+        (none,) = across_nodes([main], pools)
+        assert none.state == "unavailable" and none.message.startswith(words), none.message
+    (old,) = across_nodes([main.model_copy(update={"split": []})], _pools(a=(GiB, GiB, True), b=(GiB, GiB, True)))
+    assert old.state == "unavailable" and "give no figures" in old.message
+    assert across_nodes([main], _pools(a=(GiB, GiB, True))) == []  # one node: nothing to share
+
+
+async def test_fan_out_asks_each_nodes_memory_for_a_split_even_without_the_file() -> None:
+    def status(free: int, rpc: str | None) -> AgentStatus:
+        return AgentStatus.model_validate({"node_id": "x", "hostname": "h", "os": "linux", "arch": "x86_64",
+                                           "version": "1", "cpu_count": 4, "memory_total": 4 * GiB, "memory_available": free,
+                                           "rpc_server": rpc})
+    main = FakeAgent(_cpu_node("a", 5 * GiB // 2, 4 * GiB), status(5 * GiB // 2, "/rt/bin/ggml-rpc-server"))
+    helper = FakeAgent(AgentError(422, "invalid_model_file", "no such file"), status(5 * GiB // 2, "/x"))
+    plan = await fan_out(_clients(a=main, b=helper), FitRequest(model_path="/m/big.gguf"))
+    (option,) = plan.fleet
+    assert (option.state, option.rpc_nodes, [e.node for e in plan.errors]) == ("free", ["b"], ["b"])
+    assert plan.best() == option.model_copy(update={})
+    assert [s.node for s in option.shares] == ["a", "b"] and isinstance(option.shares[0], NodeShare)
