@@ -11,6 +11,7 @@ requests live in memory only.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import logging
@@ -23,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from agent.api.json_store import JsonStore, UnreadableStore
+from daemon.api.backup import BackupKey
 from daemon.api.models import ApiKeyCreated, ApiKeyInfo, ApiKeyLimits
 from daemon.router import limits as key_limits
 
@@ -150,6 +152,42 @@ class KeyStore:
             self._dirty_use = True
             return found.id
         return None
+
+    # --- backup and restore (daemon.backup) -------------------------------------------------------
+    def export_records(self) -> builtins.list[BackupKey]:
+        """Every key as a backup holds it: id, name, hash and limits (usage counts stay behind)."""
+        return [BackupKey(id=k.id, name=k.name, prefix=k.prefix, sha256=k.sha256, created_at=k.created_at,
+                          limits=k.limits.model_dump(exclude_none=True))
+                for k in sorted(self._keys.values(), key=lambda k: k.created_at)]
+
+    def match(self, record: BackupKey) -> BackupKey | None:
+        """This store's record of the same key: by id, else by hash (the same secret under another id)."""
+        mine = {k.id: k for k in self.export_records()}
+        return mine.get(record.id) or next((k for k in mine.values() if k.sha256 == record.sha256), None)
+
+    def import_records(self, records: builtins.list[BackupKey]) -> int:
+        """Merge restored keys by id and hash: a known id takes the backup's name, hash and limits; a
+        hash already held under another id is kept as it is; others are added. Saved once."""
+        changed = 0
+        for record in records:
+            stored = self._keys.get(record.id)
+            if stored is None and any(k.sha256 == record.sha256 for k in self._keys.values()):
+                continue
+            limits = ApiKeyLimits.model_validate(record.limits)
+            if stored is None:
+                self._keys[record.id] = _StoredKey(id=record.id, name=record.name, prefix=record.prefix,
+                                                   sha256=record.sha256, created_at=record.created_at, limits=limits)
+            elif (stored.name, stored.prefix, stored.sha256, stored.limits) != \
+                    (record.name, record.prefix, record.sha256, limits):
+                stored.name, stored.prefix, stored.sha256, stored.limits = \
+                    record.name, record.prefix, record.sha256, limits
+            else:
+                continue
+            changed += 1
+        if changed:
+            self._save()
+            _LOGGER.info("restored %d API key record(s) from a backup", changed)
+        return changed
 
     def flush_usage(self) -> None:
         """Persist last-used times (batched: not on every request)."""

@@ -1,0 +1,232 @@
+"""Restore: a read-only preview of what a backup would change, then the same plan applied.
+
+Every change is made through the part that owns it: ``Registry.add``/``update`` for models,
+``KeyStore.import_records`` for API keys (merged by id and hash), ``NodeStore.put`` for nodes,
+``Listener.apply`` for settings (saved to config.toml), ``daemon.backup.ca`` for the CA. A restore
+merges: what this daemon has and the backup lacks stays.
+
+The CA. A backup made with a passphrase carries the CA. It replaces this daemon's CA when this
+daemon has no paired node the backup's CA did not sign (a fresh home, or this same fleet), or
+when the request asks for it (``replace_ca``, fleet recovery); otherwise this daemon keeps its CA,
+because replacing it would cut off the nodes it paired itself. A node is restored only when the
+CA in effect after the restore signed its certificate, so the daemon trusts it at the next start.
+A replaced CA, and restored nodes, take effect when the daemon starts again (``restart_required``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from daemon.api.backup import BackupKey, BackupSecrets, PreviewRow
+from daemon.api.models import DaemonSettings, ModelDefinition
+from daemon.atomic import write_atomic
+from daemon.backup import ca as backup_ca
+from daemon.backup.document import ParsedBackup
+from daemon.config import DaemonConfig
+from daemon.errors import DaemonProblem
+from daemon.events import EventBus
+from daemon.keys import KeyStore
+from daemon.models.registry import Registry, normalize
+from daemon.nodes.store import NodeRecord, NodeStore, issued_by
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Owners:
+    """The parts a restore writes through."""
+
+    registry: Registry
+    keys: KeyStore
+    nodes: NodeStore
+    config: DaemonConfig
+    apply_settings: Callable[[DaemonSettings], Awaitable[None]]  # Listener.apply: saved, and in effect
+    pki_dir: Path
+    events: EventBus
+
+
+@dataclass
+class Plan:
+    rows: list[PreviewRow] = field(default_factory=list)
+    key_files: dict[str, str] = field(default_factory=dict)
+    ca: Any = None  # BackupCa to install
+    nodes: list[NodeRecord] = field(default_factory=list)
+    models: list[tuple[ModelDefinition, bool]] = field(default_factory=list)  # (definition, is new)
+    keys: list[BackupKey] = field(default_factory=list)
+    settings: DaemonSettings | None = None
+
+
+def _differing(current: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(current) | set(wanted) if current.get(k) != wanted.get(k))
+
+
+def _row(plan: Plan, kind: Any, id_: str, label: str, current: dict[str, Any] | None, wanted: dict[str, Any],
+         note: str | None = None) -> bool:
+    """Add the row; True when something is to change."""
+    if current is None:
+        plan.rows.append(PreviewRow(kind=kind, id=id_, label=label, change="new", note=note))
+        return True
+    fields = _differing(current, wanted)
+    plan.rows.append(PreviewRow(kind=kind, id=id_, label=label, change="changed" if fields else "identical",
+                                fields=fields, note=note))
+    return bool(fields)
+
+
+def plan_restore(owners: Owners, parsed: ParsedBackup, secrets: BackupSecrets | None, replace_ca: bool) -> Plan:
+    """What the restore would change (reads only)."""
+    plan, doc = Plan(), parsed.document
+    wanted_files = {m.get("api_key_file") for m in doc.models if isinstance(m, dict)}
+    trusted = _plan_ca(owners, plan, secrets, replace_ca, len(doc.nodes))
+    for path, content in sorted((secrets.key_files if secrets else {}).items()):
+        if path not in wanted_files or not os.path.isabs(path):
+            continue
+        try:
+            current = Path(path).read_text(encoding="utf-8")
+        except OSError:
+            current = None
+        if _row(plan, "secret", path, f"key file {path}", None if current is None else {"content": current},
+                {"content": content}):
+            plan.key_files[path] = content
+    _plan_nodes(owners, plan, doc.nodes, trusted)
+    _plan_models(owners, plan, doc.models)
+    for record in doc.keys:
+        mine = owners.keys.match(record)
+        if mine is not None and mine.id != record.id:
+            plan.rows.append(PreviewRow(kind="key", id=record.id, label=record.name, change="identical",
+                                        note=f"the same key is here as {mine.id}"))
+        elif _row(plan, "key", record.id, record.name, None if mine is None else mine.model_dump(),
+                  record.model_dump()):
+            plan.keys.append(record)
+    _plan_settings(owners, plan, doc.settings)
+    return plan
+
+
+def _plan_ca(owners: Owners, plan: Plan, secrets: BackupSecrets | None, replace_ca: bool, node_count: int) -> Any:
+    """The CA row; returns the certificate the nodes must be signed by after the restore."""
+    current = backup_ca.read_ca(owners.pki_dir)
+    current_cert = None
+    if current is not None:
+        current_cert = backup_ca.check_ca(current)
+    if secrets is None or secrets.ca is None:
+        if secrets is None and node_count:
+            plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="skipped",
+                                        note="not in this restore: give the backup's passphrase to restore the CA"))
+        return current_cert
+    try:
+        backup_cert = backup_ca.check_ca(secrets.ca)
+    except ValueError as exc:
+        plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="skipped",
+                                    note=str(exc)))
+        return current_cert
+    if current is not None and current.cert_pem == secrets.ca.cert_pem:
+        plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="identical"))
+        return current_cert
+    foreign = [n for n in owners.nodes.all() if not issued_by(n.certificate_pem, backup_cert)]
+    if foreign and not replace_ca:
+        plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="skipped",
+                                    note=f"kept: {len(foreign)} node(s) paired here trust this daemon's own CA; "
+                                         "restore with replace_ca (fleet recovery) to take the backup's"))
+        return current_cert
+    plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="changed",
+                                fields=["key", "certificate"], note="replaced; in effect at the daemon's next start"))
+    plan.ca = secrets.ca
+    return backup_cert
+
+
+def _plan_nodes(owners: Owners, plan: Plan, nodes: list[dict[str, Any]], trusted: Any) -> None:
+    for raw in nodes:
+        try:
+            record = NodeRecord.model_validate(raw)
+        except ValidationError:
+            plan.rows.append(PreviewRow(kind="node", id=str(raw.get("id", "?")), label=str(raw.get("name", "?")),
+                                        change="skipped", note="not a node record this daemon reads"))
+            continue
+        if trusted is None or not issued_by(record.certificate_pem, trusted):
+            plan.rows.append(PreviewRow(kind="node", id=record.id, label=record.name, change="skipped",
+                                        note="signed by another CA: restore with the passphrase, or pair it again"))
+            continue
+        current = owners.nodes.get(record.id)
+        if _row(plan, "node", record.id, record.name, None if current is None else current.model_dump(),
+                record.model_dump(), note="connects at the daemon's next start"):
+            plan.nodes.append(record)
+
+
+def _plan_models(owners: Owners, plan: Plan, models: list[dict[str, Any]]) -> None:
+    for raw in models:
+        try:
+            definition = normalize(ModelDefinition.model_validate(raw))
+        except ValidationError:
+            plan.rows.append(PreviewRow(kind="model", id=str(raw.get("id", "?")), label=str(raw.get("id", "?")),
+                                        change="skipped", note="not a model definition this daemon reads"))
+            continue
+        current = owners.registry.get(definition.id)
+        if _row(plan, "model", definition.id, definition.served_name,
+                None if current is None else current.model_dump(mode="json"), definition.model_dump(mode="json")):
+            plan.models.append((definition, current is None))
+
+
+def _plan_settings(owners: Owners, plan: Plan, saved: dict[str, Any]) -> None:
+    current = owners.config.settings().model_dump(mode="json")
+    known = {k: v for k, v in saved.items() if k in DaemonSettings.model_fields}
+    try:
+        wanted = DaemonSettings.model_validate({**current, **known})
+    except ValidationError:
+        plan.rows.append(PreviewRow(kind="settings", id="settings", label="settings", change="skipped",
+                                    note="the backup's settings are not valid here"))
+        return
+    if _row(plan, "settings", "settings", "settings", current, wanted.model_dump(mode="json")):
+        plan.settings = wanted
+
+
+@dataclass
+class Applied:
+    applied: int = 0
+    failed: list[str] = field(default_factory=list)
+    restart_required: bool = False
+
+
+async def apply_plan(owners: Owners, plan: Plan) -> Applied:
+    """Make the plan's changes, in the order each needs: key files and the CA, nodes (models are
+    placed on them), models, keys, settings. An item its owner refuses is reported, the rest go on."""
+    done = Applied()
+    for path, content in plan.key_files.items():
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(Path(path), content.encode("utf-8"), 0o600)
+            done.applied += 1
+        except OSError as exc:
+            done.failed.append(f"key file {path}: {exc.strerror or exc}")
+    if plan.ca is not None:
+        try:
+            backup_ca.replace_ca(owners.pki_dir, plan.ca)
+            done.applied += 1
+            done.restart_required = True
+        except (OSError, ValueError) as exc:
+            done.failed.append(f"certificate authority: {exc}")
+    for record in plan.nodes:
+        await owners.nodes.put(record)
+        done.applied += 1
+        done.restart_required = True
+    for definition, new in plan.models:
+        try:
+            saved = await (owners.registry.add(definition) if new else owners.registry.update(definition))
+        except DaemonProblem as exc:
+            done.failed.append(f"model {definition.id}: {exc.message}")
+            continue
+        owners.events.publish("model.added" if new else "model.updated", saved.id)
+        done.applied += 1
+    if plan.keys:
+        done.applied += owners.keys.import_records(plan.keys)
+        owners.events.publish("keys.changed")
+    if plan.settings is not None:
+        await owners.apply_settings(plan.settings)
+        owners.events.publish("settings.changed", **plan.settings.model_dump(mode="json"))
+        done.applied += 1
+    return done
