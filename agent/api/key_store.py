@@ -54,7 +54,8 @@ class KeysAtRest(BaseModel):
 
     keychain: bool = Field(description="True when every key is encrypted with a secret in the OS keychain.")
     backend: str | None = Field(default=None, description="The keychain in use (keyring's backend), if any.")
-    plain_files: list[str] = Field(default_factory=list, description="Key files stored unencrypted (0600).")
+    plain_files: list[str] = Field(default_factory=list, description="Names of the key files stored unencrypted "
+                                   "(0600).")
     warning: str | None = Field(default=None, description="Set when some key is a plain 0600 file, with why.")
 
 
@@ -250,7 +251,7 @@ def at_rest(keys: Iterable[Path]) -> KeysAtRest:
     for path in keys:
         try:
             if not is_encrypted(path.read_bytes()):
-                plain.append(str(path))
+                plain.append(path.name)  # a name, not a path: status answers carry no home paths
         except OSError:
             continue  # not made (yet): nothing at rest
     name = reason if backend is not None else None
@@ -258,7 +259,7 @@ def at_rest(keys: Iterable[Path]) -> KeysAtRest:
         return KeysAtRest(keychain=True, backend=name)
     why = reason if backend is None else (_refusal or "the OS keychain was not usable when they were written; "
                                           "they are encrypted at the next start if it is usable then")
-    names = ", ".join(Path(p).name for p in plain) or "none written yet"
+    names = ", ".join(plain) or "none written yet"
     return KeysAtRest(keychain=False, backend=name, plain_files=plain,
                       warning=f"Private keys ({names}) are stored unencrypted, as files readable only by this "
                               f"user (0600): {why}.")

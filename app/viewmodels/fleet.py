@@ -25,6 +25,7 @@ from daemon.api.models import (
     ModelStatus,
     ModelView,
     RouterStats,
+    StatusResponse,
 )
 from daemon.api.protocol import DaemonApi
 
@@ -79,6 +80,7 @@ class FleetSnapshot:
     models: tuple[ModelView, ...] = ()
     hosts: tuple[HostSnapshot, ...] = ()
     router: dict[str, RouterStats] = field(default_factory=dict)
+    keys_warning: str | None = None  # the daemon's private keys are 0600 files, not in a keychain: why
 
     @property
     def api_url(self) -> str:
@@ -163,7 +165,7 @@ class FleetViewModel:
                        for v in views)
         self._publish(replace(self.snapshot.value, connected=True, error=None, loaded=True,
                               daemon=status.daemon, hosts=tuple(status.hosts), router=dict(status.router),
-                              models=models))
+                              models=models, keys_warning=_keys_warning(status)))
         return status.last_event_id
 
     async def _refresh_hosts(self) -> None:
@@ -182,7 +184,7 @@ class FleetViewModel:
             models = tuple(ModelView(definition=m.definition, status=by_id.get(m.definition.id, m.status))
                            for m in current.models)
             self._publish(replace(current, daemon=status.daemon, hosts=tuple(status.hosts),
-                                  router=dict(status.router), models=models))
+                                  router=dict(status.router), models=models, keys_warning=_keys_warning(status)))
 
     async def _apply_events(self, events: Sequence[Event]) -> None:
         changed: list[str] = []
@@ -291,3 +293,7 @@ def _transitions(old: FleetSnapshot, new: FleetSnapshot) -> list[Notice]:
             error = view.status.error or "it stopped unexpectedly"
             notices.append(Notice(view.definition.id, f"{name} failed", error, failed=True))
     return notices
+
+
+def _keys_warning(status: StatusResponse) -> str | None:
+    return status.keys_at_rest.warning if status.keys_at_rest is not None else None

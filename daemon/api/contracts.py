@@ -10,6 +10,7 @@ fingerprints the agent's way.
 
 from __future__ import annotations
 
+from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
@@ -28,5 +29,5 @@ from agent.api.sources import (
 from agent.api.vllm import VllmSettings
 
 __all__ = ["RUNTIMES", "RUNTIME_LABELS", "FitReport", "GgufSummary", "GpuInfo", "HfFileRef", "ImportedModel",
-           "LlamaCppSettings", "LmStudioModelInfo", "MemoryEstimate", "MlxSettings", "OllamaModelInfo", "RuntimeId",
+           "KeysAtRest", "LlamaCppSettings", "LmStudioModelInfo", "MemoryEstimate", "MlxSettings", "OllamaModelInfo", "RuntimeId",
            "TransferState", "VllmSettings", "format_code", "normalize_code", "short_fingerprint"]

@@ -13,7 +13,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from keyring.backends import fail
 
-from agent.api.key_store import SERVICE, KeyStoreError, account, at_rest, load_cert_chain, read_key
+from agent.api.key_store import (
+    SERVICE,
+    KeyStoreError,
+    account,
+    at_rest,
+    load_cert_chain,
+    read_key,
+)
 from agent.identity import IdentityError, load_or_create_identity, server_ssl_context
 from agent.pairing.enrollment import reset_identity
 from agent.paths import AgentPaths
@@ -101,7 +108,7 @@ def test_without_a_usable_keychain_keys_are_0600_files_and_status_warns(
         path = tmp_path / "pki" / name
         assert b"BEGIN PRIVATE KEY" in path.read_bytes() and _mode(path) == 0o600
     state = keys_at_rest(tmp_path / "pki", None)
-    assert not state.keychain and sorted(Path(p).name for p in state.plain_files) == ["ca.key", "daemon-client.key"]
+    assert not state.keychain and sorted(state.plain_files) == ["ca.key", "daemon-client.key"]
     assert state.warning is not None and "0600" in state.warning and "ca.key" in state.warning
     assert ("no OS keychain" if isinstance(backend, fail.Keyring) else "refused") in state.warning
     assert _public(CertificateAuthority.load_or_create(tmp_path / "pki")) == _public(ca)  # still loads

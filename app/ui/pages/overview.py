@@ -68,6 +68,10 @@ class OverviewPage(QScrollArea):
         self.endpoint_note = label("", muted=True, wrap=True)
         endpoint.body.addWidget(self.url)
         endpoint.body.addWidget(self.endpoint_note)
+        self.keys_warning = label("", wrap=True, selectable=True)  # keys at rest: 0600 files, no keychain
+        self.keys_warning.setObjectName("KeysAtRestWarning")
+        self.keys_warning.setVisible(False)
+        endpoint.body.addWidget(self.keys_warning)
         layout.addWidget(endpoint)
 
         counts = QHBoxLayout()
@@ -118,6 +122,8 @@ class OverviewPage(QScrollArea):
         else:
             self.endpoint_note.setText(f"The daemon does not answer{': ' + snap.error if snap.error else ''}. "
                                        "The app keeps trying.")
+        self.keys_warning.setText(f"⚠ {snap.keys_warning}" if snap.keys_warning else "")
+        self.keys_warning.setVisible(bool(snap.keys_warning))
         self.figures["ready"].setText(str(snap.count(ModelState.READY)))
         self.figures["starting"].setText(str(snap.count(ModelState.STARTING, ModelState.STOPPING)))
         self.figures["failed"].setText(str(snap.count(ModelState.FAILED)))
