@@ -50,6 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add.add_argument("--start-on-request", action="store_true")
     add.add_argument("--tag", action="append", default=[])
     add.add_argument("--node", default="local", help="node to place it on: name, id or id prefix (`ctl nodes list`)")
+    add.add_argument("--rpc-node", action="append", default=[], dest="rpc_nodes",
+                     help="a helper node holding part of the layers (llama.cpp RPC; `ctl models plan` shows a split)")
     for name in ("start", "stop", "restart", "remove"):
         sub = models.add_parser(name)
         sub.add_argument("id")
@@ -113,7 +115,8 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
         definition = ModelDefinition(id=args.id, served_name=args.served_name or args.id,
                                      model_path=str(Path(args.model_path).expanduser().resolve()),
                                      settings=settings, auto_start=args.auto_start,
-                                     start_on_request=args.start_on_request, tags=args.tag, node=node)
+                                     start_on_request=args.start_on_request, tags=args.tag, node=node,
+                                     rpc_nodes=args.rpc_nodes)
         view = await client.create_model(definition)
         print(f"added {view.definition.id}" + ("" if node == "local" else f" on node {node[:12]}"))
     elif args.action == "start":

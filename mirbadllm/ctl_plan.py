@@ -3,8 +3,10 @@
 The daemon's ``POST /api/plan`` asks every online node (or the one named) how the file runs on it;
 this prints one row per option (a GPU, the GPUs split by layers, a partial offload, the CPU,
 unified memory, across nodes) with the context it is figured at, the largest context that fits now
-and with the devices empty, and what each device holds of what it has; under each row the
-llama-server flags of that placement, and why it does not fit now when it does not. A FILE is a
+and with the devices empty, and what each device holds of what it has (across nodes: what each
+node holds, the main first); under each row the llama-server flags of that placement (across
+nodes: each node's layers and the ``rpc_nodes`` to define), and why it does not fit now when it
+does not. A FILE is a
 path on the node; REPO is a Hugging Face ``owner/repo[:QUANT]`` or ``owner/repo/file.gguf``, read
 by its header only.
 """
@@ -61,11 +63,29 @@ def _holds(option: PlanOption) -> str:
     return "  ".join(f"{d.device} {_gib(d.needed_bytes)}/{_gib(d.free_bytes)}" for d in option.devices)
 
 
-def _row(node: str, option: PlanOption) -> tuple[str, ...]:
+def _shares(option: PlanOption, names: dict[str, str]) -> str:
+    """Across nodes: each node's part, needed / free (GiB), the main first."""
+    return "  ".join(f"{names.get(s.node, s.node[:12])} {_gib(s.needed_bytes)}/{_gib(s.free_bytes)}"
+                     for s in option.shares)
+
+
+def _row(node: str, option: PlanOption, names: dict[str, str] | None = None) -> tuple[str, ...]:
     if option.kind == "nodes":
-        return (node, option.label, STATE_LABELS[option.state], "-", "-", "-", "")
+        if not option.shares:
+            return (node, option.label, STATE_LABELS[option.state], "-", "-", "-", "")
+        label = f"across {len(option.shares)} nodes (llama.cpp RPC)"
+        return (node, label, STATE_LABELS[option.state], str(option.ctx_size), str(option.max_ctx_size),
+                str(option.max_ctx_size_empty), _shares(option, names or {}))
     return (node, option.label, STATE_LABELS[option.state], str(option.ctx_size), str(option.max_ctx_size),
             str(option.max_ctx_size_empty), _holds(option))
+
+
+def split_line(option: PlanOption, names: dict[str, str]) -> str:
+    """Across nodes: the layers each node holds and the helpers a definition names (rpc_nodes)."""
+    parts = ", ".join(f"{s.layers} on {names.get(s.node, s.node[:12])} ({s.role}, {s.device})" for s in option.shares)
+    flags = " ".join([f"--node {names.get(option.node, option.node)}",
+                      *(f"--rpc-node {names.get(n, n)}" for n in option.rpc_nodes)])
+    return f"layers: {parts}; add it with `ctl models add ... {flags}`"
 
 
 def table(plan: Plan, names: dict[str, str] | None = None) -> list[str]:
@@ -79,7 +99,7 @@ def table(plan: Plan, names: dict[str, str] | None = None) -> list[str]:
         lines.append(f"{s.name or s.architecture}: {s.architecture}, {s.block_count} layers, "
                      f"{_gib(s.file_size)} GiB{native} ({plan.source})")
     rows: list[tuple[tuple[str, ...], PlanOption]] = [
-        (_row(names.get(o.node, o.node) or "fleet", o), o) for o in plan.options()]
+        (_row(names.get(o.node, o.node) or "fleet", o, names), o) for o in plan.options()]
     widths = [max([len(COLUMNS[i])] + [len(r[i]) for r, _ in rows]) for i in range(len(COLUMNS))]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -89,6 +109,8 @@ def table(plan: Plan, names: dict[str, str] | None = None) -> list[str]:
     for cells, option in rows:
         lines.append(line(cells))
         indent = " " * (widths[0] + 2)
+        if option.shares:
+            lines.append(indent + split_line(option, names))
         if option.args:
             lines.append(indent + " ".join(option.args))
         if option.state != "free" and option.message:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.api.plan import DeviceUse, NodePlan, PlanOption
+from agent.api.plan import DeviceUse, NodePlan, NodeShare, PlanOption
 from agent.api.sources import GgufSummary, HfFileRef
 from daemon.api.client import DaemonError
 from daemon.api.plan import NodePlanError, Plan
@@ -64,10 +64,30 @@ def test_the_table_has_a_row_per_option_its_flags_and_why_it_waits() -> None:
     assert lines[3].strip() == "--device CUDA0 --n-gpu-layers 29 --ctx-size 32768"
     assert "needs room" in lines[4] and lines[6].strip() == "fits once room is made: 1.5 GiB more on gpu1"
     assert lines[7].startswith("n2") and "CPU only" in lines[7]
-    assert lines[8].startswith("fleet") and "not available yet" in lines[8] and "RPC" in lines[9]
+    assert lines[8].startswith("fleet") and "not available yet" in lines[8] and "RPC" in lines[8]
+    assert lines[9].strip() == "not needed: it runs on node n1 alone (GPU 0 (Big)), faster than over the network"
     assert lines[-1] == "n3: no plan (invalid_model_file): cannot read tiny.gguf"
     nothing = Plan(nodes=[NodePlan(node="n1", summary=SUMMARY, options=[_option(state="too_big")])])
     assert table(nothing)[-1] == "nothing fits on any node, even with room made"
+
+
+def test_a_split_across_nodes_shows_each_nodes_part_and_how_to_add_it() -> None:
+    shares = [NodeShare(node="n1", role="main", layers=20, device="cpu", needed_bytes=6 * GIB, free_bytes=7 * GIB,
+                        capacity_bytes=8 * GIB),
+              NodeShare(node="n2" * 32, role="helper", layers=8, device="gpus", needed_bytes=3 * GIB,
+                        free_bytes=4 * GIB, capacity_bytes=8 * GIB)]
+    split = _option(kind="nodes", label="across 2 nodes", gpus=[], ctx_size=8192, max_ctx_size=8192,
+                    max_ctx_size_empty=16384, devices=[], shares=shares, rpc_nodes=["n2" * 32],
+                    args=["--ctx-size", "8192", "--n-gpu-layers", "8"])
+    plan = Plan(source="/m/big.gguf", summary=SUMMARY,
+                nodes=[NodePlan(node="n1", summary=SUMMARY, options=[_option(state="too_big")])], fleet=[split])
+    lines = table(plan, {"n1": "tower", "n2" * 32: "laptop"})
+    row = lines[-3].split()
+    assert row == ["tower", "across", "2", "nodes", "(llama.cpp", "RPC)", "free", "now", "8192", "8192", "16384",
+                   "tower", "6.0/7.0", "laptop", "3.0/4.0"]
+    assert lines[-2].strip() == ("layers: 20 on tower (main, cpu), 8 on laptop (helper, gpus); "
+                                 "add it with `ctl models add ... --node tower --rpc-node laptop`")
+    assert lines[-1].strip() == "--ctx-size 8192 --n-gpu-layers 8"
 
 
 async def test_ctl_models_plan_against_the_daemon(tmp_path: Path, fake_runtime: Path, model_file: Path,
