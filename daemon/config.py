@@ -14,6 +14,7 @@ from pathlib import Path
 import tomlkit
 from pydantic import BaseModel, Field
 
+from daemon.api.backup import BackupSettings
 from daemon.api.models import DEFAULT_PORT, DaemonSettings
 from daemon.atomic import write_atomic
 from daemon.models.health import HealthPolicy
@@ -42,6 +43,7 @@ class DaemonConfig(BaseModel):
     health: HealthPolicy = Field(default_factory=HealthPolicy, description="Crash restarts and probes.")
     nodes: NodePolicy = Field(default_factory=NodePolicy, description="LAN discovery and the node monitor.")
     upgrades: UpgradePolicy = Field(default_factory=UpgradePolicy, description="Agent rollouts, one node at a time.")
+    backup: BackupSettings = Field(default_factory=BackupSettings, description="Daily backups (daemon.backup).")
 
     @property
     def bind_host(self) -> str:
@@ -58,7 +60,8 @@ class DaemonConfig(BaseModel):
 
     def settings(self) -> DaemonSettings:
         return DaemonSettings(lan_access=self.lan_access, require_api_keys=self.require_api_keys,
-                              audit_retention_days=self.audit_retention_days)
+                              audit_retention_days=self.audit_retention_days,
+                              backup=self.backup)
 
 
 @functools.lru_cache(maxsize=64)  # asked several times per /v1 request (Host check, key check)

@@ -24,6 +24,10 @@ from daemon.api.sources import Transfer
 from daemon.audit.api import AuditApi
 from daemon.audit.log import AuditLog
 from daemon.background import Background
+from daemon.backup.api import BackupApi
+from daemon.backup.restore import Owners
+from daemon.backup.schedule import BackupScheduler
+from daemon.backup.service import BackupService
 from daemon.config import DaemonConfig
 from daemon.events import EventBus
 from daemon.fleet_metrics.collector import FleetCollector
@@ -93,6 +97,8 @@ class DaemonDeps:
     jobs: JobManager
     transfers: Transfers
     mirror: Mirror
+    backups: BackupService
+    backup_scheduler: BackupScheduler
     shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)  # `mirbadllm daemon` exits on it
     local_agent: LocalAgentProcess | None = None  # this machine's agent, once started
 
@@ -133,12 +139,16 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
 
     transfers = Transfers(links, events, history, register, background.spawn)
     mirror = Mirror(links, transfers, registry, events, history, paths.local_agent_home / "models", background.spawn)
-    return DaemonDeps(config=config, paths=paths, admin_token=token, listener=Listener(config, paths),
+    listener = Listener(config, paths)
+    backups = BackupService(Owners(registry, keys, nodes.store, config, listener.apply, paths.pki, events),
+                            paths.home, history)
+    return DaemonDeps(config=config, paths=paths, admin_token=token, listener=listener,
                       background=background, events=events, registry=registry, keys=keys, history=history,
                       audit=audit, metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,
                       router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades,
                       runtime_upgrades=runtime_upgrades, jobs=jobs,
-                      transfers=transfers, mirror=mirror)
+                      transfers=transfers, mirror=mirror,
+                      backups=backups, backup_scheduler=BackupScheduler(backups, config, events))
 
 
 def handlers(d: DaemonDeps) -> Handlers:
@@ -157,6 +167,7 @@ def handlers(d: DaemonDeps) -> Handlers:
         upgrades=UpgradesApi(d.upgrades),
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
         mirror=MirrorApi(d.mirror),
+        backup=BackupApi(d.backups),
         audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views))
 
@@ -183,6 +194,7 @@ async def start(d: DaemonDeps) -> None:
     d.background.spawn(_housekeeping(d.history, d.keys, d.audit, d.config))
     await d.nodes.start()
     d.background.spawn(d.jobs.recover())
+    d.background.spawn(d.backup_scheduler.run())
 
 
 async def _start_local_agent(d: DaemonDeps) -> None:

@@ -57,6 +57,8 @@ class Listener:
         before = self._config.bind_host
         self._config.lan_access = settings.lan_access
         self._config.require_api_keys = settings.require_api_keys
+        if "backup" in settings.model_fields_set:  # the scheduler reads it before each run
+            self._config.backup = settings.backup
         if "audit_retention_days" in settings.model_fields_set:  # likewise: unsent, it stays
             self._config.audit_retention_days = settings.audit_retention_days
         save_settings(self._paths.config, settings)

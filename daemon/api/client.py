@@ -36,6 +36,11 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/requests                    -> list[RequestRecord]  # ?limit=N
     GET    /api/audit                       -> AuditPage        # ?since=&until=&actor=&action=&subject=&limit=&before=
     POST   /api/shutdown                    -> {"pid", "stopped_models"}  # ?stop_models=0|1; 202
+    GET    /api/backups                     -> BackupListing    # the backup directory's files (daemon.api.backup)
+    POST   /api/backups                     -> the backup's text | BackupFile  # body: BackupCreate; 201 when saved
+    GET    /api/backups/{name}              -> the backup's text
+    POST   /api/backups/restore/preview     -> RestorePreview   # body: RestoreRequest; changes nothing
+    POST   /api/backups/restore             -> RestoreResult    # body: RestoreRequest
     GET    /api/fit                         -> FitReport        # ?node=ID&path=P | &hf_repo=R&hf_file=F&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
     POST   /api/fit                         -> FitReport        # body: FitQuery
     POST   /api/plan                        -> Plan             # body: PlanQuery; how it runs on each node
@@ -69,6 +74,7 @@ import aiohttp
 from agent.api.http import ErrorMap, JsonHttp, error_envelope
 from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
 from daemon.api.audit import CLIENT_HEADER, AuditPage
+from daemon.api.backup import BackupFile, BackupListing, RestorePreview, RestoreResult
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
@@ -358,6 +364,44 @@ class DaemonClient:
     async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
         data = await self._call("POST", f"/api/jobs/{job_id}/apply", params={"restart": int(restart)})
         return ModelView.model_validate(data)
+
+    # --- backup and restore (daemon.api.backup) ---------------------------------------------------
+    async def create_backup(self, passphrase: str | None = None) -> str:
+        """A backup of the daemon, as the file's text (with a passphrase: the CA and secrets encrypted in it)."""
+        return await self._http.text("POST", "/api/backups", body=_backup_body(passphrase, save=False),
+                                     timeout=_BACKUP_TIMEOUT)
+
+    async def save_backup(self, passphrase: str | None = None) -> BackupFile:
+        """A backup written into the daemon's backup directory."""
+        data = await self._call("POST", "/api/backups", body=_backup_body(passphrase, save=True),
+                                timeout=_BACKUP_TIMEOUT)
+        return BackupFile.model_validate(data)
+
+    async def list_backups(self) -> BackupListing:
+        return BackupListing.model_validate(await self._call("GET", "/api/backups"))
+
+    async def download_backup(self, name: str) -> str:
+        return await self._http.text("GET", f"/api/backups/{name}")
+
+    async def preview_restore(self, document: str, passphrase: str | None = None,
+                              replace_ca: bool = False) -> RestorePreview:
+        """What restoring ``document`` (a backup file's text) would change; changes nothing."""
+        body = {"document": document, "passphrase": passphrase, "replace_ca": replace_ca}
+        data = await self._call("POST", "/api/backups/restore/preview", body=body, timeout=_BACKUP_TIMEOUT)
+        return RestorePreview.model_validate(data)
+
+    async def restore_backup(self, document: str, passphrase: str | None = None,
+                             replace_ca: bool = False) -> RestoreResult:
+        body = {"document": document, "passphrase": passphrase, "replace_ca": replace_ca}
+        data = await self._call("POST", "/api/backups/restore", body=body, timeout=_BACKUP_TIMEOUT)
+        return RestoreResult.model_validate(data)
+
+
+_BACKUP_TIMEOUT = aiohttp.ClientTimeout(total=120, connect=5)  # the passphrase's key derivation, by design slow
+
+
+def _backup_body(passphrase: str | None, *, save: bool) -> dict[str, Any]:
+    return {"passphrase": passphrase, "save": save}
 
 
 def _error_from(status: int, text: str) -> DaemonError:

@@ -13,6 +13,7 @@ from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeId
 from agent.api.vllm import VllmSettings
+from daemon.api.backup import BackupSettings
 from daemon.api.rpc_split import RpcHelper
 
 MODEL_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
@@ -239,6 +240,8 @@ class DaemonSettings(BaseModel):
 
     lan_access: bool = Field(default=False, description="Serve /v1 on every interface; requires API keys.")
     require_api_keys: bool = Field(default=False, description="Require a key on /v1 even on loopback.")
+    # Daily backups (daemon.backup): on by default into <home>/backups, keeping 7; no secrets without a passphrase file.
+    backup: BackupSettings = Field(default_factory=BackupSettings, description="Scheduled backups ([backup]).")
     # The audit log (daemon.audit): entries older than this are dropped by the daemon's housekeeping.
     audit_retention_days: int = Field(default=90, ge=1, le=3650, description="Days an audit-log entry is kept.")
 

@@ -1,7 +1,6 @@
-"""The one place backup and restore read and replace the daemon's CA (``daemon.pki``).
-
-The CA's key storage belongs to ``daemon.pki``; these two functions are the only calls backup makes
-into it, so a change of how it keeps the key is a change here alone.
+"""The one place backup and restore read and replace the daemon's CA: ``daemon.pki``'s
+``read_ca_pem`` and ``install_ca_pem`` (the key is kept encrypted at rest there; a backup gets it in
+clear only to seal it into its own encrypted section).
 """
 
 from __future__ import annotations
@@ -14,17 +13,25 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from daemon.api.backup import BackupCa
-from daemon.pki import CertificateAuthority, cert_pem, key_pem, write_private
+from daemon.pki import CA_CERT_FILE, CA_KEY_FILE, install_ca_pem, read_ca_pem
 
 _LOGGER = logging.getLogger(__name__)
 
 
 def read_ca(pki_dir: Path) -> BackupCa | None:
     """The CA's key and certificate as PEM; None when this home has none yet."""
-    if not ((pki_dir / "ca.key").exists() and (pki_dir / "ca.crt").exists()):
+    if not ((pki_dir / CA_KEY_FILE).exists() and (pki_dir / CA_CERT_FILE).exists()):
         return None
-    ca = CertificateAuthority.load_or_create(pki_dir)
-    return BackupCa(key_pem=key_pem(ca.key).decode("ascii"), cert_pem=cert_pem(ca.cert).decode("ascii"))
+    key, cert = read_ca_pem(pki_dir)
+    return BackupCa(key_pem=key.decode("ascii"), cert_pem=cert.decode("ascii"))
+
+
+def current_cert(pki_dir: Path) -> x509.Certificate | None:
+    """The CA certificate in effect on disk (no key read)."""
+    try:
+        return x509.load_pem_x509_certificate((pki_dir / CA_CERT_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
 
 
 def check_ca(ca: BackupCa) -> x509.Certificate:
@@ -39,7 +46,8 @@ def check_ca(ca: BackupCa) -> x509.Certificate:
 def replace_ca(pki_dir: Path, ca: BackupCa) -> None:
     """Make ``ca`` this daemon's CA on disk. The running daemon keeps the CA it loaded; at its next
     start it issues its client certificate and the local agent's identity from this one."""
-    check_ca(ca)
-    write_private(pki_dir / "ca.key", ca.key_pem.encode("ascii"))
-    (pki_dir / "ca.crt").write_bytes(ca.cert_pem.encode("ascii"))
+    try:
+        install_ca_pem(pki_dir, ca.key_pem.encode("ascii"), ca.cert_pem.encode("ascii"))
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
     _LOGGER.info("the CA in %s was replaced from a backup; it takes effect at the next start", pki_dir)

@@ -110,10 +110,7 @@ def plan_restore(owners: Owners, parsed: ParsedBackup, secrets: BackupSecrets | 
 
 def _plan_ca(owners: Owners, plan: Plan, secrets: BackupSecrets | None, replace_ca: bool, node_count: int) -> Any:
     """The CA row; returns the certificate the nodes must be signed by after the restore."""
-    current = backup_ca.read_ca(owners.pki_dir)
-    current_cert = None
-    if current is not None:
-        current_cert = backup_ca.check_ca(current)
+    current_cert = backup_ca.current_cert(owners.pki_dir)
     if secrets is None or secrets.ca is None:
         if secrets is None and node_count:
             plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="skipped",
@@ -125,7 +122,7 @@ def _plan_ca(owners: Owners, plan: Plan, secrets: BackupSecrets | None, replace_
         plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="skipped",
                                     note=str(exc)))
         return current_cert
-    if current is not None and current.cert_pem == secrets.ca.cert_pem:
+    if current_cert is not None and current_cert == backup_cert:
         plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="identical"))
         return current_cert
     foreign = [n for n in owners.nodes.all() if not issued_by(n.certificate_pem, backup_cert)]
