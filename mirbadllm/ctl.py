@@ -86,6 +86,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         status = await client.status()
         d = status.daemon
         print(f"daemon {d.version}  {d.api_url}  keys {'required' if d.keys_required else 'not required'}")
+        if status.keys_at_rest is not None and status.keys_at_rest.warning:  # keys are 0600 files: no keychain
+            print(f"warning: {status.keys_at_rest.warning}")
         for model in status.models:
             print(_fmt_model(model))
         return 0

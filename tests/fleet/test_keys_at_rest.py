@@ -13,6 +13,7 @@ from agent.api.client import AgentClient
 from agent.api.key_store import SERVICE, account
 from daemon.api.nodes import NodeState
 from daemon.nodes.store import node_ssl_context
+from mirbadllm import ctl
 from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fakes.keychain import MemoryKeychain
 from tests.fleet.agents import eventually
@@ -65,8 +66,15 @@ async def test_encrypted_keys_pair_and_talk_mutual_tls(keychain: MemoryKeychain,
     assert agent_status.keys_at_rest is not None and agent_status.keys_at_rest.keychain
 
 
-async def test_without_a_keychain_the_status_warns_that_keys_are_0600_files(rd: RunningDaemon) -> None:
+async def test_without_a_keychain_the_status_warns_that_keys_are_0600_files(
+        rd: RunningDaemon, capsys: pytest.CaptureFixture[str]) -> None:
     status = await rd.client.status()
     assert status.keys_at_rest is not None and not status.keys_at_rest.keychain
     warning = status.keys_at_rest.warning or ""
     assert "0600" in warning and "ca.key" in warning and "MIRBADLLM_KEYRING=off" in warning
+    for key in (rd.daemon.paths.pki / "ca.key", rd.daemon.paths.pki / "daemon-client.key"):
+        assert b"BEGIN PRIVATE KEY" in key.read_bytes() and key.stat().st_mode & 0o777 == 0o600
+
+    capsys.readouterr()
+    assert await ctl.run(ctl.parse_args(["status"]), rd.client) == 0
+    assert f"warning: {warning}" in capsys.readouterr().out.splitlines()
