@@ -10,6 +10,7 @@
     mirbadllm ctl keys list | create NAME | limit ID [--rpm N] [--tokens-per-day N] | revoke ID  (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
+    mirbadllm ctl backup create [--passphrase-file F] [--out FILE] | list | restore FILE [--yes]  (ctl_backup)
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelDefinition
-from mirbadllm import ctl_daemon, ctl_jobs, ctl_keys, ctl_nodes, ctl_plan, ctl_sources
+from mirbadllm import (
+    ctl_backup,
+    ctl_daemon,
+    ctl_jobs,
+    ctl_keys,
+    ctl_nodes,
+    ctl_plan,
+    ctl_sources,
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -68,6 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_daemon.add_parser(groups)
     ctl_jobs.add_parser(groups)
     ctl_keys.add_parser(groups)
+    ctl_backup.add_parser(groups)
     return parser.parse_args(argv)
 
 
@@ -99,6 +109,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_daemon.run(args, client)
     if args.group in ("bench", "tune", "jobs"):
         return await ctl_jobs.run(args, client)
+    if args.group == "backup":
+        return await ctl_backup.run(args, client)
     return await ctl_keys.run(args, client)
 
 
