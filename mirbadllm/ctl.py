@@ -11,6 +11,7 @@
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
     mirbadllm ctl backup create [--passphrase-file F] [--out FILE] | list | restore FILE [--yes]  (ctl_backup)
+    mirbadllm ctl audit [--action A] [--subject S] [--since 1h] [--limit N] [--json]       (ctl_audit)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.locations import default_home, read_admin_token, read_daemon_url
 from daemon.api.models import ModelDefinition
 from mirbadllm import (
+    ctl_audit,
     ctl_backup,
     ctl_daemon,
     ctl_jobs,
@@ -78,6 +80,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_jobs.add_parser(groups)
     ctl_keys.add_parser(groups)
     ctl_backup.add_parser(groups)
+    ctl_audit.add_parser(groups)
     return parser.parse_args(argv)
 
 
@@ -111,6 +114,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_jobs.run(args, client)
     if args.group == "backup":
         return await ctl_backup.run(args, client)
+    if args.group == "audit":
+        return await ctl_audit.run(args, client)
     return await ctl_keys.run(args, client)
 
 

@@ -88,6 +88,10 @@ def short(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+# The fields that name an object best, shown when it was created or removed.
+_NAMING = ("name", "served_name", "runtime", "node", "address", "host", "port", "model_path", "prefix", "path")
+
+
 def summary(entry: AuditEntry, width: int = 100) -> str:
     """What changed, on one line: ``field: old → new, …`` for an edit, the object's fields when it
     was created, removed or revoked, else the entry's detail."""
@@ -98,8 +102,10 @@ def summary(entry: AuditEntry, width: int = 100) -> str:
         snapshot = entry.after if entry.after is not None else entry.before
         sign = "+" if entry.after is not None else "-"
         if isinstance(snapshot, dict):
-            text = sign + " " + ", ".join(f"{k}={short(v, 20)}" for k, v in snapshot.items()
-                                          if v not in (None, "", [], {}))
+            named = [k for k in _NAMING if snapshot.get(k) not in (None, "", [], {})]
+            named = named or [k for k, v in snapshot.items()
+                              if k != "id" and not isinstance(v, (dict, list)) and v not in (None, "")]
+            text = sign + " " + ", ".join(f"{k}={short(snapshot[k], 32)}" for k in named[:4])
         else:
             text = f"{sign} {short(snapshot)}"
     else:
