@@ -11,7 +11,7 @@ the build instead, the way the runtimes LM Studio and Ollama ship are built:
 - ``GGML_NATIVE=OFF`` with ``GGML_BACKEND_DL``: the CPU code is built as several variants
   (``libggml-cpu-<name>.so``), each for a feature level, and ggml loads the best one this CPU and
   this OS can run when the server starts. No variant uses AMX (see ``X86_VARIANTS``);
-- only the ``llama-server`` target, no tests, examples, web UI download or libcurl;
+- only the ``llama-server`` and ``ggml-rpc-server`` (RPC) targets (``GGML_RPC=ON``), no tests, examples, web UI download or libcurl;
 - the output in ``<root>/llamacpp-<version>-<key>/``, where ``key`` is a hash of everything that
   shapes the binary (version, sdist digest, CMake arguments, variants, architecture), with a
   ``runtime.json`` manifest that records it and the SHA-256 of every file. A build with other flags
@@ -79,6 +79,9 @@ COMMON_CMAKE_ARGS: tuple[str, ...] = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF",
+    # rpc-server: one model over several machines. It is bound to loopback on each node and only
+    # reached through the agents' mutual-TLS tunnel (llama.cpp: RPC must never face a network).
+    "-DGGML_RPC=ON",
 )
 
 
@@ -258,6 +261,10 @@ def _server_name(system: str) -> str:
     return "llama-server.exe" if system == "Windows" else "llama-server"
 
 
+def _rpc_server_name(system: str) -> str:
+    return "ggml-rpc-server.exe" if system == "Windows" else "ggml-rpc-server"
+
+
 def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | None = None) -> Path:
     """Build ``plan`` into ``root/<folder_name>`` (atomically) unless an identical build is there."""
     target = root / plan.folder_name
@@ -287,9 +294,9 @@ def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | N
         subprocess.run([cmake, "-S", str(source), "-B", str(build_dir), *generator,
                         *plan.all_cmake_args], check=True, env=env)
         jobs = jobs or os.cpu_count() or 2
-        print(f"building llama-server with {jobs} jobs (several minutes) ...", flush=True)
+        print(f"building llama-server and ggml-rpc-server with {jobs} jobs (several minutes) ...", flush=True)
         subprocess.run([cmake, "--build", str(build_dir), "--config", "Release", "--target",
-                        "llama-server", "-j", str(jobs)], check=True, env=env)
+                        "llama-server", "ggml-rpc-server", "-j", str(jobs)], check=True, env=env)
         bin_dir = build_dir / "bin"
         if (bin_dir / "Release").is_dir():
             bin_dir = bin_dir / "Release"
@@ -303,13 +310,17 @@ def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | N
         server = staged / "bin" / _server_name(plan.system)
         if not server.is_file():
             raise BuildError(f"the build produced no {server.name}")
+        rpc_server = staged / "bin" / _rpc_server_name(plan.system)
+        if not rpc_server.is_file():
+            raise BuildError(f"the build produced no {rpc_server.name}")
         files = {str(p.relative_to(staged)): sha256_file(p)
                  for p in sorted((staged / "bin").iterdir()) if p.is_file() and not p.is_symlink()}
         manifest = {
             "format": MANIFEST_FORMAT, "runtime": "llamacpp", "distribution": DISTRIBUTION,
             "version": plan.version, "key": plan.key, "sdist_sha256": plan.sdist_sha256,
             "system": plan.system, "machine": plan.machine, "cmake_args": list(plan.all_cmake_args),
-            "cpu_variants": list(plan.cpu_variants), "server": f"bin/{server.name}", "files": files,
+            "cpu_variants": list(plan.cpu_variants), "server": f"bin/{server.name}",
+            "rpc_server": f"bin/{rpc_server.name}", "files": files,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.monotonic() - started, 1),
         }
