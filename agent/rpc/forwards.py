@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from agent.api.key_store import load_cert_chain
 from agent.api.models import API_PREFIX
 from agent.api.rpc import RpcPeer, rpc_tunnel_path
 from agent.identity import AgentIdentity
@@ -45,7 +46,7 @@ def peer_client_context(identity: AgentIdentity) -> ssl.SSLContext:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_verify_locations(cafile=str(identity.paths.ca_file))
-    ctx.load_cert_chain(certfile=str(identity.paths.cert_file), keyfile=str(identity.paths.key_file))
+    load_cert_chain(ctx, identity.paths.cert_file, identity.paths.key_file)  # the key may be encrypted
     return ctx
 
 

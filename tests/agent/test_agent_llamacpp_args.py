@@ -94,3 +94,45 @@ def test_the_driver_command_is_the_spec_through_build_args() -> None:
         "--ctx-size", "2048", "--jinja", "--metrics", "--slots", "--no-webui", "--temp", "0.7"]
     plain = LaunchSpec(instance_id="g", model_path="/m/g.gguf", served_name="gemma")
     assert build_command(plain, 18080) == build_args(LlamaCppSettings(), "/m/g.gguf", "gemma", 18080)
+
+
+# One model across nodes (agent.api.rpc): the loopback forwards to the helpers' rpc-servers.
+RPC = ["127.0.0.1:41001", "127.0.0.1:41002"]
+
+
+def test_rpc_servers_come_right_after_the_port() -> None:
+    assert build_args(LlamaCppSettings(n_gpu_layers=99), "/m/g.gguf", "gemma", 18080, rpc=RPC) == [
+        "--model", "/m/g.gguf", "--alias", "gemma", "--host", "127.0.0.1", "--port", "18080",
+        "--rpc", "127.0.0.1:41001,127.0.0.1:41002", "--n-gpu-layers", "99",
+        "--jinja", "--metrics", "--slots", "--no-webui"]
+
+
+def test_named_gpus_with_rpc_name_the_rpc_devices_too_after_rpc() -> None:
+    # llama.cpp registers the RPC devices while it reads --rpc, so --device comes after it and
+    # names them (RPC0.. in peer order, as many as each helper offers); "none" leaves the local GPUs out.
+    settings = LlamaCppSettings(gpus=[1], tensor_split="3,1,1", n_gpu_layers=-1)
+    assert build_args(settings, "/m/g.gguf", "gemma", 18080, rpc=RPC, rpc_devices=[1, 1]) == [
+        "--model", "/m/g.gguf", "--alias", "gemma", "--host", "127.0.0.1", "--port", "18080",
+        "--rpc", "127.0.0.1:41001,127.0.0.1:41002", "--device", "CUDA1,RPC0,RPC1", "--n-gpu-layers", "-1",
+        "--jinja", "--tensor-split", "3,1,1", "--metrics", "--slots", "--no-webui"]
+    cpu_only = build_args(LlamaCppSettings(gpus=[]), "/m/g.gguf", "g", 1, rpc=RPC[:1], rpc_devices=[2])
+    assert cpu_only[8:12] == ["--rpc", "127.0.0.1:41001", "--device", "RPC0,RPC1"]
+
+
+def test_without_rpc_the_command_is_what_it_was() -> None:
+    assert build_args(FULL, "/m/g.gguf", "gemma", 18081, rpc=[]) == build_args(FULL, "/m/g.gguf", "gemma", 18081)
+
+
+def test_the_config_hash_names_the_helpers_not_the_forward_ports() -> None:
+    alone = config_hash(LlamaCppSettings(), "/m/g.gguf", "g")
+    split = config_hash(LlamaCppSettings(), "/m/g.gguf", "g", rpc_nodes=["a" * 64])
+    assert split != alone
+    assert split == config_hash(LlamaCppSettings(), "/m/g.gguf", "g", rpc_nodes=["a" * 64])
+    assert split != config_hash(LlamaCppSettings(), "/m/g.gguf", "g", rpc_nodes=["b" * 64])
+    assert config_hash(LlamaCppSettings(), "/m/g.gguf", "g", rpc_nodes=[]) == alone
+
+
+def test_a_rpc_flag_read_back_stays_with_the_extra_args() -> None:
+    argv = ["/bin/llama-server", *build_args(LlamaCppSettings(gpus=[0]), "/m/g.gguf", "g", 5, rpc=RPC[:1])]
+    parsed = parse_args(argv)
+    assert parsed.extra_args == ["--rpc", "127.0.0.1:41001", "--device", "CUDA0,RPC0"]
