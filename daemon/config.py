@@ -15,7 +15,7 @@ import tomlkit
 from pydantic import BaseModel, Field
 
 from daemon.api.backup import BackupSettings
-from daemon.api.models import DEFAULT_PORT, DaemonSettings
+from daemon.api.models import DEFAULT_PORT, DaemonSettings, TracingSettings
 from daemon.atomic import write_atomic
 from daemon.models.health import HealthPolicy
 from daemon.nodes.monitor import NodePolicy
@@ -44,6 +44,8 @@ class DaemonConfig(BaseModel):
     nodes: NodePolicy = Field(default_factory=NodePolicy, description="LAN discovery and the node monitor.")
     upgrades: UpgradePolicy = Field(default_factory=UpgradePolicy, description="Agent rollouts, one node at a time.")
     backup: BackupSettings = Field(default_factory=BackupSettings, description="Daily backups (daemon.backup).")
+    tracing: TracingSettings = Field(default_factory=TracingSettings,
+                                     description="OpenTelemetry tracing of /v1 ([tracing] in config.toml; read at start).")
 
     @property
     def bind_host(self) -> str:
@@ -60,7 +62,7 @@ class DaemonConfig(BaseModel):
 
     def settings(self) -> DaemonSettings:
         return DaemonSettings(lan_access=self.lan_access, require_api_keys=self.require_api_keys,
-                              audit_retention_days=self.audit_retention_days,
+                              tracing=self.tracing, audit_retention_days=self.audit_retention_days,
                               backup=self.backup)
 
 
@@ -90,5 +92,10 @@ def save_settings(path: Path, settings: DaemonSettings) -> None:
     """Write the run-time settings into ``config.toml``, keeping everything else in it as it was."""
     document = tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
     for key, value in settings.model_dump().items():
-        document[key] = value
+        table = document.get(key)
+        if isinstance(value, dict) and isinstance(table, dict):  # a [table] the user has: its comments stay
+            for name, item in value.items():
+                table[name] = item
+        else:
+            document[key] = value
     write_atomic(path, tomlkit.dumps(document).encode("utf-8"))

@@ -66,6 +66,7 @@ from daemon.tls import (
     ensure_local_agent_identity,
     keys_at_rest,
 )
+from daemon.tracing import router_tracing
 from daemon.upgrades.api import UpgradesApi
 from daemon.upgrades.manager import UpgradeManager
 
@@ -119,7 +120,8 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     audit = AuditLog(paths.history)
     history.recorder = audit  # History.audit's callers record through it
     orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links)
-    router = Router(orchestrator, links, maintenance, keys, config, history, metrics)
+    router = Router(orchestrator, links, maintenance, keys, config, history, metrics,
+                    tracing=router_tracing(config.tracing))  # None unless [tracing] enabled
     health = HealthMonitor(orchestrator, links, maintenance, config.health, router.in_flight)
     orchestrator.on_state_change(health.observe)
     telemetry = TelemetryCollector(links, history, config.history_interval_s)

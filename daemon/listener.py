@@ -61,7 +61,9 @@ class Listener:
             self._config.backup = settings.backup
         if "audit_retention_days" in settings.model_fields_set:  # likewise: unsent, it stays
             self._config.audit_retention_days = settings.audit_retention_days
-        save_settings(self._paths.config, settings)
+        if "tracing" in settings.model_fields_set:  # a client that does not know it leaves it as it is
+            self._config.tracing = settings.tracing  # saved; the router's tracing is built at start
+        save_settings(self._paths.config, self._config.settings())
         if self._runner is not None and self._site is not None and before != self._config.bind_host:
             await self._site.stop()
             self._site = web.TCPSite(self._runner, self._config.bind_host, self._config.port)

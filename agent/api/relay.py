@@ -95,6 +95,7 @@ class Record:
     the answer's last bytes (``tail_bytes`` of them) and every failure on the way."""
 
     status: int = 0
+    headers_at: float | None = None  # perf_counter when the answer's status and headers came
     first_byte: float | None = None
     tail: bytes = b""
     failures: list[str] = field(default_factory=list)
@@ -180,7 +181,7 @@ async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
                   label: str, request_id: str | None, sse_rewrite: Rewrite | None,
                   tail_bytes: int) -> web.StreamResponse:
-    record.status = answer.status
+    record.status, record.headers_at = answer.status, time.perf_counter()
     response = web.StreamResponse(status=answer.status, reason=answer.reason)
     response.headers.extend(forwardable(answer.headers))
     sse = answer.content_type == "text/event-stream"

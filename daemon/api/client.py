@@ -225,7 +225,8 @@ class DaemonClient:
         return DaemonSettings.model_validate(await self._call("GET", "/api/settings"))
 
     async def put_settings(self, settings: DaemonSettings) -> DaemonSettings:
-        data = await self._call("PUT", "/api/settings", body=settings.model_dump())
+        # Only what the caller set: DaemonSettings(lan_access=True) leaves [tracing] as it is.
+        data = await self._call("PUT", "/api/settings", body=settings.model_dump(exclude_unset=True))
         return DaemonSettings.model_validate(data)
 
     async def audit(self, since: float | None = None, until: float | None = None, actor: str | None = None,

@@ -233,6 +233,22 @@ class ApiKeyCreate(BaseModel):
     limits: ApiKeyLimits = Field(default_factory=ApiKeyLimits)
 
 
+# --- tracing (OpenTelemetry, daemon.tracing) ---
+class TracingSettings(BaseModel):
+    """OpenTelemetry traces of /v1 requests, sent over OTLP/HTTP; read at the daemon's start (a
+    change is saved at once and applies from the next start)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="Trace /v1 requests (off: no spans, no traceparent sent).")
+    endpoint: str = Field(default="http://127.0.0.1:4318/v1/traces", pattern=r"^https?://\S+$",
+                          description="The OTLP/HTTP traces endpoint, e.g. http://host:4318/v1/traces.")
+    service_name: str = Field(default="mirbadllm-daemon", min_length=1, max_length=200,
+                              description="service.name of the spans.")
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0,
+                                description="Share of new traces kept; a client's traceparent decides for its own.")
+
+
 class DaemonSettings(BaseModel):
     """Settings the app may change at run time."""
 
@@ -244,6 +260,8 @@ class DaemonSettings(BaseModel):
     backup: BackupSettings = Field(default_factory=BackupSettings, description="Scheduled backups ([backup]).")
     # The audit log (daemon.audit): entries older than this are dropped by the daemon's housekeeping.
     audit_retention_days: int = Field(default=90, ge=1, le=3650, description="Days an audit-log entry is kept.")
+    tracing: TracingSettings = Field(default_factory=TracingSettings,
+                                     description="OpenTelemetry tracing of /v1 (applies from the next start).")
 
 
 HistoryRange = Literal["5m", "1h", "24h", "7d"]

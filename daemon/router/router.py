@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -42,6 +42,9 @@ from daemon.nodes.links import Links
 from daemon.router.external import KeyUnreadable
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.router.metrics import RouterMetrics
+
+if TYPE_CHECKING:  # daemon.deps imports it only when tracing is on: opentelemetry stays unloaded when off
+    from daemon.tracing.spans import RequestTrace, RouterTracing
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -82,6 +85,7 @@ class _Exchange(Record):
 
     started: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0
+    trace: RequestTrace | None = None  # its spans, only when tracing is on (daemon.tracing)
     key_id: str | None = None
     model: str | None = None
     node: str | None = None
@@ -109,7 +113,8 @@ def note_failure(request: web.Request, reason: str) -> None:
 
 class Router:
     def __init__(self, orchestrator: Orchestrator, links: Links, maintenance: Maintenance, keys: KeyStore,
-                 config: DaemonConfig, history: History, metrics: RouterMetrics) -> None:
+                 config: DaemonConfig, history: History, metrics: RouterMetrics, *,
+                 tracing: RouterTracing | None = None) -> None:
         self.orchestrator = orchestrator
         self.links = links  # which node answers for a model (daemon.nodes.links)
         self.maintenance = maintenance  # models a job owns right now (daemon.models.maintenance)
@@ -117,6 +122,7 @@ class Router:
         self.config = config
         self.history = history
         self.metrics = metrics
+        self.tracing = tracing  # None: off (the default), nothing traced and no traceparent sent
         self.stats: dict[str, RouterStats] = {}
         self.gates = Gates()
         self._session: aiohttp.ClientSession | None = None
@@ -132,6 +138,8 @@ class Router:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+        if self.tracing is not None:
+            await self.tracing.close()  # exports the spans still queued
 
     # --- the access log ------------------------------------------------------------------------
     @web.middleware
@@ -141,6 +149,8 @@ class Router:
         if request.path != "/v1" and not request.path.startswith("/v1/"):
             return await handler(request)
         exchange = request[EXCHANGE] = _Exchange()
+        if self.tracing is not None:
+            exchange.trace = self.tracing.start(request, exchange.started, request.get(REQUEST_ID))
         try:
             response = await handler(request)
         except (asyncio.CancelledError, ConnectionResetError):
@@ -158,6 +168,9 @@ class Router:
             return response
         finally:
             self._log(request, exchange)
+            if exchange.trace is not None:
+                exchange.trace.finish(exchange.status, exchange.failures, exchange.model, exchange.node,
+                                      exchange.answered_by, _usage_from_tail(exchange.tail))
 
     # --- /v1/models ----------------------------------------------------------------------------
     async def list_models(self, request: web.Request) -> web.StreamResponse:
@@ -219,6 +232,8 @@ class Router:
         exchange = _exchange(request)
         exchange.model, exchange.node = definition.id, definition.node
         exchange.served = definition.served_name
+        if exchange.trace is not None:
+            exchange.trace.admitted(definition.id)
         body = self._ask_for_usage(request, payload, body, exchange)
         served = definition.served_name
         stats = self.stats.get(served)
@@ -417,7 +432,8 @@ class Router:
             return await self._send(request, definition, _with_model(body, definition.provider_model or ""),
                                     exchange, target)
         gate = self._gate(definition)
-        target = await self._admit(definition, gate, exchange)
+        admitting = self._admit(definition, gate, exchange)
+        target = await (admitting if exchange.trace is None else exchange.trace.queue(admitting, definition))
         try:
             return await self._send(request, definition, body, exchange, target)
         finally:
@@ -447,11 +463,14 @@ class Router:
         if definition.runtime == "external":  # base_url ends where /v1 does; the client's own key stays here
             path_qs = path_qs.removeprefix("/v1")
             request = request.clone(headers=_to_external(request.headers))
+        trace = exchange.trace
+        if trace is not None:  # the upstream span begins; its traceparent goes along
+            target, span = trace.upstream(target, definition, exchange.node)
+        relaying = relay(request, target, path_qs, body, record=exchange, log=_LOGGER,
+                         label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
+                         sse_rewrite=_UsageFilter() if exchange.strip_usage else None, tail_bytes=USAGE_TAIL_BYTES)
         try:
-            return await relay(request, target, path_qs, body, record=exchange, log=_LOGGER,
-                               label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
-                               sse_rewrite=_UsageFilter() if exchange.strip_usage else None,
-                               tail_bytes=USAGE_TAIL_BYTES)
+            return await (relaying if trace is None else trace.relayed(relaying, span, exchange))
         except Unreachable as exc:
             raise DaemonProblem(502, "upstream_unreachable",
                                 f"The runtime of '{definition.served_name}' could not be reached: {exc}") from None

@@ -20,6 +20,7 @@ SWITCHES = {"load_seconds", "load_quiet", "exit_code", "crash_after_s", "crash_e
 SWITCHES |= {"legacy_metrics", "tool_args", "log_requests"}  # KV-cache shapes, tool calls, request lines
 SWITCHES |= {"version"}  # what --version prints
 SWITCHES |= {"log_bodies"}  # a line with each generation request's JSON body
+SWITCHES |= {"headers_file"}  # a JSON line with each /v1 request's trace headers
 
 
 def fake_runtime_script(switches: dict[str, object], platform: str = sys.platform,

@@ -18,6 +18,8 @@ llama-server does. Fault switches (environment):
     FAKE_RESET_FIRST      hang up, unanswered, on the first N connections that carry a chat request
     FAKE_BREAK_AFTER      a stream dies after this many tokens: the connection is cut mid-answer
     FAKE_STARTS_FILE      append one line to this file at every start (tests count spawns)
+    FAKE_HEADERS_FILE     append a JSON line per /v1 request: its path and its W3C trace headers
+                          (``traceparent``, ``tracestate``; null when absent)
     FAKE_USAGE_WHEN_ASKED a stream reports usage only with ``stream_options.include_usage``, in an
                           extra chunk with empty ``choices`` (today's llama-server; else: always,
                           in the final chunk, as older builds did)
@@ -72,6 +74,11 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def append_line(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
 def env_float(name: str, default: float = 0.0) -> float:
     raw = os.environ.get(name, "")
     return float(raw) if raw else default
@@ -119,6 +126,10 @@ class FakeServer:
     # --- middleware ----------------------------------------------------------------------------
     @web.middleware
     async def gate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if (headers_file := os.environ.get("FAKE_HEADERS_FILE")) and request.path.startswith("/v1/"):
+            seen = {"path": request.path, "traceparent": request.headers.get("traceparent"),
+                    "tracestate": request.headers.get("tracestate")}
+            append_line(headers_file, json.dumps(seen))
         authorized = request.headers.get("Authorization", "") == f"Bearer {self.api_key}"
         if self.api_key and request.path not in PUBLIC_PATHS and not authorized:
             return error_body(401, "Invalid API Key", "authentication_error")
