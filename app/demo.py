@@ -55,6 +55,7 @@ from daemon.api.models import (
     StatusResponse,
 )
 from daemon.api.plan import DeviceUse, NodePlan, Plan, PlanOption, PlanQuery, PlanState
+from daemon.api.rpc_split import RpcHelper
 from daemon.api.sources import FitQuery, Transfer
 
 _LOGGER = logging.getLogger(__name__)
@@ -204,8 +205,10 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices):
 
     def _start(self, model_id: str, **kw: Any) -> ModelStatus:
         index = list(self.definitions).index(model_id)
+        helpers = [RpcHelper(node=n, state="ready") for n in self.definitions[model_id].rpc_nodes]
         status = self.set_state(model_id, ModelState.STARTING, endpoint=f"http://127.0.0.1:{18080 + index}",
-                                started_at=time.time(), error=None, restarts_paused=False, **kw)
+                                started_at=time.time(), error=None, restarts_paused=False, rpc_helpers=helpers,
+                                **kw)
         if self.ready_after is not None:
             asyncio.get_running_loop().call_later(self.ready_after, self._become_ready, model_id)
         return status
@@ -216,7 +219,9 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices):
             self.set_state(model_id, ModelState.READY)
 
     def _stop(self, model_id: str) -> ModelStatus:
-        return self.set_state(model_id, ModelState.STOPPED, endpoint=None, started_at=None, restart_pending=False)
+        helpers = [RpcHelper(node=n, state="stopped") for n in self.definitions[model_id].rpc_nodes]
+        return self.set_state(model_id, ModelState.STOPPED, endpoint=None, started_at=None, restart_pending=False,
+                              rpc_helpers=helpers)
 
     # --- DaemonClient surface ---------------------------------------------------------------------
     async def close(self) -> None:

@@ -6,7 +6,8 @@ For vLLM and MLX a model folder can be chosen as well as a file; vLLM asks for i
 
 "How it runs here" lists the daemon's plan for a GGUF file on the node (every node's options,
 each with the context that fits, free now or needs room, and the flags); the picked one gives the
-saved model its node and GPU settings. A plan that fails says why, and Add still works. An external
+saved model its node and GPU settings (across nodes: the main node and its helper nodes, each
+one's layers in the row, the helpers named under the list). A plan that fails says why, and Add still works. An external
 endpoint asks for its base URL, the provider's model name and the path of an API key file (a path on
 the daemon's machine, never the key itself); it has no node, runtime or context."""
 

@@ -19,7 +19,8 @@ the field is not asked for there.
 offload or CPU, the context that fits, free now or needs room, the flags). The best one is picked
 at first; the user may pick another that fits now or once room is made. The saved definition takes
 the picked option's node and the llama.cpp settings it names (``n_gpu_layers``, ``gpus``,
-``split_mode``, ``tensor_split``, ``main_gpu``, ``ctx_size``). A plan that fails is shown
+``split_mode``, ``tensor_split``, ``main_gpu``, ``ctx_size``); an option across nodes gives its
+helper nodes too (``rpc_nodes``). A plan that fails is shown
 (``plan_error``) and adding still works, with the fields as typed.
 
 An external endpoint (source ``external``, runtime ``external``) is no file and is placed on no
@@ -184,12 +185,20 @@ class AddModelState:
                 context += f" (largest now {o.max_ctx_size}, empty {o.max_ctx_size_empty})"
             parts = [f"{where}: {o.label}", KIND_LABELS.get(o.kind, o.kind), context,
                      STATE_LABELS.get(o.state, o.state)]
+            if o.shares:  # across nodes: what each node holds
+                parts.append("layers: " + ", ".join(f"{sh.layers} on {self.node_name(sh.node)}" for sh in o.shares))
             if o.args:
                 parts.append(" ".join(o.args))
             if o.message and o.state not in PICKABLE_STATES:
                 parts.append(o.message)
             rows.append(" · ".join(parts))
         return tuple(rows)
+
+    @property
+    def rpc_nodes(self) -> tuple[str, ...]:
+        """The helper nodes the picked option runs with (across nodes): the definition's rpc_nodes."""
+        option = self.picked_option
+        return tuple(option.rpc_nodes) if option is not None and option.kind == "nodes" else ()
 
     @property
     def plan_note(self) -> str:
@@ -203,6 +212,10 @@ class AddModelState:
             notes.insert(0, "No node can run this file.")
         elif self.picked_option is None:
             notes.insert(0, "No option fits: adding keeps the settings as typed.")
+        elif self.rpc_nodes:
+            helpers = ", ".join(self.node_name(n) for n in self.rpc_nodes)
+            notes.insert(0, f"Runs across nodes: {self.node_name(self.picked_option.node)} runs it and "
+                         f"{helpers} hold part of its layers (llama.cpp RPC, inside the nodes' encrypted links).")
         return " ".join(notes)
 
     @property
@@ -484,7 +497,7 @@ class AddModelViewModel:
                 name = model_id or slug(os.path.basename(path.rstrip("/\\")).removesuffix(".gguf"))
                 view = await self.client.create_model(ModelDefinition(
                     id=name, served_name=name, node=s.node, model_path=path, runtime=s.runtime,
-                    image=s.chosen_image, **self._runtime_settings()))
+                    image=s.chosen_image, rpc_nodes=list(s.rpc_nodes), **self._runtime_settings()))
                 self._set(busy=False, done_ids=(view.definition.id,))
                 return
             if s.source == "hf":

@@ -15,7 +15,8 @@ pydantic error back to the field it belongs to.
 An external endpoint (runtime ``external``) runs on no node and has no runtime settings: its rows
 are the base URL, the provider's model name and the API key file (a path on the daemon's machine,
 never the key), and its runtime is not switched here (the agent runtimes are offered only to a
-model an agent runs). Every model has ``fallbacks``: the models that answer in its place.
+model an agent runs). Every model has ``fallbacks``: the models that answer in its place. A
+llama.cpp model has its helper nodes (``rpc_nodes``: other nodes holding part of its layers).
 """
 
 from __future__ import annotations
@@ -216,6 +217,10 @@ def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
         FieldSpec("model_path", "Model", "text", "Model", _MODEL_PATH_HELP.get(runtime, ""), optional=False),
         FieldSpec("node", "Node", "text", "Model", "'local' for this machine; 'auto' for the node where it fits "
                   "best at each start.", optional=False),
+        *((FieldSpec("rpc_nodes", "Helper nodes", "tags", "Model", "Other nodes that hold part of its layers "
+                     "(llama.cpp RPC, inside the nodes' encrypted links), comma-separated names or ids; each needs "
+                     "llama.cpp's rpc-server. Saved as node ids.", placeholder="none: it runs on its node alone"),)
+          if runtime == "llamacpp" else ()),
         FieldSpec("tags", "Tags", "tags", "Model", "Comma-separated, for filtering."),
         FieldSpec("description", "Description", "text", "Model"),
         _FALLBACKS,
