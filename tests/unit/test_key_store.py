@@ -26,7 +26,7 @@ from agent.pairing.enrollment import reset_identity
 from agent.paths import AgentPaths
 from daemon.pki import CertificateAuthority, install_ca_pem, key_pem, read_ca_pem
 from daemon.tls import ensure_client_certificate, keys_at_rest
-from tests.fakes.keychain import MemoryKeychain, RefusingKeychain
+from tests.fakes.keychain import ForgetfulKeychain, MemoryKeychain, RefusingKeychain
 
 PLAIN_MARKS = (b"BEGIN PRIVATE KEY", b"BEGIN EC PRIVATE KEY")
 
@@ -96,6 +96,18 @@ def test_a_plain_key_is_encrypted_in_place_on_first_start_with_a_keychain(
     assert _mode(key_file) == 0o600 and (SERVICE, account(key_file)) in memory.entries
     assert sorted(p.name for p in key_file.parent.iterdir() if p.name.endswith(".tmp")) == []
     assert keys_at_rest(tmp_path / "pki", None).keychain
+
+
+def test_a_keychain_that_keeps_no_secret_leaves_the_plain_key_as_it_was(
+        monkeypatch: pytest.MonkeyPatch, use_keychain, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MIRBADLLM_KEYRING", "off")
+    before = CertificateAuthority.load_or_create(tmp_path / "pki")
+    plain = (tmp_path / "pki" / "ca.key").read_bytes()
+    use_keychain(ForgetfulKeychain())
+    after = CertificateAuthority.load_or_create(tmp_path / "pki")  # the secret did not stick: no migration
+    assert _public(after) == _public(before) and (tmp_path / "pki" / "ca.key").read_bytes() == plain
+    state = keys_at_rest(tmp_path / "pki", None)
+    assert not state.keychain and "did not keep the secret" in (state.warning or "")
 
 
 @pytest.mark.parametrize("backend", [fail.Keyring(), RefusingKeychain()], ids=["no-backend", "refusing"])
