@@ -23,6 +23,7 @@ from daemon.admin import AdminApi
 from daemon.api.sources import Transfer
 from daemon.audit.api import AuditApi
 from daemon.audit.log import AuditLog
+from daemon.audit.system import record_system_events
 from daemon.background import Background
 from daemon.backup.api import BackupApi
 from daemon.backup.restore import Owners
@@ -194,6 +195,7 @@ async def start(d: DaemonDeps) -> None:
     d.background.spawn(d.health.run())
     d.background.spawn(d.orchestrator.watch_external())  # probes external endpoints (and closes their session)
     d.background.spawn(_housekeeping(d.history, d.keys, d.audit, d.config))
+    d.background.spawn(record_system_events(d.events, d.audit, d.events.last_id))  # evictions, restarts: system
     await d.nodes.start()
     d.background.spawn(d.jobs.recover())
     d.background.spawn(d.backup_scheduler.run())

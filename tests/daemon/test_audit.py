@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sqlite3
 import time
@@ -13,7 +14,10 @@ import pytest
 from daemon.api.audit import changes, summary
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.models import ApiKeyLimits, DaemonSettings
+from daemon.audit.actor import acting_as
 from daemon.audit.log import AuditLog, AuditQuery
+from daemon.audit.system import record_system_events
+from daemon.events import EventBus
 from daemon.history import History
 from tests.daemon.harness import model, running_daemon
 
@@ -175,3 +179,42 @@ async def test_secrets_in_a_snapshot_are_redacted(tmp_path: Path) -> None:
     assert "BEGIN" not in str(entry.after)
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("history.sqlite*"))
     assert b"hunter2" not in stored and b"tok-123" not in stored
+
+
+class _Noting:
+    """The real log, and an asyncio.Event per recorded entry for the test to wait on."""
+
+    def __init__(self, log: AuditLog) -> None:
+        self.log, self.recorded = log, asyncio.Event()
+
+    async def record(self, action: str, subject: str = "", *, before: object = None, after: object = None,
+                     detail: str = "", actor: str | None = None) -> None:
+        await self.log.record(action, subject, before=before, after=after, detail=detail, actor=actor)
+        self.recorded.set()
+
+
+async def test_what_the_daemon_does_on_its_own_is_recorded_as_system(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "history.sqlite")
+    await log.open()
+    bus = EventBus()
+    noting = _Noting(log)
+    follower = asyncio.get_running_loop().create_task(record_system_events(bus, noting, bus.last_id, poll_s=5))
+    try:
+        with acting_as("app"):  # an app's start made room: the eviction is still the daemon's
+            bus.publish("model.evicted", "small", for_model="big", freed_bytes=1 << 30, reason="needs 6 GiB")
+        bus.publish("model.state", "small", state="stopped")  # not an action: not recorded
+        bus.publish("model.crashed", "big", crashes=2, restart_in_s=4.0, error="exit 139")
+        while True:
+            noting.recorded.clear()
+            if len((await log.query(AuditQuery())).entries) >= 2:
+                break
+            await asyncio.wait_for(noting.recorded.wait(), 30)
+        entries = (await log.query(AuditQuery())).entries
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+        await log.close()
+    assert [(e.action, e.subject, e.actor) for e in entries] == [("model.crash_restart", "big", "system"),
+                                                                ("model.evict", "small", "system")]
+    assert entries[1].detail == "to make room for big: needs 6 GiB"
+    assert entries[0].detail == "crash 2 in a row, restart in 4 s"
