@@ -17,7 +17,7 @@ from app import format as fmt
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
-from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES
+from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES, GpuInfo
 from daemon.api.models import Event
 from daemon.api.nodes import DiscoveredNode, NodeState, NodeView
 from daemon.api.protocol import DaemonApi
@@ -88,6 +88,28 @@ def available_runtimes(node: NodeView | None) -> tuple[str, ...]:
     if node is None or not node.runtimes:
         return ("llamacpp",)
     return tuple(b.runtime for b in runtime_badges(node) if b.available)
+
+
+def gpu_health(gpu: GpuInfo) -> str:
+    """What a GPU reports of its health, where it reports it: ECC errors, XID errors, why its clocks
+    are held down (not for being idle), Apple silicon's unified memory; "—" when it reports none."""
+    parts: list[str] = []
+    if gpu.unified_memory:
+        limit = f", Metal limit {fmt.size(gpu.working_set_limit)}" if gpu.working_set_limit else ""
+        parts.append(f"unified memory{limit}")
+    if gpu.ecc is not None:
+        corrected = gpu.ecc.volatile_corrected if gpu.ecc.volatile_corrected is not None else gpu.ecc.aggregate_corrected
+        uncorrected = (gpu.ecc.volatile_uncorrected if gpu.ecc.volatile_uncorrected is not None
+                       else gpu.ecc.aggregate_uncorrected)
+        counts = [f"{n} {kind}" for n, kind in ((corrected, "corrected"), (uncorrected, "uncorrected")) if n is not None]
+        if counts:
+            parts.append("ECC " + ", ".join(counts))
+    if gpu.xid_events:
+        parts.append(f"XID ×{gpu.xid_events}" + (f" (last {gpu.last_xid})" if gpu.last_xid is not None else ""))
+    held = [r.replace("_", " ") for r in gpu.throttle_reasons or () if r != "gpu_idle"]
+    if held:
+        parts.append("throttled: " + ", ".join(held))
+    return " · ".join(parts) or "—"
 
 
 def node_label(node: NodeView) -> str:

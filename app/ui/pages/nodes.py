@@ -40,7 +40,13 @@ from app.viewmodels.node_charts import (
     NODE_CHARTS,
     NodeChartsState,
 )
-from app.viewmodels.nodes import BADGE, STATE_TEXT, NodesState, runtime_badges
+from app.viewmodels.nodes import (
+    BADGE,
+    STATE_TEXT,
+    NodesState,
+    gpu_health,
+    runtime_badges,
+)
 from daemon.api.contracts import short_fingerprint
 from daemon.api.nodes import NodeView
 
@@ -150,9 +156,10 @@ class NodePanel(QScrollArea):
         details.body.addLayout(form)
         col.addWidget(details)
         self.gpu_card = Card("GPUs")
-        self.gpus = QTableWidget(0, 6)
+        self.gpus = QTableWidget(0, 7)
         self.gpus.setObjectName("GpuTable")
-        self.gpus.setHorizontalHeaderLabels(["GPU", "UUID", "Memory", "Utilisation", "Temperature", "Power"])
+        self.gpus.setHorizontalHeaderLabels(["GPU", "UUID", "Memory", "Utilisation", "Temperature", "Power",
+                                             "Health"])
         self.gpus.verticalHeader().setVisible(False)
         self.gpus.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.gpus.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -239,7 +246,7 @@ class NodePanel(QScrollArea):
             cells = (f"{g.index} · {g.name}", g.uuid or "—", f"{fmt.size(g.memory_used)} of {fmt.size(g.memory_total)}",
                      fmt.percent(g.utilization_percent),
                      f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—",
-                     f"{g.power_w:.0f} W" if g.power_w is not None else "—")
+                     f"{g.power_w:.0f} W" if g.power_w is not None else "—", gpu_health(g))
             for col, text in enumerate(cells):
                 self.gpus.setItem(row, col, QTableWidgetItem(text))
         rows = sum(self.gpus.rowHeight(r) for r in range(self.gpus.rowCount()))
