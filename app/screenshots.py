@@ -45,10 +45,10 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
 # Every page of the main window, a model's tabs, and every dialog, by file name (``{mode}-{name}.png``).
 # tests/app/test_screenshots.py checks these cover main_window.PAGES and every QDialog in app.ui.
 PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
-              "nodes", "playground", "playground-completion", "access", "settings")
+              "nodes", "services", "playground", "playground-completion", "access", "settings")
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
                 "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",
-                "KeyLimitsDialog": "key-limits-dialog"}
+                "KeyLimitsDialog": "key-limits-dialog", "ServiceConfirmDialog": "service-confirm-dialog"}
 EXTRA_SHOTS = ("tuning-wizard-progress", "tray-menu")
 
 
@@ -82,6 +82,8 @@ async def _pages(window, ctx, save) -> None:  # type: ignore[no-untyped-def]
             _demo_completion(ctx)
         if name == "nodes":
             await ctx.nodes.refresh()
+        if name == "services":
+            await window.services.vm.refresh()
         wait = {LOGS: 0.6, CHARTS: 0.6, BENCHMARKS: 0.6}.get(tab, 0.4 if name == "nodes" else 0.2)  # type: ignore[arg-type]
         await _settle(wait)
         save(name, window)
@@ -107,6 +109,16 @@ async def _dialogs(window, ctx, demo, save) -> None:  # type: ignore[no-untyped-
     await _settle()
     save(DIALOG_SHOTS["KeyLimitsDialog"], limits)
     limits.close()
+
+    from app.ui.pages.services import ServiceConfirmDialog
+
+    docker = next(s for s in (await demo.list_services("local")).services if s.protected)
+    confirm = ServiceConfirmDialog(docker, "restart", "this machine", window)
+    confirm.name.setText("dock")
+    confirm.show()
+    await _settle()
+    save(DIALOG_SHOTS["ServiceConfirmDialog"], confirm)
+    confirm.close()
 
     window.show_page("nodes")
     pairing = window.nodes.open_pairing((await demo.discovered_nodes())[0])

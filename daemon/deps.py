@@ -56,6 +56,7 @@ from daemon.router.router import Router
 from daemon.routes import Handlers
 from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.runtimes.manager import RuntimeUpgradeManager
+from daemon.services.api import ServicesApi
 from daemon.sources.api import SourcesApi
 from daemon.sources.mirror import Mirror, MirrorApi
 from daemon.sources.registration import register_models
@@ -170,6 +171,7 @@ def handlers(d: DaemonDeps) -> Handlers:
         upgrades=UpgradesApi(d.upgrades),
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
         mirror=MirrorApi(d.mirror),
+        services=ServicesApi(d.links, d.history, d.paths.home / "services.json"),
         backup=BackupApi(d.backups),
         audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views))

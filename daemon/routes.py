@@ -26,6 +26,7 @@ from daemon.nodes.api import NodesApi
 from daemon.probes import Probes
 from daemon.router.router import Router
 from daemon.runtimes.api import RuntimeUpgradesApi
+from daemon.services.api import ServicesApi
 from daemon.sources.api import SourcesApi
 from daemon.sources.mirror import MirrorApi
 from daemon.upgrades.api import UpgradesApi
@@ -43,6 +44,7 @@ class Handlers:
     upgrades: UpgradesApi
     runtime_upgrades: RuntimeUpgradesApi
     mirror: MirrorApi
+    services: ServicesApi
     backup: BackupApi
     audit: AuditApi
     prometheus: PrometheusTargets
@@ -122,4 +124,6 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/nodes/{id}", nodes.get_node),
         web.delete("/api/nodes/{id}", nodes.remove),
         web.get("/api/nodes/{id}/gpus/{gpu}/history", nodes.gpu_history),    # ?range=5m|1h|24h|7d
+        web.get("/api/nodes/{id}/services", h.services.list_services),       # ?all=0|1; daemon.services.api
+        web.post("/api/nodes/{id}/services/{name}/{action}", h.services.act),  # start|stop|restart; body: ServiceActionBody
     ]

@@ -10,6 +10,7 @@
     mirbadllm ctl keys list | create NAME | limit ID [--rpm N] [--tokens-per-day N] | revoke ID  (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
+    mirbadllm ctl services NODE [list [--all] | start|stop|restart NAME [--confirm NAME]]   (ctl_services)
     mirbadllm ctl backup create [--passphrase-file F] [--out FILE] | list | restore FILE [--yes]  (ctl_backup)
     mirbadllm ctl audit [--action A] [--subject S] [--since 1h] [--limit N] [--json]       (ctl_audit)
 """
@@ -38,6 +39,8 @@ from mirbadllm import (
     ctl_plan,
     ctl_sources,
 )
+from mirbadllm.ctl_services import add_parser as add_services_parser
+from mirbadllm.ctl_services import run as run_services
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -79,6 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_daemon.add_parser(groups)
     ctl_jobs.add_parser(groups)
     ctl_keys.add_parser(groups)
+    add_services_parser(groups)
     ctl_backup.add_parser(groups)
     ctl_audit.add_parser(groups)
     return parser.parse_args(argv)
@@ -112,6 +116,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_daemon.run(args, client)
     if args.group in ("bench", "tune", "jobs"):
         return await ctl_jobs.run(args, client)
+    if args.group == "services":
+        return await run_services(args, client)
     if args.group == "backup":
         return await ctl_backup.run(args, client)
     if args.group == "audit":

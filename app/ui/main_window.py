@@ -1,4 +1,4 @@
-"""The main window: a sidebar of pages (Overview, Models, Nodes, Playground, Access, Settings) and a status bar.
+"""The main window: a sidebar of pages (Overview, Models, Nodes, Services, Playground, Access, Settings) and a status bar.
 
 Closing the window hides it: the tray stays and the models keep running. Quitting is the tray's
 (or the File menu's) job.
@@ -30,12 +30,13 @@ from app.ui.pages.models import ModelsPage
 from app.ui.pages.nodes import NodesPage
 from app.ui.pages.overview import OverviewPage
 from app.ui.pages.playground import PlaygroundPage
+from app.ui.pages.services import ServicesPage
 from app.ui.pages.settings import SettingsPage
 from app.ui.widgets import bind
 from app.viewmodels.fleet import FleetSnapshot, FleetState
 
-PAGES = (("overview", "Overview"), ("models", "Models"), ("nodes", "Nodes"), ("playground", "Playground"),
-         ("access", "Access"), ("settings", "Settings"))
+PAGES = (("overview", "Overview"), ("models", "Models"), ("nodes", "Nodes"), ("services", "Services"),
+         ("playground", "Playground"), ("access", "Access"), ("settings", "Settings"))
 
 
 class MainWindow(QMainWindow):
@@ -60,10 +61,12 @@ class MainWindow(QMainWindow):
         self.models = ModelsPage(ctx)
         self.models.open_wizard = self.open_add_model
         self.nodes = NodesPage(ctx)
+        self.services = ServicesPage(ctx)
         self.playground = PlaygroundPage(ctx)
         self.access = AccessPage(ctx)
         self.settings = SettingsPage(ctx, apply_theme)
-        for widget in (self.overview, self.models, self.nodes, self.playground, self.access, self.settings):
+        for widget in (self.overview, self.models, self.nodes, self.services, self.playground, self.access,
+                       self.settings):
             self.stack.addWidget(widget)
         row.addWidget(self.stack, 1)
         self.setCentralWidget(central)

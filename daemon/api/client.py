@@ -22,6 +22,8 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/nodes/{id}                  -> NodeView
     DELETE /api/nodes/{id}                  -> 204              # stops its models, unpairs the agent
     GET    /api/nodes/{id}/gpus/{gpu}/history -> HistorySeries  # ?range=5m|1h|24h|7d; gpu: UUID or index
+    GET    /api/nodes/{id}/services         -> ServicesList     # ?all=0|1 (daemon.api.services)
+    POST   /api/nodes/{id}/services/{name}/{action} -> ServiceActionResult  # start|stop|restart; body: ServiceActionBody
     GET    /api/nodes/upgrade               -> RolloutView      # the agent rollout, per node
     POST   /api/nodes/upgrade               -> RolloutView      # body: UpgradeRequest; 202, 409 upgrade_running
     GET    /api/nodes/runtime-upgrade       -> RuntimeRolloutView  # the llama.cpp build rollout, per node
@@ -66,6 +68,7 @@ Route table (admin token as ``Authorization: Bearer``):
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -95,6 +98,12 @@ from daemon.api.models import (
 from daemon.api.nodes import DiscoveredNode, NodeAddressRequest, NodeAddResult, NodeView
 from daemon.api.plan import Plan, PlanQuery
 from daemon.api.runtime_upgrades import RuntimeRolloutView, RuntimeUpgradeRequest
+from daemon.api.services import (
+    ServiceAction,
+    ServiceActionBody,
+    ServiceActionResult,
+    ServicesList,
+)
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -338,6 +347,20 @@ class DaemonClient:
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         data = await self._call("GET", f"/api/nodes/{node_id}/gpus/{gpu}/history", params={"range": range_})
         return HistorySeries.model_validate(data)
+
+    # --- host services of a node (daemon.services.api) ------------------------------------------
+    async def list_services(self, node_id: str, every: bool = False) -> ServicesList:
+        """The node's whitelisted services with their state; ``every``: all its service manager knows."""
+        data = await self._call("GET", f"/api/nodes/{node_id}/services", params={"all": int(every)})
+        return ServicesList.model_validate(data)
+
+    async def service_action(self, node_id: str, name: str, action: ServiceAction,
+                             confirm: str | None = None) -> ServiceActionResult:
+        """Start, stop or restart a service on a node; a protected one needs ``confirm`` = its name, typed."""
+        path = f"/api/nodes/{node_id}/services/{urllib.parse.quote(name, safe='@:+')}/{action}"
+        data = await self._call("POST", path, body=ServiceActionBody(confirm=confirm).model_dump(),
+                                timeout=aiohttp.ClientTimeout(total=180, connect=5))
+        return ServiceActionResult.model_validate(data)
 
     # --- jobs: benchmarks and tuning ------------------------------------------------------------
     async def start_benchmark(self, request: BenchmarkRequest) -> JobView:

@@ -102,6 +102,7 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("list_nodes", lambda r: ()), ("get_node", lambda r: ("local",)), ("discovered_nodes", lambda r: ()),
         ("add_node_address", lambda r: (pairing[0],)), ("pair_node", lambda r: pairing),
         ("gpu_history", lambda r: (r["pair_node"].id, "0", "5m")), ("start_upgrade", lambda r: ()),
+        ("list_services", lambda r: ("local", True)), ("service_action", lambda r: ("local", "ollama", "start")),
         ("upgrade_status", lambda r: ()), ("start_runtime_upgrade", lambda r: ("/builds/llamacpp-demo", None)),
         ("runtime_upgrade_status", lambda r: ()), ("remove_node", lambda r: (r["pair_node"].id,)),
         ("plan_tune", lambda r: (TuneRequest(model=model),)),

@@ -64,14 +64,14 @@ class InProcessAgent:
 
 async def start_inprocess_agent(home: Path, *, name: str = "inproc", llama_server: Path | None = None,
                                 gpus: list[GpuInfo] | None = None, first_port: int = 41000,
-                                memory_probe: Any = None) -> InProcessAgent:
+                                memory_probe: Any = None, service_manager: Any = None) -> InProcessAgent:
     paths = AgentPaths(home).ensure()
     made: list[AgentDeps] = []
 
     def build() -> AgentDeps:
         deps = build_deps(home, llama_server=llama_server, telemetry_interval_s=0.2,
                           gpu_probe=FakeGpuProbe(list(gpus or [])), first_port=first_port,
-                          memory_probe=memory_probe)
+                          memory_probe=memory_probe, service_manager=service_manager)
         made.append(deps)
         return deps
 

@@ -1,0 +1,87 @@
+"""The admin API of host services: each node's OS services, through that node's agent.
+
+    GET  /api/nodes/{id}/services                    -> ServicesList         # ?all=0|1
+    POST /api/nodes/{id}/services/{name}/{action}    -> ServiceActionResult  # start|stop|restart; body: ServiceActionBody
+
+The agent decides what may be done (its deny list, whitelist and protected names,
+``agent.services.policy``); the daemon adds the names of its own ``services.json``
+(``daemon.services.policy``) and audits every action and every refusal, whoever refused it.
+Refusals keep the agent's status and code (403 ``service_denied``, ``service_not_whitelisted``,
+``service_confirm_required``; 404 ``service_not_found``; 502 ``service_action_failed``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from aiohttp import web
+
+from agent.api.client import AgentClient, AgentError
+from agent.api.services import SERVICE_ACTIONS, ServiceActionRequest
+from daemon.api.services import ServiceActionBody
+from daemon.errors import (
+    DaemonProblem,
+    error_response,
+    json_response,
+    read_json,
+    validated,
+)
+from daemon.nodes.links import Links
+from daemon.services.policy import names_for
+
+MAX_BODY = 16 * 1024
+
+
+class AuditTrail(Protocol):
+    """Where an action is recorded (``daemon.history.History.audit``)."""
+
+    async def audit(self, actor: str, action: str, subject: str = "", detail: str = "") -> None: ...
+
+
+class ServicesApi:
+    def __init__(self, links: Links, audit: AuditTrail, policy_file: Path) -> None:
+        self._links = links
+        self._audit = audit
+        self._policy_file = policy_file
+
+    def _client(self, node: str) -> AgentClient:
+        link = self._links.get(node)
+        if link is None:
+            raise DaemonProblem(404, "node_unknown", f"no node '{node}'")
+        if not link.online:
+            raise DaemonProblem(503, "node_offline", f"node '{node}' is offline: {link.last_error}")
+        return link.client
+
+    async def list_services(self, request: web.Request) -> web.Response:
+        node = request.match_info["id"]
+        client = self._client(node)
+        names = names_for(self._policy_file, node)
+        every = request.query.get("all", "0") not in ("0", "", "false")
+        try:
+            listing = await client.services(every, names.allow, names.protect)
+        except AgentError as exc:
+            return error_response(exc.status or 502, exc.code, exc.message)
+        return json_response(listing)
+
+    async def act(self, request: web.Request) -> web.Response:
+        node, name, action = request.match_info["id"], request.match_info["name"], request.match_info["action"]
+        if action not in SERVICE_ACTIONS:
+            raise DaemonProblem(404, "unknown_action", f"no service action '{action[:40]}': start, stop or restart")
+        body = validated(ServiceActionBody, await read_json(request, MAX_BODY, empty={}))
+        subject = f"{node}/{name}"
+        try:
+            client = self._client(node)
+        except DaemonProblem as exc:
+            await self._audit.audit("admin", f"service.{action}", subject, f"refused ({exc.code}): {exc.message}")
+            raise
+        names = names_for(self._policy_file, node)
+        try:
+            result = await client.service_action(name, action, ServiceActionRequest(
+                confirm=body.confirm, allow=names.allow, protect=names.protect))
+        except AgentError as exc:
+            verdict = "failed" if exc.status in (0, 502) or exc.status >= 500 else "refused"
+            await self._audit.audit("admin", f"service.{action}", subject, f"{verdict} ({exc.code}): {exc.message}")
+            return error_response(exc.status or 502, exc.code, exc.message)
+        await self._audit.audit("admin", f"service.{action}", subject, f"ok: {result.service.state.value}")
+        return json_response(result)

@@ -1,0 +1,128 @@
+"""The Services page over the fake daemon, offscreen: a node's whitelisted services with their state,
+start/stop/restart, the typed-name confirm for a protected one, the deny list shown and never offered."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication, QLabel, QPushButton
+
+from app.context import AppContext
+from app.ui import theme
+from app.ui.main_window import MainWindow
+from app.ui.pages.services import ServiceConfirmDialog
+from daemon.api.client import DaemonError
+from daemon.api.services import ServiceInfo
+
+
+@pytest.fixture
+def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
+           tmp_path: Path) -> Iterator[MainWindow]:
+    if theme.current_name() != "light" or not qapp.styleSheet():
+        theme.apply(qapp, "light")
+    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx.fleet.feed._poll_timeout = 5
+    ctx.start()
+    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded and ctx.nodes.state.value.loaded)
+    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
+    win.show()
+    yield win
+    ctx.nodes.close()
+    ctx.node_charts.hide()
+    ctx.logs.stop()
+    ctx.charts.hide()
+    win.quitting = True
+    win.close()
+    win.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def _rows(win: MainWindow) -> dict[str, tuple[str, str]]:
+    table = win.services.table
+    found = {}
+    for row in range(table.rowCount()):
+        state = table.cellWidget(row, 2)
+        assert isinstance(state, QLabel)
+        found[table.item(row, 0).text()] = (state.text(), table.item(row, 3).text())
+    return found
+
+
+def _button(win: MainWindow, name: str) -> QPushButton | None:
+    return win.services.findChild(QPushButton, name)
+
+
+def test_the_page_lists_a_nodes_whitelisted_services_and_starts_one(window: MainWindow, fake: FakeDaemonClient,
+                                                                   qtbot: Any) -> None:
+    window.show_page("services")
+    qtbot.waitUntil(lambda: window.services.table.rowCount() > 0)
+    rows = _rows(window)
+    assert rows["ollama"] == ("Stopped", "Manageable")
+    assert rows["docker"] == ("Running", "Protected — type its name")
+    assert "ssh" not in rows  # only the whitelisted ones, until every service is asked for
+    assert window.services.node_picker.currentText() == "this machine"
+    assert "systemd: 4 services whitelisted" in window.services.note.text()
+    start = _button(window, "start-ollama.service")
+    assert start is not None and _button(window, "stop-ollama.service") is None
+    start.click()
+    qtbot.waitUntil(lambda: _rows(window)["ollama"][0] == "Running")
+    assert fake.called("service_action")[-1] == ("local", "ollama.service", "start", None)
+    assert _button(window, "stop-ollama.service") is not None
+
+
+def test_a_protected_service_acts_only_with_its_name_typed(window: MainWindow, fake: FakeDaemonClient,
+                                                          qtbot: Any) -> None:
+    window.show_page("services")
+    qtbot.waitUntil(lambda: _button(window, "restart-docker.service") is not None)
+    asked: list[str] = []
+    window.services.ask_confirm = lambda _w, info, action, node: asked.append(f"{action} {info.name} {node}") or None
+    _button(window, "restart-docker.service").click()  # type: ignore[union-attr]
+    assert asked == ["restart docker.service this machine"]
+    assert fake.called("service_action") == []  # cancelled: nothing sent
+
+    window.services.ask_confirm = lambda _w, info, action, node: "docker"
+    _button(window, "restart-docker.service").click()  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: len(fake.called("service_action")) == 1)
+    assert fake.called("service_action")[0] == ("local", "docker.service", "restart", "docker")
+
+
+def test_the_confirm_dialog_opens_its_button_only_on_the_exact_name(qapp: QApplication) -> None:
+    docker = ServiceInfo(name="docker.service", display_name="docker", whitelisted=True, protected=True)
+    dialog = ServiceConfirmDialog(docker, "stop", "gpu-box")
+    assert not dialog.ok.isEnabled()
+    dialog.name.setText("dock")
+    assert not dialog.ok.isEnabled()
+    dialog.name.setText("Docker")
+    assert dialog.ok.isEnabled() and dialog.typed() == "Docker"
+    dialog.name.setText("docker.service ")
+    assert dialog.ok.isEnabled()
+    dialog.close()
+
+
+def test_every_service_shows_why_a_system_one_is_not_manageable_and_offers_nothing(
+        window: MainWindow, fake: FakeDaemonClient, qtbot: Any) -> None:
+    window.show_page("services")
+    qtbot.waitUntil(lambda: window.services.table.rowCount() > 0)
+    window.services.show_all.click()
+    qtbot.waitUntil(lambda: "ssh" in _rows(window))
+    rows = _rows(window)
+    assert rows["ssh"] == ("Running", "System — not manageable (ssh*)")
+    assert rows["nginx"][1] == "Not whitelisted"
+    for name in ("ssh.service", "dbus.service", "mirbadllm-agent.service", "nginx.service"):
+        for action in ("start", "stop", "restart"):
+            assert _button(window, f"{action}-{name}") is None, (action, name)
+
+
+def test_a_refused_action_is_said_and_the_state_stays(window: MainWindow, fake: FakeDaemonClient, qtbot: Any) -> None:
+    window.show_page("services")
+    qtbot.waitUntil(lambda: _button(window, "stop-open-webui.service") is not None)
+    fake.fail_next["service_action"] = DaemonError(502, "service_action_failed",
+                                                   "stop open-webui.service failed: Interactive authentication required.")
+    _button(window, "stop-open-webui.service").click()  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: "Interactive authentication required" in window.statusBar().currentMessage())
+    assert _rows(window)["open-webui"][0] == "Running"
