@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from app.demo_audit import DemoAudit
+from app.demo_backup import DemoBackups
 from app.demo_host_services import DemoHostServices
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
@@ -104,7 +105,7 @@ def _bare_host() -> HostSnapshot:
                                       memory_used=5 * GIB, utilization_percent=42.0)])
 
 
-class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices):
+class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
     ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare

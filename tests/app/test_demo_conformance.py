@@ -110,6 +110,10 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("get_job", lambda r: (r["start_benchmark"].id,)), ("cancel_job", lambda r: (r["start_benchmark"].id,)),
         ("start_tune", lambda r: (TuneRequest(model=model),)), ("list_jobs", lambda r: (model, "tune")),
         ("apply_job", lambda r: (_apply_target(r),)),
+        ("save_backup", lambda r: ("demo passphrase",)), ("list_backups", lambda r: ()),
+        ("download_backup", lambda r: (r["save_backup"].name,)), ("create_backup", lambda r: (None,)),
+        ("preview_restore", lambda r: (r["download_backup"], "demo passphrase", False)),
+        ("restore_backup", lambda r: (r["create_backup"], None, False)),
         ("close", lambda r: ()),
     ]
 

@@ -1,0 +1,130 @@
+"""The Backup page's view-model: back up now (into the daemon's backup directory, or into a file
+here), the daily backups' list, and a restore from a file, previewed first and applied on request.
+
+A passphrase is handed to the daemon and not kept: for a restore, only between its preview and its
+apply (or cancel), in this object, never in the state the page renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.viewmodels.observable import Observable
+from daemon.api.backup import (
+    BackupFile,
+    BackupListing,
+    PreviewRow,
+    RestorePreview,
+    RestoreResult,
+)
+from daemon.api.client import DaemonError
+from daemon.api.protocol import DaemonApi
+
+_LOGGER = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CHANGE_LABELS = {"new": "New", "changed": "Changed", "identical": "Same", "skipped": "Skipped"}
+KIND_LABELS = {"model": "Model", "key": "API key", "node": "Node", "settings": "Settings",
+               "ca": "Certificate authority", "secret": "Secret"}
+
+
+def row_cells(row: PreviewRow) -> tuple[str, str, str, str]:
+    """What the preview table shows of a row: change, kind, item, and the fields or the note."""
+    detail = ", ".join(row.fields)
+    if row.note:
+        detail = f"{detail} — {row.note}" if detail else row.note
+    return CHANGE_LABELS.get(row.change, row.change), KIND_LABELS.get(row.kind, row.kind), row.label, detail
+
+
+@dataclass(frozen=True)
+class BackupState:
+    listing: BackupListing | None = None
+    preview: RestorePreview | None = None
+    restore_file: str = ""
+    result: RestoreResult | None = None
+    busy: str | None = None
+    error: str | None = None
+
+    @property
+    def can_apply(self) -> bool:
+        return self.preview is not None and self.busy is None and \
+            any(r.change in ("new", "changed") for r in self.preview.rows)
+
+
+class BackupViewModel:
+    def __init__(self, client: DaemonApi) -> None:
+        self.client = client
+        self.state: Observable[BackupState] = Observable(BackupState())
+        self._pending: tuple[str, str | None] | None = None  # the previewed text and its passphrase
+
+    def _set(self, **changes: Any) -> None:
+        self.state.set(replace(self.state.value, **changes))
+
+    async def _busy(self, what: str, action: Awaitable[T]) -> T:
+        self._set(busy=what, error=None)
+        try:
+            return await action
+        except DaemonError as exc:
+            self._set(error=exc.message)
+            raise
+        finally:
+            self._set(busy=None)
+
+    async def refresh(self) -> None:
+        try:
+            self._set(listing=await self.client.list_backups(), error=None)
+        except DaemonError as exc:
+            self._set(error=exc.message)
+
+    async def back_up_now(self, passphrase: str = "") -> BackupFile:
+        """A backup into the daemon's backup directory."""
+        saved = await self._busy("Backing up…", self.client.save_backup(passphrase or None))
+        await self.refresh()
+        return saved
+
+    async def save_to_file(self, path: Path, passphrase: str = "") -> Path:
+        """A backup written to ``path`` on this machine (0600)."""
+        text = await self._busy("Backing up…", self.client.create_backup(passphrase or None))
+        await asyncio.get_running_loop().run_in_executor(None, _write_private, path, text)
+        return path
+
+    async def preview_file(self, path: Path, passphrase: str = "") -> RestorePreview:
+        """Read a backup file and ask the daemon what restoring it would change (nothing changes)."""
+        try:
+            text = await asyncio.get_running_loop().run_in_executor(None, path.read_text, "utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self._set(error=f"Cannot read {path.name}: {exc}")
+            raise ValueError(f"Cannot read {path.name}: {exc}") from exc
+        self._set(preview=None, result=None, restore_file=path.name)
+        preview = await self._busy("Reading the backup…", self.client.preview_restore(text, passphrase or None))
+        self._pending = (text, passphrase or None)
+        self._set(preview=preview)
+        return preview
+
+    async def apply(self) -> RestoreResult:
+        """Restore what was previewed."""
+        if self._pending is None:
+            raise ValueError("Preview a backup first.")
+        text, passphrase = self._pending
+        result = await self._busy("Restoring…", self.client.restore_backup(text, passphrase))
+        self._pending = None
+        self._set(preview=None, result=result)
+        return result
+
+    def cancel(self) -> None:
+        self._pending = None
+        self._set(preview=None, restore_file="", error=None)
+
+
+def _write_private(path: Path, text: str) -> None:
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
