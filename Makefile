@@ -62,6 +62,7 @@ screenshots: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed runtime
 	$(PY) bench/router_overhead.py
 	$(PY) bench/admission_estimate.py
+	$(PY) bench/jit_eviction.py
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check app daemon agent mirbadllm tests bench
