@@ -50,9 +50,12 @@ class ServiceConfirmDialog(QDialog):
         super().__init__(parent)
         self.info = info
         self.setWindowTitle(f"{action.capitalize()} {info.display_name or info.name}?")
+        self.setMinimumWidth(420)
         layout = QVBoxLayout(self)
-        layout.addWidget(label(f"{info.name} on {node} is protected: other things on the node depend on it "
-                               f"(with Docker, every container stops). Type its name to {action} it.", wrap=True))
+        containers = " (every container on it stops with it)" if _typed(info.name).startswith(("docker", "containerd")) \
+            else ""
+        layout.addWidget(label(f"{info.name} on {node} is protected: other things on the node depend on it"
+                               f"{containers}. Type its name to {action} it.", wrap=True))
         self.name = QLineEdit()
         self.name.setObjectName("ConfirmName")
         self.name.setPlaceholderText(info.display_name or info.name)
