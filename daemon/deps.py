@@ -145,7 +145,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     mirror = Mirror(links, transfers, registry, events, history, paths.local_agent_home / "models", background.spawn)
     listener = Listener(config, paths)
     backups = BackupService(Owners(registry, keys, nodes.store, config, listener.apply, paths.pki, events),
-                            paths.home, history)
+                            paths.home, audit)
     return DaemonDeps(config=config, paths=paths, admin_token=token, listener=listener,
                       background=background, events=events, registry=registry, keys=keys, history=history,
                       audit=audit, metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,

@@ -64,7 +64,7 @@ class BackupScheduler:
     async def run_once(self) -> BackupFile | None:
         """One scheduled backup and the prune after it; a failure is an event, never an exception."""
         try:
-            saved = await self._service.save(self._passphrase(), actor="daemon")
+            saved = await self._service.save(self._passphrase(), scheduled=True)
             dropped = self._service.prune(self._config.backup.keep)
         except Exception as exc:  # noqa: BLE001 - a failed backup is reported, the daemon goes on
             reason = exc.message if isinstance(exc, DaemonProblem) else f"{type(exc).__name__}: {exc}"

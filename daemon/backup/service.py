@@ -17,6 +17,7 @@ import socket
 import time
 from pathlib import Path
 
+from daemon.api.audit import ACTOR_SYSTEM
 from daemon.api.backup import (
     BACKUP_NAME_PATTERN,
     MAX_BACKUP_BYTES,
@@ -27,15 +28,19 @@ from daemon.api.backup import (
 )
 from daemon.api.program import program_version
 from daemon.atomic import write_atomic
+from daemon.audit.log import Recorder
 from daemon.backup import ca as backup_ca
 from daemon.backup import document
 from daemon.backup.errors import BackupRefused
 from daemon.backup.restore import Owners, Plan, apply_plan, plan_restore
-from daemon.history import History
 
 _LOGGER = logging.getLogger(__name__)
 
 _NAME = re.compile(BACKUP_NAME_PATTERN)
+
+
+def _secrets_note(passphrase: str | None) -> str:
+    return "CA and secrets encrypted" if passphrase else "no secrets"
 
 
 def host_label() -> str:
@@ -43,10 +48,10 @@ def host_label() -> str:
 
 
 class BackupService:
-    def __init__(self, owners: Owners, home: Path, history: History) -> None:
+    def __init__(self, owners: Owners, home: Path, audit: Recorder) -> None:
         self.owners = owners
         self._home = home
-        self._history = history
+        self._audit = audit  # daemon.audit.log.AuditLog: who backed up or restored what
         self._lock = asyncio.Lock()  # one backup or restore at a time
         self.last_error: str | None = None  # of the last scheduled run (BackupScheduler)
 
@@ -119,14 +124,15 @@ class BackupService:
             None, lambda: document.build(contents, secrets, passphrase, created_at=time.time(), host=host_label(),
                                          daemon_version=program_version()))
 
-    async def save(self, passphrase: str | None, actor: str = "admin") -> BackupFile:
+    async def save(self, passphrase: str | None, *, scheduled: bool = False) -> BackupFile:
         """Write a backup into the directory (atomically) and record it."""
         async with self._lock:
             data = await self.make(passphrase)
             directory = self._ready_directory()
             path = self._new_path(directory)
             await asyncio.get_running_loop().run_in_executor(None, write_atomic, path, data, 0o600)
-        await self._history.audit(actor, "backup.create", path.name, "encrypted" if passphrase else "no secrets")
+        await self._audit.record("backup.create", path.name, detail=_secrets_note(passphrase),
+                                 actor=ACTOR_SYSTEM if scheduled else None)
         self.owners.events.publish("backup.created", None, name=path.name, encrypted=passphrase is not None)
         _LOGGER.info("backup written: %s", path)
         return BackupFile(name=path.name, size=len(data), created_at=path.stat().st_mtime,
@@ -142,7 +148,7 @@ class BackupService:
     async def answered(self, passphrase: str | None) -> bytes:
         """A backup to hand to the caller (a download), recorded like a saved one."""
         data = await self.make(passphrase)
-        await self._history.audit("admin", "backup.create", "download", "encrypted" if passphrase else "no secrets")
+        await self._audit.record("backup.create", "download", detail=_secrets_note(passphrase))
         return data
 
     def prune(self, keep: int) -> list[str]:
@@ -176,7 +182,9 @@ class BackupService:
             parsed, plan = await self._plan(text, passphrase, replace_ca)
             done = await apply_plan(self.owners, plan)
         summary = f"{done.applied} applied, {len(done.failed)} refused, from {parsed.document.host}"
-        await self._history.audit("admin", "backup.restore", parsed.document.host, summary)
+        changed = [f"{r.kind} {r.id}" for r in plan.rows if r.change in ("new", "changed")]
+        await self._audit.record("backup.restore", parsed.document.host, detail=summary,
+                                 after={"changed": changed, "refused": done.failed})
         self.owners.events.publish("backup.restored", None, applied=done.applied, failed=len(done.failed),
                                    restart_required=done.restart_required)
         _LOGGER.info("restored a backup of %s: %s", parsed.document.host, summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import tomllib
 from pathlib import Path
@@ -82,6 +83,8 @@ async def test_a_backup_restores_into_a_fresh_home_and_the_old_key_works(
         assert key_file.read_text() == "sk-provider-SECRET-123\n" and key_file.stat().st_mode & 0o777 == 0o600
         assert node.id in [n.id for n in await new.client.list_nodes()]
         assert (new_home / "pki" / "ca.crt").read_bytes() == ca_cert
+        [entry] = (await new.client.audit(action="backup.restore")).entries
+        assert "model chat" in entry.after["changed"] and PASSPHRASE not in json.dumps(entry.model_dump())
     assert tomllib.loads((new_home / "config.toml").read_text())["require_api_keys"] is True  # saved
     # The harness takes its config from the test, not config.toml: say what the next start reads.
     async with running_daemon(new_home, fake_runtime, require_api_keys=True) as again:
@@ -112,7 +115,8 @@ def _flip_ciphertext(text: str) -> str:
 
 
 async def test_each_refusal_names_its_reason_and_changes_nothing(
-        tmp_path: Path, model_file: Path) -> None:
+        tmp_path: Path, model_file: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     async with running_daemon(tmp_path / "old", None, local_agent=False) as old:
         await old.client.create_key("laptop")
         text = await old.client.create_backup(PASSPHRASE)
@@ -138,6 +142,7 @@ async def test_each_refusal_names_its_reason_and_changes_nothing(
         assert (tmp_path / "new" / "pki" / "ca.crt").read_bytes() == ca_before
         events = await new.client.events(0, timeout=0)
         assert not [e for e in events.events if e.type == "backup.restored"]
+    assert PASSPHRASE not in caplog.text and "not the passphrase" not in caplog.text  # never logged
 
 
 async def test_the_preview_says_new_changed_and_identical_with_the_fields(
