@@ -171,7 +171,7 @@ def handlers(d: DaemonDeps) -> Handlers:
         upgrades=UpgradesApi(d.upgrades),
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
         mirror=MirrorApi(d.mirror),
-        services=ServicesApi(d.links, d.history, d.paths.home / "services.json"),
+        services=ServicesApi(d.links, d.audit, d.paths.home / "services.json"),
         backup=BackupApi(d.backups),
         audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views))

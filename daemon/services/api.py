@@ -5,7 +5,8 @@
 
 The agent decides what may be done (its deny list, whitelist and protected names,
 ``agent.services.policy``); the daemon adds the names of its own ``services.json``
-(``daemon.services.policy``) and audits every action and every refusal, whoever refused it.
+(``daemon.services.policy``) and records every action and every refusal, whoever refused it, in the
+audit log (``daemon.audit``: ``service.start|stop|restart``, subject ``NODE/NAME``, the service after).
 Refusals keep the agent's status and code (403 ``service_denied``, ``service_not_whitelisted``,
 ``service_confirm_required``; 404 ``service_not_found``; 502 ``service_action_failed``).
 """
@@ -13,13 +14,13 @@ Refusals keep the agent's status and code (403 ``service_denied``, ``service_not
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 from aiohttp import web
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.services import SERVICE_ACTIONS, ServiceActionRequest
 from daemon.api.services import ServiceActionBody
+from daemon.audit.log import Recorder
 from daemon.errors import (
     DaemonProblem,
     error_response,
@@ -33,14 +34,8 @@ from daemon.services.policy import names_for
 MAX_BODY = 16 * 1024
 
 
-class AuditTrail(Protocol):
-    """Where an action is recorded (``daemon.history.History.audit``)."""
-
-    async def audit(self, actor: str, action: str, subject: str = "", detail: str = "") -> None: ...
-
-
 class ServicesApi:
-    def __init__(self, links: Links, audit: AuditTrail, policy_file: Path) -> None:
+    def __init__(self, links: Links, audit: Recorder, policy_file: Path) -> None:
         self._links = links
         self._audit = audit
         self._policy_file = policy_file
@@ -73,7 +68,7 @@ class ServicesApi:
         try:
             client = self._client(node)
         except DaemonProblem as exc:
-            await self._audit.audit("admin", f"service.{action}", subject, f"refused ({exc.code}): {exc.message}")
+            await self._audit.record(f"service.{action}", subject, detail=f"refused ({exc.code}): {exc.message}")
             raise
         names = names_for(self._policy_file, node)
         try:
@@ -81,7 +76,8 @@ class ServicesApi:
                 confirm=body.confirm, allow=names.allow, protect=names.protect))
         except AgentError as exc:
             verdict = "failed" if exc.status in (0, 502) or exc.status >= 500 else "refused"
-            await self._audit.audit("admin", f"service.{action}", subject, f"{verdict} ({exc.code}): {exc.message}")
+            await self._audit.record(f"service.{action}", subject, detail=f"{verdict} ({exc.code}): {exc.message}")
             return error_response(exc.status or 502, exc.code, exc.message)
-        await self._audit.audit("admin", f"service.{action}", subject, f"ok: {result.service.state.value}")
+        await self._audit.record(f"service.{action}", subject, after=result.service,
+                                 detail=f"ok: {result.service.state.value}")
         return json_response(result)

@@ -6,11 +6,11 @@ service manager is a fake behind the composition root's seam: listing, actions, 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 
+from daemon.api.audit import AuditEntry
 from daemon.api.client import DaemonError
 from daemon.api.services import ServiceState
 from mirbadllm import ctl
@@ -29,10 +29,9 @@ async def _paired(rd: RunningDaemon, agent: InProcessAgent) -> str:
     return node.id
 
 
-def _audit(home: Path) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(home / "history.sqlite") as db:
-        rows = db.execute("SELECT action, subject, detail FROM audit WHERE action LIKE 'service.%' ORDER BY ts").fetchall()
-    return [(str(a), str(s), str(d)) for a, s, d in rows]
+async def _audit(rd: RunningDaemon) -> list[AuditEntry]:
+    """The service entries of the audit log, oldest first (``GET /api/audit?action=service``)."""
+    return list(reversed((await rd.client.audit(action="service", limit=500)).entries))
 
 
 async def _refused(rd: RunningDaemon, node: str, name: str, action: str, confirm: str | None = None) -> DaemonError:
@@ -84,8 +83,12 @@ async def test_services_through_the_daemon_to_a_real_agent_with_every_refusal_au
             every = await rd.client.list_services(node, every=True)
             assert {s.name for s in every.services} >= {"dbus.service", "gdm3.service", "trap.service"}
 
-            audit = _audit(home)
-            assert ("service.start", f"{node}/ollama", "ok: running") in audit
+            entries = await _audit(rd)
+            assert {e.actor for e in entries} == {"admin token"}  # this client names no client
+            started_entry = next(e for e in entries if e.action == "service.start" and e.subject == f"{node}/ollama")
+            assert started_entry.detail == "ok: running" and started_entry.after["name"] == "ollama.service"
+            assert started_entry.after["state"] == "running"
+            audit = [(e.action, e.subject, e.detail) for e in entries]
             assert ("service.restart", f"{node}/docker", "ok: running") in audit
             assert any(a == "service.stop" and s == f"{node}/ssh" and d.startswith("refused (service_denied)")
                        for a, s, d in audit)
