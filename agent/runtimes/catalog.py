@@ -202,8 +202,9 @@ def read_build(folder: Path, system: str | None = None, machine: str | None = No
 
 def built_llama_server(roots: list[Path], system: str | None = None,
                        machine: str | None = None, sys_platform: str = sys.platform) -> RuntimeExecutable | None:
-    """The newest portable build for this system and machine under ``roots``."""
-    found: list[tuple[tuple[int, ...], RuntimeExecutable]] = []
+    """The newest portable build for this system and machine under ``roots``; of builds of one
+    version (other CMake flags: other keys), the one built last (its manifest's time)."""
+    found: list[tuple[tuple[tuple[int, ...], float], RuntimeExecutable]] = []
     for root in roots:
         try:
             folders = sorted(p for p in root.iterdir() if p.is_dir())
@@ -212,7 +213,11 @@ def built_llama_server(roots: list[Path], system: str | None = None,
         for folder in folders:
             build = read_build(folder, system, machine, sys_platform)
             if build is not None:
-                found.append((_version_key(build.version or "0"), build))
+                try:
+                    built_at = (folder / RUNTIME_MANIFEST).stat().st_mtime
+                except OSError:
+                    built_at = 0.0
+                found.append(((_version_key(build.version or "0"), built_at), build))
     if not found:
         return None
     return max(found, key=lambda item: item[0])[1]
