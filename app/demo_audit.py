@@ -32,7 +32,8 @@ def _seed(now: float) -> list[AuditEntry]:
     rows: list[tuple[float, str, str, str, str, Any, Any]] = [
         (now - 86400 * 0.9, ACTOR_CTL, "node.pair", node["id"], "mac-studio at 192.168.1.20:8485", None, node),
         (now - 86400 * 0.5, ACTOR_CTL, "key.revoke", "k0", "", key, None),
-        (now - 7200, ACTOR_SYSTEM, "model.restart", "mistral-nemo-12b", "health: crashed, restart 1 of 3", None, None),
+        (now - 7200, ACTOR_SYSTEM, "model.crash_restart", "mistral-nemo-12b", "crash 1 in a row, restart in 2 s", None,
+         None),
         (now - 3600, ACTOR_APP, "model.update", coder["id"], "", coder, edited),
         (now - 600, ACTOR_APP, "settings.update", "", "", {"lan_access": False, "require_api_keys": False,
                                                            "audit_retention_days": 90},

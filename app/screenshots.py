@@ -45,7 +45,7 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
 # Every page of the main window, a model's tabs, and every dialog, by file name (``{mode}-{name}.png``).
 # tests/app/test_screenshots.py checks these cover main_window.PAGES and every QDialog in app.ui.
 PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
-              "nodes", "services", "playground", "playground-completion", "access", "backup",
+              "nodes", "services", "playground", "playground-completion", "access", "audit", "backup",
               "settings")
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
                 "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",
@@ -87,6 +87,10 @@ async def _pages(window, ctx, save) -> None:  # type: ignore[no-untyped-def]
             await window.services.vm.refresh()
         if name == "backup":
             await window.backup.vm.refresh()
+        if name == "audit":  # the demo's model edit selected: its change shows below the log
+            await window.audit.vm.refresh()
+            window.audit.vm.select(next((e.id for e in window.audit.vm.state.value.entries
+                                         if e.action == "model.update"), None))
         wait = {LOGS: 0.6, CHARTS: 0.6, BENCHMARKS: 0.6}.get(tab, 0.4 if name == "nodes" else 0.2)  # type: ignore[arg-type]
         await _settle(wait)
         save(name, window)

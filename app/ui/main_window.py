@@ -26,6 +26,7 @@ from app.ui import theme
 from app.ui.add_model_dialog import AddModelDialog
 from app.ui.icons import app_icon, svg_icon
 from app.ui.pages.access import AccessPage
+from app.ui.pages.audit import AuditPage
 from app.ui.pages.backup import BackupPage
 from app.ui.pages.models import ModelsPage
 from app.ui.pages.nodes import NodesPage
@@ -37,7 +38,8 @@ from app.ui.widgets import bind
 from app.viewmodels.fleet import FleetSnapshot, FleetState
 
 PAGES = (("overview", "Overview"), ("models", "Models"), ("nodes", "Nodes"), ("services", "Services"),
-         ("playground", "Playground"), ("access", "Access"), ("backup", "Backup"), ("settings", "Settings"))
+         ("playground", "Playground"), ("access", "Access"), ("audit", "Audit"), ("backup", "Backup"),
+         ("settings", "Settings"))
 
 
 class MainWindow(QMainWindow):
@@ -65,10 +67,11 @@ class MainWindow(QMainWindow):
         self.services = ServicesPage(ctx)
         self.playground = PlaygroundPage(ctx)
         self.access = AccessPage(ctx)
+        self.audit = AuditPage(ctx)
         self.backup = BackupPage(ctx)
         self.settings = SettingsPage(ctx, apply_theme)
         for widget in (self.overview, self.models, self.nodes, self.services, self.playground, self.access,
-                       self.backup, self.settings):
+                       self.audit, self.backup, self.settings):
             self.stack.addWidget(widget)
         row.addWidget(self.stack, 1)
         self.setCentralWidget(central)
