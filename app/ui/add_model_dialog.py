@@ -4,9 +4,10 @@ chosen node's runtimes are shown as badges, and the runtime is picked among the 
 For vLLM and MLX a model folder can be chosen as well as a file; vLLM asks for its container image
 (the node's by default); MLX has no context size to ask for.
 
-"How it runs here" lists the daemon's plan for a GGUF file on the node (every node's options,
-each with the context that fits, free now or needs room, and the flags); the picked one gives the
-saved model its node and GPU settings (across nodes: the main node and its helper nodes, each
+"How it runs here" lists the daemon's plan for a GGUF file on the node, or on Hugging Face before
+it is downloaded (only its header is read, by each node): every node's options, each with the
+context that fits, free now or needs room, and the flags; the picked one gives the saved (or
+downloaded) model its node and GPU settings (across nodes: the main node and its helper nodes, each
 one's layers in the row, the helpers named under the list). A plan that fails says why, and Add still works. An external
 endpoint asks for its base URL, the provider's model name and the path of an API key file (a path on
 the daemon's machine, never the key itself); it has no node, runtime or context."""
@@ -275,7 +276,7 @@ class AddModelDialog(QDialog):
             self.form.setRowVisible(row, not s.external)
         self.fit_button.setVisible(not s.external)
         self.model_id.setPlaceholderText("made from the provider model" if s.external else "made from the file name")
-        self.plan_button.setVisible(s.source == "file")
+        self.plan_button.setVisible(s.source in ("file", "hf"))
         self.plan_button.setEnabled(s.can_plan)
         self.plan_button.setText("Asking the nodes…" if s.planning else "How it runs here")
         self.plan_list.setVisible(bool(s.plan_options))

@@ -14,14 +14,17 @@ the image and the runtime's settings: the context field is llama.cpp's ``ctx_siz
 ``max_model_len``; MLX has no context setting (``mlx_lm.server`` sizes its cache by itself), so
 the field is not asked for there.
 
-"How it runs here": for a GGUF file on the node (llama.cpp) the wizard asks the daemon's plan
+"How it runs here": for a GGUF file on the node, or one on Hugging Face before it is downloaded (its
+header read over HTTP ranges by each node), for llama.cpp, the wizard asks the daemon's plan
 (``DaemonApi.plan``, every online node) and lists each option (``plan_rows``: the node, GPU, split,
 offload or CPU, the context that fits, free now or needs room, the flags). The best one is picked
 at first; the user may pick another that fits now or once room is made. The saved definition takes
 the picked option's node and the llama.cpp settings it names (``n_gpu_layers``, ``gpus``,
 ``split_mode``, ``tensor_split``, ``main_gpu``, ``ctx_size``); an option across nodes gives its
-helper nodes too (``rpc_nodes``). A plan that fails is shown
-(``plan_error``) and adding still works, with the fields as typed.
+helper nodes too (``rpc_nodes``). A Hugging Face file is downloaded to the picked option's node,
+and the daemon registers it with those settings and helpers (``DownloadQuery.settings``,
+``rpc_nodes``). A plan that fails is shown (``plan_error``) and adding still works, with the fields
+as typed.
 
 An external endpoint (source ``external``, runtime ``external``) is no file and is placed on no
 node: its base URL, the provider's model name and, optionally, the path of a file on the daemon's
@@ -151,9 +154,13 @@ class AddModelState:
 
     @property
     def can_plan(self) -> bool:
-        """A GGUF file on the node, for llama.cpp: the plan reads its header on each node."""
-        return (self.source == "file" and self.runtime == "llamacpp"
-                and self.path.strip().lower().endswith(".gguf") and not self.planning)
+        """A GGUF file on the node or on Hugging Face, for llama.cpp: the plan reads its header on each
+        node (a Hugging Face file's over HTTP ranges: nothing is downloaded)."""
+        if self.runtime != "llamacpp" or self.planning:
+            return False
+        if self.source == "hf":
+            return bool(self.hf_repo.strip() and self.hf_file.strip())
+        return self.source == "file" and self.path.strip().lower().endswith(".gguf")
 
     @property
     def plan_options(self) -> tuple[PlanOption, ...]:
@@ -358,7 +365,7 @@ class AddModelViewModel:
         if name == "ctx_size":
             value = int(value) if str(value).strip() else None
         changes: dict[str, Any] = {name: value, "fit": None, "fit_text": "", "error": None}
-        if name in ("path", "ctx_size"):  # another question: the old plan no longer answers it
+        if name in ("path", "hf_repo", "hf_file", "ctx_size"):  # another question: the old plan no longer answers it
             changes.update(plan=None, plan_error=None, picked=None)
         elif name == "node":  # a node typed by hand: no option picked any more (the plan stays listed)
             changes.update(picked=None)
@@ -382,8 +389,9 @@ class AddModelViewModel:
             return None
         self._set(planning=True, plan=None, plan_error=None, picked=None, error=None)
         try:
-            plan = await self.client.plan(PlanQuery(model_path=s.path.strip(), ctx_size=s.ctx_size,
-                                                    settings=self._settings()))
+            hf = self._hf_ref() if s.source == "hf" else None  # a Hugging Face file: only its header is read
+            plan = await self.client.plan(PlanQuery(model_path=None if hf else s.path.strip(), hf=hf,
+                                                    ctx_size=s.ctx_size, settings=self._settings()))
         except (DaemonError, ValueError) as exc:
             self._set(planning=False, plan_error=getattr(exc, "message", str(exc)))
             return None
@@ -500,8 +508,10 @@ class AddModelViewModel:
                     image=s.chosen_image, rpc_nodes=list(s.rpc_nodes), **self._runtime_settings()))
                 self._set(busy=False, done_ids=(view.definition.id,))
                 return
-            if s.source == "hf":
-                transfer = await self.client.download(DownloadQuery(node=s.node, hf=self._hf_ref(), model_id=model_id))
+            if s.source == "hf":  # registered when done, with the picked option's settings and helpers
+                placed = self._placed_settings() if s.picked_option is not None or s.ctx_size else None
+                transfer = await self.client.download(DownloadQuery(node=s.node, hf=self._hf_ref(), model_id=model_id,
+                                                                    settings=placed, rpc_nodes=list(s.rpc_nodes)))
             else:
                 transfer = await self.client.import_ollama(OllamaImportQuery(
                     node=s.node, model=s.ollama_model.strip(), store=s.ollama_store.strip() or None,

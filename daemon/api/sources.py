@@ -1,7 +1,8 @@
 """Contracts of the daemon's model-source API: will it fit, downloads, imports and their transfers.
 
 The node's agent does the work (``agent.api.sources``); these add which node, and what to
-register once a transfer is done. Progress reaches the app as events: ``transfer.state`` and
+register once a transfer is done (with ``settings`` and ``rpc_nodes``: how the first model runs, the
+plan option the wizard picked before the download). Progress reaches the app as events: ``transfer.state`` and
 ``transfer.progress`` (data: a ``Transfer``), then ``model.added`` for each registered model.
 """
 
@@ -11,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import (
     DownloadRequest,
     FitRequest,
@@ -38,6 +40,11 @@ class Registration(BaseModel):
     preset: Literal["demo"] | None = Field(
         default=None, description="Register the first model with a known definition: the demo model's "
                                   "settings (daemon.api.demo_model).")
+    settings: LlamaCppSettings | None = Field(
+        default=None, description="llama.cpp settings of the first model (the add-model wizard's plan option "
+                                  "picked: its GPUs, layers, split and context); None: the defaults.")
+    rpc_nodes: list[str] = Field(default_factory=list, max_length=8,
+                                 description="The first model's helper nodes (a plan option across nodes).")
 
 
 class DownloadQuery(DownloadRequest, Registration):

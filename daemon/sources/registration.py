@@ -2,7 +2,9 @@
 
 Each model found gets an id (the one asked for, else one made from its file name, made unique),
 a served name, and ``--mmproj`` when it came with a vision projector; with ``preset="demo"`` the
-first model gets the demo model's definition (``daemon.api.demo_model``). The registry checks every
+first model gets the demo model's definition (``daemon.api.demo_model``); with ``settings`` (and
+``rpc_nodes``) the first model gets those llama.cpp settings and helpers: the plan option the
+add-model wizard picked before the download. The registry checks every
 definition as it would one typed by the user (``daemon.validation``).
 """
 
@@ -49,6 +51,9 @@ async def register_models(registry: Registry, events: EventBus, history: History
             id=model_id, served_name=served, node=transfer.node, model_path=imported.model_path, sources=source,
             extra_args=["--mmproj", imported.projector_path] if imported.projector_path else [],
             tags=list(query.tags), description=f"Added from {imported.origin}"[:500])
+        if n == 0:  # the plan option picked before the download: how it runs, and its helper nodes
+            placed = {"settings": getattr(query, "settings", None), "rpc_nodes": list(getattr(query, "rpc_nodes", []))}
+            definition = definition.model_copy(update={k: v for k, v in placed.items() if v not in (None, [])})
         if n == 0 and getattr(query, "preset", None) == "demo":
             definition = demo_definition(imported.model_path, node=transfer.node, model_id=model_id, source=source)
             definition = definition.model_copy(update={"served_name": served})

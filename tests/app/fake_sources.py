@@ -3,8 +3,10 @@
 ``fit_report``, ``ollama`` and ``lmstudio`` are what ``fit``, ``ollama_models`` and ``lmstudio_models``
 answer. A download or import answers with a queued transfer (in the demo daemon's own book); the
 test moves it along with ``advance(...)``, which publishes ``transfer.progress`` / ``transfer.state``
-events exactly as the daemon does, and registers the model when the transfer is done (with the
-demo's definition when the query asks for ``preset="demo"``).
+events exactly as the daemon does, and registers the model when the transfer is done (on the
+transfer's node, with the query's llama.cpp ``settings`` and ``rpc_nodes`` when it names them, as
+``daemon.sources.registration`` does; with the demo's definition when the query asks for
+``preset="demo"``).
 """
 
 from __future__ import annotations
@@ -88,7 +90,9 @@ class FakeSourcesClient(FakeDaemonClient):
         if new.state == TransferState.DONE and old.state != TransferState.DONE:
             query = self.queries[transfer_id]
             model_id = query.model_id or "downloaded"
-            self.definitions[model_id] = definition(model_id)
+            placed = {k: v for k, v in (("settings", getattr(query, "settings", None)),
+                                        ("rpc_nodes", list(getattr(query, "rpc_nodes", [])))) if v not in (None, [])}
+            self.definitions[model_id] = definition(model_id, node=new.node, **placed)  # as the daemon registers it
             if getattr(query, "preset", None) == "demo":
                 from daemon.api.demo_model import demo_definition
 

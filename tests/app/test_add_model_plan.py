@@ -193,7 +193,7 @@ def test_the_wizard_lists_the_plan_and_saves_the_option_clicked(window: tuple[Ma
     dialog.show()
     try:
         qtbot.waitUntil(lambda: bool(dialog.vm.state.value.nodes))
-        assert not dialog.plan_button.isVisible(), "no plan for a Hugging Face download"
+        assert dialog.plan_button.isVisible() and not dialog.plan_button.isEnabled(), "no Hugging Face file named"
         dialog.source_buttons.button(1).click()  # a file on the node
         assert dialog.plan_button.isVisible() and not dialog.plan_button.isEnabled()
         qtbot.keyClicks(dialog.path, FILE)

@@ -1,0 +1,217 @@
+"""The add-model wizard's "how it runs here" for a GGUF on Hugging Face, before anything is downloaded:
+the plan asked for the Hugging Face file (each node reads only its header), its options listed, the
+option picked sent with the download and found in the definition registered when the download is
+done; a plan that fails is shown and the download still goes ahead. Over the demo daemon (its own
+plan), a hand-made two-node plan, and the real widgets offscreen."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_sources import FakeSourcesClient
+from helpers import until
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtWidgets import QApplication
+from test_add_model_plan import BOX, gpu_box, two_node_plan
+
+from agent.api.sources import TransferState
+from app.context import AppContext
+from app.ui import theme
+from app.ui.add_model_dialog import AddModelDialog
+from app.ui.main_window import MainWindow
+from app.viewmodels.add_model import AddModelViewModel
+from app.viewmodels.fleet import FleetViewModel
+from daemon.api.client import DaemonError
+from daemon.api.plan import Plan, PlanQuery
+
+REPO, FILE = "acme/tiny-GGUF", "tiny-Q4_K_M.gguf"
+
+
+class PlannedSources(FakeSourcesClient):
+    """The sources fake answering ``plan`` with the plan the test made (None: the demo's own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.planned: Plan | None = None
+
+    async def plan(self, query: PlanQuery) -> Plan:
+        if self.planned is None:
+            return await super().plan(query)
+        self._record("plan", query)
+        return self.planned
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[PlannedSources, AddModelViewModel]]:
+    fake = PlannedSources()
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    fleet.feed._poll_timeout = 1
+    fleet.start()
+    await until(lambda: fleet.snapshot.value.loaded)
+    vm = AddModelViewModel(fake, fleet.events)
+    await vm.load_nodes()
+    yield fake, vm
+    vm.close()
+    await until(lambda: fleet.feed.since >= fake._last_id)
+    await fleet.stop()
+
+
+def hugging_face(vm: AddModelViewModel, file: str = FILE) -> None:
+    vm.set_source("hf")
+    vm.set_field("hf_repo", REPO)
+    vm.set_field("hf_file", file)
+
+
+async def download_done(fake: PlannedSources, vm: AddModelViewModel) -> None:
+    transfer = vm.state.value.transfer
+    assert transfer is not None and vm.state.value.running
+    fake.advance(transfer.id, state=TransferState.DONE, stage="done")
+    await until(lambda: bool(vm.state.value.done_ids))
+
+
+async def test_the_plan_of_a_hugging_face_file_is_listed_and_the_pick_is_registered(
+        setup: tuple[PlannedSources, AddModelViewModel]) -> None:
+    fake, vm = setup
+    vm.set_source("hf")
+    vm.set_field("hf_repo", REPO)
+    assert not vm.state.value.can_plan, "a repo alone names no file"
+    vm.set_field("hf_file", "Q4_K_M")
+    assert vm.state.value.can_plan
+    assert await vm.check_plan() is not None
+    query = fake.called("plan")[0][0]
+    assert (query.node, query.model_path, query.hf.repo, query.hf.quant, query.hf.file) == (
+        None, None, REPO, "Q4_K_M", None), "every node is asked about the Hugging Face file, not a path"
+    assert not fake.called("download"), "nothing is downloaded to plan"
+    s = vm.state.value
+    gpu, cpu = s.plan_rows
+    assert gpu.startswith("This machine: GPU 0 (NVIDIA GeForce RTX 4090) · GPU · 32768 tokens of context")
+    assert cpu.startswith("This machine: CPU only · CPU") and "--device none" in cpu
+    assert s.picked == 0
+    vm.pick_option(1)  # the CPU
+    vm.set_field("model_id", "tiny")
+    await vm.add()
+    download = fake.called("download")[0][0]
+    assert (download.node, download.hf.quant, download.model_id) == ("local", "Q4_K_M", "tiny")
+    assert download.settings is not None and (download.settings.gpus, download.settings.n_gpu_layers) == ([], 0)
+    await download_done(fake, vm)
+    registered = (await fake.get_model("tiny")).definition
+    assert (registered.node, registered.settings.gpus, registered.settings.n_gpu_layers,
+            registered.settings.ctx_size) == ("local", [], 0, 32768), "the option picked runs the downloaded model"
+
+
+async def test_an_option_on_another_node_downloads_there_with_its_gpu_split(
+        setup: tuple[PlannedSources, AddModelViewModel]) -> None:
+    fake, vm = setup
+    fake.planned = two_node_plan()
+    fake.nodes.append(gpu_box())
+    await vm.load_nodes()
+    hugging_face(vm)
+    vm.set_field("ctx_size", "8192")
+    await vm.check_plan()
+    s = vm.state.value
+    assert fake.called("plan")[0][0].hf.file == FILE and fake.called("plan")[0][0].ctx_size == 8192
+    assert s.plan_rows[2].startswith("gpu-box: GPUs 0 and 1 by layers · split across GPUs")
+    assert s.picked == 2 and s.node == BOX, "the best option is the one free now, on gpu-box"
+    vm.set_field("model_id", "tiny")
+    await vm.add()
+    download = fake.called("download")[0][0]
+    assert download.node == BOX, "the file goes to the node that runs it"
+    await download_done(fake, vm)
+    registered = (await fake.get_model("tiny")).definition
+    assert registered.node == BOX
+    assert (registered.settings.gpus, registered.settings.split_mode, registered.settings.tensor_split,
+            registered.settings.main_gpu, registered.settings.n_gpu_layers, registered.settings.ctx_size) == (
+        [0, 1], "layer", "3,1", 0, 41, 8192)
+
+
+async def test_another_file_drops_the_plan_and_no_pick_downloads_with_the_settings_as_typed(
+        setup: tuple[PlannedSources, AddModelViewModel]) -> None:
+    fake, vm = setup
+    hugging_face(vm)
+    await vm.check_plan()
+    assert vm.state.value.plan_rows
+    vm.set_field("hf_file", "tiny-Q8_0.gguf")
+    assert vm.state.value.plan is None and vm.state.value.plan_rows == () and vm.state.value.picked is None
+    await vm.add()
+    assert fake.called("download")[0][0].settings is None, "no option picked, no context typed: the defaults"
+
+
+async def test_a_failing_plan_is_shown_and_the_download_still_works(
+        setup: tuple[PlannedSources, AddModelViewModel]) -> None:
+    fake, vm = setup
+    hugging_face(vm, "*.gguf")
+    vm.set_field("ctx_size", "4096")
+    fake.fail_next["plan"] = DaemonError(400, "invalid_source", "'*.gguf' matches several models in acme/tiny-GGUF")
+    assert await vm.check_plan() is None
+    s = vm.state.value
+    assert s.plan_note.startswith("No plan: '*.gguf' matches several models") and "still add" in s.plan_note
+    assert s.can_add and s.error is None and s.plan_rows == ()
+    vm.set_field("model_id", "tiny")
+    await vm.add()
+    download = fake.called("download")[0][0]
+    assert download.settings is not None and (download.settings.ctx_size, download.settings.gpus) == (4096, None)
+    await download_done(fake, vm)
+    assert (await fake.get_model("tiny")).definition.settings.ctx_size == 4096
+
+
+# --- widgets ----------------------------------------------------------------------------------------
+@pytest.fixture
+def window(qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
+           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext, PlannedSources]]:
+    if theme.current_name() != "light" or not qapp.styleSheet():
+        theme.apply(qapp, "light")
+    fake = PlannedSources()
+    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx.fleet.feed._poll_timeout = 5
+    ctx.start()
+    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
+    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
+    win.show()
+    yield win, ctx, fake
+    ctx.logs.stop()
+    ctx.charts.hide()
+    win.quitting = True
+    win.close()
+    win.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.mark.gui
+def test_the_wizard_plans_a_hugging_face_file_and_downloads_the_option_clicked(
+        window: tuple[MainWindow, AppContext, PlannedSources], qtbot: Any) -> None:
+    win, ctx, fake = window
+    dialog = AddModelDialog(ctx, win)
+    dialog.show()
+    try:
+        qtbot.waitUntil(lambda: bool(dialog.vm.state.value.nodes))
+        assert dialog.vm.state.value.source == "hf"
+        assert dialog.plan_button.isVisible() and not dialog.plan_button.isEnabled(), "no file named yet"
+        qtbot.keyClicks(dialog.hf_repo, REPO)
+        qtbot.keyClicks(dialog.hf_file, "Q4_K_M")
+        assert dialog.plan_button.isEnabled() and not dialog.plan_list.isVisible()
+        qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: dialog.plan_list.count() == 2)
+        assert fake.called("plan")[0][0].hf.quant == "Q4_K_M" and not fake.called("download")
+        assert dialog.plan_list.isVisible() and dialog.plan_list.currentRow() == 0
+        assert dialog.plan_list.item(0).text().startswith("This machine: GPU 0 (NVIDIA GeForce RTX 4090) · GPU")
+        dialog.plan_list.setCurrentRow(1)  # the CPU
+        assert dialog.add_button.text() == "Download and add" and dialog.add_button.isEnabled()
+        qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: bool(fake.called("download")))
+        download = fake.called("download")[0][0]
+        assert download.settings is not None and (download.settings.gpus, download.settings.n_gpu_layers) == ([], 0)
+
+        fake.fail_next["plan"] = DaemonError(404, "not_found", "no GGUF file in acme/tiny-GGUF matches 'Q5'")
+        dialog.hf_file.clear()
+        qtbot.keyClicks(dialog.hf_file, "Q5")
+        assert not dialog.plan_list.isVisible(), "the old plan answered another file"
+        qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: dialog.plan_note.isVisible())
+        assert dialog.plan_note.text().startswith("No plan: no GGUF file in acme/tiny-GGUF matches 'Q5'")
+        assert dialog.plan_note.property("role") == "error"
+    finally:
+        dialog.reject()
