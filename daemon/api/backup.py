@@ -7,7 +7,8 @@ The document is one JSON file, ``format`` ``mirbadllm-backup`` at ``version`` ``
 - ``nodes``: the paired nodes' non-secret records (address, the pinned agent certificate);
 - ``settings``: the run-time ``DaemonSettings``;
 - ``secrets`` (only with a passphrase): AES-256-GCM over ``BackupSecrets`` (the CA's key and
-  certificate, the external models' key files), its key derived from the passphrase by ``kdf``.
+  certificate, the daemon's client key and certificate that paired agents pin, the external models'
+  key files), its key derived from the passphrase by ``kdf``.
   The associated data binds the format, the version, the KDF parameters and a digest of the plain
   sections, so none of them can be changed without the restore noticing.
 
@@ -99,6 +100,8 @@ class BackupSecrets(BaseModel):
     """The encrypted section's plaintext."""
 
     ca: BackupCa | None = None
+    daemon_client: BackupCa | None = Field(default=None, description="The daemon's client key and certificate: "
+                                           "paired agents pin this certificate, so it comes back with the CA.")
     key_files: dict[str, str] = Field(default_factory=dict, description="External models' key files: path -> "
                                                                          "content.")
 

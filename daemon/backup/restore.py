@@ -5,7 +5,8 @@ Every change is made through the part that owns it: ``Registry.add``/``update`` 
 ``Listener.apply`` for settings (saved to config.toml), ``daemon.backup.ca`` for the CA. A restore
 merges: what this daemon has and the backup lacks stays.
 
-The CA. A backup made with a passphrase carries the CA. It replaces this daemon's CA when this
+The CA. A backup made with a passphrase carries the CA and the daemon's client identity (which
+paired agents pin). Both replace this daemon's own when this
 daemon has no paired node the backup's CA did not sign (a fresh home, or this same fleet), or
 when the request asks for it (``replace_ca``, fleet recovery); otherwise this daemon keeps its CA,
 because replacing it would cut off the nodes it paired itself. A node is restored only when the
@@ -57,6 +58,8 @@ class Plan:
     rows: list[PreviewRow] = field(default_factory=list)
     key_files: dict[str, str] = field(default_factory=dict)
     ca: Any = None  # BackupCa to install
+    client: Any = None  # the daemon client identity (BackupCa) that comes with it
+    ca_cert: Any = None
     nodes: list[NodeRecord] = field(default_factory=list)
     models: list[tuple[ModelDefinition, bool]] = field(default_factory=list)  # (definition, is new)
     keys: list[BackupKey] = field(default_factory=list)
@@ -133,7 +136,7 @@ def _plan_ca(owners: Owners, plan: Plan, secrets: BackupSecrets | None, replace_
         return current_cert
     plan.rows.append(PreviewRow(kind="ca", id="ca", label="certificate authority", change="changed",
                                 fields=["key", "certificate"], note="replaced; in effect at the daemon's next start"))
-    plan.ca = secrets.ca
+    plan.ca, plan.client, plan.ca_cert = secrets.ca, secrets.daemon_client, backup_cert
     return backup_cert
 
 
@@ -203,6 +206,8 @@ async def apply_plan(owners: Owners, plan: Plan) -> Applied:
     if plan.ca is not None:
         try:
             backup_ca.replace_ca(owners.pki_dir, plan.ca)
+            if plan.client is not None:  # the certificate the paired agents pin
+                backup_ca.replace_client(owners.pki_dir, plan.client, plan.ca_cert)
             done.applied += 1
             done.restart_required = True
         except (OSError, ValueError) as exc:

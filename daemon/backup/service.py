@@ -115,7 +115,8 @@ class BackupService:
                 except (OSError, UnicodeDecodeError) as exc:
                     _LOGGER.warning("backup: the key file of model %s is not readable (%s); left out",
                                     definition.id, type(exc).__name__)
-        return BackupSecrets(ca=backup_ca.read_ca(self.owners.pki_dir), key_files=files)
+        return BackupSecrets(ca=backup_ca.read_ca(self.owners.pki_dir),
+                             daemon_client=backup_ca.read_client(self.owners.pki_dir), key_files=files)
 
     async def make(self, passphrase: str | None) -> bytes:
         """The backup's bytes (with ``passphrase``: the CA and secrets encrypted into it)."""

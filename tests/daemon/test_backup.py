@@ -59,6 +59,7 @@ async def test_a_backup_restores_into_a_fresh_home_and_the_old_key_works(
         text = await old.client.create_backup(PASSPHRASE)
         ca_key = key_pem(old.daemon.nodes.ca.key) if old.daemon.nodes.ca else b""
         ca_cert = (tmp_path / "old" / "pki" / "ca.crt").read_bytes()
+        client_cert = (tmp_path / "old" / "pki" / "daemon-client.crt").read_bytes()  # what paired agents pin
     raw = text.encode()
     body = b"".join(ca_key.splitlines()[1:-1])
     assert secret.encode() not in raw and body and body not in raw and b"SECRET-123" not in raw
@@ -83,12 +84,14 @@ async def test_a_backup_restores_into_a_fresh_home_and_the_old_key_works(
         assert key_file.read_text() == "sk-provider-SECRET-123\n" and key_file.stat().st_mode & 0o777 == 0o600
         assert node.id in [n.id for n in await new.client.list_nodes()]
         assert (new_home / "pki" / "ca.crt").read_bytes() == ca_cert
+        assert (new_home / "pki" / "daemon-client.crt").read_bytes() == client_cert
         [entry] = (await new.client.audit(action="backup.restore")).entries
         assert "model chat" in entry.after["changed"] and PASSPHRASE not in json.dumps(entry.model_dump())
     assert tomllib.loads((new_home / "config.toml").read_text())["require_api_keys"] is True  # saved
     # The harness takes its config from the test, not config.toml: say what the next start reads.
     async with running_daemon(new_home, fake_runtime, require_api_keys=True) as again:
         assert await _v1_models(again, None) == 401
+        assert (new_home / "pki" / "daemon-client.crt").read_bytes() == client_cert  # kept, not reissued
         assert again.daemon.links.get(node.id) is not None  # the restored node is trusted and linked
         assert await _v1_models(again, secret) == 200
         again_preview = await again.client.preview_restore(text, PASSPHRASE)
