@@ -20,7 +20,7 @@ from agent.api.rpc import RPC_SERVERS_PATH, RpcServerRequest, RpcServersPage
 from agent.problems import AgentProblem
 from agent.rpc.peers import PEER, Peer, refusal
 from agent.rpc.servers import RpcServers
-from agent.rpc.tunnel import MAX_FRAME, pipe
+from agent.rpc.tunnel import HEARTBEAT_S, MAX_FRAME, pipe
 from agent.runtimes.ports import LOOPBACK
 
 _LOGGER = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def routes(prefix: str, get: Callable[[web.Request], RpcServers]) -> list[web.Ro
         except OSError as exc:
             raise AgentProblem(f"the rpc-server of grant {grant!r} does not answer: {exc}", status=502,
                                code="rpc_server_unreachable") from exc
-        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, autoping=True)
+        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, autoping=True, heartbeat=HEARTBEAT_S)
         try:
             await ws.prepare(request)
         except BaseException:

@@ -26,7 +26,7 @@ from agent.api.key_store import load_cert_chain
 from agent.api.models import API_PREFIX
 from agent.api.rpc import RpcPeer, rpc_tunnel_path
 from agent.identity import AgentIdentity
-from agent.rpc.tunnel import MAX_FRAME, pipe
+from agent.rpc.tunnel import HEARTBEAT_S, MAX_FRAME, pipe
 from agent.runtimes.ports import LOOPBACK
 
 _LOGGER = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ class RpcForwards:
     async def _carry(self, peer: RpcPeer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             ws = await self._session_now().ws_connect(
-                tunnel_url(peer), max_msg_size=MAX_FRAME, autoping=True,
+                tunnel_url(peer), max_msg_size=MAX_FRAME, autoping=True, heartbeat=HEARTBEAT_S,
                 timeout=aiohttp.ClientWSTimeout(ws_close=5.0), ssl=self._ssl or True)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             _LOGGER.warning("RPC tunnel to %s (grant %s) refused: %s", peer.agent_url, peer.grant_id, exc)

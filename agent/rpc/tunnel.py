@@ -16,6 +16,9 @@ import aiohttp
 
 CHUNK = 1024 * 1024
 MAX_FRAME = 4 * CHUNK  # what a receiver accepts; a sender never sends more than CHUNK
+# Both ends ping: a vanished peer ends the tunnel within about twice this, so the helper's
+# rpc-server (one client at a time) is freed and the main's llama-server sees its RPC fail.
+HEARTBEAT_S = 20.0
 
 
 class FrameSocket(Protocol):

@@ -6,7 +6,8 @@ agent starts llama-server with half of the layers on the helper (``--rpc`` throu
 carried by the helper's tunnel over mutual TLS); a chat completion answers. The helper's
 rpc-server logs the main's connection and the main's llama-server puts a model buffer on the RPC
 device. The helper's RPC port takes no connection from outside its machine (a network namespace
-here), and a node the grant does not name is refused at the tunnel.
+here), and a node the grant does not name is refused at the tunnel. A grant closed under the
+running model fails it (SIGABRT in llama-server) rather than leaving it half there.
 """
 
 from __future__ import annotations
@@ -120,6 +121,11 @@ async def _settled(client: AgentClient) -> Any:
     return info if info.state in (InstanceState.READY, InstanceState.FAILED) else None
 
 
+async def _in(client: AgentClient, state: InstanceState) -> Any:
+    info = await client.instance("split")
+    return info if info.state is state else None
+
+
 async def tunnel_refusal(url: str, context: Any, grant: str) -> tuple[int, str]:
     connector = aiohttp.TCPConnector(ssl=context)
     async with aiohttp.ClientSession(connector=connector) as session, \
@@ -162,10 +168,17 @@ async def test_a_model_split_over_two_agents_on_loopback_answers(
             assert await tunnel_refusal(helper.url, stranger_context(tmp_path, daemonish.ca), GRANT) == \
                 (403, "grant_not_open")
 
-            stopped = await main_client.stop("split", timeout=10)
-            assert stopped.state is InstanceState.STOPPED
+            # The helper's grant closes under the running model: its RPC breaks, the model fails
+            # (with llama-server's reason) instead of answering from half a model.
             assert (await helper_client.stop_rpc_server(GRANT)).state is RpcServerState.STOPPED
             assert refused("127.0.0.1", port)
+            body = {"model": "gemma-split", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi."}]}
+            async with main_client.session.post(main_client.proxy_url("split", "/v1/chat/completions"),
+                                                json=body) as resp:
+                assert resp.status != 200
+            failed = await eventually(lambda: _in(main_client, InstanceState.FAILED), timeout=60,
+                                      what="the model to fail")
+            assert failed.error, failed
         finally:
             await helper_client.close()
     finally:
