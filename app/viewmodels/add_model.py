@@ -34,6 +34,7 @@ machine holding the API key (a path, never the key itself). It carries no runtim
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -202,6 +203,16 @@ class AddModelState:
         return tuple(rows)
 
     @property
+    def main_share_gib(self) -> float | None:
+        """Across nodes: what the main node holds (GiB, rounded up), saved as the model's memory
+        budget so the main node is held to its part, not to the whole model."""
+        option = self.picked_option
+        main = next((sh for sh in option.shares if sh.role == "main"), None) if option is not None else None
+        if main is None or option is None or option.kind != "nodes":
+            return None
+        return max(0.01, math.ceil(main.needed_bytes * 100 / GiB) / 100)
+
+    @property
     def rpc_nodes(self) -> tuple[str, ...]:
         """The helper nodes the picked option runs with (across nodes): the definition's rpc_nodes."""
         option = self.picked_option
@@ -222,7 +233,8 @@ class AddModelState:
         elif self.rpc_nodes:
             helpers = ", ".join(self.node_name(n) for n in self.rpc_nodes)
             notes.insert(0, f"Runs across nodes: {self.node_name(self.picked_option.node)} runs it and "
-                         f"{helpers} hold part of its layers (llama.cpp RPC, inside the nodes' encrypted links).")
+                         f"{helpers} hold part of its layers (llama.cpp RPC, inside the nodes' encrypted links); "
+                         f"its memory budget is the main node's part, {self.main_share_gib:.2f} GiB.")
         return " ".join(notes)
 
     @property
@@ -505,7 +517,8 @@ class AddModelViewModel:
                 name = model_id or slug(os.path.basename(path.rstrip("/\\")).removesuffix(".gguf"))
                 view = await self.client.create_model(ModelDefinition(
                     id=name, served_name=name, node=s.node, model_path=path, runtime=s.runtime,
-                    image=s.chosen_image, rpc_nodes=list(s.rpc_nodes), **self._runtime_settings()))
+                    image=s.chosen_image, rpc_nodes=list(s.rpc_nodes), memory_budget_gib=s.main_share_gib,
+                    **self._runtime_settings()))
                 self._set(busy=False, done_ids=(view.definition.id,))
                 return
             if s.source == "hf":  # registered when done, with the picked option's settings and helpers

@@ -275,11 +275,12 @@ class Orchestrator:
 
     # --- making room (daemon.models.placement) -------------------------------------------------
     async def _need(self, definition: ModelDefinition, link: AgentLink) -> int | None:
-        """What the model will take: its budget, else the agent's estimate from its GGUF header."""
+        """What the model will take: its budget, else the agent's estimate from its GGUF header (none
+        for a model across nodes: its main node holds only part of it)."""
         if definition.memory_budget_gib is not None:
             return int(definition.memory_budget_gib * (1 << 30))
-        if definition.runtime != "llamacpp":
-            return None
+        if definition.runtime != "llamacpp" or definition.rpc_nodes:
+            return None  # across nodes the file's estimate is the whole model, not the main node's part
         key = (definition.id, link.node_id, definition_hash(definition))
         if key not in self._needs:
             try:

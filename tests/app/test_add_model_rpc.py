@@ -1,5 +1,6 @@
 """One model across nodes in the app: the add-model wizard lists the daemon's split (each node's
-layers), picking it saves the model on the main node with its helpers (``rpc_nodes``), the model
+layers), picking it saves the model on the main node with its helpers (``rpc_nodes``) and the
+main node's part as its memory budget, the model
 editor shows and edits the helpers, and the demo daemon reports them in a model's status."""
 
 from __future__ import annotations
@@ -77,10 +78,12 @@ async def test_the_split_is_listed_picked_and_saved_with_its_helpers() -> None:
                                      "20 on laptop · --ctx-size 4096 --n-gpu-layers 20")
     assert s.picked == 1 and s.node == MAIN and s.rpc_nodes == (HELPER,), "the one way it fits is picked"
     assert s.plan_note.startswith("Runs across nodes: tower runs it and laptop hold part of its layers")
+    assert s.plan_note.endswith("its memory budget is the main node's part, 22.00 GiB.")
     await vm.add()
     saved = fake.called("create_model")[-1][0]
     assert (saved.node, saved.rpc_nodes, saved.settings.n_gpu_layers, saved.settings.ctx_size) == (
         MAIN, [HELPER], 20, 4096)
+    assert saved.memory_budget_gib == 22.0, "the main node is held to its part, not to the whole model"
     vm.set_field("node", "laptop")  # a node typed by hand: no option, no helpers
     assert vm.state.value.rpc_nodes == ()
     vm.close()

@@ -13,8 +13,15 @@ from pathlib import Path
 import pytest
 
 from agent.api.client import AgentError
-from agent.api.models import InstanceInfo, InstancesPage, InstanceState, LaunchSpec
+from agent.api.models import (
+    InstanceInfo,
+    InstancesPage,
+    InstanceState,
+    LaunchSpec,
+    TelemetrySample,
+)
 from agent.api.rpc import RpcServerInfo, RpcServerRequest, RpcServerState
+from agent.api.sources import FitReport, FitRequest, GgufSummary, MemoryEstimate
 from daemon.api.models import ModelDefinition, ModelState
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
@@ -39,6 +46,14 @@ class FakeAgent:
         self.refuse_start: AgentError | None = None
         self.refuse_rpc: AgentError | None = None
         self.version = 0
+
+    async def fit(self, request: FitRequest) -> FitReport:
+        """The file's estimate: the whole model, 40 GiB (more than any one node here has)."""
+        whole = MemoryEstimate(ctx_size=4096, parallel=4, weights_bytes=38 << 30, kv_cache_bytes=1 << 30,
+                               compute_bytes=1 << 30, overhead_bytes=0, host_bytes=40 << 30, total_bytes=40 << 30)
+        return FitReport(summary=GgufSummary(architecture="llama", file_size=38 << 30, tensor_bytes=38 << 30,
+                                             tensor_count=400), estimate=whole, memory_total=16 << 30,
+                         memory_available=1 << 30, reserve_bytes=0, fits=False, max_ctx_size=0)
 
     async def instances(self, since: int | None = None, timeout: float = 0) -> InstancesPage:
         return InstancesPage(version=self.version, instances=list(self.running.values()))
@@ -208,3 +223,12 @@ async def test_after_a_daemon_restart_stop_finds_the_helpers_grants(tmp_path: Pa
                                                                state=RpcServerState.READY)
     await fresh.stop("big")
     assert list(fleet.helper.servers) == ["other-123456789abc"]  # only this model's grant was stopped
+
+
+async def test_a_start_on_request_does_not_make_room_for_the_whole_model_on_the_main_node(tmp_path: Path) -> None:
+    fleet = await Fleet(tmp_path).open()
+    fleet.links[MAIN].latest_sample = TelemetrySample(seq=1, ts=0, cpu_percent=0, memory_total=16 << 30,
+                                                      memory_used=15 << 30, memory_available=1 << 30)
+    await fleet.registry.add(_definition())  # its file's estimate would be the whole model: 40 GiB
+    status = await fleet.orch.start("big", in_flight=lambda _name: 0)
+    assert status.state == ModelState.READY and len(fleet.main.specs) == 1  # the main's admission decides
