@@ -422,6 +422,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, 
         self._record("put_settings", settings)
         if settings.lan_access and not self.keys:  # as the daemon: /v1 on the LAN always requires keys
             raise DaemonError(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
+        self._note_audit("settings.update", "", self.settings, settings)
         self.settings = settings
         self.publish("settings.changed")
         return settings

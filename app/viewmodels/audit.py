@@ -4,7 +4,8 @@ Filters are the API's (``DaemonApi.audit``): an action or group (``model``), who
 token, system), a subject and how far back. ``load_older`` fetches the next page. The selected
 entry's ``diff`` is one row per field: for an edit the fields that changed, old and new; for a
 created or removed object its fields on the side it exists. The log is read again when the daemon
-announces a change (an action writes an entry), at most one read at a time.
+announces a change (an action writes an entry), at most one read at a time. ``set_retention``
+changes how many days the daemon keeps entries (the ``audit_retention_days`` setting).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from daemon.api.audit import (
     changes,
 )
 from daemon.api.client import DaemonError
-from daemon.api.models import Event
+from daemon.api.models import DaemonSettings, Event
 from daemon.api.protocol import DaemonApi
 
 PAGE_SIZE = 200
@@ -61,6 +62,7 @@ class AuditState:
     more: int | None = None       # the next page's ``before``; None: nothing older
     loading: bool = False
     error: str | None = None
+    retention_days: int | None = None  # the daemon's audit_retention_days, once read
 
     @property
     def selected_entry(self) -> AuditEntry | None:
@@ -95,12 +97,15 @@ class AuditViewModel:
         if snapshot.connected and snapshot.loaded and not self._loaded:
             self._loaded = True
             self.changed()
+            asyncio.ensure_future(self.read_retention())
         elif not snapshot.connected:
             self._loaded = False
 
     def _on_event(self, event: Event) -> None:
         if event.type in _CHANGING:
             self.changed()
+        if event.type == "settings.changed":
+            asyncio.ensure_future(self.read_retention())
 
     def changed(self) -> None:
         """Read the log again soon: one read at a time, one more after it if asked meanwhile."""
@@ -135,6 +140,20 @@ class AuditViewModel:
         selected = now.selected if any(e.id == now.selected for e in page.entries) else None
         self.state.set(replace(now, entries=tuple(page.entries), more=page.next_before, selected=selected,
                                loading=False, error=None))
+
+    async def read_retention(self) -> None:
+        try:
+            settings = await self.client.get_settings()
+        except DaemonError as exc:
+            self.state.set(replace(self.state.value, error=exc.message))
+            return
+        self.state.set(replace(self.state.value, retention_days=settings.audit_retention_days))
+
+    async def set_retention(self, days: int) -> DaemonSettings:
+        current = await self.client.get_settings()
+        saved = await self.client.put_settings(current.model_copy(update={"audit_retention_days": days}))
+        self.state.set(replace(self.state.value, retention_days=saved.audit_retention_days))
+        return saved
 
     async def load_older(self) -> None:
         s = self.state.value

@@ -106,6 +106,13 @@ def test_the_audit_page_lists_filters_and_shows_a_change(window: MainWindow, fak
     assert page.note.text() == "No entries match."
     assert fake.called("audit")
 
+    # How long the daemon keeps entries: its setting, read and changed here.
+    qtbot.waitUntil(lambda: page.retention.isEnabled() and page.retention.value() == 90)
+    page.retention.setValue(30)
+    page.retention.editingFinished.emit()
+    qtbot.waitUntil(lambda: fake.settings.audit_retention_days == 30)
+    assert fake.called("put_settings")[-1][0].lan_access is False  # the other settings as they were
+
 
 @pytest.mark.gui
 def test_the_demo_daemons_audit_log_reads_on_the_page(qloop: asyncio.AbstractEventLoop, qapp: QApplication,

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLineEdit,
+    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -98,6 +99,15 @@ class AuditPage(QWidget):
         self.note = label("", muted=True)
         self.note.setObjectName("AuditNote")
         bottom.addWidget(self.note, 1)
+        bottom.addWidget(label("Keep entries for", muted=True))
+        self.retention = QSpinBox()
+        self.retention.setObjectName("AuditRetention")
+        self.retention.setRange(1, 3650)
+        self.retention.setSuffix(" days")
+        self.retention.setEnabled(False)  # until the daemon's value is read
+        self.retention.setToolTip("The daemon drops older entries (audit_retention_days).")
+        self.retention.editingFinished.connect(self._retention_edited)
+        bottom.addWidget(self.retention)
         self.older = button("Load older")
         self.older.setObjectName("AuditOlder")
         self.older.clicked.connect(lambda: self.ctx.act(self.vm.load_older()))
@@ -135,6 +145,11 @@ class AuditPage(QWidget):
     def apply_filters(self) -> None:
         self.ctx.act(self.vm.set_filters(self.filters()))
 
+    def _retention_edited(self) -> None:
+        days = self.retention.value()
+        if days != self.vm.state.value.retention_days:
+            self.ctx.act(self.vm.set_retention(days), f"Audit entries are kept {days} days")
+
     def _selection_changed(self) -> None:
         rows = self.table.selectionModel().selectedRows()
         item = self.table.item(rows[0].row(), 0) if rows else None
@@ -152,6 +167,9 @@ class AuditPage(QWidget):
         else:
             self.note.setText(f"{len(s.entries)} entries" + (", more are older" if s.more is not None else ""))
         self.older.setEnabled(s.more is not None)
+        if s.retention_days is not None and not self.retention.hasFocus():
+            self.retention.setEnabled(True)
+            self.retention.setValue(s.retention_days)
         self._render_change(s.selected_entry)
 
     def _render_entries(self, s: AuditState) -> None:
