@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from daemon.admin import AdminApi
-from daemon.backup.api import BackupApi
 from daemon.audit.api import AuditApi
+from daemon.backup.api import BackupApi
 from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.jobs.api import JobsApi
 from daemon.models.api import ModelsApi
@@ -86,7 +86,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/audit", h.audit.list_audit),                           # ?since=&until=&actor=&action=&subject=&limit=&before= (daemon.audit.api)
         web.get("/api/prometheus/targets", h.prometheus.targets),            # ?node_exporter_port=N; HTTP SD JSON (daemon.fleet_metrics)
         web.post("/api/shutdown", admin.shutdown),                           # ?stop_models=0|1
-        web.get("/api/backups", h.backup.list_backups),                              # daemon.backup: the directory's files
+        web.get("/api/backups", h.backup.list_backups),                      # daemon.backup: the directory's files
         web.post("/api/backups", h.backup.create),                           # body: BackupCreate; the document, or 201 BackupFile
         web.post("/api/backups/restore/preview", h.backup.preview),          # body: RestoreRequest -> RestorePreview
         web.post("/api/backups/restore", h.backup.restore),                  # body: RestoreRequest -> RestoreResult
