@@ -150,8 +150,6 @@ class AgentStatus(BaseModel):
     runtimes: dict[str, str | None] = Field(default_factory=dict, description="runtime -> executable or None")
     runtime_offers: list[RuntimeOffer] = Field(default_factory=list, description="Each driver, honestly reported.")
     features: list[str] = Field(default_factory=list)
-    rpc_server: str | None = Field(default=None, description="The ggml-rpc-server of its llama.cpp build: "
-                                   "None when this node cannot lend memory to a model on another (agent.api.rpc).")
     keys_at_rest: KeysAtRest | None = Field(default=None, description="The agent key: in the keychain, or a "
                                             "0600 file with a warning (agent.api.key_store).")
     rpc_server: str | None = Field(default=None, description="The ggml-rpc-server of its llama.cpp build: "
