@@ -66,6 +66,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add.add_argument("--node", default="local", help="node to place it on: name, id or id prefix (`ctl nodes list`)")
     add.add_argument("--rpc-node", action="append", default=[], dest="rpc_nodes",
                      help="a helper node holding part of the layers (llama.cpp RPC; `ctl models plan` shows a split)")
+    add.add_argument("--memory-budget", type=float, dest="memory_budget_gib", metavar="GIB",
+                     help="what the model may take on its node, in GiB (instead of the estimate)")
     for name in ("start", "stop", "restart", "remove"):
         sub = models.add_parser(name)
         sub.add_argument("id")
@@ -141,7 +143,7 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
                                      model_path=str(Path(args.model_path).expanduser().resolve()),
                                      settings=settings, auto_start=args.auto_start,
                                      start_on_request=args.start_on_request, tags=args.tag, node=node,
-                                     rpc_nodes=args.rpc_nodes)
+                                     rpc_nodes=args.rpc_nodes, memory_budget_gib=args.memory_budget_gib)
         view = await client.create_model(definition)
         print(f"added {view.definition.id}" + ("" if node == "local" else f" on node {node[:12]}"))
     elif args.action == "start":

@@ -5,15 +5,19 @@ this prints one row per option (a GPU, the GPUs split by layers, a partial offlo
 unified memory, across nodes) with the context it is figured at, the largest context that fits now
 and with the devices empty, and what each device holds of what it has (across nodes: what each
 node holds, the main first); under each row the llama-server flags of that placement (across
-nodes: each node's layers and the ``rpc_nodes`` to define), and why it does not fit now when it
+nodes: each node's layers and the ``ctl models add`` flags that define it: the helpers and the
+main node's part as its memory budget), and why it does not fit now when it
 does not. A FILE is a
 path on the node; REPO is a Hugging Face ``owner/repo[:QUANT]`` or ``owner/repo/file.gguf``, read
-by its header only.
+by its header only (each node reads it over HTTP ranges; nothing is downloaded). A plan is for one
+model file: when REPO (or its QUANT) names several, nothing is planned and the command asks which,
+listing each file as the command that plans it (exit status 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,7 @@ from agent.api.sources import HfFileRef
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.plan import STATE_LABELS, Plan, PlanOption, PlanQuery
 from mirbadllm import ctl_nodes
-from mirbadllm.ctl_sources import hf_ref
+from mirbadllm.ctl_sources import _SEVERAL, hf_ref
 
 GIB = 1 << 30
 _REPO_FILE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)/(?P<file>.+\.gguf)$", re.IGNORECASE)
@@ -32,7 +36,8 @@ COLUMNS = ("NODE", "OPTION", "STATE", "CTX", "MAX NOW", "MAX EMPTY", "HOLDS (nee
 def add_parser(models: Any) -> None:
     plan = models.add_parser("plan", help="every way a GGUF runs on each node: GPUs, split, offload, CPU")
     plan.add_argument("model", metavar="FILE|REPO[:QUANT]",
-                      help="a GGUF path on the node, or ggml-org/gemma-3-270m-GGUF:Q4_K_M (header read only)")
+                      help="a GGUF path on the node, or ggml-org/gemma-3-270m-GGUF:Q4_K_M (header read only); "
+                           "a repo with several GGUF models: lists them, one to pick")
     plan.add_argument("--node", help="one node: name, id or id prefix (default: every online node)")
     plan.add_argument("--ctx", type=int, help="judge each option at this context (default: the largest that fits)")
     plan.add_argument("--revision", default="main")
@@ -83,8 +88,10 @@ def _row(node: str, option: PlanOption, names: dict[str, str] | None = None) -> 
 def split_line(option: PlanOption, names: dict[str, str]) -> str:
     """Across nodes: the layers each node holds and the helpers a definition names (rpc_nodes)."""
     parts = ", ".join(f"{s.layers} on {names.get(s.node, s.node[:12])} ({s.role}, {s.device})" for s in option.shares)
+    main = next((s for s in option.shares if s.role == "main"), None)
+    budget = [f"--memory-budget {math.ceil(main.needed_bytes * 100 / GIB) / 100:g}"] if main else []
     flags = " ".join([f"--node {names.get(option.node, option.node)}",
-                      *(f"--rpc-node {names.get(n, n)}" for n in option.rpc_nodes)])
+                      *(f"--rpc-node {names.get(n, n)}" for n in option.rpc_nodes), *budget])
     return f"layers: {parts}; add it with `ctl models add ... {flags}`"
 
 
@@ -122,10 +129,32 @@ def table(plan: Plan, names: dict[str, str] | None = None) -> list[str]:
     return lines
 
 
+def which_file(message: str, revision: str = "main") -> list[str] | None:
+    """A plan refused because the repo (or quant) names several models: which one, each as the
+    command that plans it; None for any other refusal."""
+    found = _SEVERAL.search(message)
+    if found is None:
+        return None
+    files = [f.strip() for f in found["files"].split(",") if f.strip()]
+    more = "" if revision == "main" else f" --revision {revision}"
+    return [f"{found['repo']} holds several GGUF models; a plan is for one file. Plan one of them:",
+            *(f"  mirbadllm ctl models plan {found['repo']}/{f}{more}" for f in files),
+            *(["  (the first six; the repo may hold more)"] if len(files) >= 6 else []),
+            f"(or by quant: {found['repo']}:QUANT, when one file has it)"]
+
+
 async def run(args: argparse.Namespace, client: DaemonClient) -> int:
     node = await ctl_nodes.resolve_id(client, args.node) if args.node else None
     path, hf = source_of(args.model, args.revision)
-    plan = await client.plan(PlanQuery(node=node, model_path=path, hf=hf, ctx_size=args.ctx))
+    try:
+        plan = await client.plan(PlanQuery(node=node, model_path=path, hf=hf, ctx_size=args.ctx))
+    except DaemonError as exc:
+        choices = which_file(exc.message, args.revision) if hf is not None else None
+        if choices is None:
+            raise
+        for text in choices:
+            print(text)
+        return 1
     names = {n.id: n.name for n in await client.list_nodes() if n.name}
     for text in table(plan, names):
         print(text)

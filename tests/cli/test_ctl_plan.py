@@ -86,7 +86,7 @@ def test_a_split_across_nodes_shows_each_nodes_part_and_how_to_add_it() -> None:
     assert row == ["tower", "across", "2", "nodes", "(llama.cpp", "RPC)", "free", "now", "8192", "8192", "16384",
                    "tower", "6.0/7.0", "laptop", "3.0/4.0"]
     assert lines[-2].strip() == ("layers: 20 on tower (main, cpu), 8 on laptop (helper, gpus); "
-                                 "add it with `ctl models add ... --node tower --rpc-node laptop`")
+                                 "add it with `ctl models add ... --node tower --rpc-node laptop --memory-budget 6`")
     assert lines[-1].strip() == "--ctx-size 8192 --n-gpu-layers 8"
 
 
@@ -102,3 +102,16 @@ async def test_ctl_models_plan_against_the_daemon(tmp_path: Path, fake_runtime: 
         with pytest.raises(DaemonError) as caught:
             await ctl.run(ctl.parse_args(["models", "plan", str(tmp_path / "none.gguf")]), rd.client)
         assert caught.value.code == "invalid_model_file"
+
+
+async def test_ctl_models_add_takes_helper_nodes_and_a_memory_budget(tmp_path: Path, fake_runtime: Path,
+                                                                      model_file: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as rd:
+        argv = ["models", "add", "split", str(model_file), "--rpc-node", "elsewhere", "--memory-budget", "2.5"]
+        with pytest.raises(DaemonError) as caught:  # the daemon's own check, said as it says it
+            await ctl.run(ctl.parse_args(argv), rd.client)
+        assert caught.value.status == 422 and "rpc_nodes" in caught.value.message
+        assert await ctl.run(ctl.parse_args(["models", "add", "budgeted", str(model_file), "--memory-budget", "2.5"]),
+                             rd.client) == 0
+        saved = (await rd.client.get_model("budgeted")).definition
+        assert (saved.memory_budget_gib, saved.rpc_nodes) == (2.5, [])
