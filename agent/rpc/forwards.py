@@ -5,8 +5,9 @@ port the OS picks) and serves it: every connection llama-server makes there beco
 the helper's tunnel route (``agent.api.rpc.rpc_tunnel_path``) over mutual TLS, with this agent's
 own certificate as client certificate; the helper must present a certificate from the pinned CA
 whose SHA-256 (DER) is the node id the peer names, or the connection is dropped before one byte of
-RPC goes out. The endpoints go to llama-server as ``--rpc``. ``close`` (the model stopped, or the
-agent goes away) closes the listeners and every connection through them.
+RPC goes out. The ``ForwardSet`` it answers gives llama-server its ``--rpc`` endpoints; its
+``close`` (the model's llama-server exited) and ``RpcForwards.close_all`` (the agent goes away)
+close the listeners and every connection through them.
 """
 
 from __future__ import annotations
