@@ -22,13 +22,14 @@ from daemon.api.client import DaemonError
 
 
 def _seed(now: float) -> list[AuditEntry]:
-    coder = {"id": "qwen25-coder-7b", "served_name": "qwen2.5-coder-7b", "node": "local", "tags": ["code"],
-             "settings": {"ctx_size": 8192, "parallel": 2, "n_gpu_layers": 99}}
+    coder: dict[str, Any] = {"id": "qwen25-coder-7b", "served_name": "qwen2.5-coder-7b", "node": "local",
+                             "tags": ["code"], "settings": {"ctx_size": 8192, "parallel": 2, "n_gpu_layers": 99}}
     edited = {**coder, "settings": {**coder["settings"], "ctx_size": 16384}, "tags": ["code", "chat"]}
-    key = {"id": "k0", "name": "old-laptop", "prefix": "sk-mirbad-19be", "created_at": now - 86400 * 40,
-           "limits": {"requests_per_minute": 60, "tokens_per_day": None}}
-    node = {"id": "3f0c9a7e55d2", "name": "mac-studio", "host": "192.168.1.20", "port": 8485,
-            "certificate_pem": "[PEM omitted]", "hostname": "mac-studio.local", "os": "darwin", "version": "0.9.0"}
+    key: dict[str, Any] = {"id": "k0", "name": "old-laptop", "prefix": "sk-mirbad-19be",
+                           "created_at": now - 86400 * 40, "limits": {"requests_per_minute": 60, "tokens_per_day": None}}
+    node: dict[str, Any] = {"id": "3f0c9a7e55d2", "name": "mac-studio", "host": "192.168.1.20", "port": 8485,
+                            "certificate_pem": "[PEM omitted]", "hostname": "mac-studio.local", "os": "darwin",
+                            "version": "0.9.0"}
     rows: list[tuple[float, str, str, str, str, Any, Any]] = [
         (now - 86400 * 0.9, ACTOR_CTL, "node.pair", node["id"], "mac-studio at 192.168.1.20:8485", None, node),
         (now - 86400 * 0.5, ACTOR_CTL, "key.revoke", "k0", "", key, None),
