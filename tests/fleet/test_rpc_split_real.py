@@ -22,6 +22,7 @@ import pytest
 from agent.api.rpc import RpcServerState
 from agent.runtimes.catalog import rpc_server_name
 from daemon.api.models import ModelState
+from daemon.api.plan import PlanQuery
 from tests.daemon.harness import model, running_daemon
 from tests.fleet.agents import eventually
 
@@ -68,6 +69,11 @@ async def test_one_model_across_two_nodes_answers_and_stops_its_helper(
         main_id, helper_id = nodes["main"].id, nodes["helper"].id
         helper_link = rd.daemon.links[helper_id]
         await eventually(lambda: rd.daemon.nodes.lends(helper_id), timeout=30, what="the helper's rpc-server known")
+
+        plan = await rd.client.plan(PlanQuery(model_path=str(gemma_gguf), ctx_size=1024))
+        assert {n.node for n in plan.nodes} == {main_id, helper_id} and all(n.split for n in plan.nodes)
+        (fleet,) = plan.fleet  # 270M fits on either node alone: a split is offered only when it must be
+        assert fleet.state == "unavailable" and fleet.message.startswith("not needed: it runs on node")
 
         definition = model("gemma-split", str(gemma_gguf), node="main", rpc_nodes=["helper"],
                            settings={"ctx_size": 1024, "n_gpu_layers": HALF_OF_GEMMA}, startup_timeout_s=240)
