@@ -2,7 +2,8 @@
 the plan asked for the Hugging Face file (each node reads only its header), its options listed, the
 option picked sent with the download and found in the definition registered when the download is
 done; a plan that fails is shown and the download still goes ahead. Over the demo daemon (its own
-plan), a hand-made two-node plan, and the real widgets offscreen."""
+plan), a hand-made two-node plan, the real widgets offscreen, and the real daemon and agent against
+the fake hub (the header read by ranges, the file downloaded and registered with the option picked)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,22 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QApplication
 from test_add_model_plan import BOX, gpu_box, two_node_plan
 
-from agent.api.sources import TransferState
+from agent.api.sources import FINISHED_TRANSFERS, TransferState
 from app.context import AppContext
 from app.ui import theme
 from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.fleet import FleetViewModel
-from daemon.api.client import DaemonError
+from app.viewmodels.observable import Emitter
+from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.models import Event
 from daemon.api.plan import Plan, PlanQuery
+from daemon.api.sources import Transfer
+from tests.daemon.harness import running_daemon
+from tests.fakes import write_fake_runtime
+from tests.fakes.fake_hf_hub import FakeHub
+from tests.fakes.gguf_files import gguf_bytes
 
 REPO, FILE = "acme/tiny-GGUF", "tiny-Q4_K_M.gguf"
 
@@ -156,6 +164,67 @@ async def test_a_failing_plan_is_shown_and_the_download_still_works(
     assert download.settings is not None and (download.settings.ctx_size, download.settings.gpus) == (4096, None)
     await download_done(fake, vm)
     assert (await fake.get_model("tiny")).definition.settings.ctx_size == 4096
+
+
+# --- the real daemon and agent, the fake hub ---------------------------------------------------------
+async def finished(client: DaemonClient, transfer_id: str, events: Emitter[Event]) -> Transfer:
+    """Follow the daemon's event feed until the transfer is over, handing each event to the wizard."""
+    since = 0
+    ends = {s.value for s in FINISHED_TRANSFERS}
+    while True:
+        page = await client.events(since, timeout=5)
+        for event in page.events:
+            events.emit(event)
+            if event.type == "transfer.state" and event.data.get("id") == transfer_id and event.data["state"] in ends:
+                return await client.transfer(transfer_id)
+        since = page.last_id
+
+
+async def test_against_the_daemon_the_header_is_planned_and_the_download_runs_as_picked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = await FakeHub().start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.hub_url)  # the agent child inherits these
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    weights = 4 << 20  # past the header: a whole-file read would show
+    hub.add(REPO, FILE, gguf_bytes(name="Tiny", ctx=4096) + bytes(weights))
+    hub.add(REPO, "tiny-Q8_0.gguf", gguf_bytes(name="Tiny", ctx=4096))
+    try:
+        async with running_daemon(tmp_path / "home", write_fake_runtime(tmp_path / "bin")) as rd:
+            events: Emitter[Event] = Emitter()
+            vm = AddModelViewModel(rd.client, events)
+            await vm.load_nodes()
+            hugging_face(vm, "Q4_K_M")
+            vm.set_field("ctx_size", "2048")
+            assert await vm.check_plan() is not None
+            s = vm.state.value
+            assert s.plan is not None and s.plan.source == f"hf:{REPO}/{FILE}" and s.plan_rows
+            assert s.plan_rows[0].startswith("This machine: ") and "2048 tokens of context" in s.plan_rows[0]
+            assert s.picked is not None and s.picked_option is not None
+            ranges = [r.headers.get("Range", "") for r in hub.requests("cdn", "GET")]
+            assert ranges and all(r.startswith("bytes=0-") and int(r.rsplit("-", 1)[1]) < weights for r in ranges), \
+                "only the header was read"
+            assert await rd.client.transfers() == [], "nothing downloaded to plan"
+            option = s.picked_option
+            vm.set_field("model_id", "tiny")
+            await vm.add()
+            assert vm.state.value.transfer is not None and vm.state.value.error is None
+            done = await finished(rd.client, vm.state.value.transfer.id, events)
+            assert done.state == TransferState.DONE and done.registered == ["tiny"], done.error or done.register_error
+            saved = (await rd.client.get_model("tiny")).definition
+            assert vm.state.value.done_ids == ("tiny",) and not vm.state.value.running
+            assert saved.model_path.endswith(FILE) and saved.node == option.node
+            assert (saved.settings.gpus, saved.settings.n_gpu_layers, saved.settings.ctx_size) == (
+                option.settings.gpus, option.settings.n_gpu_layers if option.settings.n_gpu_layers is not None
+                else option.n_gpu_layers, 2048), "the downloaded model runs as the option picked says"
+
+            hugging_face(vm, "Q5_K_M")  # no such file: the plan says so, and nothing else breaks
+            assert await vm.check_plan() is None
+            assert vm.state.value.plan_note.startswith("No plan: ") and "Q5_K_M" in vm.state.value.plan_note
+            assert vm.state.value.can_add
+            vm.close()
+    finally:
+        await hub.close()
 
 
 # --- widgets ----------------------------------------------------------------------------------------
