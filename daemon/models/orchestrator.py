@@ -67,7 +67,7 @@ class Orchestrator:
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
         self._needs: dict[tuple[str, str, str], int | None] = {}  # (model, node, config hash) -> bytes
         self._placed: dict[str, str] = {}  # model placed "auto" -> the node it was started on
-        self.rpc = RpcHelpers(links)  # one model across nodes: the helpers' rpc-servers (daemon.models.rpc)
+        self.rpc = RpcHelpers(links, lambda: registry.known_nodes() if registry.known_nodes else {})  # across nodes
 
     def on_state_change(self, listener: StateListener) -> None:
         """Call ``listener(model_id, previous, status)`` on each model state change (the health monitor)."""

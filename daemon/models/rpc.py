@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from agent.api.client import AgentError
@@ -55,16 +56,20 @@ class Grant:
 class RpcHelpers:
     """The open grants of each model across nodes, by model id."""
 
-    def __init__(self, links: Links) -> None:
+    def __init__(self, links: Links, names: Callable[[], Mapping[str, str]] = dict) -> None:
         self._links = links
+        self._names = names  # node id -> name, for the messages
         self._grants: dict[str, list[Grant]] = {}
+
+    def _name(self, node: str) -> str:
+        return self._names().get(node) or node
 
     def _online(self, node: str) -> AgentLink:
         link = self._links.get(node)
         if link is None:
-            raise HelperRefused(409, "node_unknown", f"helper node '{node}' is unknown")
+            raise HelperRefused(409, "node_unknown", f"helper node '{self._name(node)}' is unknown")
         if not link.online:
-            raise HelperRefused(503, "node_offline", f"helper node '{node}' is offline"
+            raise HelperRefused(503, "node_offline", f"helper node '{self._name(node)}' is offline"
                                 + (f": {link.last_error}" if link.last_error else ""))
         return link
 
@@ -86,7 +91,7 @@ class RpcHelpers:
             node = opened[-1].node
             await self.close(definition, keep_failed=True)
             raise HelperRefused(exc.status or 502, exc.code,
-                                f"helper node '{node}' could not start its rpc-server: {exc.message}") from exc
+                                f"helper node '{self._name(node)}' could not start its rpc-server: {exc.message}") from exc
         return [RpcPeer(agent_url=link.client.base_url, grant_id=g.grant_id, node_id=g.node,
                         devices=max(1, len(g.info.devices)) if g.info else 1)
                 for link, g in zip(links, opened, strict=True)]
@@ -134,9 +139,10 @@ class RpcHelpers:
         for node in definition.rpc_nodes:
             link = self._links.get(node)
             if link is None:
-                return node, f"helper node '{node}' is unknown"
+                return node, f"helper node '{self._name(node)}' is unknown"
             if not link.online:
-                return node, f"helper node '{node}' is offline" + (f": {link.last_error}" if link.last_error else "")
+                return node, f"helper node '{self._name(node)}' is offline" + (
+                    f": {link.last_error}" if link.last_error else "")
         return None
 
     def helpers(self, definition: ModelDefinition, running: bool) -> list[RpcHelper]:

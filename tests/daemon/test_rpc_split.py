@@ -187,7 +187,7 @@ async def test_a_helper_refusing_is_said_and_the_main_model_is_not_started(tmp_p
     with pytest.raises(DaemonProblem) as caught:
         await fleet.orch.start("big")
     assert (caught.value.status, caught.value.code) == (507, "not_enough_memory")
-    assert f"helper node '{HELPER}'" in caught.value.message and "1.0 GiB" in caught.value.message
+    assert "helper node 'helper-box'" in caught.value.message and "1.0 GiB" in caught.value.message
     assert fleet.main.specs == []
     status = fleet.orch.status_by_id("big")
     assert [(h.state, h.error) for h in status.rpc_helpers] == [("failed", "only 1.0 GiB free")]
@@ -203,7 +203,7 @@ async def test_a_helper_going_offline_makes_the_model_not_ready_with_an_event(tm
     helper.online, helper.last_error = False, "no route to host"
     fleet.orch.on_instances(HELPER, {})
     status = fleet.orch.status_by_id("big")
-    assert status.state == ModelState.FAILED and f"helper node '{HELPER}' is offline" in (status.error or "")
+    assert status.state == ModelState.FAILED and "helper node 'helper-box' is offline" in (status.error or "")
     assert [(h.node, h.state) for h in status.rpc_helpers] == [(HELPER, "offline")]
     (event,) = [e for e in fleet.events._page(0).events if e.type == "model.state" and e.data["state"] == "failed"]
     assert event.model == "big" and event.data["helper"] == HELPER and "no route to host" in event.data["error"]
