@@ -97,6 +97,8 @@ def plan_restore(owners: Owners, parsed: ParsedBackup, secrets: BackupSecrets | 
         if _row(plan, "secret", path, f"key file {path}", None if current is None else {"content": current},
                 {"content": content}):
             plan.key_files[path] = content
+    if secrets is None:
+        _missing_key_files(plan, wanted_files, parsed.encrypted)
     _plan_nodes(owners, plan, doc.nodes, trusted)
     _plan_models(owners, plan, doc.models)
     for record in doc.keys:
@@ -138,6 +140,15 @@ def _plan_ca(owners: Owners, plan: Plan, secrets: BackupSecrets | None, replace_
                                 fields=["key", "certificate"], note="replaced; in effect at the daemon's next start"))
     plan.ca, plan.client, plan.ca_cert = secrets.ca, secrets.daemon_client, backup_cert
     return backup_cert
+
+
+def _missing_key_files(plan: Plan, paths: set[Any], encrypted: bool) -> None:
+    """Say which external models' key files a restore without the secrets leaves missing."""
+    for path in sorted(p for p in paths if isinstance(p, str)):
+        if not os.path.exists(path):
+            note = ("in the backup's encrypted section: give its passphrase" if encrypted else
+                    "not in this backup (made without a passphrase): put the key in this file")
+            plan.rows.append(PreviewRow(kind="secret", id=path, label=f"key file {path}", change="skipped", note=note))
 
 
 def _plan_nodes(owners: Owners, plan: Plan, nodes: list[dict[str, Any]], trusted: Any) -> None:

@@ -68,6 +68,10 @@ async def test_a_backup_restores_into_a_fresh_home_and_the_old_key_works(
     key_file.unlink()  # the new machine has no key file yet: the encrypted section brings it back
     new_home = tmp_path / "new"
     async with running_daemon(new_home, fake_runtime) as new:
+        blind = {(r.kind, r.id): r for r in (await new.client.preview_restore(text)).rows}  # no passphrase
+        assert blind[("secret", str(key_file))].change == "skipped"
+        assert "passphrase" in (blind[("secret", str(key_file))].note or "")
+        assert blind[("ca", "ca")].change == "skipped" and blind[("node", node.id)].change == "skipped"
         assert await _v1_models(new, secret) in (200,)  # keys not required yet, any key passes
         preview = await new.client.preview_restore(text, PASSPHRASE)
         changes = {(r.kind, r.id): r.change for r in preview.rows}
