@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from daemon.api.audit import ACTOR_ADMIN_TOKEN, DEFAULT_LIMIT, AuditEntry, AuditPage
 from daemon.audit.actor import current_actor
-from daemon.audit.redact import to_json
+from daemon.audit.redact import scrub, to_json
 from daemon.errors import CURRENT_REQUEST_ID
 
 _LOGGER = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class AuditLog:
                      detail: str = "", actor: str | None = None) -> None:
         """One admin action: ``action`` done to ``subject`` by ``actor`` (default: who acts now)."""
         try:
-            row = (self._clock(), actor or current_actor(), action, subject or "", detail or "",
+            row = (self._clock(), actor or current_actor(), action, subject or "", scrub(detail or ""),
                    to_json(before), to_json(after), CURRENT_REQUEST_ID.get())
             await self._run(self._insert, row)
         except Exception:  # the action happened; losing its entry must not undo it

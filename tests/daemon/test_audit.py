@@ -168,8 +168,10 @@ async def test_secrets_in_a_snapshot_are_redacted(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "history.sqlite")
     await log.open()
     try:
-        await log.record("backup.create", "b1", after={"passphrase": "hunter2", "path": "/x", "nested": {
-            "api_token": "tok-123", "api_key_file": "/keys/openai", "certificate_pem": "-----BEGIN..."}})
+        await log.record("backup.create", "b1", detail="to sftp://me:pw-789@nas/backups", after={"passphrase": "hunter2", "path": "/x", "nested": {
+            "api_token": "tok-123", "api_key_file": "/keys/openai", "certificate_pem": "-----BEGIN..."},
+            "tracing": {"endpoint": "https://otel:s3cr3t-pw@collector:4318/v1/traces",
+                        "headers": {"x-api-key": "hdr-456"}}, "note": "mail me at a@b.example"})
         entry = (await log.query(AuditQuery())).entries[0]
     finally:
         await log.close()
@@ -177,8 +179,12 @@ async def test_secrets_in_a_snapshot_are_redacted(tmp_path: Path) -> None:
     assert entry.after["nested"]["api_token"] == "[redacted]"
     assert entry.after["nested"]["api_key_file"] == "/keys/openai"  # a path is kept; the file is never read
     assert "BEGIN" not in str(entry.after)
+    assert entry.after["tracing"] == {"endpoint": "https://otel:[redacted]@collector:4318/v1/traces",
+                                      "headers": {"x-api-key": "[redacted]"}}
+    assert entry.after["note"] == "mail me at a@b.example"
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("history.sqlite*"))
-    assert b"hunter2" not in stored and b"tok-123" not in stored
+    assert b"hunter2" not in stored and b"tok-123" not in stored and b"s3cr3t-pw" not in stored
+    assert b"hdr-456" not in stored and b"pw-789" not in stored and entry.detail == "to sftp://me:[redacted]@nas/backups"
 
 
 class _Noting:
