@@ -19,7 +19,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QApplication
 from test_add_model_plan import BOX, gpu_box, two_node_plan
 
-from agent.api.sources import FINISHED_TRANSFERS, TransferState
+from agent.api.sources import FINISHED_TRANSFERS, HfFileRef, TransferState
 from app.context import AppContext
 from app.ui import theme
 from app.ui.add_model_dialog import AddModelDialog
@@ -30,7 +30,7 @@ from app.viewmodels.observable import Emitter
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.models import Event
 from daemon.api.plan import Plan, PlanQuery
-from daemon.api.sources import Transfer
+from daemon.api.sources import DownloadQuery, Transfer
 from tests.daemon.harness import running_daemon
 from tests.fakes import write_fake_runtime
 from tests.fakes.fake_hf_hub import FakeHub
@@ -222,6 +222,15 @@ async def test_against_the_daemon_the_header_is_planned_and_the_download_runs_as
             assert await vm.check_plan() is None
             assert vm.state.value.plan_note.startswith("No plan: ") and "Q5_K_M" in vm.state.value.plan_note
             assert vm.state.value.can_add
+
+            # A placement the registry refuses (a helper node that does not exist): the file is kept
+            # and the transfer says why it was not registered.
+            transfer = await rd.client.download(DownloadQuery(hf=HfFileRef(repo=REPO, file="tiny-Q8_0.gguf"),
+                                                              model_id="helped", rpc_nodes=["elsewhere"]))
+            done = await finished(rd.client, transfer.id, events)
+            assert done.state == TransferState.DONE and done.registered == []
+            assert done.register_error is not None and "rpc_nodes" in done.register_error
+            assert Path(done.result[0].model_path).is_file()
             vm.close()
     finally:
         await hub.close()
