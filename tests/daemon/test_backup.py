@@ -127,6 +127,9 @@ async def test_each_refusal_names_its_reason_and_changes_nothing(
     async with running_daemon(tmp_path / "old", None, local_agent=False) as old:
         await old.client.create_key("laptop")
         text = await old.client.create_backup(PASSPHRASE)
+        with pytest.raises(DaemonError) as short:
+            await old.client.create_backup("short")
+        assert short.value.code == "passphrase_too_short" and "short" not in short.value.message.split()
     async with running_daemon(tmp_path / "new", None, local_agent=False) as new:
         ca_before = (tmp_path / "new" / "pki" / "ca.crt").read_bytes()
         cases = {
