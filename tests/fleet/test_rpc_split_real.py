@@ -83,6 +83,7 @@ async def test_one_model_across_two_nodes_answers_and_stops_its_helper(
         ready = await rd.client.start_model("gemma-split", wait=True)
         assert ready.state == ModelState.READY, (ready.error, ready.last_log_lines)
         assert [(h.node, h.state) for h in ready.rpc_helpers] == [(helper_id, "ready")]
+        assert ready.running_config_hash == ready.config_hash and not ready.restart_pending, "one hash, both sides"
         (server,) = await helper_link.client.rpc_servers()
         assert (server.state, server.peer_node_id) == (RpcServerState.READY, main_id), "the grant names the main node"
         assert server.grant_id == ready.rpc_helpers[0].grant_id and server.port and server.pid
