@@ -76,8 +76,8 @@ class RpcHelpers:
     async def open(self, definition: ModelDefinition, main_node: str) -> list[RpcPeer]:
         """Start an rpc-server on each helper for ``definition`` running on ``main_node``; the peers
         of its launch spec. On a refusal the servers already started are stopped and it raises."""
+        links = [self._online(node) for node in definition.rpc_nodes]  # all answer, or nothing changes
         await self.close(definition)
-        links = [self._online(node) for node in definition.rpc_nodes]
         opened: list[Grant] = []
         self._grants[definition.id] = opened
         try:

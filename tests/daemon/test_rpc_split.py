@@ -207,9 +207,14 @@ async def test_a_helper_going_offline_makes_the_model_not_ready_with_an_event(tm
     assert [(h.node, h.state) for h in status.rpc_helpers] == [(HELPER, "offline")]
     (event,) = [e for e in fleet.events._page(0).events if e.type == "model.state" and e.data["state"] == "failed"]
     assert event.model == "big" and event.data["helper"] == HELPER and "no route to host" in event.data["error"]
-    with pytest.raises(DaemonProblem) as caught:  # nothing starts without it
+    with pytest.raises(DaemonProblem) as caught:  # nothing starts without it, nothing is torn down
         await fleet.orch.start("big")
     assert caught.value.code == "node_offline" and "helper node" in caught.value.message
+    assert len(fleet.helper.servers) == 1 and len(fleet.main.specs) == 1
+    helper.online, helper.last_error = True, None  # back, its rpc-server still serving the main
+    fleet.orch.on_instances(HELPER, {})
+    assert fleet.orch.status_by_id("big").state == ModelState.READY
+    assert [e.data["state"] for e in fleet.events._page(0).events if e.type == "model.state"][-1] == "ready"
 
 
 async def test_after_a_daemon_restart_stop_finds_the_helpers_grants(tmp_path: Path) -> None:
