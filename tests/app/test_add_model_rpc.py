@@ -1,7 +1,7 @@
 """One model across nodes in the app: the add-model wizard lists the daemon's split (each node's
 layers), picking it saves the model on the main node with its helpers (``rpc_nodes``) and the
-main node's part as its memory budget, the model
-editor shows and edits the helpers, and the demo daemon reports them in a model's status."""
+main node's part as its memory budget, the model editor shows and edits the helpers, the model
+panel lists them with their state, and the demo daemon reports them in a model's status."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from app.viewmodels.settings_form import SettingsForm
 from daemon.api.models import ModelState
 from daemon.api.nodes import NodeState, NodeView, RuntimeOffer
 from daemon.api.plan import NodePlan, NodeShare, Plan, PlanOption, PlanQuery
+from daemon.api.rpc_split import RpcHelper
 
 MAIN, HELPER = "a" * 64, "b" * 64
 FILE = "/models/big-Q4_K_M.gguf"
@@ -152,3 +153,17 @@ def test_the_wizard_takes_the_split_clicked(window: tuple[MainWindow, AppContext
         assert (saved.node, saved.rpc_nodes) == (MAIN, [HELPER])
     finally:
         dialog.reject()
+
+
+@pytest.mark.gui
+def test_the_model_panel_shows_a_split_models_helpers(open_main_window: Any, qtbot: Any) -> None:
+    fake = FakeDaemonClient([definition("big", node=MAIN, rpc_nodes=[HELPER]), definition("alone")])
+    fake.nodes += [box(MAIN, "tower"), box(HELPER, "laptop")]
+    win = open_main_window(fake, nodes_loaded=True)
+    fake.set_state("big", ModelState.READY, rpc_helpers=[RpcHelper(node=HELPER, state="ready")])
+    win.open_model("big")
+    helpers = win.models.panel.overview.values["helpers"]
+    qtbot.waitUntil(lambda: helpers.text() == "laptop (ready)")
+    assert helpers.isVisible()
+    win.open_model("alone")  # a model on one node has no helpers row
+    qtbot.waitUntil(lambda: not helpers.isVisible())

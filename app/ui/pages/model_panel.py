@@ -3,6 +3,8 @@ Benchmarks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QFormLayout,
@@ -48,11 +50,12 @@ class RuntimeBadge(QLabel):
 class OverviewTab(QWidget):
     FIELDS = (("state", "State"), ("node", "Node"), ("endpoint", "Endpoint"), ("pid", "PID"),
               ("uptime", "Uptime"), ("config", "Config hash"), ("restart", "Restart pending"),
-              ("crashes", "Crashes"))
+              ("crashes", "Crashes"), ("helpers", "Helper nodes"))
 
-    def __init__(self, models: ModelsPageViewModel) -> None:
+    def __init__(self, models: ModelsPageViewModel, name_of: Callable[[str], str] = lambda node: node[:12]) -> None:
         super().__init__()
         self.models = models
+        self._name_of = name_of  # a node's name, for a model across nodes' helpers
         self.view: ModelView | None = None
         self.ticker = QTimer(self)  # the uptime moves on between snapshots
         self.ticker.setInterval(1000)
@@ -68,6 +71,7 @@ class OverviewTab(QWidget):
             value.setObjectName(f"field-{key}")
             self.values[key] = value
             form.addRow(label(title, muted=True), value)
+        self._form = form
         layout.addLayout(form)
         self.error_card = Card("Last error", attention=True)
         self.error = label("", wrap=True, selectable=True)
@@ -111,6 +115,9 @@ class OverviewTab(QWidget):
         self.values["restart"].setText("Yes — settings changed since it started" if s.restart_pending else "No")
         paused = " · automatic restarts paused" if s.restarts_paused else ""
         self.values["crashes"].setText(f"{s.crash_count}{paused}")
+        helpers = ", ".join(f"{self._name_of(h.node)} ({h.state})" for h in s.rpc_helpers)
+        self.values["helpers"].setText(helpers or "—")
+        self._form.setRowVisible(self.values["helpers"], bool(s.rpc_helpers))  # only a model across nodes
         self.error_card.setVisible(bool(s.error))
         self.error.setText(s.error or "")
         self.error_lines.setText("\n".join(s.last_log_lines[-8:]))
@@ -150,7 +157,7 @@ class ModelPanel(QWidget):
         self.subtitle = label("", muted=True)
         layout.addWidget(self.subtitle)
         self.tabs = QTabWidget()
-        self.overview = OverviewTab(ctx.models)
+        self.overview = OverviewTab(ctx.models, ctx.nodes.name_of)
         self.settings = SettingsEditor(ctx)
         self.logs = LogsTab(ctx)
         self.charts = ChartsTab(ctx)
