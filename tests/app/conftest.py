@@ -1,4 +1,5 @@
-"""Fixtures of the app's tests: the fake daemon, and for widget tests one qasync loop on Qt's."""
+"""Fixtures of the app's tests: the fake daemon, and for widget tests one qasync loop on Qt's and the
+app's main window opened over a client."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,3 +58,50 @@ def qloop(qapp) -> Iterator[asyncio.AbstractEventLoop]:  # type: ignore[no-untyp
     executor.shutdown(wait=True)
     asyncio.events._set_running_loop(None)
     asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def open_main_window(qloop: asyncio.AbstractEventLoop, qapp: Any, qtbot: Any,
+                     tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``open_main_window(client, *, nodes_loaded=False, size=None)``: the app's main window over
+    ``client``, offscreen, in the light theme, shown once the first fleet snapshot is in (and with
+    ``nodes_loaded`` the Nodes page's first list too); ``size`` is ``(width, height)``.
+
+    Its context is ``win.ctx``. At teardown every window it opened stops its background work (nodes,
+    charts, logs, the first-run card), closes as on quit and is deleted, so later tests stay quick.
+    """
+    from PySide6.QtCore import QEvent
+
+    from app.context import AppContext
+    from app.ui import theme
+    from app.ui.main_window import MainWindow
+
+    opened: list[MainWindow] = []
+
+    def open_with(client: Any, *, nodes_loaded: bool = False, size: tuple[int, int] | None = None) -> MainWindow:
+        if theme.current_name() != "light" or not qapp.styleSheet():
+            theme.apply(qapp, "light")
+        ctx = AppContext.create(client, tmp_path, prefs_path=tmp_path / "app.json", platform="linux",
+                                host_refresh_s=3600)
+        ctx.fleet.feed._poll_timeout = 5
+        ctx.start()
+        qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded and (not nodes_loaded or ctx.nodes.state.value.loaded))
+        win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
+        if size is not None:
+            win.resize(*size)
+        win.show()
+        opened.append(win)
+        return win
+
+    yield open_with
+    for win in opened:
+        ctx = win.ctx
+        ctx.nodes.close()
+        ctx.node_charts.hide()
+        ctx.logs.stop()
+        ctx.charts.hide()
+        ctx.first_run.close()
+        win.quitting = True
+        win.close()
+        win.deleteLater()
+    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication
 
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import MainWindow
 from app.viewmodels.access import AccessViewModel, count, usage_cells
 from app.viewmodels.fleet import FleetViewModel
@@ -43,22 +37,8 @@ async def test_the_view_model_holds_each_keys_use(fake: FakeDaemonClient) -> Non
 
 
 @pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win
-    win.quitting = True
-    win.close()
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(fake)
 
 
 @pytest.mark.gui

@@ -4,20 +4,16 @@ blocking the add."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import GgufSummary
 from app.context import AppContext
-from app.ui import theme
 from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
@@ -166,23 +162,9 @@ async def test_a_failing_plan_is_shown_and_the_model_can_still_be_added(fake: Fa
 
 # --- widgets ----------------------------------------------------------------------------------------
 @pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext]]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win, ctx
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> tuple[MainWindow, AppContext]:
+    win = open_main_window(fake)
+    return win, win.ctx
 
 
 @pytest.mark.gui

@@ -4,18 +4,13 @@ wizard is what it was."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication
 
 from app.context import AppContext
-from app.ui import theme
 from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
@@ -115,26 +110,10 @@ async def test_llama_cpp_keeps_its_gguf_file_context_and_fit(fake: FakeDaemonCli
 
 # --- widgets ----------------------------------------------------------------------------------------
 @pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext]]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> tuple[MainWindow, AppContext]:
     fake.nodes.extend([gpu_box(), mac()])
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded and ctx.nodes.state.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win, ctx
-    ctx.nodes.close()
-    ctx.node_charts.hide()
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    win = open_main_window(fake, nodes_loaded=True)
+    return win, win.ctx
 
 
 def choose(dialog: AddModelDialog, runtime: str) -> None:

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import definition
 from fake_jobs import FakeJobsClient, benchmark_view, tuning_result
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication, QLabel, QTableWidget
+from PySide6.QtWidgets import QLabel, QTableWidget
 
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import MainWindow
 from app.ui.pages.model_panel import BENCHMARKS
 from daemon.api.jobs import ScorePoint
@@ -32,24 +27,8 @@ def fake() -> FakeJobsClient:
 
 
 @pytest.fixture
-def window(fake: FakeJobsClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.resize(1280, 800)
-    win.show()
-    yield win
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    ctx.logs.stop()
-    ctx.charts.hide()
+def window(fake: FakeJobsClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(fake, size=(1280, 800))
 
 
 def cells(table: QTableWidget) -> list[list[str]]:

@@ -4,18 +4,15 @@ fallbacks edited there; nodes offer only the agent runtimes."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication, QComboBox, QLineEdit
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QLineEdit
 
 from app.context import AppContext
-from app.ui import theme
 from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.ui.pages.model_panel import SETTINGS
@@ -141,25 +138,10 @@ def external_fake() -> FakeDaemonClient:
 
 
 @pytest.fixture
-def window(external_fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext]]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
-    ctx = AppContext.create(external_fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux",
-                            host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.resize(1280, 800)
-    win.show()
-    yield win, ctx
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+def window(external_fake: FakeDaemonClient,
+           open_main_window: Callable[..., MainWindow]) -> tuple[MainWindow, AppContext]:
+    win = open_main_window(external_fake, size=(1280, 800))
+    return win, win.ctx
 
 
 def _settings_of(window: MainWindow, qtbot: Any, model_id: str) -> Any:

@@ -3,42 +3,24 @@ from the click to a registered model, the found models listed, the card gone onc
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_sources import FakeSourcesClient
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication, QLabel, QPushButton
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QPushButton
 
 from agent.api.sources import ImportedModel, TransferState
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
 
 
 @pytest.fixture
-def window(qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any, tmp_path: Path) -> Iterator[
-        tuple[MainWindow, FakeSourcesClient]]:
-    theme.apply(qapp, "light")
+def window(open_main_window: Callable[..., MainWindow]) -> tuple[MainWindow, FakeSourcesClient]:
     fake = FakeSourcesClient([])
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win, fake
-    ctx.logs.stop()
-    ctx.first_run.close()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    return open_main_window(fake), fake
 
 
 def test_the_card_gets_the_demo_model_and_goes_away(window: tuple[MainWindow, FakeSourcesClient], qtbot: Any) -> None:

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication
 
 from agent.api.models import GpuEcc, GpuInfo
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import MainWindow
 from app.viewmodels.nodes import gpu_health
 from daemon.api.nodes import NodeState, NodeView
@@ -38,25 +31,8 @@ def test_health_says_what_the_gpu_reports() -> None:
 
 
 @pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded and ctx.nodes.state.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win
-    ctx.nodes.close()
-    ctx.node_charts.hide()
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(fake, nodes_loaded=True)
 
 
 @pytest.mark.gui

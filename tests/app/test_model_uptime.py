@@ -3,18 +3,12 @@ figure computed when the ready event arrived, for as long as nothing else change
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication
 
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import MainWindow
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.models_page import ModelsPageViewModel
@@ -53,23 +47,8 @@ def test_uptime_is_read_from_the_clock_each_time_it_is_asked(fake: FakeDaemonCli
 
 
 @pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(fake)
 
 
 @pytest.mark.gui

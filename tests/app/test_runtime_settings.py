@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
 from pydantic import BaseModel, Field
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication, QComboBox, QLabel, QLineEdit, QPlainTextEdit
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QPlainTextEdit
 
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import MainWindow
 from app.ui.pages.model_panel import SETTINGS
 from app.ui.pages.models import ModelRow
@@ -140,24 +136,8 @@ def fake() -> FakeDaemonClient:
 
 
 @pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.resize(1280, 800)
-    win.show()
-    yield win
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(fake, size=(1280, 800))
 
 
 def _settings_of(window: MainWindow, qtbot: Any, model_id: str) -> Any:

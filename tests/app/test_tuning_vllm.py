@@ -4,22 +4,17 @@ it runs, not llama.cpp's."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import definition
 from fake_jobs import FakeJobsClient, tuning_result
 from helpers import until
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication, QLabel
+from PySide6.QtWidgets import QLabel
 
 from agent.api.vllm import VllmSettings
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import MainWindow
 from app.ui.pages.model_panel import BENCHMARKS
 from app.viewmodels.benchmarks import (
@@ -162,24 +157,8 @@ async def test_the_benchmarks_tab_reads_the_newest_tuning_in_full(fake: VllmJobs
 
 # --- widgets ----------------------------------------------------------------------------------------
 @pytest.fixture
-def window(fake: VllmJobsClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.resize(1280, 800)
-    win.show()
-    yield win
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    ctx.logs.stop()
-    ctx.charts.hide()
+def window(fake: VllmJobsClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(fake, size=(1280, 800))
 
 
 @pytest.mark.gui
