@@ -5,7 +5,10 @@ estimates what the instance needs (``agent.memory_estimate``) and compares it wi
 system memory less a reserve, less what instances still loading will take; on discrete GPUs each
 GPU's free memory less its own reserve, for the GPUs the start is placed on (``gpus``,
 ``split_mode``, ``tensor_split``, ``main_gpu``: ``agent.placement.placed_gpus``), each held to its
-own budget. A launch spec's memory budget (the model's ``memory_budget_gib``) replaces the estimate, held against system memory alone. On unified memory
+own budget. A launch spec's memory budget (the model's ``memory_budget_gib``) replaces the estimate, held against system memory alone.
+A start with ``rpc_peers`` (one model across nodes) is held to the main node's share only: the
+layers ``--n-gpu-layers`` leaves on it, their KV cache and its small compute buffer, and its own
+GPUs' part when a ``--tensor-split`` says it (``agent.rpc.main_share``). On unified memory
 (Apple silicon, DGX Spark, Jetson) free memory only tells the truth once a load has finished, so
 starts go one at a time there.
 ``report`` answers the same question for the "will it fit" API, with the largest context and
@@ -69,10 +72,12 @@ from agent.memory_estimate import (
 )
 from agent.placement import Device, NodeMemory, placed_gpus
 from agent.problems import InsufficientMemory, InvalidModelFile, StartInProgress
+from agent.rpc.main_share import main_share, max_main_ctx, share_fits
 
 _LOGGER = logging.getLogger(__name__)
 
 UNIFIED_GPU_NAMES = ("GB10", "Orin", "Thor", "Xavier")
+_RPC_CLEARED: dict[str, object] = {"split_mode": None, "tensor_split": None, "main_gpu": None}  # span RPC devices too
 CACHE_SIZE = 64
 
 
@@ -209,7 +214,9 @@ class Admission:
         return total
 
     async def report(self, summary: GgufSummary, settings: LlamaCppSettings, *, source: str = "",
-                     loading: list[tuple[str, int | None]] | None = None) -> FitReport:
+                     loading: list[tuple[str, int | None]] | None = None, rpc_devices: int = 0) -> FitReport:
+        """``rpc_devices``: the helpers' RPC devices of a model across nodes; the report is then of
+        the main node's share (``agent.rpc.main_share``)."""
         total, available = await asyncio.to_thread(self.memory.memory)
         gpus = await asyncio.to_thread(self.gpus.sample)
         unified = is_unified(gpus, self.policy)
@@ -220,8 +227,12 @@ class Admission:
                       budget_bytes=max(0, g.memory_total - g.memory_used - self.policy.gpu_reserve_bytes))
             for g in gpus]
         # the GPUs it is placed on; on unified memory there are none of their own
-        positions, split = ([], ()) if unified else placed_gpus(settings, [b.index for b in budgets])
+        placing = settings.model_copy(update=_RPC_CLEARED) if rpc_devices else settings
+        positions, split = ([], ()) if unified else placed_gpus(placing, [b.index for b in budgets])
         placed = [budgets[p] for p in positions]
+        if rpc_devices:
+            return self._rpc_report(summary, settings, rpc_devices, placed, total, available, reserve, pending,
+                                    budgets, unified, source)
         budget = Budget(host=available - reserve - pending, gpus=tuple(b.budget_bytes for b in placed), split=split)
         layers = resolve_gpu_layers(summary, settings, budget)
         est = estimate(summary, settings, layers, budget.shares)
@@ -235,6 +246,27 @@ class Admission:
             max_gpu_layers=max_gpu_layers(summary, settings, budget) if budget.shares else None,
             message=_message(est.host_bytes, est.gpu_bytes, placed, available, reserve, pending, ok),
             source=source)
+
+    def _rpc_report(self, summary: GgufSummary, settings: LlamaCppSettings, rpc_devices: int,
+                    placed: list[GpuBudget], total: int, available: int, reserve: int, pending: int,
+                    budgets: list[GpuBudget], unified: bool, source: str) -> FitReport:
+        """The main node's share of a model across nodes, held to this node's memory."""
+        share = main_share(summary, settings, rpc_devices, len(placed))
+        host = available - reserve - pending
+        held = [b.budget_bytes for b in placed] if share.gpus_known else []
+        for gpu_budget, need in zip(placed, share.estimate.gpu_bytes, strict=False):
+            gpu_budget.needed_bytes = need
+        ok = share_fits(share, host, held)
+        message = _message(share.estimate.host_bytes, share.estimate.gpu_bytes, placed, available, reserve,
+                           pending, ok)
+        message += (f" (the main node's share: {share.estimate.n_gpu_layers} of {summary.block_count + 1} layers "
+                    f"on {rpc_devices} RPC device(s){'' if share.gpus_known else ' and its GPUs'}, "
+                    f"{gib(share.remote_bytes)} there)")
+        return FitReport(
+            summary=summary, estimate=share.estimate, memory_total=total, memory_available=available,
+            reserve_bytes=reserve, pending_bytes=pending, gpus=budgets, unified_memory=unified, fits=ok,
+            max_ctx_size=max_main_ctx(summary, settings, rpc_devices, host, held), max_gpu_layers=None,
+            message=message, source=source)
 
     async def snapshot(self, loading: list[tuple[str, int | None]] | None = None) -> NodeMemory:
         """This node's memory for a plan (``agent.placement``): usable now, and with every device empty."""
@@ -270,7 +302,8 @@ class Admission:
             if not done and not spec.force:
                 raise StartInProgress("another model is still loading on this unified-memory node, and "
                                       "free memory is only known once it has; try again when it is ready")
-        report = await self.report(summary, spec.settings, source=spec.model_path, loading=others_loading())
+        report = await self.report(summary, spec.settings, source=spec.model_path, loading=others_loading(),
+                                   rpc_devices=sum(peer.devices for peer in spec.rpc_peers))
         if spec.memory_budget_bytes is not None:
             report = _with_budget(report, spec.memory_budget_bytes)
         if not report.fits and not spec.force:
