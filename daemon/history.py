@@ -7,16 +7,15 @@ series is bucketed to at most ~600 points so a chart stays light.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from daemon.api.models import HistoryPoint, HistoryRange, HistorySeries, RequestRecord
 from daemon.audit.log import Recorder
+from daemon.sqlite_worker import SqliteWorker
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -66,19 +65,14 @@ def _migrate_requests(db: sqlite3.Connection) -> None:
     db.commit()
 
 
-class History:
-    """All SQLite work runs on one dedicated thread; callers await it."""
+class History(SqliteWorker):
+    """All SQLite work runs on one dedicated thread (``daemon.sqlite_worker``); callers await it."""
 
     def __init__(self, path: Path) -> None:
-        self._path = path
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
-        self._db: sqlite3.Connection | None = None
+        super().__init__(path, "history")
         self._pending_requests: list[tuple[Any, ...]] = []
         self._last_rollup = 0.0
         self.recorder: Recorder | None = None  # the audit log, where History.audit's entries go
-
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def open(self) -> None:
         await self._run(self._open)
@@ -90,13 +84,7 @@ class History:
 
     async def close(self) -> None:
         await self.flush()
-        await self._run(self._close)
-        self._pool.shutdown(wait=True)
-
-    def _close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        await super().close()
 
     # --- writes -------------------------------------------------------------------------------
     async def add_samples(self, kind: str, ts: float, rows: dict[str, dict[str, float | None]]) -> None:

@@ -19,13 +19,11 @@ raises: a failed write is logged and the action it describes goes on.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +32,7 @@ from daemon.api.audit import ACTOR_ADMIN_TOKEN, DEFAULT_LIMIT, AuditEntry, Audit
 from daemon.audit.actor import current_actor
 from daemon.audit.redact import scrub, to_json
 from daemon.errors import CURRENT_REQUEST_ID
+from daemon.sqlite_worker import SqliteWorker
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -61,15 +60,12 @@ class AuditQuery:
     before: int | None = None   # entries with a smaller id (the next, older page)
 
 
-class AuditLog:
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
-        self._path = path
-        self._clock = clock
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit")
-        self._db: sqlite3.Connection | None = None
+class AuditLog(SqliteWorker):
+    """Its own connection to ``history.sqlite`` on its own thread (``daemon.sqlite_worker``)."""
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(path, "audit")
+        self._clock = clock
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def open(self) -> None:
@@ -82,15 +78,6 @@ class AuditLog:
             migrate(db)
             self._db = db
         return self._db
-
-    async def close(self) -> None:
-        await self._run(self._close)
-        self._pool.shutdown(wait=True)
-
-    def _close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
 
     # --- writes -------------------------------------------------------------------------------
     async def record(self, action: str, subject: str = "", *, before: Any = None, after: Any = None,
