@@ -34,7 +34,8 @@ class InvalidModelFile(AgentProblem):
 
 
 class InsufficientMemory(AgentProblem):
-    """The model would not fit in what is left after the reserve; start it with force to try anyway."""
+    """The model would not fit in what is left after the reserve (start it with force to try anyway),
+    or a helper node has less free than an rpc-server grant lends (``agent.rpc.servers``)."""
 
     status = 409
     code = "insufficient_memory"

@@ -32,7 +32,7 @@ from agent.api.rpc import RpcServerInfo, RpcServerRequest, RpcServerState
 from agent.gpu import GpuProbe
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
-from agent.problems import AgentProblem
+from agent.problems import AgentProblem, InsufficientMemory
 from agent.runtimes.catalog import RuntimeCatalog
 from agent.runtimes.llamacpp import API_KEY_ENV, child_env
 from agent.runtimes.ports import LOOPBACK, find_free_port
@@ -60,11 +60,6 @@ class UnknownGrant(AgentProblem):
 class GrantConflict(AgentProblem):
     status = 409
     code = "grant_conflict"
-
-
-class NotEnoughMemory(AgentProblem):
-    status = 409
-    code = "insufficient_memory"
 
 
 class RpcServerFailed(AgentProblem):
@@ -199,9 +194,9 @@ class RpcServers:
             _total, free = await asyncio.to_thread(self.memory.memory)
             where = "system memory"
         if free < wanted:
-            raise NotEnoughMemory(f"this node has {free / 2**30:.1f} GiB free in {where}, not the "
-                                  f"{wanted / 2**30:.1f} GiB this model's share needs",
-                                  details={"free_bytes": free, "wanted_bytes": wanted, "where": where})
+            raise InsufficientMemory(f"this node has {free / 2**30:.1f} GiB free in {where}, not the "
+                                     f"{wanted / 2**30:.1f} GiB this model's share needs",
+                                     details={"free_bytes": free, "wanted_bytes": wanted, "where": where})
 
     async def start(self, request: RpcServerRequest) -> RpcServerInfo:
         """Start the grant's rpc-server and answer once it listens on loopback."""
