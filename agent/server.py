@@ -15,6 +15,7 @@ import platform
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import aiohttp
 import psutil
@@ -45,6 +46,8 @@ from agent.upgrade import AgentUpgrades
 from agent.upgrade import routes as upgrade_routes
 
 _LOGGER = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEPS = web.AppKey("deps", AgentDeps)
 PROXY_SESSION = web.AppKey("proxy_session", aiohttp.ClientSession)
@@ -199,9 +202,8 @@ async def proxy(request: web.Request) -> web.StreamResponse:
 
 async def unpair(request: web.Request) -> web.StreamResponse:
     """The daemon removed this node: answer, then reset the identity and wait to be paired again."""
-    on_unpair = request.app[DEPS].on_unpair
-    if on_unpair is None:
-        raise ApiError(409, "cannot_unpair", "this agent is not run by `mirbadllm agent`; stop it instead")
+    on_unpair = _present(request.app[DEPS].on_unpair, 409, "cannot_unpair",
+                         "this agent is not run by `mirbadllm agent`; stop it instead")
     response = web.json_response({"status": "unpairing"}, status=202)
     await response.prepare(request)
     await response.write_eof()  # sent before the server that carries it closes
@@ -252,39 +254,35 @@ async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
     await session.close()
 
 
+def _present(part: T | None, status: int, code: str, message: str) -> T:
+    """An optional part of ``AgentDeps``, or the refusal that says this agent runs without it."""
+    if part is None:
+        raise ApiError(status, code, message)
+    return part
+
+
 def _sources(request: web.Request) -> ModelSources:
-    sources = request.app[DEPS].sources
-    if sources is None:
-        raise ApiError(503, "no_sources", "this agent was built without downloads and admission")
-    return sources
+    return _present(request.app[DEPS].sources, 503, "no_sources",
+                    "this agent was built without downloads and admission")
 
 
 def _upgrades(request: web.Request) -> AgentUpgrades:
-    upgrades = request.app[DEPS].upgrades
-    if upgrades is None:
-        raise ApiError(409, "upgrade_unsupported", "this agent is not run by `mirbadllm agent`; upgrade it by hand")
-    return upgrades
+    return _present(request.app[DEPS].upgrades, 409, "upgrade_unsupported",
+                    "this agent is not run by `mirbadllm agent`; upgrade it by hand")
 
 
 def _runtime_builds(request: web.Request) -> LlamaCppBuilds:
-    builds = request.app[DEPS].runtime_builds
-    if builds is None:
-        raise ApiError(409, "runtime_upgrade_unsupported", "this agent takes no rolled-out llama.cpp builds")
-    return builds
+    return _present(request.app[DEPS].runtime_builds, 409, "runtime_upgrade_unsupported",
+                    "this agent takes no rolled-out llama.cpp builds")
 
 
 def _services(request: web.Request) -> HostServices:
-    services = request.app[DEPS].services
-    if services is None:
-        raise ApiError(503, "service_manager_unavailable", "this agent was built without host services")
-    return services
+    return _present(request.app[DEPS].services, 503, "service_manager_unavailable",
+                    "this agent was built without host services")
 
 
 def _rpc(request: web.Request) -> RpcServers:
-    rpc = request.app[DEPS].rpc
-    if rpc is None:
-        raise ApiError(503, "no_rpc", "this agent was built without rpc-servers")
-    return rpc
+    return _present(request.app[DEPS].rpc, 503, "no_rpc", "this agent was built without rpc-servers")
 
 
 def _peer_gate(deps: AgentDeps) -> Callable[..., Awaitable[web.StreamResponse]]:
