@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.models import InstanceInfo, TelemetrySample
+from daemon.errors import DaemonProblem
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -109,6 +110,15 @@ class Links:
 
     def get(self, node_id: str) -> AgentLink | None:
         return self._by_node.get(node_id)
+
+    def online_client(self, node_id: str) -> AgentClient:
+        """The node's agent client for an API call, or the answer why not: 404 no such node, 503 offline."""
+        link = self._by_node.get(node_id)
+        if link is None:
+            raise DaemonProblem(404, "node_unknown", f"no node '{node_id}'")
+        if not link.online:
+            raise DaemonProblem(503, "node_offline", f"node '{node_id}' is offline: {link.last_error}")
+        return link.client
 
     def __getitem__(self, node_id: str) -> AgentLink:
         return self._by_node[node_id]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agent.api.client import AgentClient, AgentError
+from agent.api.client import AgentError
 from agent.api.services import SERVICE_ACTIONS, ServiceActionRequest
 from daemon.api.services import ServiceActionBody
 from daemon.audit.log import Recorder
@@ -40,17 +40,9 @@ class ServicesApi:
         self._audit = audit
         self._policy_file = policy_file
 
-    def _client(self, node: str) -> AgentClient:
-        link = self._links.get(node)
-        if link is None:
-            raise DaemonProblem(404, "node_unknown", f"no node '{node}'")
-        if not link.online:
-            raise DaemonProblem(503, "node_offline", f"node '{node}' is offline: {link.last_error}")
-        return link.client
-
     async def list_services(self, request: web.Request) -> web.Response:
         node = request.match_info["id"]
-        client = self._client(node)
+        client = self._links.online_client(node)
         names = names_for(self._policy_file, node)
         every = request.query.get("all", "0") not in ("0", "", "false")
         try:
@@ -66,7 +58,7 @@ class ServicesApi:
         body = validated(ServiceActionBody, await read_json(request, MAX_BODY, empty={}))
         subject = f"{node}/{name}"
         try:
-            client = self._client(node)
+            client = self._links.online_client(node)
         except DaemonProblem as exc:
             await self._audit.record(f"service.{action}", subject, detail=f"refused ({exc.code}): {exc.message}")
             raise

@@ -26,7 +26,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from agent.api.client import AgentClient, AgentError
+from agent.api.client import AgentError
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import (
     FINISHED_TRANSFERS,
@@ -102,14 +102,6 @@ class SourcesApi:
         self._history = history
         self._mirror = mirror  # runs the daemon's own transfers (kind "mirror"), and cancels them
 
-    def _client(self, node: str) -> AgentClient:
-        link = self._links.get(node)
-        if link is None:
-            raise DaemonProblem(404, "node_unknown", f"no node '{node}'")
-        if not link.online:
-            raise DaemonProblem(503, "node_offline", f"node '{node}' is offline: {link.last_error}")
-        return link.client
-
     @_answers
     async def fit_get(self, request: web.Request) -> web.Response:
         try:
@@ -123,7 +115,7 @@ class SourcesApi:
         return await self._fit(await _body(request, FitQuery))
 
     async def _fit(self, query: FitQuery) -> web.Response:
-        client = self._client(query.node)
+        client = self._links.online_client(query.node)
         return json_response(await client.fit(_as_agent(FitRequest, query)))
 
     @_answers
@@ -133,7 +125,8 @@ class SourcesApi:
         if (query.model_path is None) == (query.hf is None):
             raise DaemonProblem(422, "invalid_request", "give either model_path or hf")
         if query.node is not None:
-            return json_response(await fan_out([(query.node, self._client(query.node))], agent_request(query)))
+            client = self._links.online_client(query.node)
+            return json_response(await fan_out([(query.node, client)], agent_request(query)))
         links = list(self._links)
         offline = [NodePlanError(node=link.node_id, code="node_offline", message=f"offline: {link.last_error}")
                    for link in links if not link.online]
@@ -145,28 +138,28 @@ class SourcesApi:
     @_answers
     async def download(self, request: web.Request) -> web.Response:
         query = await _body(request, DownloadQuery)
-        info = await self._client(query.node).download(_as_agent(DownloadRequest, query))
+        info = await self._links.online_client(query.node).download(_as_agent(DownloadRequest, query))
         return json_response(await self._transfers.track(query.node, info, query), 202)
 
     @_answers
     async def ollama_models(self, request: web.Request) -> web.Response:
-        client = self._client(request.query.get("node") or "local")
+        client = self._links.online_client(request.query.get("node") or "local")
         return json_response(await client.ollama_models(request.query.get("store") or None))
 
     @_answers
     async def lmstudio_models(self, request: web.Request) -> web.Response:
-        return json_response(await self._client(request.query.get("node") or "local").lmstudio_models())
+        return json_response(await self._links.online_client(request.query.get("node") or "local").lmstudio_models())
 
     @_answers
     async def import_ollama(self, request: web.Request) -> web.Response:
         query = await _body(request, OllamaImportQuery)
-        info = await self._client(query.node).import_ollama(_as_agent(OllamaImportRequest, query))
+        info = await self._links.online_client(query.node).import_ollama(_as_agent(OllamaImportRequest, query))
         return json_response(await self._transfers.track(query.node, info, query), 202)
 
     @_answers
     async def import_folder(self, request: web.Request) -> web.Response:
         query = await _body(request, FolderImportQuery)
-        info = await self._client(query.node).import_folder(_as_agent(FolderImportRequest, query))
+        info = await self._links.online_client(query.node).import_folder(_as_agent(FolderImportRequest, query))
         return json_response(await self._transfers.track(query.node, info, query), 202)
 
     async def list_transfers(self, request: web.Request) -> web.Response:
@@ -190,7 +183,7 @@ class SourcesApi:
                 raise DaemonProblem(409, "not_cancellable", "this daemon cannot cancel mirror transfers")
             await self._mirror.cancel(transfer.id)  # the daemon's own push: no agent transfer to ask
         elif transfer.state not in FINISHED_TRANSFERS:
-            info = await self._client(transfer.node).cancel_transfer(transfer.agent_id)
+            info = await self._links.online_client(transfer.node).cancel_transfer(transfer.agent_id)
             await self._transfers.update(transfer.id, info)
         await self._history.audit("admin", "transfer.cancel", transfer.id)
         return json_response(self._transfers.get(transfer.id))

@@ -49,7 +49,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent.api.client import AgentClient, AgentError
+from agent.api.client import AgentError
 from agent.api.mirror import MirrorClient, MirrorFile
 from agent.api.safe_names import UnsafeName, check_relative_name, commonpath_inside
 from agent.api.sources import (
@@ -173,7 +173,7 @@ class Mirror:
             paths = [p for p in (query.path, query.projector_path) if p]
         if query.target_node == LOCAL_NODE:
             raise DaemonProblem(422, "mirror_same_node", "the files are on this machine already")
-        self._client(query.target_node)
+        self._links.online_client(query.target_node)
         files = [self._source(p) for p in paths]
         if len({f.name for f in files}) != len(files):
             raise DaemonProblem(422, "invalid_request", "the model and its projector are one file")
@@ -184,14 +184,6 @@ class Mirror:
         transfer = await self._transfers.own(query.target_node, info)
         self._spawn(self._run(transfer.id, files, query, source))
         return transfer
-
-    def _client(self, node: str) -> AgentClient:
-        link = self._links.get(node)
-        if link is None:
-            raise DaemonProblem(404, "node_unknown", f"no node '{node}'")
-        if not link.online:
-            raise DaemonProblem(503, "node_offline", f"node '{node}' is offline: {link.last_error}")
-        return link.client
 
     def _source(self, raw: str) -> SourceFile:
         """``raw`` (absolute, or relative to the models folder) as a file inside the models folder."""
@@ -254,7 +246,7 @@ class Mirror:
             return  # it finished (placed, or failed) before the cancel reached it
         kept: list[str] = []
         try:
-            client = MirrorClient(self._client(transfer.node))
+            client = MirrorClient(self._links.online_client(transfer.node))
         except DaemonProblem as exc:
             kept, why = list(transfer.files), exc.message
         else:
@@ -274,7 +266,7 @@ class Mirror:
                 if f.path.stat().st_size != f.size:
                     raise MirrorFailed(f"{f.name} changed while it was read; try again")
                 version.append(MirrorFile(name=f.name, size=f.size, sha256=sha))
-            client = MirrorClient(self._client(query.target_node))
+            client = MirrorClient(self._links.online_client(query.target_node))
             done = 0
             for f, file in zip(files, version, strict=True):
                 await self._step(transfer_id, f"sending {file.name}", done)
