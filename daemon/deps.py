@@ -206,7 +206,8 @@ async def start(d: DaemonDeps) -> None:
 async def _start_local_agent(d: DaemonDeps) -> None:
     ca = CertificateAuthority.load_or_create(d.paths.pki)
     key, cert = ensure_client_certificate(ca, d.paths.pki)
-    ensure_local_agent_identity(ca, d.paths.local_agent_home / "identity")
+    certificate_id = ensure_local_agent_identity(ca, d.paths.local_agent_home / "identity")
+    d.orchestrator.rpc.identify("local", certificate_id)  # the id a helper's grant names when it is a main node
     d.local_agent = LocalAgentProcess(d.paths.local_agent_home, d.paths.logs / "agent.log", d.config.llama_server,
                                       d.config.telemetry_interval_s, d.config.runtime_first_port)
     await d.local_agent.spawn()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import ssl
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from agent.api.key_store import KeysAtRest, at_rest, load_cert_chain
 from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
@@ -37,17 +40,32 @@ def keys_at_rest(pki_dir: Path, local_identity_dir: Path | None) -> KeysAtRest:
     return at_rest(keys + ([local_identity_dir / IDENTITY_KEY_FILE] if local_identity_dir else []))
 
 
-def ensure_local_agent_identity(ca: CertificateAuthority, identity_dir: Path) -> None:
-    """Give this machine's agent a certificate from our CA and pin our CA in it.
+def ensure_local_agent_identity(ca: CertificateAuthority, identity_dir: Path) -> str:
+    """Give this machine's agent a certificate from our CA and pin our CA in it; its node id (the
+    SHA-256 of the certificate, DER), the one a helper's grant names when it is a model's main node.
 
-    The local agent is enrolled by writing its files directly: same machine, same user.
+    The local agent is enrolled by writing its files directly: same machine, same user. A
+    certificate without client use (issued before an agent could be another's client, as the main
+    node of a model across nodes is of its helpers') is issued again.
     """
     identity_dir.mkdir(parents=True, exist_ok=True)
     cert_path = identity_dir / IDENTITY_CERT_FILE
-    if not (cert_path.exists() and (identity_dir / IDENTITY_KEY_FILE).exists() and _issued_by(cert_path, ca)):
+    if not (cert_path.exists() and (identity_dir / IDENTITY_KEY_FILE).exists() and _issued_by(cert_path, ca)
+            and _client_use(cert_path)):
         ca.issue_keypair(identity_dir, Path(IDENTITY_KEY_FILE).stem, "mirbadllm-local-agent",
                          server=True, client=True, hosts=["127.0.0.1", "localhost", "::1"])
     (identity_dir / IDENTITY_CA_FILE).write_bytes(cert_pem(ca.cert))
+    der = x509.load_pem_x509_certificate(cert_path.read_bytes()).public_bytes(serialization.Encoding.DER)
+    return hashlib.sha256(der).hexdigest()
+
+
+def _client_use(cert_path: Path) -> bool:
+    try:
+        usage = x509.load_pem_x509_certificate(cert_path.read_bytes()).extensions.get_extension_for_class(
+            x509.ExtendedKeyUsage).value
+    except (ValueError, OSError, x509.ExtensionNotFound):
+        return False
+    return ExtendedKeyUsageOID.CLIENT_AUTH in usage
 
 
 def _issued_by(cert_path: Path, ca: CertificateAuthority) -> bool:

@@ -140,25 +140,30 @@ def _listing(known: Mapping[str, str]) -> str:
 def resolve_rpc_nodes(definition: ModelDefinition, known: Mapping[str, str],
                       lends: Callable[[str], bool | None] | None = None) -> list[str]:
     """The full ids of the helper nodes ``definition.rpc_nodes`` names (one model across nodes,
-    llama.cpp RPC): each a node that exists, named once, not the model's own node; the model's
-    node a paired one (this machine's agent has no certificate for a helper to check). A helper
+    llama.cpp RPC): each a paired node that exists, named once, not the model's own node (this
+    machine's agent, ``local``, may be the main but not a helper: it listens on loopback); the
+    model's node named, not ``auto``. A helper
     whose agent says it has no rpc-server (``lends`` answers False) is refused; one that does not
     say now (offline, older) does not block a save, as with runtimes."""
     if not definition.rpc_nodes:
         return []
     if definition.runtime != "llamacpp":
         raise DefinitionRejected(f"rpc_nodes: only llama.cpp runs a model across nodes, not {definition.runtime}")
-    if definition.node in (LOCAL_NODE, AUTO_NODE):
-        raise DefinitionRejected(f"rpc_nodes: the model's node must be a paired node, not '{definition.node}' "
-                                 "(this machine's own agent cannot take part in a split yet)")
+    if definition.node == AUTO_NODE:
+        raise DefinitionRejected("rpc_nodes: name the model's node (the main node that runs it and holds "
+                                 "its first layers), not 'auto'")
     helpers: list[str] = []
     for name in definition.rpc_nodes:
         try:
             node = resolve_node(name, known)
         except UnknownNode as exc:
             raise UnknownNode(f"rpc_nodes: {exc}") from None
-        if node == AUTO_NODE or node == LOCAL_NODE:
+        if node == AUTO_NODE:
             raise DefinitionRejected(f"rpc_nodes: '{name[:64]}' cannot lend memory: name paired nodes")
+        if node == LOCAL_NODE:
+            raise DefinitionRejected(f"rpc_nodes: '{name[:64]}' is this machine's own agent, which listens on "
+                                     "127.0.0.1 only, so no other node can reach it to use its memory; make it the "
+                                     "model's node (the main) and name paired nodes as helpers")
         if node == definition.node:
             raise DefinitionRejected(f"rpc_nodes: '{name[:64]}' is the model's own node; name the other nodes "
                                      "that hold part of it")

@@ -6,6 +6,8 @@ agent may reach it through the helper's tunnel), then the main node's agent gets
 with one ``RpcPeer`` per helper. ``close`` stops them again: when the model stops, when its start
 fails, and before a new start (a crashed main leaves its helpers' servers running). After a
 daemon restart the grants are found again on the helpers by their names (``<model id>-<12 hex>``).
+The main may be this machine's own agent (``local``): its grants name the id of the certificate
+the daemon wrote for it (``identify``), which it presents to the helpers' tunnels.
 
 A helper whose node goes offline makes the model not ready: ``problem`` names it, the status
 shows it (``daemon.api.rpc_split.RpcHelper``), and the orchestrator's state event carries it.
@@ -20,7 +22,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from agent.api.client import AgentError
-from agent.api.rpc import RpcPeer, RpcServerInfo, RpcServerRequest, RpcServerState
+from agent.api.rpc import (
+    NODE_ID_PATTERN,
+    RpcPeer,
+    RpcServerInfo,
+    RpcServerRequest,
+    RpcServerState,
+)
 from daemon.api.models import ModelDefinition
 from daemon.api.rpc_split import RpcHelper
 from daemon.errors import DaemonProblem
@@ -28,6 +36,7 @@ from daemon.nodes.links import AgentLink, Links
 
 _LOGGER = logging.getLogger(__name__)
 _GRANT_TAIL = re.compile(r"^[0-9a-f]{12}$")
+_NODE_ID = re.compile(NODE_ID_PATTERN)
 
 
 class HelperRefused(DaemonProblem):
@@ -60,6 +69,12 @@ class RpcHelpers:
         self._links = links
         self._names = names  # node id -> name, for the messages
         self._grants: dict[str, list[Grant]] = {}
+        self._certified: dict[str, str] = {}  # node -> its certificate's id, where the daemon names it otherwise
+
+    def identify(self, node: str, certificate_id: str) -> None:
+        """The id ``node``'s agent certificate gives it (SHA-256, DER), where the daemon's node id is
+        another (``local``, this machine's agent): the id a helper's grant names when it is the main."""
+        self._certified[node] = certificate_id
 
     def _name(self, node: str) -> str:
         return self._names().get(node) or node
@@ -77,6 +92,10 @@ class RpcHelpers:
         """Start an rpc-server on each helper for ``definition`` running on ``main_node``; the peers
         of its launch spec. On a refusal the servers already started are stopped and it raises."""
         links = [self._online(node) for node in definition.rpc_nodes]  # all answer, or nothing changes
+        peer_id = self._certified.get(main_node, main_node)
+        if not _NODE_ID.match(peer_id):
+            raise HelperRefused(409, "main_unidentified", f"node '{self._name(main_node)}' has no agent certificate "
+                                "the helpers could check, so it cannot be a model's main node")
         await self.close(definition)
         opened: list[Grant] = []
         self._grants[definition.id] = opened
@@ -85,7 +104,7 @@ class RpcHelpers:
                 grant = Grant(link.node_id, grant_id(definition.id))
                 opened.append(grant)
                 grant.info = await link.client.start_rpc_server(
-                    RpcServerRequest(grant_id=grant.grant_id, peer_node_id=main_node))
+                    RpcServerRequest(grant_id=grant.grant_id, peer_node_id=peer_id))
         except AgentError as exc:
             opened[-1].error = exc.message
             node = opened[-1].node

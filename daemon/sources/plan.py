@@ -22,6 +22,7 @@ from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import AgentStatus
 from agent.api.plan import NodeShare, SplitFigures
 from agent.api.sources import FitRequest
+from daemon.api.models import LOCAL_NODE
 from daemon.api.plan import (
     NodePlan,
     NodePlanError,
@@ -153,7 +154,7 @@ def across_nodes(plans: Sequence[NodePlan], pools: Mapping[str, NodePool] | None
         return _unavailable(label, f"{why}: {ACROSS_NODES}")
     main = max(mains, key=lambda m: (m.capacity, m.free))
     plan = next(p for p in plans if p.node == main.node)
-    helpers = sorted((p for p in pools.values() if p.node != main.node and p.lends),
+    helpers = sorted((p for p in pools.values() if p.node not in (main.node, LOCAL_NODE) and p.lends),  # local: loopback only
                      key=lambda p: (-p.capacity, -p.free, p.node))
     if not helpers:
         return _unavailable(label, f"no other node has llama.cpp's rpc-server: {ACROSS_NODES}")

@@ -196,6 +196,16 @@ def test_a_model_no_node_holds_runs_across_two_in_the_memory_free_now() -> None:
     assert option.message.startswith("fits in the memory free now over 2 nodes, with a context of 2048 tokens")
 
 
+def test_this_machines_agent_may_be_the_main_but_never_a_helper() -> None:
+    pools = _pools(local=(5 * GiB // 2, 4 * GiB, True), b=(5 * GiB // 2, 4 * GiB, True))
+    (here,) = across_nodes([_cpu_node("local", 5 * GiB // 2, 4 * GiB)], pools)
+    assert (here.node, here.state, here.rpc_nodes) == ("local", "free", ["b"])
+    # with the file elsewhere, the local agent (loopback only, the most room) is not offered as a helper
+    pools = _pools(a=(5 * GiB // 2, 4 * GiB, True), local=(8 * GiB, 8 * GiB, True), b=(5 * GiB // 2, 4 * GiB, True))
+    (there,) = across_nodes([_cpu_node("a", 5 * GiB // 2, 4 * GiB)], pools)
+    assert (there.node, there.rpc_nodes) == ("a", ["b"])
+
+
 def test_a_split_that_fits_once_room_is_made_says_where() -> None:
     pools = _pools(a=(5 * GiB // 2, 4 * GiB, True), b=(GiB, 4 * GiB, True))
     (option,) = across_nodes([_cpu_node("a", 5 * GiB // 2, 4 * GiB)], pools)

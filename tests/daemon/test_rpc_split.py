@@ -132,14 +132,39 @@ async def test_rpc_nodes_are_stored_as_ids_and_refused_clearly(tmp_path: Path) -
             ({"rpc_nodes": ["main-box"]}, "invalid_model", "the model's own node"),
             ({"rpc_nodes": [HELPER, "helper-box"]}, "invalid_model", "named twice"),
             ({"rpc_nodes": ["old-box"]}, "invalid_model", "has no llama.cpp rpc-server"),
-            ({"rpc_nodes": ["local"]}, "invalid_model", "cannot lend memory"),
-            ({"node": "local"}, "invalid_model", "must be a paired node"),
+            ({"rpc_nodes": ["local"]}, "invalid_model", "listens on 127.0.0.1 only"),
+            ({"node": "auto"}, "invalid_model", "not 'auto'"),
+            ({"node": "local", "rpc_nodes": ["local"]}, "invalid_model", "make it the model's node (the main)"),
             ({"runtime": "vllm", "model_path": "/m/big"}, "invalid_model", "only llama.cpp")):
         with pytest.raises(RegistryError) as caught:
             await fleet.registry.update(_definition(**fields))
         assert (caught.value.status, caught.value.code) == (422, code), fields
         assert words in caught.value.message, caught.value.message
     assert fleet.registry.require("big").rpc_nodes == [HELPER]  # nothing refused was stored
+
+
+async def test_this_machines_agent_is_a_main_node_whose_grants_name_its_certificate(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path)
+    local = FakeAgent("https://127.0.0.1:8471")
+    fleet.links.add(AgentLink("local", local, fleet.orch.on_instances))  # type: ignore[arg-type]
+    await fleet.open()
+    saved = await fleet.registry.add(_definition(node="local"))
+    assert (saved.node, saved.rpc_nodes) == ("local", [HELPER])
+    with pytest.raises(DaemonProblem) as caught:  # no certificate known for it: nothing starts anywhere
+        await fleet.orch.start("big")
+    assert (caught.value.status, caught.value.code) == (409, "main_unidentified")
+    assert "this-machine" in caught.value.message and fleet.helper.servers == {} and local.specs == []
+
+    certificate = "d" * 64  # what daemon.tls.ensure_local_agent_identity answers for the cert it wrote
+    fleet.orch.rpc.identify("local", certificate)
+    status = await fleet.orch.start("big")
+    assert status.state == ModelState.READY and status.node == "local"
+    (server,) = fleet.helper.servers.values()
+    assert server.peer_node_id == certificate, "the grant names the certificate the local agent presents"
+    (spec,) = local.specs
+    assert [(p.agent_url, p.node_id) for p in spec.rpc_peers] == [("https://10.0.0.2:8470", HELPER)]
+    await fleet.orch.stop("big")
+    assert fleet.helper.servers == {} and local.running == {}
 
 
 async def test_a_helper_that_does_not_say_does_not_block_a_save(tmp_path: Path) -> None:
