@@ -23,6 +23,7 @@ from agent.api.relay import (
     runtime_session,
 )
 from agent.proxy import forward, new_proxy_session
+from tests.fakes.serving import serving
 
 KEY = "sk-instance-key"
 HOP_REQUEST = {"Connection": "keep-alive, X-Named-Hop", "X-Named-Hop": "drop me", "Keep-Alive": "timeout=5",
@@ -78,24 +79,12 @@ class FakeRun:
         return {"Authorization": f"Bearer {self.api_key}"}
 
 
-async def _serve(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-
-
 @pytest.fixture
 async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
     fake = FakeUpstream()
     app = web.Application()
     app.router.add_route("*", "/v1/{kind}", fake.handle)
-    async for url in _serve(app):
+    async with serving(app, handler_cancellation=True) as url:
         yield fake, url
 
 
@@ -111,7 +100,7 @@ async def agent_proxy(upstream: tuple[FakeUpstream, str]) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_route("*", "/proxy/m/{path:.*}", handle)
     try:
-        async for url in _serve(app):
+        async with serving(app, handler_cancellation=True) as url:
             yield f"{url}/proxy/m"
     finally:
         await session.close()
@@ -146,7 +135,7 @@ async def router_like(upstream: tuple[FakeUpstream, str]) -> AsyncIterator[tuple
     app = web.Application()
     app.router.add_route("*", "/v1/{kind}", handle)
     try:
-        async for url in _serve(app):
+        async with serving(app, handler_cancellation=True) as url:
             yield seen, url
     finally:
         await session.close()
@@ -210,9 +199,9 @@ async def test_a_refused_connection_is_tried_three_times_then_unreachable() -> N
                 return web.Response(status=502, text=str(exc))
 
         app.router.add_get("/x", handle)
-        async for url in _serve(app):
-            async with aiohttp.ClientSession() as client, client.get(f"{url}/x") as resp:
-                assert resp.status == 502 and "Connect" in await resp.text()
+        async with serving(app, handler_cancellation=True) as url, aiohttp.ClientSession() as client, \
+                client.get(f"{url}/x") as resp:
+            assert resp.status == 502 and "Connect" in await resp.text()
     finally:
         await session.close()
     assert [f.split(":")[0] for f in record.failures] == ["attempt 1", "attempt 2", "attempt 3"]
@@ -256,7 +245,7 @@ async def test_an_agent_that_already_said_the_stream_broke_is_not_echoed_twice(
 
         app = web.Application()
         app.router.add_post("/v1/break", handle)
-        async for url in _serve(app):
+        async with serving(app, handler_cancellation=True) as url:
             events, ended = await _ending(f"{url}/v1/break")
     finally:
         await session.close()

@@ -22,6 +22,7 @@ from daemon.paths import DaemonPaths
 from daemon.server import _middlewares
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes import write_fake_runtime
+from tests.fakes.serving import serving
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -190,25 +191,20 @@ async def test_a_handler_that_raises_answers_in_the_api_shape(tmp_path: Path) ->
 
     app = web.Application(middlewares=_middlewares(daemon))
     app.add_routes([web.get("/api/boom", boom), web.post("/v1/boom", boom)])
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        for method, path in (("GET", "/api/boom"), ("POST", "/v1/boom")):
-            status, headers, body = await _call(method, f"http://127.0.0.1:{port}{path}",
-                                                headers={"Authorization": "Bearer admin-secret",
-                                                         "X-Request-Id": f"req-{method}"})
-            assert status == 500 and headers["Content-Type"].startswith("application/json"), body
-            error = json.loads(body)["error"]
-            assert (error["type"], error["code"]) == ("server_error", "internal_error")
-            assert error["request_id"] == headers["X-Request-Id"] == f"req-{method}"
-            assert f"req-{method}" in error["message"] and "kaboom" not in error["message"]
-        [row] = await daemon.history.recent_requests(10)
-        assert (row.path, row.status, row.error) == ("/v1/boom", 500, "RuntimeError: kaboom in a handler")
+        async with serving(app, handler_cancellation=True) as url:
+            for method, path in (("GET", "/api/boom"), ("POST", "/v1/boom")):
+                status, headers, body = await _call(method, f"{url}{path}",
+                                                    headers={"Authorization": "Bearer admin-secret",
+                                                             "X-Request-Id": f"req-{method}"})
+                assert status == 500 and headers["Content-Type"].startswith("application/json"), body
+                error = json.loads(body)["error"]
+                assert (error["type"], error["code"]) == ("server_error", "internal_error")
+                assert error["request_id"] == headers["X-Request-Id"] == f"req-{method}"
+                assert f"req-{method}" in error["message"] and "kaboom" not in error["message"]
+            [row] = await daemon.history.recent_requests(10)
+            assert (row.path, row.status, row.error) == ("/v1/boom", 500, "RuntimeError: kaboom in a handler")
     finally:
-        await runner.cleanup()
         await daemon.history.close()
 
 

@@ -24,6 +24,7 @@ from daemon.api.client import DaemonError
 from daemon.api.models import ModelDefinition, ModelState, RequestRecord
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes.ports import free_port_block
+from tests.fakes.serving import serving
 
 KEY_ONE = "sk-provider-first-7f3a9c"
 KEY_TWO = "sk-provider-second-41d2e8"
@@ -79,16 +80,9 @@ async def fake_openai() -> AsyncIterator[FakeOpenAi]:
     app = web.Application()
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    fake.url = f"http://127.0.0.1:{port}/v1"
-    try:
+    async with serving(app) as url:
+        fake.url = f"{url}/v1"
         yield fake
-    finally:
-        await runner.cleanup()
 
 
 def external(model_id: str, base_url: str, key_file: Path | None, **fields: object) -> ModelDefinition:

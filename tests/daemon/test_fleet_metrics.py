@@ -22,6 +22,7 @@ from daemon.fleet_metrics.collector import THROTTLE_REASONS, FleetCollector
 from daemon.fleet_metrics.discovery import PrometheusTargets
 from tests.daemon.harness import model, running_daemon
 from tests.fakes import write_fake_runtime
+from tests.fakes.serving import serving
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -163,25 +164,18 @@ def test_unified_memory_and_its_working_set_limit_are_reported() -> None:
 
 
 @asynccontextmanager
-async def serving(handler: PrometheusTargets) -> AsyncIterator[str]:
+async def serving_targets(handler: PrometheusTargets) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/api/prometheus/targets", handler.targets)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_service_discovery_lists_the_daemon_and_each_node() -> None:
     views = [NodeView(id="local", name="box", local=True),
              NodeView(id="f00d", name="rack-2", address="10.0.0.7:9443"),
              NodeView(id="beef", name="v6", address="[fd00::7]:9443")]
-    async with serving(PrometheusTargets(lambda: views)) as url, aiohttp.ClientSession() as session:
+    async with serving_targets(PrometheusTargets(lambda: views)) as url, aiohttp.ClientSession() as session:
         async with session.get(f"{url}/api/prometheus/targets") as r:
             assert r.status == 200 and r.content_type == "application/json"
             groups = await r.json()

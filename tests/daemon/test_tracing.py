@@ -31,6 +31,7 @@ from daemon.config import load_config
 from daemon.paths import DaemonPaths
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes import write_fake_runtime
+from tests.fakes.serving import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILDREN = ("admission", "queue", "upstream", "stream")
@@ -96,15 +97,8 @@ async def collector() -> AsyncIterator[tuple[Collector, str]]:
     receiver = Collector()
     app = web.Application()
     app.router.add_post("/v1/traces", receiver.traces)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield receiver, f"http://127.0.0.1:{port}/v1/traces"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield receiver, f"{url}/v1/traces"
 
 
 @asynccontextmanager
