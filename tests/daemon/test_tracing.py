@@ -103,12 +103,12 @@ async def collector() -> AsyncIterator[tuple[Collector, str]]:
 
 @asynccontextmanager
 async def traced_daemon(tmp_path: Path, model_file: Path, endpoint: str, runtime: dict[str, object] | None = None,
-                        **config: object) -> AsyncIterator[tuple[RunningDaemon, Spans, Path]]:
+                        tracing_ratio: float = 1.0, **config: object) -> AsyncIterator[tuple[RunningDaemon, Spans, Path]]:
     """A daemon with tracing on, its model "m" ready on a fake runtime that writes down the
     trace headers it gets; its spans are also kept in memory for the test to read."""
     headers = tmp_path / "headers.jsonl"
     fake = write_fake_runtime(tmp_path / "bin", tokens=4, headers_file=str(headers), **(runtime or {}))
-    tracing = {"enabled": True, "endpoint": endpoint, "service_name": "test-daemon"}
+    tracing = {"enabled": True, "endpoint": endpoint, "service_name": "test-daemon", "sample_ratio": tracing_ratio}
     async with running_daemon(tmp_path / "home", fake, tracing=tracing, **config) as d:
         assert d.daemon.router.tracing is not None
         spans = Spans()
@@ -281,3 +281,21 @@ async def test_tracing_is_off_by_default_no_spans_and_no_traceparent(tmp_path: P
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, err.decode()
     assert out.decode().strip() == "[]"
+
+
+async def test_a_sample_ratio_of_zero_keeps_no_new_trace_but_follows_a_sampled_client(
+        tmp_path: Path, model_file: Path) -> None:
+    async with collector() as (_, endpoint), \
+            traced_daemon(tmp_path, model_file, endpoint, tracing_ratio=0.0) as (d, spans, headers):
+        client = openai.AsyncOpenAI(base_url=d.v1, api_key="unused", max_retries=0)
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                             extra_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"})
+        await client.close()
+        [kept] = await spans.requests(1)
+        assert f"{kept.context.trace_id:032x}" == CLIENT_TRACE and sorted(spans.trace_of(kept)) == sorted(CHILDREN)
+        assert {s.context.trace_id for s in spans.get_finished_spans()} == {kept.context.trace_id}
+        # The runtime is told the first trace is not sampled (flags 00), and the client's is.
+        unsampled, sampled = [s["traceparent"] or "" for s in _runtime_saw(headers)]
+        assert unsampled.startswith("00-") and int(unsampled[-2:], 16) & 1 == 0
+        assert sampled.startswith(f"00-{CLIENT_TRACE}-") and int(sampled[-2:], 16) & 1 == 1
