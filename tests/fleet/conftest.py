@@ -1,4 +1,5 @@
-"""Fixtures of the fleet tests: a fake runtime, a model file, agents as processes, namespaces."""
+"""Fixtures of the fleet tests: a fake runtime, a model file, agents as processes, namespaces, a daemon
+with no local agent."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fakes import write_fake_runtime
 from tests.fakes.gguf_files import gguf_bytes
 from tests.fleet.agents import AgentProcess, spawn_agent
@@ -34,6 +36,14 @@ def model_file(tmp_path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gguf_bytes())
     return path
+
+
+@pytest.fixture
+async def rd(tmp_path: Path) -> AsyncIterator[RunningDaemon]:
+    """A daemon with no local agent that probes its paired nodes every half second (1 s timeout)."""
+    async with running_daemon(tmp_path / "daemon", None, local_agent=False,
+                              nodes={"interval_s": 0.5, "probe_timeout_s": 1.0}) as running:
+        yield running
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from agent.api.pairing import normalize_code
 from daemon.api.client import DaemonClient
-from tests.daemon.harness import RunningDaemon, running_daemon
+from tests.daemon.harness import RunningDaemon
 from tests.fleet.inprocess import InProcessAgent, start_inprocess_agent
 
 
@@ -19,13 +19,6 @@ async def agent(tmp_path: Path, runtime_exe: Path) -> AsyncIterator[InProcessAge
     started = await start_inprocess_agent(tmp_path / "agent", name="zeta", llama_server=runtime_exe)
     yield started
     await started.close()
-
-
-@pytest.fixture
-async def rd(tmp_path: Path) -> AsyncIterator[RunningDaemon]:
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False,
-                              nodes={"interval_s": 0.5, "probe_timeout_s": 1.0}) as running:
-        yield running
 
 
 async def test_pairing_and_removal_are_audited_with_the_node_record(agent: InProcessAgent,

@@ -14,17 +14,10 @@ from agent.api.key_store import SERVICE, account
 from daemon.api.nodes import NodeState
 from daemon.nodes.store import node_ssl_context
 from mirbadllm import ctl
-from tests.daemon.harness import RunningDaemon, running_daemon
+from tests.daemon.harness import RunningDaemon
 from tests.fakes.keychain import MemoryKeychain
 from tests.fleet.agents import eventually
 from tests.fleet.inprocess import InProcessAgent, start_inprocess_agent
-
-
-@pytest.fixture
-async def rd(tmp_path: Path) -> AsyncIterator[RunningDaemon]:
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False,
-                              nodes={"interval_s": 0.5, "probe_timeout_s": 1.0}) as running:
-        yield running
 
 
 @pytest.fixture

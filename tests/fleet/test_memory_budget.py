@@ -9,7 +9,7 @@ import pytest
 
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelState
-from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.daemon.harness import RunningDaemon, model
 from tests.fakes.fake_memory import FakeMemoryProbe, GiB
 from tests.fakes.gguf_files import write_gguf
 from tests.fleet.inprocess import InProcessAgent, start_inprocess_agent
@@ -25,13 +25,6 @@ async def agent(tmp_path: Path, runtime_exe: Path) -> AsyncIterator[InProcessAge
                                           memory_probe=memory, first_port=41200)
     yield started
     await started.close()
-
-
-@pytest.fixture
-async def rd(tmp_path: Path) -> AsyncIterator[RunningDaemon]:
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False,
-                              nodes={"interval_s": 0.5, "probe_timeout_s": 1.0}) as running:
-        yield running
 
 
 async def refusal(rd: RunningDaemon, model_id: str) -> DaemonError:

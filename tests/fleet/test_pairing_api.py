@@ -17,7 +17,7 @@ from agent.api.pairing import normalize_code
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelState
 from daemon.api.nodes import NodeState
-from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.daemon.harness import RunningDaemon, model
 from tests.fleet.agents import eventually
 from tests.fleet.inprocess import InProcessAgent, start_inprocess_agent
 
@@ -30,13 +30,6 @@ async def agent(tmp_path: Path, runtime_exe: Path) -> AsyncIterator[InProcessAge
     started = await start_inprocess_agent(tmp_path / "agent", name="zeta", llama_server=runtime_exe, gpus=[GPU])
     yield started
     await started.close()
-
-
-@pytest.fixture
-async def rd(tmp_path: Path) -> AsyncIterator[RunningDaemon]:
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False,
-                              nodes={"interval_s": 0.5, "probe_timeout_s": 1.0}) as running:
-        yield running
 
 
 def wrong_variant(code: str) -> str:
