@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 
 class AgentProblem(Exception):
     """A request the agent refuses or cannot complete; ``message`` says what to do next."""
@@ -24,6 +26,11 @@ class AgentProblem(Exception):
         if code is not None:
             self.code = code
         self.details = details or {}
+
+
+def validation_message(exc: ValidationError, whole: str = "body") -> str:
+    """Each field's name and pydantic's message (``whole`` names the input itself), never the value."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or whole}: {e['msg']}" for e in exc.errors())
 
 
 class InvalidModelFile(AgentProblem):

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from agent.api.file_swap import previous_of, swap_in
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer, agent_platform
-from agent.problems import AgentProblem
+from agent.problems import AgentProblem, validation_message
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -182,8 +182,8 @@ def routes(prefix: str, upgrades_of: UpgradesOf) -> list[web.RouteDef]:
         try:
             offer = AgentUpgradeOffer.model_validate(dict(request.query))
         except ValidationError as exc:
-            parts = [f"{'.'.join(str(p) for p in e['loc']) or 'query'}: {e['msg']}" for e in exc.errors()]
-            raise UpgradeRefused("not a valid upgrade offer: " + "; ".join(parts), code="invalid_upgrade") from None
+            raise UpgradeRefused("not a valid upgrade offer: " + validation_message(exc, "query"),
+                                 code="invalid_upgrade") from None
         answer = await upgrades.receive(offer, lambda: request.content.iter_chunked(CHUNK))
         response = web.json_response(answer.model_dump(mode="json"))
         await response.prepare(request)

@@ -53,7 +53,7 @@ from agent.api.runtime_builds import (
 )
 from agent.logring import LogRing
 from agent.paths import AgentPaths
-from agent.problems import AgentProblem
+from agent.problems import AgentProblem, validation_message
 from agent.runtimes.catalog import (
     RUNTIME_MANIFEST,
     PreferredBuild,
@@ -325,8 +325,8 @@ def routes(prefix: str, builds_of: BuildsOf) -> list[web.RouteDef]:
         try:
             offer = LlamaCppBuildOffer.model_validate(dict(request.query))
         except ValidationError as exc:
-            parts = [f"{'.'.join(str(p) for p in e['loc']) or 'query'}: {e['msg']}" for e in exc.errors()]
-            raise BuildRefused("not a valid build offer: " + "; ".join(parts), code="invalid_build_offer") from None
+            raise BuildRefused("not a valid build offer: " + validation_message(exc, "query"),
+                               code="invalid_build_offer") from None
         answer = await builds.receive(offer, lambda: request.content.iter_chunked(CHUNK))
         return web.json_response(answer.model_dump(mode="json"))
 

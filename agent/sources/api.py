@@ -26,7 +26,7 @@ from agent.api.sources import (
     FolderImportRequest,
     OllamaImportRequest,
 )
-from agent.problems import AgentProblem
+from agent.problems import AgentProblem, validation_message
 from agent.sources.service import ModelSources
 
 MAX_BODY = 256 * 1024
@@ -47,8 +47,7 @@ async def _body(request: web.Request, model: type[M]) -> M:
     try:
         return model.model_validate(json.loads(await request.read() or b"null"))
     except ValidationError as exc:
-        where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
-        raise BadBody(f"not a valid {model.__name__}: {where}") from exc
+        raise BadBody(f"not a valid {model.__name__}: {validation_message(exc)}") from exc
     except ValueError as exc:
         raise BadBody(f"the body is not JSON: {exc}") from exc
 
