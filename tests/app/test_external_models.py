@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
+from helpers import settings_of
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLineEdit
 
 from app.context import AppContext
 from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
-from app.ui.pages.model_panel import SETTINGS
 from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.nodes import available_runtimes, runtime_badges
 from app.viewmodels.settings_form import SettingsForm, all_fields, groups
@@ -144,15 +144,6 @@ def window(external_fake: FakeDaemonClient,
     return win, win.ctx
 
 
-def _settings_of(window: MainWindow, qtbot: Any, model_id: str) -> Any:
-    window.show_page("models")
-    window.models.select(model_id)
-    panel = window.models.panel
-    panel.tabs.setCurrentIndex(SETTINGS)
-    qtbot.waitUntil(lambda: panel.settings.form is not None and panel.settings.form.original.id == model_id)
-    return panel.settings
-
-
 @pytest.mark.gui
 def test_the_wizard_adds_an_external_endpoint(window: tuple[MainWindow, AppContext], external_fake: FakeDaemonClient,
                                               qtbot: Any) -> None:
@@ -187,7 +178,7 @@ def test_the_wizard_adds_an_external_endpoint(window: tuple[MainWindow, AppConte
 def test_the_editor_shows_an_endpoint_and_saves_its_fallbacks(window: tuple[MainWindow, AppContext],
                                                               external_fake: FakeDaemonClient, qtbot: Any) -> None:
     win, _ctx = window
-    editor = _settings_of(win, qtbot, "gpt-mini")
+    editor = settings_of(win, qtbot, "gpt-mini")
     assert "settings.ctx_size" not in editor.editors and "node" not in editor.editors
     assert "model_path" not in editor.editors and "extra_args" not in editor.editors
     url, key_file = editor.editors["base_url"], editor.editors["api_key_file"]
@@ -208,7 +199,7 @@ def test_the_editor_shows_an_endpoint_and_saves_its_fallbacks(window: tuple[Main
     assert (saved.runtime, saved.base_url, saved.fallbacks, saved.api_key_file) == (
         "external", "https://api.example.com/v2", ["alpha"], "/etc/mirbadllm/openai.key")
 
-    llama = _settings_of(win, qtbot, "alpha")
+    llama = settings_of(win, qtbot, "alpha")
     assert "settings.ctx_size" in llama.editors and "base_url" not in llama.editors
     llama.editors["fallbacks"].setText("gpt-mini")
     llama.save_button.click()

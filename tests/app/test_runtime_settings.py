@@ -7,12 +7,12 @@ from typing import Any, Literal
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
+from helpers import settings_of
 from pydantic import BaseModel, Field
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QPlainTextEdit
 
 from app.ui.main_window import MainWindow
-from app.ui.pages.model_panel import SETTINGS
 from app.ui.pages.models import ModelRow
 from app.viewmodels.models_page import runtime_badge
 from app.viewmodels.settings_form import RUNTIME_SECTIONS, SettingsForm, runtime_fields
@@ -140,18 +140,9 @@ def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) 
     return open_main_window(fake, size=(1280, 800))
 
 
-def _settings_of(window: MainWindow, qtbot: Any, model_id: str) -> Any:
-    window.show_page("models")
-    window.models.select(model_id)
-    panel = window.models.panel
-    panel.tabs.setCurrentIndex(SETTINGS)
-    qtbot.waitUntil(lambda: panel.settings.form is not None and panel.settings.form.original.id == model_id)
-    return panel.settings
-
-
 @pytest_gui
 def test_a_vllm_models_panel_shows_vllms_fields_with_flags_and_defaults(window: MainWindow, qtbot: Any) -> None:
-    editor = _settings_of(window, qtbot, "qwen-vl")
+    editor = settings_of(window, qtbot, "qwen-vl")
     assert "settings.ctx_size" not in editor.editors, "no llama.cpp rows for a vLLM model"
     seqs = editor.editors["vllm.max_num_seqs"]
     assert isinstance(seqs, QLineEdit) and seqs.placeholderText() == "default: 256" and "--max-num-seqs" in seqs.toolTip()
@@ -162,14 +153,14 @@ def test_a_vllm_models_panel_shows_vllms_fields_with_flags_and_defaults(window: 
     shown = {w.text() for w in editor.findChildren(QLabel) if w.isVisible()}
     assert {"--max-num-seqs", "--max-model-len", "VLLM RUNTIME", "Container image"} <= shown
     assert "--ctx-size" not in shown and "LLAMA.CPP RUNTIME" not in shown
-    editor_llama = _settings_of(window, qtbot, "alpha")
+    editor_llama = settings_of(window, qtbot, "alpha")
     assert "settings.ctx_size" in editor_llama.editors and "vllm.max_num_seqs" not in editor_llama.editors
 
 
 @pytest_gui
 def test_editing_a_vllm_field_saves_it_and_a_bad_value_shows_the_error(window: MainWindow, fake: FakeDaemonClient,
                                                                       qtbot: Any) -> None:
-    editor = _settings_of(window, qtbot, "qwen-vl")
+    editor = settings_of(window, qtbot, "qwen-vl")
     seqs = editor.editors["vllm.max_num_seqs"]
     seqs.setText("0")
     error = editor.errors["vllm.max_num_seqs"]
