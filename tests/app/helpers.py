@@ -1,5 +1,5 @@
-"""Helpers of the app's tests: wait *until* something holds (never for a fixed time), and open a
-model's Settings tab in the main window."""
+"""Helpers of the app's tests: wait *until* something holds (never for a fixed time), a fleet
+view-model started and stopped over a fake daemon, and a model's Settings tab in the main window."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+
+from app.viewmodels.fleet import FleetViewModel
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -19,6 +21,23 @@ async def until(predicate: Callable[[], object], timeout: float = 3.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.002)
+
+
+async def started(client: Any) -> FleetViewModel:
+    """A ``FleetViewModel`` over ``client`` (a fake daemon), once its first resync is in."""
+    fleet = FleetViewModel(client, host_refresh_s=3600, poll_timeout=5)
+    fleet.start()
+    await until(lambda: fleet.snapshot.value.loaded, what="first resync")
+    return fleet
+
+
+async def stopped(fleet: FleetViewModel, client: Any) -> None:
+    """Stop ``fleet`` once its feed has taken ``client``'s last event.
+
+    A cancel that lands as an event arrives can be swallowed by Python 3.11's wait_for in the fake,
+    and the feed would poll on."""
+    await until(lambda: fleet.feed.since == client._last_id, what="the feed to catch up")
+    await fleet.stop()
 
 
 def settings_of(window: Any, qtbot: Any, model_id: str) -> Any:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from fake_daemon import definition
 from fake_jobs import FakeJobsClient, benchmark_view, tuning_result
-from helpers import until
+from helpers import started, stopped, until
 
 from app.viewmodels.benchmarks import BenchmarksViewModel, compare
-from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.tuning import Step, TuningWizardViewModel
 from daemon.api.jobs import ScorePoint
 
@@ -21,20 +20,6 @@ def fake() -> FakeJobsClient:
         benchmark_view("alpha", "0002", 2000.0, single_tps=50.0, top_agg_tps=90.0, single_ttft_p50_ms=100.0),
         benchmark_view("beta", "0003", 3000.0, single_tps=1.0))}
     return client
-
-
-async def started(fake: FakeJobsClient) -> FleetViewModel:
-    fleet = FleetViewModel(fake, host_refresh_s=3600, poll_timeout=5)
-    fleet.start()
-    await until(lambda: fleet.snapshot.value.loaded, what="first resync")
-    return fleet
-
-
-async def stopped(fleet: FleetViewModel, fake: FakeJobsClient) -> None:
-    # Let the feed take the last event first: a cancel that lands as an event arrives can be
-    # swallowed by Python 3.11's wait_for in the fake, and the feed would poll on.
-    await until(lambda: fleet.feed.since == fake._last_id, what="the feed to catch up")
-    await fleet.stop()
 
 
 def test_comparison_rows_say_which_way_is_better() -> None:

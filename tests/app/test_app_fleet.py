@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from fake_daemon import FakeDaemonClient
-from helpers import until
+from helpers import started, until
 
 from app.viewmodels.fleet import FleetState, FleetViewModel, Notice
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelState
-
-
-async def started(fake: FakeDaemonClient) -> FleetViewModel:
-    fleet = FleetViewModel(fake, host_refresh_s=3600, poll_timeout=5)
-    fleet.start()
-    await until(lambda: fleet.snapshot.value.loaded, what="first resync")
-    return fleet
 
 
 async def test_first_sync_lists_every_model_and_the_api_url(fake: FakeDaemonClient) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fake_daemon import definition
 from fake_jobs import FakeJobsClient, tuning_result
-from helpers import until
+from helpers import started, stopped, until
 from PySide6.QtWidgets import QLabel
 
 from agent.api.vllm import VllmSettings
@@ -23,7 +23,6 @@ from app.viewmodels.benchmarks import (
     describe_changes,
     settings_changes,
 )
-from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.tuning import (
     SEARCH_TEXT,
     VLLM_SEARCH_TEXT,
@@ -82,18 +81,6 @@ def vllm_model() -> Any:
 @pytest.fixture
 def fake() -> VllmJobsClient:
     return VllmJobsClient([vllm_model(), definition("alpha")])
-
-
-async def started(fake: FakeJobsClient) -> FleetViewModel:
-    fleet = FleetViewModel(fake, host_refresh_s=3600, poll_timeout=5)
-    fleet.start()
-    await until(lambda: fleet.snapshot.value.loaded, what="first resync")
-    return fleet
-
-
-async def stopped(fleet: FleetViewModel, fake: FakeJobsClient) -> None:
-    await until(lambda: fleet.feed.since == fake._last_id, what="the feed to catch up")
-    await fleet.stop()
 
 
 # --- view-models ----------------------------------------------------------------------------------
