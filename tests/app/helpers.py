@@ -1,5 +1,5 @@
 """Helpers of the app's tests: wait *until* something holds (never for a fixed time), a fleet
-view-model started and stopped over a fake daemon, and a model's Settings tab in the main window."""
+view-model started and stopped over a fake daemon, a playground pointed at a test upstream, and a model's Settings tab in the main window."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from app.viewmodels.fleet import FleetViewModel
+from app.viewmodels.playground import PlaygroundViewModel
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -38,6 +40,17 @@ async def stopped(fleet: FleetViewModel, client: Any) -> None:
     and the feed would poll on."""
     await until(lambda: fleet.feed.since == client._last_id, what="the feed to catch up")
     await fleet.stop()
+
+
+async def playground_at(client: Any, api_url: str) -> PlaygroundViewModel:
+    """A ``PlaygroundViewModel`` over a fleet resynced once from ``client``, whose daemon's API URL
+    is ``api_url`` (a test upstream that answers the chat)."""
+    fleet = FleetViewModel(client, host_refresh_s=3600)
+    await fleet.resync()
+    snap = fleet.snapshot.value
+    assert snap.daemon is not None
+    fleet.snapshot.set(replace(snap, daemon=snap.daemon.model_copy(update={"api_url": api_url})))
+    return PlaygroundViewModel(fleet)
 
 
 def settings_of(window: Any, qtbot: Any, model_id: str) -> Any:

@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fake_daemon import FakeDaemonClient
-from helpers import until
+from helpers import playground_at, until
 
-from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.playground import PlaygroundViewModel
 from daemon.api.models import ModelState
 
@@ -60,12 +58,7 @@ async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
 
 async def playground(fake: FakeDaemonClient, api_url: str) -> PlaygroundViewModel:
     fake.set_state("beta", ModelState.READY)
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
-    await fleet.resync()
-    snap = fleet.snapshot.value
-    assert snap.daemon is not None
-    fleet.snapshot.set(replace(snap, daemon=snap.daemon.model_copy(update={"api_url": api_url})))
-    return PlaygroundViewModel(fleet)
+    return await playground_at(fake, api_url)
 
 
 async def test_answer_arrives_in_pieces_with_ttft_and_rate(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fake_daemon import FakeDaemonClient, definition
-from helpers import until
+from helpers import playground_at, until
 
 from agent.api.llamacpp import LlamaCppSettings
-from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.playground import (
     BASE_MODEL_REASON,
     CHAT,
@@ -74,12 +72,7 @@ def _fleet_of_models() -> FakeDaemonClient:
 async def _playground(fake: FakeDaemonClient, api_url: str = "http://127.0.0.1:8484/v1") -> PlaygroundViewModel:
     for model_id in fake.definitions:
         fake.set_state(model_id, ModelState.READY)
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
-    await fleet.resync()
-    snap = fleet.snapshot.value
-    assert snap.daemon is not None
-    fleet.snapshot.set(replace(snap, daemon=snap.daemon.model_copy(update={"api_url": api_url})))
-    return PlaygroundViewModel(fleet)
+    return await playground_at(fake, api_url)
 
 
 async def test_a_base_model_gets_text_completion_and_its_reason() -> None:
