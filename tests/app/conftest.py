@@ -105,3 +105,9 @@ def open_main_window(qloop: asyncio.AbstractEventLoop, qapp: Any, qtbot: Any,
         win.close()
         win.deleteLater()
     qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.fixture
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., Any]) -> Any:
+    """The main window over ``fake``; a test file defines its own ``window`` where it needs more."""
+    return open_main_window(fake)

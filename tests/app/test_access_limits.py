@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,11 +36,6 @@ async def test_the_view_model_sets_both_limits(fake: FakeDaemonClient) -> None:
     assert info.limits == ApiKeyLimits(requests_per_minute=30)
     assert access.state.value.keys[0].limits == ApiKeyLimits(requests_per_minute=30)
     assert fake.called("set_key_limits")
-
-
-@pytest.fixture
-def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
-    return open_main_window(fake)
 
 
 @pytest.mark.gui

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,11 +33,6 @@ async def test_the_view_model_holds_each_keys_use(fake: FakeDaemonClient) -> Non
     fake.keys["k1"] = USED.model_copy(update={"requests_24h": 13, "requests_total": 1251})
     await access.refresh()  # what the page does each time it is shown
     assert usage_cells(access.state.value.keys[0])[0] == "13 / 1.3k"
-
-
-@pytest.fixture
-def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
-    return open_main_window(fake)
 
 
 @pytest.mark.gui

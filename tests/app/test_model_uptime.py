@@ -3,7 +3,6 @@ figure computed when the ready event arrived, for as long as nothing else change
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,11 +43,6 @@ def test_uptime_is_read_from_the_clock_each_time_it_is_asked(fake: FakeDaemonCli
     assert models.uptime(None) == "—"
     clock.now = STARTED - 30  # a node whose clock runs behind: never a negative uptime
     assert models.uptime(view) == "0 s"
-
-
-@pytest.fixture
-def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
-    return open_main_window(fake)
 
 
 @pytest.mark.gui
