@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.api.argv import KEEP_AS_TYPED, scan, without_executable
+
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 FlashAttn = Literal["on", "off", "auto"]
 Pooling = Literal["none", "mean", "cls", "last", "rank"]
@@ -142,8 +144,9 @@ def _coerce(name: str, raw: str) -> Any:
     annotation = LlamaCppSettings.model_fields[name].annotation
     if annotation in (int, int | None):
         return int(raw)
-    if name == "gpus":
-        return parse_devices(raw)
+    if name == "gpus":  # another backend's device names (Vulkan0) stay in extra_args as typed
+        devices = parse_devices(raw)
+        return KEEP_AS_TYPED if devices is None else devices
     return raw
 
 
@@ -160,35 +163,9 @@ class ParsedCommand:
 
 
 def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand:
-    values: dict[str, Any] = base.model_dump()
-    owned: dict[str, str] = {}
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        flag, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if flag in _VALUE_FLAGS or flag in OWNED_VALUE_FLAGS:
-            if eq:
-                raw = inline
-            elif i + 1 < len(args):
-                i += 1
-                raw = args[i]
-            else:
-                raise ValueError(f"{flag} needs a value")
-            if _VALUE_FLAGS.get(flag) == "gpus" and parse_devices(raw) is None:
-                rest += [arg] if eq else [flag, raw]
-            elif flag in _VALUE_FLAGS:
-                values[_VALUE_FLAGS[flag]] = _coerce(_VALUE_FLAGS[flag], raw)
-            else:
-                owned[flag] = raw
-        elif arg in _BOOL_FLAGS:
-            name, value = _BOOL_FLAGS[arg]
-            values[name] = value
-        elif arg in OWNED_BOOL_FLAGS:
-            pass
-        else:
-            rest.append(arg)
-        i += 1
+    found = scan(args, value_flags=_VALUE_FLAGS, bool_flags=_BOOL_FLAGS, owned_value_flags=OWNED_VALUE_FLAGS,
+                 owned_bool_flags=OWNED_BOOL_FLAGS, coerce=_coerce)
+    owned = found.owned
 
     def pick(*names: str) -> str | None:
         return next((owned[n] for n in names if n in owned), None)
@@ -199,8 +176,8 @@ def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand:
         served_name=pick("-a", "--alias"),
         host=pick("--host"),
         port=int(port) if port is not None else None,
-        settings=LlamaCppSettings.model_validate(values),
-        extra_args=rest,
+        settings=LlamaCppSettings.model_validate({**base.model_dump(), **found.values}),
+        extra_args=found.rest,
     )
 
 
@@ -258,10 +235,7 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
 
 def parse_args(argv: list[str]) -> ParsedCommand:
     """Read an argv (with or without the executable in front) back into settings."""
-    args = list(argv)
-    if args and not args[0].startswith("-"):
-        args = args[1:]
-    return _split(args, LlamaCppSettings())
+    return _split(without_executable(argv), LlamaCppSettings())
 
 
 def config_hash(settings: LlamaCppSettings, model_path: str, served_name: str,

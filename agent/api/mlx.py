@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent.api.argv import scan, without_executable
+
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
@@ -138,34 +140,14 @@ class ParsedCommand:
 
 
 def _split(args: list[str], base: MlxSettings) -> ParsedCommand:
-    values: dict[str, Any] = base.model_dump()
-    owned: dict[str, str] = {}
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        flag, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if flag in VALUE_FLAGS or flag in OWNED_VALUE_FLAGS:
-            if eq:
-                raw = inline
-            elif i + 1 < len(args):
-                i += 1
-                raw = args[i]
-            else:
-                raise ValueError(f"{flag} needs a value")
-            if flag in VALUE_FLAGS:
-                values[_FLAG_TO_FIELD[flag]] = _coerce(_FLAG_TO_FIELD[flag], raw)
-            else:
-                owned[flag] = raw
-        elif arg in BOOL_FLAGS:
-            values[_FLAG_TO_FIELD[arg]] = True
-        else:
-            rest.append(arg)
-        i += 1
-    port = owned.get("--port")
-    return ParsedCommand(served_name=owned.get("--model"), host=owned.get("--host"),
+    found = scan(args, value_flags={flag: _FLAG_TO_FIELD[flag] for flag in VALUE_FLAGS},
+                 bool_flags={flag: (_FLAG_TO_FIELD[flag], True) for flag in BOOL_FLAGS},
+                 owned_value_flags=OWNED_VALUE_FLAGS, coerce=_coerce)
+    port = found.owned.get("--port")
+    return ParsedCommand(served_name=found.owned.get("--model"), host=found.owned.get("--host"),
                          port=int(port) if port is not None else None,
-                         settings=MlxSettings.model_validate(values), extra_args=rest)
+                         settings=MlxSettings.model_validate({**base.model_dump(), **found.values}),
+                         extra_args=found.rest)
 
 
 def lift_extra_args(settings: MlxSettings, extra_args: list[str]) -> tuple[MlxSettings, list[str]]:
@@ -197,10 +179,7 @@ def build_args(settings: MlxSettings, model_path: str, served_name: str, port: i
 
 def parse_args(argv: list[str]) -> ParsedCommand:
     """Read an argv (with or without the executable in front) back into settings."""
-    args = list(argv)
-    if args and not args[0].startswith("-"):
-        args = args[1:]
-    return _split(args, MlxSettings())
+    return _split(without_executable(argv), MlxSettings())
 
 
 def config_hash(settings: MlxSettings, model_path: str, served_name: str,
