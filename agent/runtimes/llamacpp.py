@@ -42,7 +42,7 @@ from agent.gguf_facts import adapter_problem, architecture
 from agent.gguf_reader import GgufError, read_header
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
-from agent.records import ProcessRecord, find_live_process
+from agent.records import ProcessRecord
 from agent.rpc.forwards import ForwardSet, RpcForwards
 from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
 from agent.runtimes.checks import (
@@ -54,7 +54,7 @@ from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
 from agent.runtimes.ports import FIRST_PORT  # noqa: F401 - the agent's default port, kept importable here
 from agent.runtimes.process import RuntimeProcess
 from agent.runtimes.prometheus import parse_prometheus
-from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, StartFailed
+from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, StartFailed, adopt_recorded
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -528,14 +528,7 @@ class LlamaCppDriver:
     async def adopt(self, record: ProcessRecord, ring: LogRing) -> RuntimeRun | None:
         """Take over a runtime a previous agent started (same PID, creation time and executable);
         its log keeps being followed. None when that process is gone."""
-        handle = await asyncio.to_thread(find_live_process, record)
-        if handle is None:
-            return None
-        tailer = LogTailer(self.paths.instance_log(record.instance_id), ring, from_end=True)
-        _LOGGER.info("adopted %s for %s: pid %d, port %d", RUNTIME_NAME, record.instance_id,
-                     record.pid, record.port)
-        return RuntimeRun(RUNTIME_NAME, RuntimeProcess.adopt(handle), record, tailer, adopted=True,
-                          explain_exit=explain_exit(None))
+        return await adopt_recorded(RUNTIME_NAME, self.paths, record, ring, explain_exit(None))
 
     async def wait_ready(self, run: RuntimeRun, session: aiohttp.ClientSession,
                          startup_timeout_s: float) -> None:

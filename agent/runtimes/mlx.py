@@ -56,11 +56,11 @@ from agent.api.runtimes import RuntimeOffer
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
-from agent.records import ProcessRecord, find_live_process
+from agent.records import ProcessRecord
 from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
 from agent.runtimes.llamacpp import BASE_ENV_KEYS, real_inside
 from agent.runtimes.process import RuntimeProcess
-from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun
+from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, adopt_recorded
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -315,13 +315,7 @@ class MlxDriver:
     async def adopt(self, record: ProcessRecord, ring: LogRing) -> RuntimeRun | None:
         """Take over an mlx_lm.server a previous agent started (same PID, creation time and
         interpreter); its log keeps being followed. None when that process is gone."""
-        handle = await asyncio.to_thread(find_live_process, record)
-        if handle is None:
-            return None
-        tailer = LogTailer(self.paths.instance_log(record.instance_id), ring, from_end=True)
-        _LOGGER.info("adopted %s for %s: pid %d, port %d", RUNTIME_NAME, record.instance_id,
-                     record.pid, record.port)
-        return RuntimeRun(RUNTIME_NAME, RuntimeProcess.adopt(handle), record, tailer, adopted=True)
+        return await adopt_recorded(RUNTIME_NAME, self.paths, record, ring)
 
     async def wait_ready(self, run: RuntimeRun, session: aiohttp.ClientSession,
                          startup_timeout_s: float) -> None:

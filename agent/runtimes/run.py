@@ -9,6 +9,7 @@ model that is visibly loading is not killed for being big.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -16,8 +17,12 @@ from typing import Protocol
 import aiohttp
 import psutil
 
-from agent.records import ProcessRecord
-from agent.runtimes.process import describe_exit
+from agent.logring import LogRing, LogTailer
+from agent.paths import AgentPaths
+from agent.records import ProcessRecord, find_live_process
+from agent.runtimes.process import RuntimeProcess, describe_exit
+
+_LOGGER = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.1
 HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2, connect=1)
@@ -146,3 +151,16 @@ class RuntimeRun:
         """Stop watching (the agent is going away); the process keeps running."""
         self.process.detach()
         await self.tailer.stop()
+
+
+async def adopt_recorded(runtime_name: str, paths: AgentPaths, record: ProcessRecord, ring: LogRing,
+                         explain_exit: ExplainExit | None = None) -> RuntimeRun | None:
+    """Take over a runtime process a previous agent started (same PID, creation time and executable,
+    ``find_live_process``); its log keeps being followed from where it is. None when it is gone."""
+    handle = await asyncio.to_thread(find_live_process, record)
+    if handle is None:
+        return None
+    tailer = LogTailer(paths.instance_log(record.instance_id), ring, from_end=True)
+    _LOGGER.info("adopted %s for %s: pid %d, port %d", runtime_name, record.instance_id, record.pid, record.port)
+    return RuntimeRun(runtime_name, RuntimeProcess.adopt(handle), record, tailer, adopted=True,
+                      explain_exit=explain_exit)
