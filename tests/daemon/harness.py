@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.api.client import DaemonClient
-from daemon.api.models import ModelDefinition, ModelState, ModelStatus
+from daemon.api.models import ModelDefinition, ModelState, ModelStatus, RequestRecord
 from daemon.config import DaemonConfig
 from daemon.deps import DaemonDeps, build_deps
 from daemon.paths import DaemonPaths
@@ -31,6 +32,17 @@ class RunningDaemon:
     @property
     def v1(self) -> str:
         return f"{self.url}/v1"
+
+    async def logged_requests(self, count: int) -> list[RequestRecord]:
+        """The access log, oldest first, once it holds ``count`` rows (a row is written as its handler
+        finishes); what it holds after 10 s otherwise."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while True:
+            rows = await self.client.requests(limit=1000)
+            if len(rows) >= count or loop.time() > deadline:
+                return sorted(rows, key=lambda r: r.ts)
+            await asyncio.sleep(0.05)
 
     async def wait_state(self, model_id: str, *states: ModelState, timeout: float = 60) -> ModelStatus:
         """Wait on the daemon's event feed until the model is in one of ``states``."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sqlite3
@@ -20,7 +19,7 @@ from daemon.deps import build_deps
 from daemon.history import History
 from daemon.paths import DaemonPaths
 from daemon.server import _middlewares
-from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.daemon.harness import model, running_daemon
 from tests.fakes import write_fake_runtime
 from tests.fakes.serving import serving
 
@@ -34,17 +33,6 @@ async def _call(method: str, url: str, *, body: bytes | None = None, key: str | 
         sent["Authorization"] = f"Bearer {key}"
     async with aiohttp.ClientSession() as session, session.request(method, url, data=body, headers=sent) as r:
         return r.status, CIMultiDict(r.headers), await r.read()
-
-
-async def _rows(d: RunningDaemon, count: int) -> list[RequestRecord]:
-    """The access log once it holds ``count`` rows (a row is written as its handler finishes)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while True:
-        rows = await d.client.requests(limit=1000)
-        if len(rows) >= count or loop.time() > deadline:
-            return sorted(rows, key=lambda r: r.ts)
-        await asyncio.sleep(0.05)
 
 
 async def test_every_v1_request_leaves_one_row_with_its_key(tmp_path: Path, model_file: Path) -> None:
@@ -78,7 +66,7 @@ async def test_every_v1_request_leaves_one_row_with_its_key(tmp_path: Path, mode
         streamed = await expect(200, key_id, "POST", "/chat/completions", key=key,
                                 body=json.dumps({**CHAT, "stream": True}).encode())
 
-        rows = await _rows(d, len(expected))
+        rows = await d.logged_requests(len(expected))
         assert [(r.status, r.key_id) for r in rows] == expected
         assert all(r.error for r in rows if r.status >= 400)  # every refusal says why
         assert "invalid_api_key" in rows[0].error and "model_not_found" in rows[4].error
@@ -106,7 +94,7 @@ async def test_a_stream_longer_than_the_usage_tail_still_counts_its_tokens(tmp_p
         assert status == 200 and len(streamed) > 4 * 16384  # many chunks past the 16 KiB the router keeps
         events = [json.loads(line[5:]) for line in streamed.decode().splitlines() if line.startswith("data: {")]
         assert len(events) >= 600 and all(e["choices"] for e in events)  # the usage-only chunk was dropped
-        (row,) = await _rows(d, 1)
+        (row,) = await d.logged_requests(1)
         assert (row.status, row.prompt_tokens, row.completion_tokens) == (200, 1, 600)
 
 
@@ -124,7 +112,7 @@ async def test_loopback_without_a_key_is_logged_keyless_and_usage_asked_for_is_k
         await client.close()
         status, _, _ = await _call("POST", f"{d.v1}/chat/completions", body=json.dumps(CHAT).encode(), key=key)
         assert status == 200  # a key sent when none is required still counts for that key
-        rows = await _rows(d, 2)
+        rows = await d.logged_requests(2)
         assert [(r.status, r.key_id is None, r.completion_tokens) for r in rows] == [(200, True, 3), (200, False, 3)]
         assert (await d.client.list_keys())[0].requests_total == 1
 
@@ -157,7 +145,7 @@ async def test_connection_failures_are_retried_fresh_and_their_reasons_recorded(
         await d.client.start_model("m", wait=True)
         status, _, answer = await _call("POST", f"{d.v1}/chat/completions", body=json.dumps(CHAT).encode())
         assert status == 200, answer  # two connections reset before any answer, the third answers
-        [row] = await _rows(d, 1)
+        [row] = await d.logged_requests(1)
         assert row.status == 200 and row.completion_tokens
         assert "attempt 1: " in row.error and "attempt 2: " in row.error and "attempt 3" not in row.error
         assert "Error" in row.error  # the exception's class
@@ -177,7 +165,7 @@ async def test_a_runtime_that_keeps_resetting_answers_502_with_the_reasons(
         error = json.loads(answer)["error"]
         assert (status, error["code"]) == (502, "upstream_unreachable")
         assert error["request_id"] == headers["X-Request-Id"]
-        [row] = await _rows(d, 1)
+        [row] = await d.logged_requests(1)
         assert row.status == 502 and [f"attempt {n}: " in row.error for n in (1, 2, 3)] == [True] * 3
 
 

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from daemon.api.client import DaemonError
-from daemon.api.models import ModelDefinition, ModelState, RequestRecord
+from daemon.api.models import ModelDefinition, ModelState
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fakes.ports import free_port_block
 from tests.fakes.serving import serving
@@ -91,16 +91,6 @@ def external(model_id: str, base_url: str, key_file: Path | None, **fields: obje
                                            "api_key_file": str(key_file) if key_file else None, **fields})
 
 
-async def _rows(d: RunningDaemon, count: int) -> list[RequestRecord]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while True:
-        rows = await d.client.requests(limit=1000)
-        if len(rows) >= count or loop.time() > deadline:
-            return sorted(rows, key=lambda r: r.ts)
-        await asyncio.sleep(0.05)
-
-
 async def _chat(d: RunningDaemon, name: str) -> tuple[int, dict[str, object]]:
     body = {"model": name, "messages": [{"role": "user", "content": "hi"}]}
     async with aiohttp.ClientSession() as session, session.post(f"{d.v1}/chat/completions", json=body,
@@ -137,7 +127,7 @@ async def test_external_model_rewrites_the_name_and_reads_the_key_per_request(
         assert [c.authorization for c in chats] == [f"Bearer {KEY_ONE}", f"Bearer {KEY_TWO}", f"Bearer {KEY_TWO}"]
         assert all(c.x_api_key is None for c in chats)  # the daemon's own key header stays here
 
-        rows = await _rows(d, 3)
+        rows = await d.logged_requests(3)
         assert [(r.model, r.node, r.status, r.answered_by) for r in rows] == [("ext", None, 200, None)] * 3
         assert rows[0].prompt_tokens == 3 and rows[0].completion_tokens == 4
 
@@ -182,7 +172,7 @@ async def test_fallbacks_answer_when_the_model_cannot(tmp_path: Path, fake_runti
         status_code, answer = await _chat(d, "alone")
         assert status_code == 503
 
-        rows = await _rows(d, 3)
+        rows = await d.logged_requests(3)
         by_model = {r.model: r for r in rows}
         assert by_model["primary"].answered_by == "ext" and by_model["primary"].status == 200
         assert by_model["primary"].error is not None
@@ -206,7 +196,7 @@ async def test_fallbacks_answer_when_the_model_cannot(tmp_path: Path, fake_runti
         status_code, answer = await _chat(d, "loads")
         assert status_code == 200, answer
         assert len(fake.chats()) == before + 1
-        row = next(r for r in await _rows(d, 4) if r.model == "loads")
+        row = next(r for r in await d.logged_requests(4) if r.model == "loads")
         assert row.answered_by == "ext" and "offline" in (row.error or "")
 
 
