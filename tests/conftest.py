@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import gguf_bytes
 from tests.fakes.keychain import MemoryKeychain
 
 # No test announces or browses mDNS on the machine's real network: a test that needs it opts in
@@ -51,6 +52,15 @@ def fake_runtime(tmp_path: Path) -> Callable[..., Path]:
         return write_fake_runtime(directory, **switches)
 
     return make
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    """A tiny valid GGUF (``models/fake.gguf``): the agent reads every header before a start."""
+    path = tmp_path / "models" / "fake.gguf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gguf_bytes())
+    return path
 
 
 REQUIRE_RUNTIME_ENV = "MIRBADLLM_REQUIRE_RUNTIME"  # set by `make test`: a missing runtime fails

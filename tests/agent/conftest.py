@@ -1,4 +1,5 @@
-"""Fixtures of the agent tests: a model file, a port range, managers that clean up their runtimes."""
+"""Fixtures of the agent tests: a port range, managers that clean up their runtimes (the model file is
+tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,9 @@ from agent.records import ProcessRecords
 from agent.runtimes.catalog import RuntimeCatalog
 from agent.runtimes.llamacpp import LlamaCppDriver
 from agent.runtimes.run import RuntimeRun
-from tests.fakes.gguf_files import gguf_bytes
 from tests.fakes.ports import free_port_block
 
 _LOGGER = logging.getLogger(__name__)
-
-
-@pytest.fixture
-def model_file(tmp_path: Path) -> Path:
-    path = tmp_path / "models" / "tiny.gguf"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gguf_bytes())  # a tiny valid GGUF: the agent reads every header before a start
-    return path
 
 
 @pytest.fixture

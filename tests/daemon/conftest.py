@@ -1,4 +1,4 @@
-"""Fixtures for the daemon tests: a fake runtime executable and a model file to point at."""
+"""Fixtures for the daemon tests: a fake runtime executable (the model file is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,6 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import write_fake_runtime
-from tests.fakes.gguf_files import gguf_bytes
-
-
-@pytest.fixture
-def model_file(tmp_path: Path) -> Path:
-    path = tmp_path / "models" / "fake.gguf"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gguf_bytes())  # a tiny valid GGUF: the agent reads every header before a start
-    return path
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures of the fleet tests: a fake runtime, a model file, agents as processes, namespaces, a daemon
+"""Fixtures of the fleet tests: a fake runtime, agents as processes, namespaces, a daemon
 with no local agent."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pytest
 
 from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fakes import write_fake_runtime
-from tests.fakes.gguf_files import gguf_bytes
 from tests.fleet.agents import AgentProcess, spawn_agent
 from tests.fleet.netns import Namespace, NamespaceUnavailable, create_namespace
 
@@ -27,15 +26,6 @@ _PORT_BLOCKS = itertools.cycle(random.sample(range(33000, 40000, 40), 150))
 @pytest.fixture
 def runtime_exe(tmp_path: Path) -> Path:
     return write_fake_runtime(tmp_path / "bin", token_delay_s=0.01, tokens=8)
-
-
-@pytest.fixture
-def model_file(tmp_path: Path) -> Path:
-    """A tiny valid GGUF: the agent inspects the header before it starts anything."""
-    path = tmp_path / "models" / "fake.gguf"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gguf_bytes())
-    return path
 
 
 @pytest.fixture
