@@ -1,12 +1,13 @@
 """Helpers of the app's tests: wait *until* something holds (never for a fixed time), a fleet
-view-model started and stopped over a fake daemon, a playground pointed at a test upstream, and a model's Settings tab in the main window."""
+view-model started and stopped over a fake daemon, a playground pointed at a test upstream, the Add model wizard opened over the main window, and a model's Settings tab in the main window."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -65,3 +66,17 @@ def settings_of(window: Any, qtbot: Any, model_id: str) -> Any:
     panel.tabs.setCurrentIndex(SETTINGS)
     qtbot.waitUntil(lambda: panel.settings.form is not None and panel.settings.form.original.id == model_id)
     return panel.settings
+
+
+@contextmanager
+def add_model_dialog(ctx: Any, window: Any) -> Iterator[Any]:
+    """The Add model wizard over ``window`` (a ``MainWindow`` on ``ctx``), shown; closed at the end,
+    pass or fail. (Qt widgets are imported here: only the widget tests ask for them.)"""
+    from app.ui.add_model_dialog import AddModelDialog
+
+    dialog = AddModelDialog(ctx, window)
+    dialog.show()
+    try:
+        yield dialog
+    finally:
+        dialog.reject()

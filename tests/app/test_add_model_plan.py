@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
+from helpers import add_model_dialog
 from PySide6.QtCore import Qt
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import GgufSummary
 from app.context import AppContext
-from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
 from daemon.api.client import DaemonError
@@ -171,9 +171,7 @@ def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) 
 def test_the_wizard_lists_the_plan_and_saves_the_option_clicked(window: tuple[MainWindow, AppContext],
                                                                 fake: FakeDaemonClient, qtbot: Any) -> None:
     win, ctx = window
-    dialog = AddModelDialog(ctx, win)
-    dialog.show()
-    try:
+    with add_model_dialog(ctx, win) as dialog:
         qtbot.waitUntil(lambda: bool(dialog.vm.state.value.nodes))
         assert dialog.plan_button.isVisible() and not dialog.plan_button.isEnabled(), "no Hugging Face file named"
         dialog.source_buttons.button(1).click()  # a file on the node
@@ -193,17 +191,13 @@ def test_the_wizard_lists_the_plan_and_saves_the_option_clicked(window: tuple[Ma
         saved = fake.called("create_model")[0][0]
         assert (saved.node, saved.settings.gpus, saved.settings.n_gpu_layers, saved.settings.ctx_size) == (
             "local", [], 0, 32768)
-    finally:
-        dialog.reject()
 
 
 @pytest.mark.gui
 def test_the_wizard_says_why_there_is_no_plan(window: tuple[MainWindow, AppContext], fake: FakeDaemonClient,
                                               qtbot: Any) -> None:
     win, ctx = window
-    dialog = AddModelDialog(ctx, win)
-    dialog.show()
-    try:
+    with add_model_dialog(ctx, win) as dialog:
         dialog.source_buttons.button(1).click()
         qtbot.keyClicks(dialog.path, FILE)
         fake.fail_next["plan"] = DaemonError(503, "no_nodes", "no node is online")
@@ -212,5 +206,3 @@ def test_the_wizard_says_why_there_is_no_plan(window: tuple[MainWindow, AppConte
         assert dialog.plan_note.text().startswith("No plan: no node is online")
         assert dialog.plan_note.property("role") == "error" and not dialog.plan_list.isVisible()
         assert dialog.add_button.isEnabled() and dialog.plan_button.isEnabled()
-    finally:
-        dialog.reject()

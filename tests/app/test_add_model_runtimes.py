@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
+from helpers import add_model_dialog
 
 from app.context import AppContext
 from app.ui.add_model_dialog import AddModelDialog
@@ -126,9 +127,7 @@ def choose(dialog: AddModelDialog, runtime: str) -> None:
 def test_the_wizard_asks_vllm_for_its_image_and_mlx_for_no_context(
         window: tuple[MainWindow, AppContext], fake: FakeDaemonClient, qtbot: Any) -> None:
     win, ctx = window
-    dialog = AddModelDialog(ctx, win)
-    dialog.show()
-    try:
+    with add_model_dialog(ctx, win) as dialog:
         qtbot.waitUntil(lambda: len(dialog.vm.state.value.nodes) == 3)
         dialog.source_buttons.button(1).click()  # a file on the node
         qtbot.keyClicks(dialog.node, "gpu-box")
@@ -153,5 +152,3 @@ def test_the_wizard_asks_vllm_for_its_image_and_mlx_for_no_context(
         qtbot.waitUntil(lambda: dialog.runtime.findData("mlx") >= 0)
         choose(dialog, "mlx")
         assert not dialog.image.isVisible() and not dialog.ctx_size.isVisible()
-    finally:
-        dialog.reject()

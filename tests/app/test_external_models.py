@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
-from helpers import settings_of
+from helpers import add_model_dialog, settings_of
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLineEdit
 
 from app.context import AppContext
-from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.nodes import available_runtimes, runtime_badges
@@ -148,9 +147,7 @@ def window(external_fake: FakeDaemonClient,
 def test_the_wizard_adds_an_external_endpoint(window: tuple[MainWindow, AppContext], external_fake: FakeDaemonClient,
                                               qtbot: Any) -> None:
     win, ctx = window
-    dialog = AddModelDialog(ctx, win)
-    dialog.show()
-    try:
+    with add_model_dialog(ctx, win) as dialog:
         dialog.source_buttons.button(3).click()
         assert dialog.pages.currentIndex() == 3 and dialog.base_url.isVisible()
         assert not dialog.node.isVisible() and not dialog.runtime.isVisible() and not dialog.ctx_size.isVisible()
@@ -170,8 +167,6 @@ def test_the_wizard_adds_an_external_endpoint(window: tuple[MainWindow, AppConte
         assert (saved.id, saved.runtime, saved.base_url, saved.provider_model, saved.api_key_file) == (
             "gpt-4o", "external", "https://api.example.com/v1", "gpt-4o", "/home/me/.keys/openai")
         qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.model("gpt-4o") is not None)
-    finally:
-        dialog.reject()
 
 
 @pytest.mark.gui

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
+from helpers import add_model_dialog
 
 from app.context import AppContext
 from app.demo import DemoDaemon
-from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.nodes import available_runtimes, runtime_badges
@@ -119,9 +119,7 @@ def test_the_nodes_page_shows_runtime_badges(window: tuple[MainWindow, AppContex
 @pytest.mark.gui
 def test_the_wizard_offers_only_the_chosen_nodes_runtimes(window: tuple[MainWindow, AppContext], qtbot: Any) -> None:
     win, ctx = window
-    dialog = AddModelDialog(ctx, win)
-    dialog.show()
-    try:
+    with add_model_dialog(ctx, win) as dialog:
         qtbot.waitUntil(lambda: len(dialog.vm.state.value.nodes) == 2)
         items = lambda: [dialog.runtime.itemData(i) for i in range(dialog.runtime.count())]
         assert items() == ["llamacpp"] and not dialog.runtime.isEnabled()
@@ -134,5 +132,3 @@ def test_the_wizard_offers_only_the_chosen_nodes_runtimes(window: tuple[MainWind
         dialog.runtime.setCurrentIndex(1)
         dialog.runtime.activated.emit(1)
         assert dialog.vm.state.value.runtime == "vllm"
-    finally:
-        dialog.reject()
