@@ -1,5 +1,5 @@
 """Helpers of the app's tests: wait *until* something holds (never for a fixed time), a fleet
-view-model started and stopped over a fake daemon, a playground pointed at a test upstream, the Add model wizard opened over the main window, and a model's Settings tab in the main window."""
+view-model started and stopped over a fake daemon, a playground pointed at a test upstream, the Add model wizard opened over the main window, a table's texts, and a model's Settings tab in the main window."""
 
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ async def playground_at(client: Any, api_url: str) -> PlaygroundViewModel:
     assert snap.daemon is not None
     fleet.snapshot.set(replace(snap, daemon=snap.daemon.model_copy(update={"api_url": api_url})))
     return PlaygroundViewModel(fleet)
+
+
+def cells(table: Any) -> list[list[str]]:
+    """A ``QTableWidget``'s texts, row by row ("" for an empty cell)."""
+    return [[table.item(r, c).text() if table.item(r, c) else "" for c in range(table.columnCount())]
+            for r in range(table.rowCount())]
 
 
 def settings_of(window: Any, qtbot: Any, model_id: str) -> Any:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from fake_daemon import definition
 from fake_jobs import FakeJobsClient, benchmark_view, tuning_result
-from PySide6.QtWidgets import QLabel, QTableWidget
+from helpers import cells
+from PySide6.QtWidgets import QLabel
 
 from app.ui.main_window import MainWindow
 from app.ui.pages.model_panel import BENCHMARKS
@@ -29,11 +30,6 @@ def fake() -> FakeJobsClient:
 @pytest.fixture
 def window(fake: FakeJobsClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
     return open_main_window(fake, size=(1280, 800))
-
-
-def cells(table: QTableWidget) -> list[list[str]]:
-    return [[table.item(r, c).text() if table.item(r, c) else "" for c in range(table.columnCount())]
-            for r in range(table.rowCount())]
 
 
 def test_the_benchmarks_tab_lists_runs_compares_them_and_follows_a_new_one(
