@@ -1,16 +1,17 @@
 """Helpers of the app's tests: wait *until* something holds (never for a fixed time), a fleet
-view-model started and stopped over a fake daemon, a playground pointed at a test upstream, the Add model wizard opened over the main window, a table's texts, and a model's Settings tab in the main window."""
+view-model started and stopped over a fake daemon, the Add model view-model over one, a playground pointed at a test upstream, the Add model wizard opened over the main window, a table's texts, and a model's Settings tab in the main window."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any
 
+from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.playground import PlaygroundViewModel
 
@@ -41,6 +42,23 @@ async def stopped(fleet: FleetViewModel, client: Any) -> None:
     and the feed would poll on."""
     await until(lambda: fleet.feed.since == client._last_id, what="the feed to catch up")
     await fleet.stop()
+
+
+@asynccontextmanager
+async def add_model_vm(client: Any) -> AsyncIterator[AddModelViewModel]:
+    """An ``AddModelViewModel`` over ``client`` (a fake daemon) and a started fleet's events; at the end
+    it is closed and the fleet stopped once its feed has taken the last events (a feed cancelled
+    just as its wait_for completes can lose the cancel on Python 3.11, and stop() would wait forever)."""
+    fleet = FleetViewModel(client, host_refresh_s=3600, poll_timeout=1)
+    fleet.start()
+    await until(lambda: fleet.snapshot.value.loaded)
+    vm = AddModelViewModel(client, fleet.events)
+    try:
+        yield vm
+    finally:
+        vm.close()
+        await until(lambda: fleet.feed.since >= client._last_id)
+        await fleet.stop()
 
 
 async def playground_at(client: Any, api_url: str) -> PlaygroundViewModel:

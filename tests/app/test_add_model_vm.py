@@ -6,28 +6,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 from fake_sources import FakeSourcesClient, report
-from helpers import until
+from helpers import add_model_vm, until
 
 from agent.api.sources import TransferState
 from app.viewmodels.add_model import AddModelViewModel, describe_fit
-from app.viewmodels.fleet import FleetViewModel
 from daemon.api.client import DaemonError
 
 
 @pytest.fixture
 async def setup() -> AsyncIterator[tuple[FakeSourcesClient, AddModelViewModel]]:
     fake = FakeSourcesClient()
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
-    fleet.feed._poll_timeout = 1
-    fleet.start()
-    await until(lambda: fleet.snapshot.value.loaded)
-    vm = AddModelViewModel(fake, fleet.events)
-    yield fake, vm
-    vm.close()
-    # Let the feed take in the last events first: a feed cancelled just as its wait_for completes
-    # can lose the cancel on Python 3.11, and stop() would wait for it forever.
-    await until(lambda: fleet.feed.since >= fake._last_id)
-    await fleet.stop()
+    async with add_model_vm(fake) as vm:
+        yield fake, vm
 
 
 async def test_will_it_fit_for_a_hugging_face_quant(setup: tuple[FakeSourcesClient, AddModelViewModel]) -> None:
