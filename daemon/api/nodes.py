@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
+from agent.api.key_store import KeysAtRest
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeOffer
 
@@ -57,6 +58,8 @@ class NodeView(BaseModel):
     last_seen: float | None = None
     paired_at: float | None = None
     fingerprint: str | None = Field(default=None, description="The fingerprint compared while pairing.")
+    keys_at_rest: KeysAtRest | None = Field(default=None, description="How its agent's key is stored (its "
+                                            "status): in the keychain, or a 0600 file with a warning.")
 
 
 class DiscoveredNode(BaseModel):

@@ -144,7 +144,7 @@ class NodeManager:
                 "hostname": status.hostname, "os": status.os, "arch": status.arch, "version": status.version,
                 "cpu_count": status.cpu_count, "memory_total": status.memory_total,
                 "memory_available": status.memory_available, "gpus": status.gpus,
-                "runtimes": status.runtime_offers})
+                "runtimes": status.runtime_offers, "keys_at_rest": status.keys_at_rest})
         if sample is not None:
             view = view.model_copy(update={
                 "cpu_percent": sample.cpu_percent, "memory_total": sample.memory_total,
