@@ -19,8 +19,10 @@ from daemon.api.client import DaemonError
 from daemon.api.contracts import (
     FitReport,
     GgufSummary,
+    GpuEcc,
     GpuInfo,
     ImportedModel,
+    KeysAtRest,
     LlamaCppSettings,
     LmStudioModelInfo,
     MemoryEstimate,
@@ -187,6 +189,12 @@ def _vllm(version: str = "0.8.5") -> RuntimeOffer:
                         location=f"vllm/vllm-openai:v{version}")
 
 
+OLD_LAPTOP_KEYS = KeysAtRest(keychain=False, backend="keyring.backends.fail.Keyring", plain_files=["agent.key"],
+                             warning="Private keys (agent.key) are stored unencrypted, as files readable only by "
+                                     "this user (0600): no OS keychain is available (keyring backend "
+                                     "keyring.backends.fail.Keyring).")
+
+
 def _demo_nodes() -> list[NodeView]:
     now = time.time()
     fp = hashlib.sha256(b"studio").hexdigest()
@@ -197,8 +205,10 @@ def _demo_nodes() -> list[NodeView]:
                  models=["gemma3-270m", "qwen25-coder-7b", "nomic-embed", "llama31-8b", "mistral-small"],
                  gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-4090", memory_total=24 * GIB,
                                memory_used=int(15.2 * GIB), utilization_percent=58.0, temperature_c=64.0,
-                               power_w=285.0)],
-                 runtimes=[LLAMACPP_BUILD, _vllm(), NOT_APPLE]),
+                               power_w=285.0, ecc=GpuEcc(volatile_corrected=2, volatile_uncorrected=0),
+                               throttle_reasons=["sw_power_cap"], xid_events=0)],  # its Health column says so
+                 runtimes=[LLAMACPP_BUILD, _vllm(), NOT_APPLE],
+                 keys_at_rest=KeysAtRest(keychain=True, backend="keyring.backends.SecretService.Keyring")),
         NodeView(id=hashlib.sha256(fp.encode()).hexdigest(), name="studio", address="192.168.1.40:8485",
                  state=NodeState.ONLINE, hostname="studio.local", os="Darwin", arch="arm64", version="0.1.0",
                  cpu_count=12, cpu_percent=9.0, memory_total=96 * GIB, memory_used=int(22.0 * GIB),
@@ -213,7 +223,8 @@ def _demo_nodes() -> list[NodeView]:
         NodeView(id=hashlib.sha256(b"old-laptop").hexdigest(), name="old-laptop", address="192.168.1.52:8485",
                  state=NodeState.OFFLINE, reason="no answer to 3 status probes in a row", hostname="old-laptop",
                  os="Linux", arch="x86_64", version="0.1.0", cpu_count=4, memory_total=16 * GIB,
-                 last_seen=now - 1800, paired_at=now - 86400 * 40, fingerprint=hashlib.sha256(b"x").hexdigest()),
+                 last_seen=now - 1800, paired_at=now - 86400 * 40, fingerprint=hashlib.sha256(b"x").hexdigest(),
+                 keys_at_rest=OLD_LAPTOP_KEYS),  # headless, no Secret Service: its agent key is a 0600 file
     ]
 
 

@@ -112,6 +112,15 @@ def gpu_health(gpu: GpuInfo) -> str:
     return " · ".join(parts) or "—"
 
 
+def keys_warning(node: NodeView) -> str | None:
+    """Why its agent's key is a plain 0600 file (no usable keychain on that machine), as its agent
+    says; None when the key is in the keychain or the agent has not said."""
+    return node.keys_at_rest.warning if node.keys_at_rest is not None else None
+
+
+KEYS_ROW_NOTE = "Key stored unencrypted (0600 file)"  # the node list's short line; the panel says why
+
+
 def node_label(node: NodeView) -> str:
     """``gpu-box — 40.1 GiB free`` (plus the state when it is not online)."""
     name = "This machine" if node.local else node.name

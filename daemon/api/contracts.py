@@ -13,7 +13,7 @@ from __future__ import annotations
 from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.mlx import MlxSettings
-from agent.api.models import GpuInfo
+from agent.api.models import GpuEcc, GpuInfo
 from agent.api.pairing import format_code, normalize_code, short_fingerprint
 from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeId
 from agent.api.sources import (
@@ -28,6 +28,6 @@ from agent.api.sources import (
 )
 from agent.api.vllm import VllmSettings
 
-__all__ = ["RUNTIMES", "RUNTIME_LABELS", "FitReport", "GgufSummary", "GpuInfo", "HfFileRef", "ImportedModel",
+__all__ = ["RUNTIMES", "RUNTIME_LABELS", "FitReport", "GgufSummary", "GpuEcc", "GpuInfo", "HfFileRef", "ImportedModel",
            "KeysAtRest", "LlamaCppSettings", "LmStudioModelInfo", "MemoryEstimate", "MlxSettings", "OllamaModelInfo", "RuntimeId",
            "TransferState", "VllmSettings", "format_code", "normalize_code", "short_fingerprint"]

@@ -42,9 +42,11 @@ from app.viewmodels.node_charts import (
 )
 from app.viewmodels.nodes import (
     BADGE,
+    KEYS_ROW_NOTE,
     STATE_TEXT,
     NodesState,
     gpu_health,
+    keys_warning,
     runtime_badges,
 )
 from daemon.api.contracts import short_fingerprint
@@ -72,7 +74,13 @@ class NodeRow(QWidget):
         name = label("This machine" if node.local else node.name)
         name.setStyleSheet("font-weight: 600;")
         detail = label(node.address or node.hostname or "local", muted=True)
-        for part in (name, detail):
+        parts = [name, detail]
+        if warning := keys_warning(node):  # its agent's key is a plain file: said here, why in the panel
+            keys = label(KEYS_ROW_NOTE, role="error")
+            keys.setObjectName("NodeRowKeys")
+            keys.setToolTip(warning)
+            parts.append(keys)
+        for part in parts:
             part.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             text.addWidget(part)
         row.addLayout(text, 1)
@@ -142,6 +150,10 @@ class NodePanel(QScrollArea):
         self.reason = label("", role="error", wrap=True)
         self.reason.setObjectName("NodeReason")
         col.addWidget(self.reason)
+        self.keys = label("", role="error", wrap=True, selectable=True)  # keys at rest: a 0600 file, no keychain
+        self.keys.setObjectName("NodeKeysWarning")
+        self.keys.setVisible(False)
+        col.addWidget(self.keys)
         details = Card("Machine")
         form = QFormLayout()
         form.setHorizontalSpacing(24)
@@ -208,6 +220,7 @@ class NodePanel(QScrollArea):
         if node is None:
             self.title.setText("No node selected")
             self.remove_button.setVisible(False)
+            self.keys.setVisible(False)
             return
         self.title.setText("This machine" if node.local else node.name)
         self.badge.setText(STATE_TEXT[node.state])
@@ -215,6 +228,9 @@ class NodePanel(QScrollArea):
         self.remove_button.setVisible(not node.local)
         self.reason.setText(node.reason or "")
         self.reason.setVisible(bool(node.reason))
+        warning = keys_warning(node)
+        self.keys.setText(f"This node's agent: {warning}" if warning else "")
+        self.keys.setVisible(bool(warning))
         v = self.values
         v["address"].setText(node.address or "this machine")
         v["system"].setText(" · ".join(p for p in (node.hostname, node.os, node.arch, node.version and
