@@ -57,6 +57,7 @@ from daemon.routes import Handlers
 from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.runtimes.manager import RuntimeUpgradeManager
 from daemon.services.api import ServicesApi
+from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
 from daemon.sources.mirror import Mirror, MirrorApi
 from daemon.sources.registration import register_models
@@ -172,6 +173,7 @@ def handlers(d: DaemonDeps) -> Handlers:
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
         mirror=MirrorApi(d.mirror),
         services=ServicesApi(d.links, d.audit, d.paths.home / "services.json"),
+        services_policy=ServicesPolicyApi(d.links, d.audit, d.paths.home / "services.json"),
         backup=BackupApi(d.backups),
         audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views))

@@ -27,6 +27,7 @@ from daemon.probes import Probes
 from daemon.router.router import Router
 from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.services.api import ServicesApi
+from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
 from daemon.sources.mirror import MirrorApi
 from daemon.upgrades.api import UpgradesApi
@@ -45,6 +46,7 @@ class Handlers:
     runtime_upgrades: RuntimeUpgradesApi
     mirror: MirrorApi
     services: ServicesApi
+    services_policy: ServicesPolicyApi
     backup: BackupApi
     audit: AuditApi
     prometheus: PrometheusTargets
@@ -126,4 +128,8 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/nodes/{id}/gpus/{gpu}/history", nodes.gpu_history),    # ?range=5m|1h|24h|7d
         web.get("/api/nodes/{id}/services", h.services.list_services),       # ?all=0|1; daemon.services.api
         web.post("/api/nodes/{id}/services/{name}/{action}", h.services.act),  # start|stop|restart; body: ServiceActionBody
+        web.get("/api/nodes/{id}/services/policy", h.services_policy.get_policy),  # daemon.services.policy_api
+        web.put("/api/nodes/{id}/services/policy", h.services_policy.put_policy),  # body: ServiceNames (this node's)
+        web.get("/api/services/policy", h.services_policy.get_policy),       # the daemon's services.json
+        web.put("/api/services/policy", h.services_policy.put_policy),       # body: ServiceNames (every node's)
     ]

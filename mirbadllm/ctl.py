@@ -11,6 +11,7 @@
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
     mirbadllm ctl services NODE [list [--all] | start|stop|restart NAME [--confirm NAME]]   (ctl_services)
+    mirbadllm ctl services allow|disallow NAME [--node NODE] [--protected] | policy        (ctl_services)
     mirbadllm ctl backup create [--passphrase-file F] [--out FILE] | list | restore FILE [--yes]  (ctl_backup)
     mirbadllm ctl audit [--action A] [--subject S] [--since 1h] [--limit N] [--json]       (ctl_audit)
 """

@@ -26,11 +26,17 @@ import fnmatch
 import json
 import logging
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.api.service_names import (
+    DENY_PATTERNS,
+    PROTECTED_PATTERNS,
+    deny_match,
+    normalise,
+    valid_service_name,
+)
 from agent.api.services import (
     CONFIRM_REQUIRED,
     DENIED,
@@ -40,60 +46,12 @@ from agent.api.services import (
     ServiceInfo,
 )
 from agent.problems import AgentProblem
-from agent.service.units import (
-    LINUX_AGENT_UNIT,
-    LINUX_DAEMON_UNIT,
-    MACOS_LABEL,
-    WINDOWS_SERVICE,
-)
 
 _LOGGER = logging.getLogger(__name__)
 
 
-def normalise(name: str) -> str:
-    """The form names are compared in: trimmed, lower-case, no ``.service`` suffix."""
-    text = name.strip().lower()
-    return text.removesuffix(".service")
-
-
-def _stem(unit: str) -> str:
-    return normalise(unit)
-
-
-DENY_PATTERNS: tuple[str, ...] = (
-    # MirbadLLM itself: the agent (every OS's name for it) and the daemon.
-    f"{_stem(LINUX_AGENT_UNIT)}*", f"{_stem(LINUX_DAEMON_UNIT)}*", "mirbadllm-hostd*", MACOS_LABEL.lower(), "com.mirbadllm.*",
-    WINDOWS_SERVICE.lower(), "mirbadllm*",
-    # Remote access: losing it strands the node.
-    "ssh*", "openssh*", "com.openssh.*", "dropbear*", "xrdp*", "termservice", "umrdpservice", "winrm",
-    "tailscale*", "zerotier*", "wireguard*", "wg-quick@*",
-    # The bus, init and the service managers themselves.
-    "dbus*", "systemd-*", "init", "init.scope", "-.slice", "polkit*", "udev*", "com.apple.*",
-    # Login managers and sessions.
-    "gdm*", "lightdm*", "sddm*", "xdm", "display-manager", "getty*", "serial-getty*", "autovt*",
-    "console-getty", "user@*", "user-runtime-dir@*", "accounts-daemon", "loginwindow",
-    # Networking and firewalls.
-    "networkmanager*", "network-manager*", "networking", "network", "networkd-dispatcher", "wpa_supplicant*",
-    "dhcpcd*", "dhclient*", "isc-dhcp-*", "iwd", "connman*", "netplan*", "avahi-daemon*", "firewalld", "ufw",
-    "nftables", "iptables", "ip6tables", "netfilter-persistent", "resolvconf",
-    # Core OS services on Windows.
-    "rpcss", "rpceptmapper", "dcomlaunch", "lsm", "samss", "eventlog", "winmgmt", "plugplay", "power",
-    "profsvc", "dhcp", "dnscache", "nsi", "netman", "nlasvc", "bfe", "mpssvc", "lanmanworkstation",
-    "lanmanserver", "cryptsvc", "wuauserv", "trustedinstaller", "windefend", "sense",
-    # Storage, audit and security.
-    "lvm2*", "multipathd*", "mdmonitor*", "iscsid*", "auditd", "apparmor", "rsyslog", "syslog", "cron",
-    "crond", "chrony*", "unattended-upgrades",
-)
-
-PROTECTED_PATTERNS: tuple[str, ...] = (
-    "docker*", "containerd*", "com.docker.*", "nvidia-persistenced*", "nvidia-fabricmanager*",
-    "nvidia-dcgm*", "dcgm*",
-)
-
-# What a service manager calls a service: unit names (foo@bar.service, a\x2db.mount), launchd
-# labels (com.example.job), Windows service names (which may hold spaces). Never a path or an
-# option: no '/', and no leading '-'.
-_NAME = re.compile(r"[A-Za-z0-9_@.:+\\][A-Za-z0-9_@.:+\\ -]{0,254}")
+# The names' form, the deny list and the protected patterns are contracts (agent.api.service_names):
+# the daemon refuses a whitelist entry with the same list before it is ever sent.
 
 
 class ServiceRefused(AgentProblem):
@@ -103,7 +61,7 @@ class ServiceRefused(AgentProblem):
 
 def valid_name(name: str) -> str:
     """``name`` when it is one a service manager could use, else 422."""
-    if not _NAME.fullmatch(name) or name != name.strip():
+    if not valid_service_name(name):
         raise ServiceRefused(f"{name[:80]!r} is not a service name", status=422, code=INVALID_NAME)
     return name
 
@@ -176,12 +134,7 @@ class ServicePolicy:
         return [*PROTECTED_PATTERNS, *sorted(self.file.protected)]
 
     def _deny_match(self, names: list[str]) -> str | None:
-        for name in names:
-            key = normalise(name)
-            for pattern in self.deny_patterns:
-                if fnmatch.fnmatchcase(key, pattern):
-                    return pattern
-        return None
+        return deny_match(names, self.deny_patterns)
 
     def judge(self, info: ServiceInfo, allow: Sequence[str] = (), protect: Sequence[str] = (),
               asked: str | None = None) -> ServiceInfo:

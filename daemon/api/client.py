@@ -24,6 +24,8 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/nodes/{id}/gpus/{gpu}/history -> HistorySeries  # ?range=5m|1h|24h|7d; gpu: UUID or index
     GET    /api/nodes/{id}/services         -> ServicesList     # ?all=0|1 (daemon.api.services)
     POST   /api/nodes/{id}/services/{name}/{action} -> ServiceActionResult  # start|stop|restart; body: ServiceActionBody
+    GET    /api/nodes/{id}/services/policy  -> ServicesPolicy   # PUT too, body: ServiceNames (this node's)
+    GET    /api/services/policy             -> ServicesPolicy   # PUT too, body: ServiceNames (every node's)
     GET    /api/nodes/upgrade               -> RolloutView      # the agent rollout, per node
     POST   /api/nodes/upgrade               -> RolloutView      # body: UpgradeRequest; 202, 409 upgrade_running
     GET    /api/nodes/runtime-upgrade       -> RuntimeRolloutView  # the llama.cpp build rollout, per node
@@ -102,7 +104,9 @@ from daemon.api.services import (
     ServiceAction,
     ServiceActionBody,
     ServiceActionResult,
+    ServiceNames,
     ServicesList,
+    ServicesPolicy,
 )
 from daemon.api.sources import (
     DownloadQuery,
@@ -361,6 +365,17 @@ class DaemonClient:
         data = await self._call("POST", path, body=ServiceActionBody(confirm=confirm).model_dump(),
                                 timeout=aiohttp.ClientTimeout(total=180, connect=5))
         return ServiceActionResult.model_validate(data)
+
+    async def services_policy(self, node_id: str | None = None) -> ServicesPolicy:
+        """The daemon's services whitelist (``node_id``: its ``nodes`` holds only that node's block)."""
+        path = "/api/services/policy" if node_id is None else f"/api/nodes/{node_id}/services/policy"
+        return ServicesPolicy.model_validate(await self._call("GET", path))
+
+    async def set_services_policy(self, names: ServiceNames, node_id: str | None = None) -> ServicesPolicy:
+        """Replace every node's block of the whitelist (``node_id`` None) or that node's; the policy after.
+        422 ``service_denied`` for a name on the deny list, ``service_invalid_name`` for a bad one."""
+        path = "/api/services/policy" if node_id is None else f"/api/nodes/{node_id}/services/policy"
+        return ServicesPolicy.model_validate(await self._call("PUT", path, body=names.model_dump()))
 
     # --- jobs: benchmarks and tuning ------------------------------------------------------------
     async def start_benchmark(self, request: BenchmarkRequest) -> JobView:

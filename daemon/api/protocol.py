@@ -32,7 +32,13 @@ from daemon.api.models import (
 from daemon.api.nodes import DiscoveredNode, NodeAddResult, NodeView
 from daemon.api.plan import Plan, PlanQuery
 from daemon.api.runtime_upgrades import RuntimeRolloutView
-from daemon.api.services import ServiceAction, ServiceActionResult, ServicesList
+from daemon.api.services import (
+    ServiceAction,
+    ServiceActionResult,
+    ServiceNames,
+    ServicesList,
+    ServicesPolicy,
+)
 from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
 
 
@@ -82,6 +88,8 @@ class DaemonApi(Protocol):
     async def list_services(self, node_id: str, every: bool = False) -> ServicesList: ...
     async def service_action(self, node_id: str, name: str, action: ServiceAction,
                              confirm: str | None = None) -> ServiceActionResult: ...
+    async def services_policy(self, node_id: str | None = None) -> ServicesPolicy: ...
+    async def set_services_policy(self, names: ServiceNames, node_id: str | None = None) -> ServicesPolicy: ...
     async def start_benchmark(self, request: BenchmarkRequest) -> JobView: ...
     async def start_tune(self, request: TuneRequest) -> JobView: ...
     async def plan_tune(self, request: TuneRequest) -> TuningPlan: ...

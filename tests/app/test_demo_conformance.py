@@ -25,6 +25,7 @@ from daemon.api.jobs import BenchmarkRequest, TuneRequest
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import ApiKeyLimits, DaemonSettings, ModelDefinition, ModelStatus
 from daemon.api.plan import PlanQuery
+from daemon.api.services import ServiceNames
 from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
@@ -103,6 +104,8 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("add_node_address", lambda r: (pairing[0],)), ("pair_node", lambda r: pairing),
         ("gpu_history", lambda r: (r["pair_node"].id, "0", "5m")), ("start_upgrade", lambda r: ()),
         ("list_services", lambda r: ("local", True)), ("service_action", lambda r: ("local", "ollama", "start")),
+        ("services_policy", lambda r: ("local",)),
+        ("set_services_policy", lambda r: (ServiceNames(allow=["nginx"]), "local")),
         ("upgrade_status", lambda r: ()), ("start_runtime_upgrade", lambda r: ("/builds/llamacpp-demo", None)),
         ("runtime_upgrade_status", lambda r: ()), ("remove_node", lambda r: (r["pair_node"].id,)),
         ("plan_tune", lambda r: (TuneRequest(model=model),)),
