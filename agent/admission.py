@@ -266,7 +266,7 @@ class Admission:
             summary=summary, estimate=share.estimate, memory_total=total, memory_available=available,
             reserve_bytes=reserve, pending_bytes=pending, gpus=budgets, unified_memory=unified, fits=ok,
             max_ctx_size=max_main_ctx(summary, settings, rpc_devices, host, held), max_gpu_layers=None,
-            message=message, source=source)
+            message=message, source=source, remote_bytes=share.remote_bytes if share.gpus_known else None)
 
     async def snapshot(self, loading: list[tuple[str, int | None]] | None = None) -> NodeMemory:
         """This node's memory for a plan (``agent.placement``): usable now, and with every device empty."""

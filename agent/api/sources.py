@@ -120,6 +120,8 @@ class FitRequest(BaseModel):
     hf: HfFileRef | None = None
     settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
     token: str | None = Field(default=None, description="Hugging Face token; sent to the hub only.")
+    rpc_devices: int = Field(default=0, ge=0, le=128, description="One model across nodes: its helpers' RPC "
+                             "devices; the report is then of the main node's share (agent.rpc.main_share).")
 
 
 class FitReport(BaseModel):
@@ -136,6 +138,8 @@ class FitReport(BaseModel):
     max_gpu_layers: int | None = Field(default=None, description="Most layers that fit on the GPUs.")
     message: str = ""
     source: str = ""
+    remote_bytes: int | None = Field(default=None, description="With rpc_devices: what goes to the helpers' "
+                                     "devices; None when the main's own GPUs' part is not known (no --tensor-split).")
 
 
 class DownloadRequest(BaseModel):

@@ -73,7 +73,8 @@ class ModelSources:
     async def fit(self, req: FitRequest) -> FitReport:
         """The estimate for a local file or a Hugging Face file (only its header is read)."""
         summary, source = await self._summary(req)
-        return await self.admission.report(summary, req.settings, source=source, loading=self._starting())
+        return await self.admission.report(summary, req.settings, source=source, loading=self._starting(),
+                                           rpc_devices=req.rpc_devices)
 
     async def plan(self, req: FitRequest) -> NodePlan:
         """Every way the model runs on this node (``agent.placement``), best first."""

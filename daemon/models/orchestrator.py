@@ -8,7 +8,8 @@ models of that node to unload, and each one unloaded is a ``model.evicted`` even
 ``node: "auto"`` is placed at each start on the node where it fits best (``placement.choose_node``);
 ``node_of`` says where it runs now, and its status reports that node. A llama.cpp model that names
 ``rpc_nodes`` runs across nodes: its helpers' rpc-servers start first and stop with it
-(``daemon.models.rpc``), and a helper offline makes it not ready.
+(``daemon.models.rpc``), and a helper offline makes it not ready. Room for it is made on its main
+and on each helper at once (``daemon.models.split_room``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from agent.api.sources import FitRequest
 from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelStatus
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
-from daemon.models import placement
+from daemon.models import placement, split_room
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
 from daemon.models.rpc import RpcHelpers
@@ -66,6 +67,7 @@ class Orchestrator:
         self._last_used: dict[str, float] = {}
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
         self._needs: dict[tuple[str, str, str], int | None] = {}  # (model, node, config hash) -> bytes
+        self._split_fits: dict[tuple[str, str, str], tuple[int | None, int | None]] = {}  # -> (main, helpers)
         self._placed: dict[str, str] = {}  # model placed "auto" -> the node it was started on
         self.rpc = RpcHelpers(links, lambda: registry.known_nodes() if registry.known_nodes else {})  # across nodes
 
@@ -255,7 +257,8 @@ class Orchestrator:
                 return current
             if in_flight is not None:
                 await self._make_room(definition, link, in_flight)
-            peers = await self.rpc.open(definition, link.node_id) if definition.rpc_nodes else []
+            lent = (await self._split_needs(definition, link))[1] if definition.rpc_nodes else None
+            peers = await self.rpc.open(definition, link.node_id, lent) if definition.rpc_nodes else []
             for attempt in range(1, ROOM_ATTEMPTS + 1):
                 try:
                     await link.client.start(self.launch_spec(definition, force, peers))
@@ -311,11 +314,22 @@ class Orchestrator:
             loaded.append(placement.Loaded(model_id=other.id, size_bytes=size, last_used=self.last_used(other.id, 0.0),
                                            in_flight=in_flight(other.served_name), pinned=other.pinned,
                                            model_class=other.model_class))
+        for other in self.registry.all():  # models across nodes whose rpc-server this node runs as a helper
+            inst = self.instance(other) if link.node_id in other.rpc_nodes and other.id != definition.id else None
+            if inst is None or inst.state not in (InstanceState.STARTING, InstanceState.READY):
+                continue
+            loaded.append(placement.Loaded(model_id=other.id, size_bytes=self.rpc.lent(other.id, link.node_id),
+                                           last_used=self.last_used(other.id, 0.0),
+                                           in_flight=in_flight(other.served_name), pinned=other.pinned,
+                                           model_class=other.model_class))
         return loaded
 
     async def _make_room(self, definition: ModelDefinition, link: AgentLink, in_flight: InFlight,
                          shortfall: int | None = None) -> None:
         """Unload what the plan says, or refuse with what is using the memory (503)."""
+        if definition.rpc_nodes:
+            await self._make_room_across(definition, link, in_flight, shortfall)
+            return
         need = await self._need(definition, link)
         if need is None and shortfall is None:
             return  # no figure to plan with: the agent's admission decides
@@ -338,6 +352,66 @@ class Orchestrator:
             self.events.publish("model.evicted", victim.model_id, for_model=definition.id,
                                 freed_bytes=victim.size_bytes, needed_bytes=need, reason=reason)
             await self.stop(victim.model_id)  # no longer wanted: start_on_request brings it back
+
+    async def _split_needs(self, definition: ModelDefinition, link: AgentLink) -> tuple[int | None, dict[str, int | None]]:
+        """A model across nodes: what its main node holds (its budget, else the main agent's estimate
+        of the main's share, one RPC device per helper) and what each helper's grant lends (the
+        estimate's remote part, ``split_room.helper_shares``); None where it is not known."""
+        key = (definition.id, link.node_id, definition_hash(definition))
+        if key not in self._split_fits:
+            try:
+                report = await link.client.fit(FitRequest(model_path=definition.model_path, settings=definition.settings,
+                                                          rpc_devices=len(definition.rpc_nodes)))
+                self._split_fits[key] = (report.estimate.host_bytes + sum(report.estimate.gpu_bytes),
+                                         report.remote_bytes)
+            except AgentError as exc:  # an older agent, no such file: the agents' own checks decide
+                _LOGGER.info("no split estimate for %s: %s", definition.id, exc.message)
+                self._split_fits[key] = (None, None)
+        main, remote = self._split_fits[key]
+        if definition.memory_budget_gib is not None:
+            main = int(definition.memory_budget_gib * (1 << 30))
+        helpers: list[int | None] = list(split_room.helper_shares(remote, definition.settings, len(definition.rpc_nodes))) \
+            if remote is not None else [None] * len(definition.rpc_nodes)
+        return main, dict(zip(definition.rpc_nodes, helpers, strict=True))
+
+    async def _make_room_across(self, definition: ModelDefinition, link: AgentLink, in_flight: InFlight,
+                                shortfall: int | None) -> None:
+        """Room on every node of a model across nodes (``split_room.plan_across``): its main's share on
+        the main node, each helper's on its helper; all or nothing. After the main agent's own
+        refusal (``shortfall``) only the main is planned again (the helpers' servers run by then)."""
+        main, helpers = await self._split_needs(definition, link)
+        wanted: list[tuple[str, split_room.Role, int | None]] = [(link.node_id, "main", main)]
+        if shortfall is None:
+            wanted += [(node, "helper", helpers.get(node)) for node in definition.rpc_nodes]
+        nodes: list[split_room.NodeNeed] = []
+        for node, role, need in wanted:
+            short = shortfall if role == "main" else None
+            here = self._links.get(node)
+            if (need is None and short is None) or here is None or not here.online:
+                continue  # no figure to plan with, or offline (rpc.open says so): the agents decide
+            figures = await self._figures(here)
+            if figures is None and short is None:
+                continue
+            memory = placement.NodeMemory(total=figures.memory_total if figures else 0,
+                                          available=figures.memory_available if figures else 0)
+            nodes.append(split_room.NodeNeed(node, role, need or 0, memory,
+                                             tuple(self._loaded(definition, here, in_flight)), short))
+        found = split_room.plan_across(nodes, definition.model_class)
+        if not found.fits:
+            raise OrchestratorError(503, "insufficient_memory", f"Not enough memory on {found.role} node "
+                                    f"'{self.rpc.name(found.node)}' for '{definition.id}' (across nodes): {found.reason}")
+        needs = {n.node: n for n in nodes}
+        for eviction in found.evict:
+            victim, need = eviction.victim, needs[eviction.node]
+            reason = f"unloaded from {need.role} node '{self.rpc.name(eviction.node)}' to make room for " \
+                     f"'{definition.id}' across nodes ({placement.gib(need.shortfall or need.need)} needed there; " \
+                     f"it was idle, class {victim.model_class}, and held {placement.gib(victim.size_bytes or 0)} there)"
+            _LOGGER.info("%s %s", victim.model_id, reason)
+            self._evicted[victim.model_id] = reason
+            self.events.publish("model.evicted", victim.model_id, for_model=definition.id, node=eviction.node,
+                                freed_bytes=victim.size_bytes, needed_bytes=need.need, reason=reason,
+                                freed_by_node=dict(eviction.freed))
+            await self.stop(victim.model_id)  # a model across nodes stops its helpers' rpc-servers too
 
     @staticmethod
     async def _figures(link: AgentLink) -> TelemetrySample | AgentStatus | None:

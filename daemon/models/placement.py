@@ -121,6 +121,9 @@ def _cannot(need: int, have: int, short: int, loaded: Sequence[Loaded], for_clas
     return text + "; in use: " + ", ".join(parts)
 
 
+cannot_free = _cannot  # the refusal's words, for daemon.models.split_room
+
+
 def shortfall_from_refusal(details: dict[str, object] | None) -> int | None:
     """By how much an agent's ``insufficient_memory`` refusal says the model misses (host or any GPU)."""
     if not details:

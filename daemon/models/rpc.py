@@ -6,6 +6,8 @@ agent may reach it through the helper's tunnel), then the main node's agent gets
 with one ``RpcPeer`` per helper. ``close`` stops them again: when the model stops, when its start
 fails, and before a new start (a crashed main leaves its helpers' servers running). After a
 daemon restart the grants are found again on the helpers by their names (``<model id>-<12 hex>``).
+Each grant may lend a size (``RpcServerRequest.memory_bytes``, which the helper checks):
+``lent`` says it, what the model holds on that helper when room is made there.
 The main may be this machine's own agent (``local``): its grants name the id of the certificate
 the daemon wrote for it (``identify``), which it presents to the helpers' tunnels.
 
@@ -60,6 +62,7 @@ class Grant:
     grant_id: str
     info: RpcServerInfo | None = None
     error: str | None = None
+    memory: int | None = None  # what the grant lends (RpcServerRequest.memory_bytes); None: not said
 
 
 class RpcHelpers:
@@ -79,6 +82,10 @@ class RpcHelpers:
     def _name(self, node: str) -> str:
         return self._names().get(node) or node
 
+    def name(self, node: str) -> str:
+        """The node's name, for messages (its id when it has none)."""
+        return self._name(node)
+
     def _online(self, node: str) -> AgentLink:
         link = self._links.get(node)
         if link is None:
@@ -88,9 +95,11 @@ class RpcHelpers:
                                 + (f": {link.last_error}" if link.last_error else ""))
         return link
 
-    async def open(self, definition: ModelDefinition, main_node: str) -> list[RpcPeer]:
+    async def open(self, definition: ModelDefinition, main_node: str,
+                   memory: Mapping[str, int | None] | None = None) -> list[RpcPeer]:
         """Start an rpc-server on each helper for ``definition`` running on ``main_node``; the peers
-        of its launch spec. On a refusal the servers already started are stopped and it raises."""
+        of its launch spec. ``memory``: what each helper's grant lends (its agent refuses the grant
+        when it has less free). On a refusal the servers already started are stopped and it raises."""
         links = [self._online(node) for node in definition.rpc_nodes]  # all answer, or nothing changes
         peer_id = self._certified.get(main_node, main_node)
         if not _NODE_ID.match(peer_id):
@@ -101,10 +110,10 @@ class RpcHelpers:
         self._grants[definition.id] = opened
         try:
             for link in links:
-                grant = Grant(link.node_id, grant_id(definition.id))
+                grant = Grant(link.node_id, grant_id(definition.id), memory=(memory or {}).get(link.node_id))
                 opened.append(grant)
                 grant.info = await link.client.start_rpc_server(
-                    RpcServerRequest(grant_id=grant.grant_id, peer_node_id=peer_id))
+                    RpcServerRequest(grant_id=grant.grant_id, peer_node_id=peer_id, memory_bytes=grant.memory))
         except AgentError as exc:
             opened[-1].error = exc.message
             node = opened[-1].node
@@ -149,9 +158,14 @@ class RpcHelpers:
             except AgentError as exc:
                 _LOGGER.info("rpc-servers of node %s not listed: %s", node[:12], exc.message)
                 continue
-            found += [Grant(node, s.grant_id, s) for s in servers
+            found += [Grant(node, s.grant_id, s, memory=s.memory_bytes) for s in servers
                       if grant_of(definition.id, s.grant_id) and s.state == RpcServerState.READY]
         return found
+
+    def lent(self, model_id: str, node: str) -> int | None:
+        """The memory ``model_id``'s open grant on helper ``node`` lends; None: no such grant, or not said."""
+        return next((g.memory for g in self._grants.get(model_id, [])
+                     if g.node == node and g.info is not None and g.error is None), None)
 
     def problem(self, definition: ModelDefinition) -> tuple[str, str] | None:
         """The first helper that makes the model not ready now (its node, why), else None."""

@@ -48,7 +48,15 @@ class FakeAgent:
         self.version = 0
 
     async def fit(self, request: FitRequest) -> FitReport:
-        """The file's estimate: the whole model, 40 GiB (more than any one node here has)."""
+        """The file's estimate: the whole model, 40 GiB (more than any one node here has); asked with
+        ``rpc_devices``, the main's share: 2 GiB here, 38 GiB on the helpers (as agent.rpc.main_share)."""
+        if request.rpc_devices:
+            share = MemoryEstimate(ctx_size=4096, parallel=4, weights_bytes=2 << 30, kv_cache_bytes=0,
+                                   compute_bytes=0, overhead_bytes=0, host_bytes=2 << 30, total_bytes=2 << 30)
+            return FitReport(summary=GgufSummary(architecture="llama", file_size=38 << 30, tensor_bytes=38 << 30,
+                                                 tensor_count=400), estimate=share, memory_total=16 << 30,
+                             memory_available=1 << 30, reserve_bytes=0, fits=False, max_ctx_size=0,
+                             remote_bytes=38 << 30)
         whole = MemoryEstimate(ctx_size=4096, parallel=4, weights_bytes=38 << 30, kv_cache_bytes=1 << 30,
                                compute_bytes=1 << 30, overhead_bytes=0, host_bytes=40 << 30, total_bytes=40 << 30)
         return FitReport(summary=GgufSummary(architecture="llama", file_size=38 << 30, tensor_bytes=38 << 30,
@@ -77,7 +85,8 @@ class FakeAgent:
         if self.refuse_rpc is not None:
             raise self.refuse_rpc
         info = RpcServerInfo(grant_id=request.grant_id, peer_node_id=request.peer_node_id,
-                             state=RpcServerState.READY, pid=2000, port=50052, devices=["CPU"])
+                             state=RpcServerState.READY, pid=2000, port=50052, devices=["CPU"],
+                             memory_bytes=request.memory_bytes)
         self.servers[request.grant_id] = info
         return info
 
@@ -102,6 +111,12 @@ class Fleet:
         self.agents = {node: FakeAgent(f"https://10.0.0.{i}:8470") for i, node in enumerate((MAIN, HELPER), 1)}
         for node, agent in self.agents.items():
             self.links.add(AgentLink(node, agent, self.orch.on_instances))  # type: ignore[arg-type]
+            self.memory(node, total=64 << 30, available=60 << 30)
+
+    def memory(self, node: str, *, total: int, available: int) -> None:
+        """The node's telemetry figures, as its agent's sample would say them."""
+        self.links[node].latest_sample = TelemetrySample(seq=1, ts=0, cpu_percent=0, memory_total=total,
+                                                         memory_used=total - available, memory_available=available)
 
     async def open(self) -> Fleet:
         for link in self.links:
@@ -257,8 +272,9 @@ async def test_after_a_daemon_restart_stop_finds_the_helpers_grants(tmp_path: Pa
 
 async def test_a_start_on_request_does_not_make_room_for_the_whole_model_on_the_main_node(tmp_path: Path) -> None:
     fleet = await Fleet(tmp_path).open()
-    fleet.links[MAIN].latest_sample = TelemetrySample(seq=1, ts=0, cpu_percent=0, memory_total=16 << 30,
-                                                      memory_used=15 << 30, memory_available=1 << 30)
+    fleet.memory(MAIN, total=16 << 30, available=4 << 30)
     await fleet.registry.add(_definition())  # its file's estimate would be the whole model: 40 GiB
     status = await fleet.orch.start("big", in_flight=lambda _name: 0)
-    assert status.state == ModelState.READY and len(fleet.main.specs) == 1  # the main's admission decides
+    assert status.state == ModelState.READY and len(fleet.main.specs) == 1  # its share, 2 GiB, fits
+    (server,) = fleet.helper.servers.values()
+    assert server.memory_bytes == 38 << 30  # the helper's grant lends the rest, and its agent checks it
