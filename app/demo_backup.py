@@ -5,7 +5,8 @@ Like the daemon: a backup is the ``daemon.api.backup`` document of the demo's mo
 secrets) and settings; with a passphrase it carries an encrypted section whose check the restore
 holds the passphrase to (a wrong one is ``backup_wrong_passphrase``), and the preview compares
 item by item. The demo encrypts nothing for real: its section is a marker, never a secret.
-Seeded: three daily backups in the list; bare: none.
+Seeded: three daily backups in the list; bare: none. Every model file is on its node in the demo:
+``restore_missing_files`` (empty) is what a preview lists as missing, and a test may set it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from daemon.api.backup import (
     BackupListing,
     EncryptedSection,
     KdfParams,
+    MissingFile,
     PreviewRow,
     RestorePreview,
     RestoreResult,
@@ -63,6 +65,12 @@ class DemoBackups:
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
         def _record(self, name: str, *args: Any) -> None: ...
+
+    @property
+    def restore_missing_files(self) -> list[MissingFile]:
+        """The model files a restore's preview says are not on their nodes (a test may add its own)."""
+        found: list[MissingFile] = self.__dict__.setdefault("_demo_missing_files", [])
+        return found
 
     @property
     def backup_files(self) -> dict[str, tuple[float, str]]:
@@ -167,11 +175,12 @@ class DemoBackups:
         self._record("preview_restore", passphrase is not None, replace_ca)
         doc = self._parse(document, passphrase)
         return RestorePreview(version=doc.version, created_at=doc.created_at, host=doc.host,
-                              encrypted=doc.secrets is not None, rows=self._rows(doc))
+                              encrypted=doc.secrets is not None, rows=self._rows(doc),
+                              missing_files=list(self.restore_missing_files))
 
     async def restore_backup(self, document: str, passphrase: str | None = None,
-                             replace_ca: bool = False) -> RestoreResult:
-        self._record("restore_backup", passphrase is not None, replace_ca)
+                             replace_ca: bool = False, downloads: bool = True) -> RestoreResult:
+        self._record("restore_backup", passphrase is not None, replace_ca, downloads)  # demo: every file is here
         doc = self._parse(document, passphrase)
         rows, applied = self._rows(doc), 0
         for raw in doc.models:
@@ -192,4 +201,7 @@ class DemoBackups:
             self.settings = settings
             applied += 1
         self._publish("backup.restored", None, applied=applied, failed=0, restart_required=False)
-        return RestoreResult(rows=rows, applied=applied)
+        missing = [m.model_copy(update={"transfer": f"x{n}"}) if downloads and m.state == "missing"
+                   and m.fetch != "by_hand" else m for n, m in enumerate(self.restore_missing_files, 1)]
+        return RestoreResult(rows=rows, applied=applied, missing_files=missing,
+                             transfers=[m.transfer for m in missing if m.transfer])

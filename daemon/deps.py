@@ -26,6 +26,7 @@ from daemon.audit.log import AuditLog
 from daemon.audit.system import record_system_events
 from daemon.background import Background
 from daemon.backup.api import BackupApi
+from daemon.backup.files import ModelFiles
 from daemon.backup.restore import Owners
 from daemon.backup.schedule import BackupScheduler
 from daemon.backup.service import BackupService
@@ -145,8 +146,10 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     transfers = Transfers(links, events, history, register, background.spawn)
     mirror = Mirror(links, transfers, registry, events, history, paths.local_agent_home / "models", background.spawn)
     listener = Listener(config, paths)
+    files = ModelFiles(links, transfers, registry, events, history, orchestrator.start, background.spawn,
+                       paths.local_agent_home / "models")  # a restore's missing model files
     backups = BackupService(Owners(registry, keys, nodes.store, config, listener.apply, paths.pki, events),
-                            paths.home, audit)
+                            paths.home, audit, files)
     return DaemonDeps(config=config, paths=paths, admin_token=token, listener=listener,
                       background=background, events=events, registry=registry, keys=keys, history=history,
                       audit=audit, metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,

@@ -2,12 +2,14 @@
 
     mirbadllm ctl backup create [--passphrase-file F] [--out FILE]
     mirbadllm ctl backup list
-    mirbadllm ctl backup restore FILE [--passphrase-file F] [--yes] [--replace-ca]
+    mirbadllm ctl backup restore FILE [--passphrase-file F] [--yes] [--replace-ca] [--no-downloads]
 
 ``create`` without ``--out`` writes the backup into the daemon's backup directory; with ``--out``
 it writes FILE here (0600). A passphrase (the first line of its file, never an argument: a command
 line is seen by every process) adds the CA and secrets, encrypted. ``restore`` shows what would
-change, then applies it when confirmed (``--yes``, or ``y`` at the prompt).
+change, then applies it when confirmed (``--yes``, or ``y`` at the prompt). The preview lists the
+models whose file is not on their node; the restore downloads those that can be fetched (their
+definition names a Hugging Face file, or the demo package) unless ``--no-downloads``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.api.backup import PreviewRow
+from daemon.api.backup import MissingFile, PreviewRow
 from daemon.api.client import DaemonClient
 from daemon.atomic import write_atomic
 
@@ -36,6 +38,8 @@ def add_parser(groups: Any) -> None:
     restore.add_argument("--yes", action="store_true", help="apply without asking")
     restore.add_argument("--replace-ca", action="store_true",
                          help="take the backup's CA even though nodes paired here trust this daemon's own")
+    restore.add_argument("--no-downloads", action="store_true",
+                         help="do not download the model files missing on their nodes")
 
 
 def read_passphrase(path: Path | None) -> str | None:
@@ -51,6 +55,16 @@ def row_text(row: PreviewRow) -> str:
     fields = f" ({', '.join(row.fields)})" if row.fields else ""
     note = f" — {row.note}" if row.note else ""
     return f"  {row.change:<9} {row.kind:<8} {row.label}{fields}{note}"
+
+
+def file_text(item: MissingFile) -> str:
+    how = {"huggingface": "download", "package": "assemble", "by_hand": "copy by hand"}[item.fetch]
+    if item.state == "unchecked":
+        how = "unchecked"
+    size = f" {item.size / 2**30:.2f} GiB" if item.size else ""
+    source = f" {item.source}" if item.source and item.fetch != "by_hand" else ""
+    transfer = f" [transfer {item.transfer}]" if item.transfer else ""
+    return f"  {how:<12} {item.model_id} on {item.node}: {item.path}{source}{size}{transfer} — {item.note}"
 
 
 def _stamp(ts: float) -> str:
@@ -88,7 +102,13 @@ async def _restore(args: argparse.Namespace, client: DaemonClient) -> int:
           + (" (with encrypted CA and secrets)" if preview.encrypted else ""))
     for row in preview.rows:
         print(row_text(row))
-    if not any(r.change in ("new", "changed") for r in preview.rows):
+    if preview.missing_files:
+        print("model files not on their nodes:")
+        for item in preview.missing_files:
+            print(file_text(item))
+    fetchable = not args.no_downloads and any(m.state == "missing" and m.fetch != "by_hand"
+                                              for m in preview.missing_files)
+    if not any(r.change in ("new", "changed") for r in preview.rows) and not fetchable:
         print("nothing to restore: this daemon already holds all of it")
         return 0
     if not args.yes:
@@ -98,8 +118,12 @@ async def _restore(args: argparse.Namespace, client: DaemonClient) -> int:
         if input("restore these changes? [y/N] ").strip().lower() not in ("y", "yes"):
             print("not restored")
             return 1
-    result = await client.restore_backup(text, passphrase, args.replace_ca)
+    result = await client.restore_backup(text, passphrase, args.replace_ca, not args.no_downloads)
     print(f"restored: {result.applied} change(s)")
+    for item in result.missing_files:
+        print(file_text(item))
+    if result.transfers:
+        print(f"downloads started: {', '.join(result.transfers)} (GET /api/transfers shows their progress)")
     for failure in result.failed:
         print(f"  refused: {failure}")
     if result.restart_required:

@@ -1,6 +1,9 @@
 """The Backup page's view-model: back up now (into the daemon's backup directory, or into a file
 here), the daily backups' list, and a restore from a file, previewed first and applied on request.
 
+The preview also lists the models whose file is not on their node; the restore downloads those
+that can be fetched when asked (the page's checkbox, on by default).
+
 A passphrase is handed to the daemon and not kept: for a restore, only between its preview and its
 apply (or cancel), in this object, never in the state the page renders.
 """
@@ -14,10 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app import format as fmt
 from app.viewmodels.observable import Observable
 from daemon.api.backup import (
     BackupFile,
     BackupListing,
+    MissingFile,
     PreviewRow,
     RestorePreview,
     RestoreResult,
@@ -42,6 +47,26 @@ def row_cells(row: PreviewRow) -> tuple[str, str, str, str]:
     return CHANGE_LABELS.get(row.change, row.change), KIND_LABELS.get(row.kind, row.kind), row.label, detail
 
 
+FETCH_LABELS = {"huggingface": "Download from Hugging Face", "package": "Assemble from the demo package",
+                "by_hand": "Copy by hand"}
+
+
+def fetchable(item: MissingFile) -> bool:
+    return item.state == "missing" and item.fetch != "by_hand"
+
+
+def file_cells(item: MissingFile) -> tuple[str, str, str, str]:
+    """What the preview table shows of a model file not on its node."""
+    how = FETCH_LABELS.get(item.fetch, item.fetch) if item.state == "missing" else "Not checked"
+    if item.size:
+        how += f" ({fmt.size(item.size)})"
+    if item.transfer:
+        how += f", transfer {item.transfer}"
+    detail = f"{how} — {item.note}" if item.note else how
+    return ("Missing" if item.state == "missing" else "Unchecked", "Model file",
+            f"{item.model_id} on {item.node}: {item.path}", detail)
+
+
 @dataclass(frozen=True)
 class BackupState:
     listing: BackupListing | None = None
@@ -53,8 +78,9 @@ class BackupState:
 
     @property
     def can_apply(self) -> bool:
-        return self.preview is not None and self.busy is None and \
+        return self.preview is not None and self.busy is None and (
             any(r.change in ("new", "changed") for r in self.preview.rows)
+            or any(fetchable(m) for m in self.preview.missing_files))
 
 
 class BackupViewModel:
@@ -107,12 +133,12 @@ class BackupViewModel:
         self._set(preview=preview)
         return preview
 
-    async def apply(self) -> RestoreResult:
-        """Restore what was previewed."""
+    async def apply(self, downloads: bool = True) -> RestoreResult:
+        """Restore what was previewed; with ``downloads`` the missing model files that can be fetched are."""
         if self._pending is None:
             raise ValueError("Preview a backup first.")
         text, passphrase = self._pending
-        result = await self._busy("Restoring…", self.client.restore_backup(text, passphrase))
+        result = await self._busy("Restoring…", self.client.restore_backup(text, passphrase, downloads=downloads))
         self._pending = None
         self._set(preview=None, result=result)
         return result

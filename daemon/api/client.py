@@ -430,8 +430,9 @@ class DaemonClient:
         return RestorePreview.model_validate(data)
 
     async def restore_backup(self, document: str, passphrase: str | None = None,
-                             replace_ca: bool = False) -> RestoreResult:
-        body = {"document": document, "passphrase": passphrase, "replace_ca": replace_ca}
+                             replace_ca: bool = False, downloads: bool = True) -> RestoreResult:
+        """Restore ``document``; with ``downloads`` the missing model files that can be fetched are."""
+        body = {"document": document, "passphrase": passphrase, "replace_ca": replace_ca, "downloads": downloads}
         data = await self._call("POST", "/api/backups/restore", body=body, timeout=_BACKUP_TIMEOUT)
         return RestoreResult.model_validate(data)
 

@@ -60,4 +60,5 @@ class BackupApi:
 
     async def restore(self, request: web.Request) -> web.Response:
         body = await self._restore_body(request)
-        return json_response(await self._service.restore(body.document, _secret(body.passphrase), body.replace_ca))
+        return json_response(await self._service.restore(body.document, _secret(body.passphrase), body.replace_ca,
+                                                         body.downloads))

