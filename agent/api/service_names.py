@@ -6,7 +6,8 @@ so both say the same thing about the same name.
 
 - ``normalise``: trimmed, lower-case, without systemd's ``.service`` suffix.
 - ``valid_service_name``: a name a service manager could use (no ``/``, no leading ``-``).
-- ``DENY_PATTERNS``: globs over normalised names that nothing anyone sends or writes can remove.
+- ``DENY_PATTERNS``: globs over normalised names that nothing anyone sends or writes can remove
+  (every systemd unit that is not a ``.service`` among them).
 - ``PROTECTED_PATTERNS``: globs whose services act only with their name typed.
 """
 
@@ -48,6 +49,12 @@ DENY_PATTERNS: tuple[str, ...] = (
     # Storage, audit and security.
     "lvm2*", "multipathd*", "mdmonitor*", "iscsid*", "auditd", "apparmor", "rsyslog", "syslog", "cron",
     "crond", "chrony*", "unattended-upgrades",
+    # systemd units that are no services: starting reboot.target or shutdown.target takes the node
+    # down, stopping system.slice or a .mount strands it, ssh.socket starts ssh. Services only.
+    "*.target", "*.slice", "*.scope", "*.mount", "*.automount", "*.swap", "*.device", "*.socket", "*.path",
+    "*.timer", "*.snapshot",
+    # Root shells and single-user modes (debug-shell.service: a root shell on tty9, no password).
+    "debug-shell", "rescue", "emergency", "container-getty*", "console-shell",
 )
 
 PROTECTED_PATTERNS: tuple[str, ...] = (
