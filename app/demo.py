@@ -27,6 +27,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.demo_audit import DemoAudit
 from app.demo_backup import DemoBackups
 from app.demo_host_services import DemoHostServices
@@ -54,6 +56,7 @@ from daemon.api.models import (
     RequestRecord,
     RouterStats,
     StatusResponse,
+    TracingSettings,
 )
 from daemon.api.plan import DeviceUse, NodePlan, Plan, PlanOption, PlanQuery, PlanState
 from daemon.api.rpc_split import RpcHelper
@@ -105,6 +108,10 @@ def _bare_host() -> HostSnapshot:
                                       memory_used=5 * GIB, utilization_percent=42.0)])
 
 
+# The seeded demo traces a quarter of its /v1 requests to a collector on the LAN (the Settings page shows it).
+DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan:4318/v1/traces", sample_ratio=0.25)
+
+
 class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
@@ -120,7 +127,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, 
         self.home = "~/.local/share/mirbadllm" if seeded else "/tmp/mirbadllm"
         self.boot_id = uuid.uuid4().hex
         self.started_at = time.time() - (7200 if seeded else 3600)
-        self.settings = DaemonSettings()
+        self.settings = DaemonSettings(tracing=DEMO_TRACING) if seeded else DaemonSettings()
         self.definitions: dict[str, ModelDefinition] = {}
         self.statuses: dict[str, ModelStatus] = {}
         self.keys: dict[str, ApiKeyInfo] = {}
@@ -420,6 +427,14 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, 
 
     async def put_settings(self, settings: DaemonSettings) -> DaemonSettings:
         self._record("put_settings", settings)
+        try:  # as the daemon reads the body: 422 naming each bad field; a section not sent stays as it is
+            settings = DaemonSettings.model_validate(settings.model_dump(mode="json", exclude_unset=True))
+        except ValidationError as exc:
+            raise DaemonError(422, "invalid_settings", "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())) from None
+        settings = settings.model_copy(update={name: getattr(self.settings, name) for name in
+                                               ("backup", "audit_retention_days", "tracing")
+                                               if name not in settings.model_fields_set})
         if settings.lan_access and not self.keys:  # as the daemon: /v1 on the LAN always requires keys
             raise DaemonError(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
         self._note_audit("settings.update", "", self.settings, settings)

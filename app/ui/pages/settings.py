@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
+from app.ui.pages.observability_cards import PrometheusCard, TracingCard
 from app.ui.widgets import Card, button, label, page, page_header, set_prop
 from app.viewmodels.app_settings import AppSettingsState
 from app.viewmodels.updates import UpdatesState
@@ -35,7 +36,8 @@ class SettingsPage(QScrollArea):
         self.setWidgetResizable(True)
         body, layout = page()
         self.setWidget(body)
-        layout.addWidget(page_header("Settings", "How the app looks and starts. Model settings live with each model."))
+        layout.addWidget(page_header("Settings", "How the app looks and starts, and the daemon's tracing "
+                                                 "and metrics. Model settings live with each model."))
 
         look = Card("Appearance")
         row = QHBoxLayout()
@@ -82,6 +84,10 @@ class SettingsPage(QScrollArea):
         daemon.body.addWidget(self.daemon_note)
         daemon.body.addWidget(label(f"Data directory: {ctx.home}", muted=True, selectable=True))
         layout.addWidget(daemon)
+        self.tracing = TracingCard(ctx)  # the daemon's: saved there, applied at its next start
+        layout.addWidget(self.tracing)
+        self.prometheus = PrometheusCard(ctx)
+        layout.addWidget(self.prometheus)
         layout.addWidget(self._updates_card())
         layout.addStretch(1)
         self.vm.state.subscribe(self.show_state, now=True)
