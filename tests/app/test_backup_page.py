@@ -102,3 +102,38 @@ def test_a_wrong_passphrase_says_so_and_restores_nothing(
     assert "passphrase does not open" in page.preview_note.text()
     assert page.preview.rowCount() == 0 and not page.apply_button.isEnabled()
     assert "beta" not in fake.definitions and not fake.called("restore_backup")
+
+
+def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_download(
+        window: MainWindow, fake: FakeDaemonClient, qtbot: Any, tmp_path: Path) -> None:
+    from daemon.api.backup import MissingFile
+
+    target = tmp_path / "b.json"
+    saved = asyncio.ensure_future(BackupViewModel(fake).save_to_file(target))
+    qtbot.waitUntil(saved.done)
+    fake.restore_missing_files.extend([
+        MissingFile(model_id="alpha", node="local", path="/old/alpha.gguf", fetch="huggingface",
+                    source="hf:acme/alpha@main", size=3 * 2**30, note="downloaded from Hugging Face"),
+        MissingFile(model_id="beta", node="local", path="/old/beta.gguf", fetch="by_hand",
+                    note="its definition names no source: copy the file to local:/old/beta.gguf")])
+    window.show_page("backup")
+    page: BackupPage = window.backup
+    page.ask_open = lambda _parent: target
+
+    for download in (False, True):
+        page.open_button.click()
+        qtbot.waitUntil(lambda: page.vm.state.value.preview is not None)
+        files = {r[2]: r for r in _cells(page.preview) if r[1] == "Model file"}
+        alpha, beta = files["alpha on local: /old/alpha.gguf"], files["beta on local: /old/beta.gguf"]
+        assert alpha[0] == "Missing" and alpha[3].startswith("Download from Hugging Face (3.0 GiB)")
+        assert beta[3].startswith("Copy by hand — its definition names no source")
+        # nothing else differs, yet there is a file to fetch: Restore stays possible
+        assert page.apply_button.isEnabled() and page.downloads.isEnabled() and page.downloads.isChecked()
+        page.downloads.setChecked(download)
+        page.apply_button.click()
+        qtbot.waitUntil(lambda: page.vm.state.value.result is not None)
+        assert fake.called("restore_backup")[-1][-1] is download
+        note = page.preview_note.text()
+        assert "1 model file(s) to copy by hand" in note
+        assert ("Downloading 1 model file(s)" in note) is download
+        page.downloads.setChecked(True)

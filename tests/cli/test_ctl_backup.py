@@ -54,3 +54,37 @@ async def test_ctl_backs_up_lists_and_restores_into_a_fresh_daemon(
         assert [k.name for k in await new.client.list_keys()] == ["laptop"]
         assert await _ctl(new, "backup", "restore", str(out), "--passphrase-file", str(passphrase), "--yes") == 0
         assert "nothing to restore" in capsys.readouterr().out
+
+
+async def test_ctl_restore_lists_the_missing_model_files_and_downloads_unless_told_not_to(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        fake_runtime: Path) -> None:
+    from tests.daemon.test_backup_files import FILE, REPO, _backup_of_another_machine
+    from tests.daemon.test_sources_api import transfer_end
+    from tests.fakes.fake_hf_hub import FakeHub
+    from tests.fakes.gguf_files import gguf_bytes
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    hub = await FakeHub().start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.hub_url)
+    hub.add(REPO, FILE, gguf_bytes())
+    out = tmp_path / "backup.json"
+    out.write_text(_backup_of_another_machine(tmp_path / "elsewhere"))
+    try:
+        async with running_daemon(tmp_path / "new", fake_runtime) as new:
+            since = (await new.client.status()).last_event_id
+            assert await _ctl(new, "backup", "restore", str(out), "--yes", "--no-downloads") == 1  # far: no node box
+            shown = capsys.readouterr().out
+            assert "model files not on their nodes:" in shown
+            assert f"download     tiny on local: {tmp_path / 'elsewhere' / FILE} hf:{REPO}/{FILE}@main" in shown
+            assert "copy by hand mine on local:" in shown and "unchecked    far on box:" in shown
+            assert "downloads started" not in shown and await new.client.transfers() == []
+
+            await _ctl(new, "backup", "restore", str(out), "--yes")  # the models are here; their files are not
+            shown = capsys.readouterr().out
+            assert "nothing to restore" not in shown and "downloads started: x1" in shown
+            done, _ = await transfer_end(new.client, "x1", since)
+            assert done.state.value == "done" and done.registered == ["tiny"]
+    finally:
+        await hub.close()
