@@ -5,6 +5,11 @@ The node's agent decides what may be done; this shows its verdict per service (m
 protected, or "System — not manageable" with the deny-list pattern) and never offers an action it
 would refuse. A protected service's action carries the name the person typed (``confirm``). The
 list is read when the page opens, when the node changes, after each action and on ``refresh``.
+
+The daemon's whitelist (``services_policy``) is read with it: with every service shown, one not
+whitelisted and not denied offers "Allow" (this node's block of the daemon's ``services.json``),
+and one the daemon whitelists offers "Remove from whitelist" (from this node's block and, when it
+is there, every node's). One the agent's own file whitelists offers no removal: it is not ours.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from daemon.api.services import (
     ServiceActionResult,
     ServiceInfo,
     ServicesList,
+    ServicesPolicy,
     ServiceState,
+    normalise,
+    with_allowed,
+    without,
 )
 
 MANAGERS = {"systemd": "systemd", "launchd": "launchd", "scm": "Windows services", "none": "no service manager"}
@@ -56,6 +65,27 @@ class ServicesState:
     loading: bool = False
     busy: frozenset[str] = frozenset()  # services with an action in flight
     error: str | None = None
+    policy: ServicesPolicy | None = None  # the daemon's whitelist (None: not readable from this daemon)
+
+    def whitelisted_by(self, info: ServiceInfo) -> tuple[str, ...]:
+        """Where the daemon's whitelist lists ``info``: "node" (this node's block), "all" (every node's)."""
+        if self.policy is None or self.node_id is None:
+            return ()
+        keys = {normalise(n) for n in (info.name, *info.aliases)}
+        found = []
+        if keys & {normalise(n) for n in self.policy.names(self.node_id).allow}:
+            found.append("node")
+        if keys & {normalise(n) for n in self.policy.allow}:
+            found.append("all")
+        return tuple(found)
+
+    def policy_actions(self, info: ServiceInfo) -> tuple[str, ...]:
+        """"allow" / "remove" where the daemon's whitelist may change for ``info``; none for a denied one."""
+        if self.policy is None or self.policy.error or info.denied_by is not None:
+            return ()
+        if self.whitelisted_by(info):
+            return ("remove",)
+        return ("allow",) if self.show_all and not info.whitelisted else ()
 
     @property
     def node(self) -> NodeView | None:
@@ -117,9 +147,49 @@ class ServicesViewModel:
             if self.state.value.node_id == s.node_id:
                 self.state.set(replace(self.state.value, listing=None, loading=False, error=exc.message))
             return
+        try:
+            policy: ServicesPolicy | None = await self.client.services_policy(s.node_id)
+        except DaemonError:
+            policy = None  # the list still shows; only the whitelist's edits are not offered
         now = self.state.value
         if now.node_id == s.node_id and now.show_all == s.show_all:  # not an answer to a question since changed
-            self.state.set(replace(now, listing=listing, loading=False, error=None))
+            self.state.set(replace(now, listing=listing, loading=False, error=None, policy=policy))
+
+    async def allow(self, name: str) -> str:
+        """Whitelist ``name`` on the chosen node (the daemon's ``services.json``); the list read again."""
+        s = self.state.value
+        if s.node_id is None:
+            raise ValueError("Choose a node first.")
+        node_id = s.node_id
+        current = (await self.client.services_policy(node_id)).names(node_id)
+        await self.client.set_services_policy(with_allowed(current, name), node_id)
+        await self._reload(node_id)
+        return f"{normalise(name)} allowed on {self._node_label(node_id)}"
+
+    async def remove(self, name: str) -> str:
+        """Take ``name`` off the daemon's whitelist: this node's block, and every node's when it is there."""
+        s = self.state.value
+        if s.node_id is None:
+            raise ValueError("Choose a node first.")
+        node_id = s.node_id
+        policy = await self.client.services_policy(node_id)
+        key = normalise(name)
+        everywhere = key in {normalise(n) for n in policy.allow}
+        if key in {normalise(n) for n in policy.names(node_id).allow}:
+            await self.client.set_services_policy(without(policy.names(node_id), name), node_id)
+        if everywhere:
+            await self.client.set_services_policy(without(policy.names(None), name))
+        await self._reload(node_id)
+        where = "every node's whitelist" if everywhere else f"the whitelist of {self._node_label(node_id)}"
+        return f"{key} removed from {where}"
+
+    def _node_label(self, node_id: str) -> str:
+        node = next((n for n in self.state.value.nodes if n.id == node_id), None)
+        return "this machine" if node is None or node.local else node.name
+
+    async def _reload(self, node_id: str) -> None:
+        if self.state.value.node_id == node_id:
+            await self._load()
 
     async def select_node(self, node_id: str) -> None:
         s = self.state.value

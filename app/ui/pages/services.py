@@ -1,9 +1,11 @@
 """Services: a node's own OS services (systemd, launchd, Windows services), started, stopped and
-restarted where the node's whitelist allows; a protected one only after its name is typed."""
+restarted where the node's whitelist allows; a protected one only after its name is typed. With
+every service shown, one not whitelisted may be allowed on this node (the daemon's whitelist), and
+one the daemon whitelists removed from it; a system one on the deny list says why and offers nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
@@ -22,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.context import AppContext
+from app.context import AppContext, Message
 from app.ui.widgets import Card, bind, button, label, page, page_header, set_prop
 from app.viewmodels.services import (
     STATE_LABELS,
@@ -75,6 +77,21 @@ class ServiceConfirmDialog(QDialog):
 
     def typed(self) -> str:
         return self.name.text().strip()
+
+
+def _policy_tip(s: ServicesState, info: ServiceInfo) -> str:
+    """Why the page says what it says about ``info``."""
+    if info.denied_by is not None:
+        return (f"On the deny list compiled into every agent ({info.denied_by}): MirbadLLM never starts, "
+                "stops or restarts it, and it cannot be whitelisted.")
+    where = s.whitelisted_by(info)
+    if "all" in where:
+        return "Whitelisted for every node by the daemon's services.json."
+    if "node" in where:
+        return "Whitelisted for this node by the daemon's services.json."
+    if info.whitelisted:
+        return "Whitelisted by the agent's own services.json on the node (edit it there)."
+    return "Not whitelisted: nothing may be done to it from here until it is allowed."
 
 
 def _node_name(node: NodeView) -> str:
@@ -172,10 +189,12 @@ class ServicesPage(QWidget):
             set_prop(state, "badge", BADGES[info.state])
             state.setToolTip(info.detail + (f" · pid {info.pid}" if info.pid else ""))
             self.table.setCellWidget(row, 2, state)
-            self.table.setItem(row, 3, QTableWidgetItem(verdict(info)))
-            self.table.setCellWidget(row, 4, self._buttons(info, info.name in s.busy))
+            policy = QTableWidgetItem(verdict(info))
+            policy.setToolTip(_policy_tip(s, info))
+            self.table.setItem(row, 3, policy)
+            self.table.setCellWidget(row, 4, self._buttons(info, info.name in s.busy, s.policy_actions(info)))
 
-    def _buttons(self, info: ServiceInfo, busy: bool) -> QWidget:
+    def _buttons(self, info: ServiceInfo, busy: bool, policy_actions: tuple[str, ...] = ()) -> QWidget:
         cell = QWidget()
         row = QHBoxLayout(cell)
         row.setContentsMargins(0, 0, 0, 0)
@@ -185,8 +204,26 @@ class ServicesPage(QWidget):
             btn.setEnabled(not busy)
             btn.clicked.connect(lambda _=False, i=info, a=action: self.run(i, a))
             row.addWidget(btn)
+        if "allow" in policy_actions:
+            allow = button("Allow")
+            allow.setObjectName(f"allow-{info.name}")
+            allow.setToolTip("Add it to this node's whitelist (the daemon's services.json): it may then be "
+                             "started, stopped and restarted from here")
+            allow.clicked.connect(lambda _=False, i=info: self.ctx.act(self._said(self.vm.allow(i.name))))
+            row.addWidget(allow)
+        if "remove" in policy_actions:
+            remove = button("Remove from whitelist")
+            remove.setObjectName(f"unallow-{info.name}")
+            remove.setToolTip("Take it off the daemon's whitelist (this node's, and every node's where it is "
+                              "listed there); it keeps running as it is")
+            remove.clicked.connect(lambda _=False, i=info: self.ctx.act(self._said(self.vm.remove(i.name))))
+            row.addWidget(remove)
         row.addStretch(1)
         return cell
+
+    async def _said(self, edit: Awaitable[str]) -> None:
+        """A whitelist edit, its own sentence in the status bar when it is done."""
+        self.ctx.messages.emit(Message(await edit))
 
     def run(self, info: ServiceInfo, action: ServiceAction) -> None:
         confirm = None
