@@ -36,7 +36,7 @@ from daemon.events import EventBus
 from daemon.models import placement, split_room
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
-from daemon.models.rpc import RpcHelpers
+from daemon.models.rpc import HelperRefused, RpcHelpers
 from daemon.nodes.links import AgentLink, Links
 from daemon.router.external import ExternalEndpoints
 
@@ -257,8 +257,7 @@ class Orchestrator:
                 return current
             if in_flight is not None:
                 await self._make_room(definition, link, in_flight)
-            lent = (await self._split_needs(definition, link))[1] if definition.rpc_nodes else None
-            peers = await self.rpc.open(definition, link.node_id, lent) if definition.rpc_nodes else []
+            peers = await self._open_helpers(definition, link, in_flight) if definition.rpc_nodes else []
             for attempt in range(1, ROOM_ATTEMPTS + 1):
                 try:
                     await link.client.start(self.launch_spec(definition, force, peers))
@@ -328,7 +327,8 @@ class Orchestrator:
                          shortfall: int | None = None) -> None:
         """Unload what the plan says, or refuse with what is using the memory (503)."""
         if definition.rpc_nodes:
-            await self._make_room_across(definition, link, in_flight, shortfall)
+            await self._make_room_across(definition, link, in_flight,
+                                         None if shortfall is None else {link.node_id: shortfall})
             return
         need = await self._need(definition, link)
         if need is None and shortfall is None:
@@ -374,18 +374,33 @@ class Orchestrator:
             if remote is not None else [None] * len(definition.rpc_nodes)
         return main, dict(zip(definition.rpc_nodes, helpers, strict=True))
 
+    async def _open_helpers(self, definition: ModelDefinition, link: AgentLink,
+                            in_flight: InFlight | None) -> list[RpcPeer]:
+        """The helpers' rpc-servers, each grant lending its share; on a start on request a helper
+        that refuses its grant for memory gets room made by its shortfall, and it is tried again."""
+        lent = (await self._split_needs(definition, link))[1]
+        for attempt in range(1, ROOM_ATTEMPTS + 1):
+            try:
+                return await self.rpc.open(definition, link.node_id, lent)
+            except HelperRefused as refused:
+                if in_flight is None or refused.node is None or refused.short is None or attempt == ROOM_ATTEMPTS:
+                    raise
+                await self._make_room_across(definition, link, in_flight, {refused.node: refused.short})
+        raise AssertionError("unreachable")
+
     async def _make_room_across(self, definition: ModelDefinition, link: AgentLink, in_flight: InFlight,
-                                shortfall: int | None) -> None:
+                                shortfalls: dict[str, int] | None = None) -> None:
         """Room on every node of a model across nodes (``split_room.plan_across``): its main's share on
-        the main node, each helper's on its helper; all or nothing. After the main agent's own
-        refusal (``shortfall``) only the main is planned again (the helpers' servers run by then)."""
+        the main node, each helper's on its helper; all or nothing. After an agent's own refusal
+        (``shortfalls``: by node, how much it missed) only that node is planned again."""
         main, helpers = await self._split_needs(definition, link)
         wanted: list[tuple[str, split_room.Role, int | None]] = [(link.node_id, "main", main)]
-        if shortfall is None:
-            wanted += [(node, "helper", helpers.get(node)) for node in definition.rpc_nodes]
+        wanted += [(node, "helper", helpers.get(node)) for node in definition.rpc_nodes]
+        if shortfalls is not None:
+            wanted = [w for w in wanted if w[0] in shortfalls]
         nodes: list[split_room.NodeNeed] = []
         for node, role, need in wanted:
-            short = shortfall if role == "main" else None
+            short = (shortfalls or {}).get(node)
             here = self._links.get(node)
             if (need is None and short is None) or here is None or not here.online:
                 continue  # no figure to plan with, or offline (rpc.open says so): the agents decide

@@ -42,7 +42,11 @@ _NODE_ID = re.compile(NODE_ID_PATTERN)
 
 
 class HelperRefused(DaemonProblem):
-    """A helper's rpc-server could not be started (its node offline, its agent refused)."""
+    """A helper's rpc-server could not be started (its node offline, its agent refused). ``node``
+    and ``short``: the helper that refused its grant for memory, and by how much it fell short."""
+
+    node: str | None = None
+    short: int | None = None
 
 
 def grant_id(model_id: str) -> str:
@@ -118,8 +122,13 @@ class RpcHelpers:
             opened[-1].error = exc.message
             node = opened[-1].node
             await self.close(definition, keep_failed=True)
-            raise HelperRefused(exc.status or 502, exc.code,
-                                f"helper node '{self._name(node)}' could not start its rpc-server: {exc.message}") from exc
+            refused = HelperRefused(exc.status or 502, exc.code,
+                                    f"helper node '{self._name(node)}' could not start its rpc-server: {exc.message}")
+            details = exc.details or {}
+            wanted, free = details.get("wanted_bytes"), details.get("free_bytes")
+            if exc.code == "insufficient_memory" and isinstance(wanted, int) and isinstance(free, int) and wanted > free:
+                refused.node, refused.short = node, wanted - free
+            raise refused from exc
         return [RpcPeer(agent_url=link.client.base_url, grant_id=g.grant_id, node_id=g.node,
                         devices=max(1, len(g.info.devices)) if g.info else 1)
                 for link, g in zip(links, opened, strict=True)]

@@ -45,6 +45,7 @@ class FakeAgent:
         self.specs: list[LaunchSpec] = []
         self.refuse_start: AgentError | None = None
         self.refuse_rpc: AgentError | None = None
+        self.rpc_refusals: list[AgentError] = []  # given once each, before refuse_rpc
         self.version = 0
 
     async def fit(self, request: FitRequest) -> FitReport:
@@ -82,6 +83,8 @@ class FakeAgent:
         return info.model_copy(update={"state": InstanceState.STOPPED})
 
     async def start_rpc_server(self, request: RpcServerRequest) -> RpcServerInfo:
+        if self.rpc_refusals:
+            raise self.rpc_refusals.pop(0)
         if self.refuse_rpc is not None:
             raise self.refuse_rpc
         info = RpcServerInfo(grant_id=request.grant_id, peer_node_id=request.peer_node_id,

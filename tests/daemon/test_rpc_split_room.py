@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from agent.api.client import AgentError
 from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.models import ModelDefinition, ModelState
+from daemon.errors import DaemonProblem
 from daemon.models.orchestrator import OrchestratorError
 from daemon.models.split_room import helper_shares
 from tests.daemon.test_rpc_split import HELPER, MAIN, Fleet
@@ -108,6 +110,34 @@ async def test_a_busy_split_model_on_a_helper_is_kept(tmp_path: Path) -> None:
     fleet.busy.clear()
     assert (await fleet.orch.ensure_ready("local-big", fleet.in_flight)).state == ModelState.READY
     assert [v for v, _ in fleet.evictions()] == ["old-split"] and fleet.helper.servers == {}
+
+
+async def test_a_helper_refusing_its_grant_for_memory_gets_room_made_and_the_grant_is_asked_again(
+        tmp_path: Path) -> None:
+    fleet = await Split(tmp_path).open()
+    await fleet.add("old", HELPER, 10)
+    await fleet.add("big", MAIN, rpc_nodes=[HELPER])
+    await fleet.load("old")
+    # by its (stale) sample the helper has room; its agent finds 8 GiB missing for the 38 GiB grant
+    fleet.helper.rpc_refusals.append(AgentError(409, "insufficient_memory", "this node has 30.0 GiB free",
+                                                {"free_bytes": 30 * GiB, "wanted_bytes": 38 * GiB}))
+    assert (await fleet.orch.ensure_ready("big", fleet.in_flight)).state == ModelState.READY
+    [(victim, data)] = fleet.evictions()
+    assert victim == "old" and data["node"] == HELPER and "8.00 GiB needed there" in data["reason"]
+    assert len(fleet.helper.servers) == 1 and fleet.helper.running == {}
+
+
+async def test_a_user_start_of_a_split_model_never_unloads_anything(tmp_path: Path) -> None:
+    fleet = await Split(tmp_path).open()
+    await fleet.add("old", HELPER, 10)
+    await fleet.add("big", MAIN, rpc_nodes=[HELPER])
+    await fleet.load("old")
+    fleet.helper.rpc_refusals.append(AgentError(409, "insufficient_memory", "this node has 30.0 GiB free",
+                                                {"free_bytes": 30 * GiB, "wanted_bytes": 38 * GiB}))
+    with pytest.raises(DaemonProblem) as refused:
+        await fleet.orch.start("big")
+    assert refused.value.code == "insufficient_memory" and "helper node 'helper-box'" in refused.value.message
+    assert fleet.evictions() == [] and sorted(fleet.helper.running) == ["old"] and fleet.main.specs == []
 
 
 def test_the_helpers_share_is_cut_as_llama_cpp_cuts_it() -> None:
