@@ -14,6 +14,7 @@ import pytest
 
 from daemon.api.backup import BackupSecrets, KdfParams
 from daemon.api.client import DaemonError
+from daemon.api.models import ModelDefinition
 from daemon.backup import crypto, document
 from tests.daemon.harness import running_daemon
 
@@ -119,3 +120,32 @@ async def test_only_backup_files_of_the_directory_are_served(tmp_path: Path) -> 
         listed = [f.name for f in (await rd.client.list_backups()).files]
         assert listed == [real.name]
         assert json.loads(await rd.client.download_backup(real.name))["format"] == "mirbadllm-backup"
+
+
+async def test_no_secret_of_a_backup_and_restore_is_left_in_the_home_the_log_the_events_or_the_audit(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    home = tmp_path / "home"
+    key_file = tmp_path / "keys" / "provider.key"
+    key_file.parent.mkdir()
+    key_file.write_text("sk-provider-GREP-ME-4711\n")
+    async with running_daemon(home, None, local_agent=False) as rd:
+        await rd.client.create_model(ModelDefinition.model_validate(_external("gpt", str(key_file))))
+        api_key = (await rd.client.create_key("laptop")).key
+        await rd.client.save_backup(PASSPHRASE)
+        text = await rd.client.create_backup(PASSPHRASE)
+        with pytest.raises(DaemonError):
+            await rd.client.restore_backup(text, "a wrong passphrase here")
+        await rd.client.preview_restore(text, PASSPHRASE)
+        await rd.client.restore_backup(text, PASSPHRASE)
+        events = (await rd.client.events(0, timeout=0)).model_dump_json()
+        audit = (await rd.client.audit(limit=1000)).model_dump_json()
+        ca_body = b"".join((home / "pki" / "ca.key").read_bytes().splitlines()[1:-1])
+    secrets = [api_key, "sk-provider-GREP-ME-4711", PASSPHRASE, "a wrong passphrase here"]
+    stored = {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and not p.name.endswith(".key")}
+    for secret in secrets:
+        assert secret not in caplog.text and secret not in events and secret not in audit, secret
+        assert not [p for p, data in stored.items() if secret.encode() in data], secret
+    assert not [p for p, data in stored.items() if ca_body and ca_body[:40] in data]  # the CA key, in clear
