@@ -173,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SERVICE_COMMANDS:
         return service_command(argv)
+    if argv[:2] == ["services", "polkit-rule"]:  # prints the polkit rule for the whitelist (agent.services.polkit)
+        from agent.services.polkit import main as polkit_rule
+        return polkit_rule(argv[2:])
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
