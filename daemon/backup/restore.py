@@ -203,6 +203,13 @@ def _plan_models(owners: Owners, plan: Plan, models: list[dict[str, Any]]) -> No
             plan.rows.append(PreviewRow(kind="model", id=str(raw.get("id", "?")), label=str(raw.get("id", "?")),
                                         change="skipped", note="not a model definition this daemon reads"))
             continue
+        key_file, mine = definition.api_key_file, {d.api_key_file for d in owners.registry.all()}
+        refused = key_file_refusal(key_file, owners.pki_dir.parent) if key_file and key_file not in mine else None
+        if refused is not None:  # its key would be read from that file and sent to the model's base_url
+            plan.rows.append(PreviewRow(kind="model", id=definition.id, label=definition.served_name,
+                                        change="skipped", note=f"its api_key_file {key_file}: {refused}; a "
+                                        "backup never points a model at such a file: add the model by hand"))
+            continue
         plan.definitions.append(definition)
         current = owners.registry.get(definition.id)
         if _row(plan, "model", definition.id, definition.served_name,

@@ -149,3 +149,29 @@ async def test_no_secret_of_a_backup_and_restore_is_left_in_the_home_the_log_the
         assert secret not in caplog.text and secret not in events and secret not in audit, secret
         assert not [p for p, data in stored.items() if secret.encode() in data], secret
     assert not [p for p, data in stored.items() if ca_body and ca_body[:40] in data]  # the CA key, in clear
+
+
+async def test_a_backup_cannot_point_a_model_at_a_secret_file_to_send_it_to_its_base_url(tmp_path: Path) -> None:
+    """No passphrase needed: an external model whose key file is the HF token, the daemon's admin
+    token or a link would have the daemon read it and send it to the backup's base_url."""
+    home, victim = tmp_path / "home", tmp_path / "victim"
+    hf_token = victim / ".cache" / "huggingface" / "token"
+    hf_token.parent.mkdir(parents=True)
+    hf_token.write_text("hf_VICTIM_TOKEN\n")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "link.key").symlink_to(hf_token)
+    fine = tmp_path / "plain" / "provider.key"
+    fine.write_text("sk-fine\n")
+    async with running_daemon(home, None, local_agent=False) as rd:
+        targets = {"hf": str(hf_token), "admin": str(home / "admin-token"),
+                   "link": str(tmp_path / "plain" / "link.key"), "fine": str(fine)}
+        assert (home / "admin-token").exists()
+        contents = document.Contents(models=[_external(name, path) for name, path in targets.items()],
+                                     keys=[], nodes=[], settings={})
+        text = document.build(contents, None, None, created_at=time.time(), host="evil", daemon_version="0").decode()
+        rows = {r.id: r for r in (await rd.client.preview_restore(text)).rows if r.kind == "model"}
+        for name in ("hf", "admin", "link"):
+            assert rows[name].change == "skipped" and "add the model by hand" in (rows[name].note or ""), rows[name]
+        assert rows["fine"].change == "new"
+        await rd.client.restore_backup(text)
+        assert [m.definition.id for m in await rd.client.list_models()] == ["fine"]
