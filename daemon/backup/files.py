@@ -89,8 +89,9 @@ class ModelFiles:
                             source=source, note=note)
         link = self._links.get(definition.node)
         if link is None or not link.online:
-            why = ("not connected yet (restored nodes connect at the daemon's next start): restore again then"
-                   if link is None else f"offline ({link.last_error})")
+            why = (f"offline ({link.last_error})" if link is not None else "is not run by this daemon (no local agent)"
+                   if definition.node == LOCAL_NODE else
+                   "not connected yet (restored nodes connect at the daemon's next start): restore again then")
             return found.model_copy(update={"state": "unchecked", "note": f"node {definition.node} {why}"})
         try:
             await link.client.fit(FitRequest(model_path=definition.model_path))
