@@ -86,14 +86,17 @@ async def _policy(args: argparse.Namespace, client: DaemonClient) -> int:
         return 2
     node = await resolve_id(client, args.policy_node) if args.policy_node else None
     where = f"on node {node}" if node else "on every node"
-    current = (await client.services_policy(node)).names(node)
+    policy = await client.services_policy(node)
+    current = policy.names(node)
     if args.node == "allow":
         after = await client.set_services_policy(with_allowed(current, name, args.protected), node)
         print(f"allowed {normalise(name)} {where}" + (" (protected)" if args.protected else ""))
     else:
         if normalise(name) not in {normalise(n) for n in (*current.allow, *current.protected)}:
+            everywhere = node is not None and normalise(name) in {normalise(n) for n in policy.allow}
             print(f"{normalise(name)} is not on the daemon's whitelist {where}"
-                  + ("" if node else " (try --node NODE)"))
+                  + (" (try --node NODE)" if node is None else
+                     " (it is on every node's: disallow it without --node)" if everywhere else ""))
             return 1
         after = await client.set_services_policy(without(current, name), node)
         print(f"removed {normalise(name)} from the whitelist {where}")

@@ -6,7 +6,8 @@
      "nodes": {"<node id>": {"allow": ["smartd"]}}}
 
 It can only add names: the agent's compiled-in deny list refuses whatever is sent
-(``agent.services.policy``). An unreadable file sends nothing (logged).
+(``agent.services.policy``). An unreadable file sends nothing (logged). Edited by hand or through
+``/api/services/policy`` (``daemon.services.policy_api``, which refuses deny-listed names).
 """
 
 from __future__ import annotations

@@ -144,6 +144,8 @@ async def test_ctl_services_allow_disallow_and_policy(tmp_path: Path, runtime_ex
             assert "nginx is not on the daemon's whitelist on every node (try --node NODE)" in capsys.readouterr().out
             assert await run("services", "disallow", "nginx", "--node", "ctlpol") == 0
             assert f"removed nginx from the whitelist on node {node}" in capsys.readouterr().out
+            assert await run("services", "disallow", "ollama", "--node", "ctlpol") == 1
+            assert "(it is on every node's: disallow it without --node)" in capsys.readouterr().out
             assert await run("services", "disallow", "ollama") == 0
             assert "removed ollama from the whitelist on every node" in capsys.readouterr().out
             assert not any(s.manageable for s in (await rd.client.list_services(node)).services)
