@@ -30,6 +30,7 @@ from daemon.api.backup import MissingFile
 from daemon.api.demo_model import DEMO_PACKAGE
 from daemon.api.models import LOCAL_NODE, ModelDefinition
 from daemon.api.sources import Transfer
+from daemon.backup.restore import Plan
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
@@ -83,24 +84,33 @@ class ModelFiles:
         checked = await asyncio.gather(*(self._check(d) for d in definitions if d.runtime == "llamacpp"))
         return [m for m in checked if m is not None]
 
-    async def _check(self, definition: ModelDefinition) -> MissingFile | None:
-        fetch, source, note = self._way(definition)
-        found = MissingFile(model_id=definition.id, node=definition.node, path=definition.model_path, fetch=fetch,
-                            source=source, note=note)
+    async def _on_node(self, definition: ModelDefinition) -> tuple[str, str]:
+        """Is its file on its node: (present / missing / unchecked, why not checked)."""
         link = self._links.get(definition.node)
         if link is None or not link.online:
             why = (f"offline ({link.last_error})" if link is not None else "is not run by this daemon (no local agent)"
                    if definition.node == LOCAL_NODE else
                    "not connected yet (restored nodes connect at the daemon's next start): restore again then")
-            return found.model_copy(update={"state": "unchecked", "note": f"node {definition.node} {why}"})
+            return "unchecked", f"node {definition.node} {why}"
         try:
             await link.client.fit(FitRequest(model_path=definition.model_path))
-            return None
+            return "present", ""
         except AgentError as exc:
-            if exc.code != "invalid_model_file" or not exc.message.startswith("cannot read"):
-                return found.model_copy(update={"state": "unchecked", "note": f"the node could not check it: "
-                                                                              f"{exc.message}"})
-        if fetch == "huggingface":
+            if exc.code == "invalid_model_file" and exc.message.startswith("cannot read"):
+                return "missing", ""
+            return "unchecked", f"the node could not check it: {exc.message}"
+
+    async def _check(self, definition: ModelDefinition) -> MissingFile | None:
+        state, why = await self._on_node(definition)
+        if state == "present":
+            return None
+        fetch, source, note = self._way(definition)
+        found = MissingFile(model_id=definition.id, node=definition.node, path=definition.model_path, fetch=fetch,
+                            source=source, note=note)
+        if state == "unchecked":
+            return found.model_copy(update={"state": "unchecked", "note": why})
+        link = self._links.get(definition.node)
+        if fetch == "huggingface" and link is not None:
             found = await self._sized(link.client, definition, found)
         return found
 
@@ -123,6 +133,24 @@ class ModelFiles:
         except AgentError as exc:
             return found.model_copy(update={"note": f"{found.note}; the hub did not say its size ({exc.message})"})
         return found.model_copy(update={"size": report.summary.file_size})
+
+    async def keep_placed(self, plan: Plan) -> None:
+        """A model here that differs from the backup only in ``model_path``, the backup's file missing on
+        its node and this one's there (a file a restore fetched): kept as it is, not pointed away."""
+        rows = {r.id: r for r in plan.rows if r.kind == "model" and r.fields == ["model_path"]}
+        for definition, new in list(plan.models):
+            current = self._registry.get(definition.id)
+            row = rows.get(definition.id)
+            if new or current is None or row is None or current.runtime != "llamacpp":
+                continue
+            theirs, mine = await asyncio.gather(self._on_node(definition), self._on_node(current))
+            if theirs[0] != "missing" or mine[0] != "present":
+                continue
+            plan.models.remove((definition, new))
+            plan.definitions = [current if d.id == current.id else d for d in plan.definitions]
+            row.change, row.fields = "identical", []
+            row.note = f"kept its file here ({current.model_path}): the backup's {definition.model_path} is not on " \
+                       f"node {current.node}"
 
     # --- restore --------------------------------------------------------------------------------
     async def fetch(self, missing: list[MissingFile]) -> list[MissingFile]:

@@ -175,7 +175,10 @@ class BackupService:
         if passphrase is not None and parsed.encrypted:
             secrets = await asyncio.get_running_loop().run_in_executor(
                 None, document.open_secrets, parsed, passphrase)
-        return parsed, plan_restore(self.owners, parsed, secrets, replace_ca)
+        plan = plan_restore(self.owners, parsed, secrets, replace_ca)
+        if self._files is not None:
+            await self._files.keep_placed(plan)
+        return parsed, plan
 
     async def preview(self, text: str, passphrase: str | None, replace_ca: bool = False) -> RestorePreview:
         parsed, plan = await self._plan(text, passphrase, replace_ca)

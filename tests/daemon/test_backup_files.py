@@ -1,7 +1,8 @@
 """A restore onto a new machine and the model files it does not bring: a real daemon and its local
 agent, the fake Hugging Face hub. The preview lists each model whose file is not on its node (to
 download, or to copy by hand) and downloads nothing; the restore, when asked, downloads through a
-transfer, points the model at the file and starts it when it is auto_start."""
+transfer, points the model at the file and starts it when it is auto_start; the same backup
+restored again leaves the model on the file it got."""
 
 from __future__ import annotations
 
@@ -90,5 +91,11 @@ async def test_a_restore_lists_the_missing_files_and_downloads_the_ones_it_can(
 
             now = await new.client.preview_restore(await new.client.create_backup())  # this machine's own
             assert set(_by_model(now.missing_files)) == {"mine"}  # tiny's file is here; far was not restored
+            again = await new.client.preview_restore(text)  # the same old backup: tiny keeps the file it got
+            row = next(r for r in again.rows if (r.kind, r.id) == ("model", "tiny"))
+            assert row.change == "identical" and str(placed) in (row.note or "")
+            assert "tiny" not in _by_model(again.missing_files)
+            await new.client.restore_backup(text)
+            assert (await new.client.get_model("tiny")).definition.model_path == str(placed)
     finally:
         await hub.close()
