@@ -15,7 +15,8 @@ The document is one JSON file, ``format`` ``mirbadllm-backup`` at ``version`` ``
 Routes (admin token): ``POST /api/backups`` (``BackupCreate`` -> the document, or ``BackupFile`` when
 saved), ``GET /api/backups`` (``BackupListing``), ``GET /api/backups/{name}`` (the file),
 ``POST /api/backups/restore/preview`` and ``POST /api/backups/restore`` (``RestoreRequest`` ->
-``RestorePreview`` / ``RestoreResult``).
+``RestorePreview`` / ``RestoreResult``). Both list ``missing_files``: the restored models whose file is
+not on their node (``daemon.backup.files``); the restore, with ``downloads``, fetches those it can.
 """
 
 from __future__ import annotations
