@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from pydantic import BaseModel, Field
 
+from agent.api.json_store import write_atomic
+
 if TYPE_CHECKING:
     from keyring.backend import KeyringBackend
 
@@ -90,15 +92,10 @@ def is_encrypted(data: bytes) -> bool:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    """Write a file readable by its owner only, atomically (the old one stays until the new is whole)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write a file readable by its owner only, atomically (the old one stays until the new is whole),
+    through a new temp file of its own: a fixed ``<name>.tmp`` left there kept its own mode (0644
+    made the key readable by all) or, a link, led the key elsewhere."""
+    write_atomic(path, data, 0o600)
 
 
 @contextlib.contextmanager
