@@ -118,7 +118,7 @@ def keys_warning(node: NodeView) -> str | None:
     return node.keys_at_rest.warning if node.keys_at_rest is not None else None
 
 
-KEYS_ROW_NOTE = "Key stored unencrypted (0600 file)"  # the node list's short line; the panel says why
+KEYS_ROW_NOTE = "Unencrypted key"  # the node list's short line (its tooltip and the panel say why)
 
 
 def node_label(node: NodeView) -> str:

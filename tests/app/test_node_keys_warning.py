@@ -57,3 +57,18 @@ def test_the_demo_fleet_shows_a_plain_key_and_a_gpus_health() -> None:
     nodes = {n.name: n for n in DemoDaemon().nodes}
     assert nodes["old-laptop"].keys_at_rest is not None and "0600" in (nodes["old-laptop"].keys_at_rest.warning or "")
     assert gpu_health(nodes["workstation"].gpus[0]) == "ECC 2 corrected, 0 uncorrected · throttled: sw power cap"
+
+
+def test_the_gpu_health_is_in_view_at_the_screenshots_size(open_main_window: Callable[..., MainWindow],
+                                                          qtbot: Any) -> None:
+    demo = DemoDaemon()
+    demo.ready_after = None
+    win = open_main_window(demo, nodes_loaded=True, size=(1280, 800))
+    win.show_page("nodes")
+    table = win.nodes.panel.gpus
+    qtbot.waitUntil(lambda: table.rowCount() == 1 and table.viewport().width() > 0)
+    health = table.item(0, 6)
+    assert health.text().startswith("ECC 2 corrected") and health.toolTip() == health.text()
+    assert table.columnViewportPosition(6) + table.columnWidth(6) <= table.viewport().width()  # not scrolled off
+    assert table.columnWidth(6) >= 150  # room for the words, not a sliver
+    assert table.item(0, 0).toolTip() == "UUID GPU-4090"  # the UUID column is hidden, its value kept here

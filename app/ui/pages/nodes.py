@@ -170,12 +170,16 @@ class NodePanel(QScrollArea):
         self.gpu_card = Card("GPUs")
         self.gpus = QTableWidget(0, 7)
         self.gpus.setObjectName("GpuTable")
-        self.gpus.setHorizontalHeaderLabels(["GPU", "UUID", "Memory", "Utilisation", "Temperature", "Power",
-                                             "Health"])
+        self.gpus.setHorizontalHeaderLabels(["GPU", "UUID", "Memory", "Use", "Temp.", "Power", "Health"])
+        for section, tip in ((3, "Utilisation"), (4, "Temperature")):
+            self.gpus.horizontalHeaderItem(section).setToolTip(tip)
         self.gpus.verticalHeader().setVisible(False)
         self.gpus.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.gpus.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.gpus.horizontalHeader().setStretchLastSection(True)
+        self.gpus.setWordWrap(True)  # Health wraps in the width the figures leave it (shown, not scrolled to)
+        gpu_header = self.gpus.horizontalHeader()
+        gpu_header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.gpus.setColumnHidden(1, True)  # a UUID is 40 characters: in the GPU's tooltip, not the panel's width
+        gpu_header.setSectionResizeMode(6, QHeaderView.ResizeMode.Stretch)
         self.gpu_card.body.addWidget(self.gpus)
         col.addWidget(self.gpu_card)
         self.models_card = Card("Models placed here")
@@ -259,12 +263,16 @@ class NodePanel(QScrollArea):
         self.gpu_card.setVisible(bool(node.gpus))
         self.gpus.setRowCount(len(node.gpus))
         for row, g in enumerate(node.gpus):
-            cells = (f"{g.index} · {g.name}", g.uuid or "—", f"{fmt.size(g.memory_used)} of {fmt.size(g.memory_total)}",
+            cells = (f"{g.index} · {g.name}", g.uuid or "—",
+                     f"{fmt.size(g.memory_used).removesuffix(' GiB')} / {fmt.size(g.memory_total)}",
                      fmt.percent(g.utilization_percent),
                      f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—",
                      f"{g.power_w:.0f} W" if g.power_w is not None else "—", gpu_health(g))
             for col, text in enumerate(cells):
-                self.gpus.setItem(row, col, QTableWidgetItem(text))
+                item = QTableWidgetItem(text)
+                item.setToolTip({0: f"UUID {g.uuid}" if g.uuid else "", 6: text}.get(col, ""))
+                self.gpus.setItem(row, col, item)
+        self.gpus.resizeRowsToContents()
         rows = sum(self.gpus.rowHeight(r) for r in range(self.gpus.rowCount()))
         self.gpus.setFixedHeight(self.gpus.horizontalHeader().height() + rows + 2 * self.gpus.frameWidth() + 2)
 
