@@ -127,7 +127,7 @@ class AdminApi:
             raise DaemonProblem(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
         previous = self._config.settings()
         await self._listener.apply(settings)
-        self._events.publish("settings.changed", **settings.model_dump())
+        self._events.publish("settings.changed", **self._config.settings().model_dump())
         await self._history.audit("admin", "settings.update", "", before=previous, after=self._config.settings())
         return json_response(self._config.settings())
 

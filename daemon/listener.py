@@ -55,8 +55,11 @@ class Listener:
     async def apply(self, settings: DaemonSettings) -> None:
         """Save the run-time settings; listen on the new address when LAN access changed it."""
         before = self._config.bind_host
-        self._config.lan_access = settings.lan_access
-        self._config.require_api_keys = settings.require_api_keys
+        sent = settings.model_fields_set  # a field the client did not send stays as it is
+        if "lan_access" in sent:
+            self._config.lan_access = settings.lan_access
+        if "require_api_keys" in sent:
+            self._config.require_api_keys = settings.require_api_keys
         if "backup" in settings.model_fields_set:  # the scheduler reads it before each run
             self._config.backup = settings.backup
         if "audit_retention_days" in settings.model_fields_set:  # likewise: unsent, it stays

@@ -94,6 +94,10 @@ async def test_keys_are_shown_once_and_lan_access_needs_one(tmp_path: Path, fake
         settings = await d.client.put_settings(DaemonSettings(require_api_keys=True))
         assert settings.require_api_keys and (await d.client.status()).daemon.keys_required
         assert "require_api_keys = true" in (tmp_path / "home" / "config.toml").read_text()
+        # A client that sends one setting changes that one: keys stay required.
+        settings = await d.client.put_settings(DaemonSettings(audit_retention_days=30))
+        assert settings.require_api_keys and settings.audit_retention_days == 30
+        assert (await d.client.status()).daemon.keys_required
 
 
 async def test_history_records_model_and_node_samples(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
