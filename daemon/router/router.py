@@ -221,6 +221,10 @@ class Router:
 
     # --- every other /v1 path ------------------------------------------------------------------
     async def proxy(self, request: web.Request) -> web.StreamResponse:
+        if any(part in (".", "..") for part in request.path.split("/")):  # decoded: %2e%2e and ..%2f too
+            # Relayed, an HTTP client folds them away: /v1/../../../unpair would reach the node's
+            # agent past its proxy route, with the daemon's certificate.
+            raise DaemonProblem(400, "invalid_path", "A path with '.' or '..' segments is not an API path.")
         self._check_key(request)
         self.keys.admit(_exchange(request).key_id)  # the key's limits: 429 before the body is read
         try:
