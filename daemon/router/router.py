@@ -464,9 +464,10 @@ class Router:
                     target: Upstream) -> web.StreamResponse:
         request_id = request[REQUEST_ID]
         path_qs = request.path_qs
-        if definition.runtime == "external":  # base_url ends where /v1 does; the client's own key stays here
+        if definition.runtime == "external":  # base_url ends where /v1 does
             path_qs = path_qs.removeprefix("/v1")
-            request = request.clone(headers=_to_external(request.headers))
+        if "x-api-key" in request.headers or "cookie" in request.headers:  # the client's own key stays here
+            request = request.clone(headers=_without_ours(request.headers))
         trace = exchange.trace
         if trace is not None:  # the upstream span begins; its traceparent goes along
             target, span = trace.upstream(target, definition, exchange.node)
@@ -499,11 +500,11 @@ class Router:
 
 
 MAX_CANDIDATES = 16  # a model and the fallbacks tried for it, at most
-_EXTERNAL_DROPPED = frozenset({"x-api-key", "cookie"})  # the daemon's key and cookies stay here
+_NOT_FORWARDED = frozenset({"x-api-key", "cookie"})  # the daemon's key and cookies go to no upstream
 
 
-def _to_external(headers: Any) -> CIMultiDict[str]:
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _EXTERNAL_DROPPED)
+def _without_ours(headers: Any) -> CIMultiDict[str]:
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_FORWARDED)
 
 
 def _for_fallback(body: bytes, definition: ModelDefinition, fallback: ModelDefinition) -> bytes:

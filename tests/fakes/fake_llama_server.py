@@ -129,6 +129,7 @@ class FakeServer:
         if (headers_file := os.environ.get("FAKE_HEADERS_FILE")) and request.path.startswith("/v1/"):
             seen = {"path": request.path, "traceparent": request.headers.get("traceparent"),
                     "tracestate": request.headers.get("tracestate")}
+            seen.update({name: request.headers[name] for name in ("x-api-key", "Cookie") if name in request.headers})
             append_line(headers_file, json.dumps(seen))
         authorized = request.headers.get("Authorization", "") == f"Bearer {self.api_key}"
         if self.api_key and request.path not in PUBLIC_PATHS and not authorized:
