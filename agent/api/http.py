@@ -11,6 +11,7 @@ their routes and models; this module knows nothing of either API.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from ssl import SSLContext
@@ -89,6 +90,11 @@ class JsonHttp:
         self._session = None
 
     def url(self, path: str) -> str:
+        """The URL of ``path`` under this client's prefix; a ``.`` or ``..`` segment (also
+        percent-encoded) would climb out of it and is never sent."""
+        segments = urllib.parse.unquote(path.split("?", 1)[0]).split("/")
+        if "." in segments or ".." in segments:
+            raise ValueError(f"a path with a dot segment is never sent: {path[:200]!r}")
         return f"{self.base_url}{self.prefix}{path}"
 
     def timeout(self, total: float | None, sock_read: float | None = None) -> aiohttp.ClientTimeout:

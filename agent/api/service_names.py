@@ -69,7 +69,8 @@ SERVICE_NAME = re.compile(r"[A-Za-z0-9_@.:+\\][A-Za-z0-9_@.:+\\ -]{0,254}")
 
 
 def valid_service_name(name: str) -> bool:
-    return bool(SERVICE_NAME.fullmatch(name)) and name == name.strip()
+    # "." and ".." are path segments, never names: in a URL they would climb out of /services/.
+    return bool(SERVICE_NAME.fullmatch(name)) and name == name.strip() and name.strip(".") != ""
 
 
 def deny_match(names: Iterable[str], patterns: Iterable[str] = DENY_PATTERNS) -> str | None:

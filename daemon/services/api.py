@@ -18,6 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from agent.api.client import AgentError
+from agent.api.service_names import valid_service_name
 from agent.api.services import SERVICE_ACTIONS, ServiceActionRequest
 from daemon.api.services import ServiceActionBody
 from daemon.audit.log import Recorder
@@ -57,6 +58,9 @@ class ServicesApi:
             raise DaemonProblem(404, "unknown_action", f"no service action '{action[:40]}': start, stop or restart")
         body = validated(ServiceActionBody, await read_json(request, MAX_BODY, empty={}))
         subject = f"{node}/{name}"
+        if not valid_service_name(name):  # as the agent would answer, before its URL is built
+            await self._audit.record(f"service.{action}", subject[:300], detail="refused (service_invalid_name)")
+            raise DaemonProblem(422, "service_invalid_name", f"'{name[:80]}' is no service name")
         try:
             client = self._links.online_client(node)
         except DaemonProblem as exc:

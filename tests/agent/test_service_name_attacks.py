@@ -28,7 +28,7 @@ async def test_units_that_are_no_services_and_denied_names_in_disguise_are_refus
         for action in ("start", "stop", "restart"):
             refused = await _refused(n.client, name, action, allow=DENIED_NAMES, confirm=name)
             assert (refused.status, refused.code) == (403, "service_denied"), (name, action, refused)
-    for name in ("ѕsh", "ssh\u200b", "-.mount", "../ssh", "/lib/systemd/system/ssh.service", "ssh*", "ss?", "[s]sh"):
+    for name in ("ѕsh", "ssh\u200b", "-.mount", "/lib/systemd/system/ssh.service", "ssh*", "ss?", "[s]sh"):
         refused = await _refused(n.client, name, "stop", allow=[name])  # look-alikes, paths, globs
         assert (refused.status, refused.code) == (422, "service_invalid_name"), name
     assert n.fake.calls == []  # nothing refused reached the service manager
@@ -38,3 +38,19 @@ async def test_units_that_are_no_services_and_denied_names_in_disguise_are_refus
 def test_a_plain_service_is_still_no_denied_name() -> None:
     for name in ("nginx", "ollama.service", "postgresql@16-main.service", "com.example.job", "Spooler Helper"):
         assert deny_match([name]) is None, name
+
+
+async def test_dot_segments_never_leave_as_a_service_name(node: Any) -> None:  # noqa: F811
+    """``..`` as a name would turn /services/../stop into the agent's /stop: the name is no service
+    name, and no client of ours sends a path with a dot segment at all."""
+    import pytest
+
+    from agent.api.service_names import valid_service_name
+    from agent.api.services import ServiceActionRequest
+
+    assert not any(valid_service_name(name) for name in (".", "..", "...", " .."))
+    n = await node({"allow": [".."]})
+    for name in ("..", ".", "../ssh"):
+        with pytest.raises(ValueError, match="dot segment"):
+            await n.client.service_action(name, "stop", ServiceActionRequest(allow=[name], confirm=name))
+    assert n.fake.calls == []

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import aiohttp
 import pytest
+import yarl
 
 from daemon.api.audit import AuditEntry
 from daemon.api.client import DaemonError
@@ -79,6 +81,13 @@ async def test_services_through_the_daemon_to_a_real_agent_with_every_refusal_au
             assert done.service.state is ServiceState.RUNNING
 
             assert (await _refused(rd, node, "ollama", "explode")).status == 404
+            async with aiohttp.ClientSession() as raw:  # a name of dots, sent encoded past our clients' guard
+                url = yarl.URL(f"http://127.0.0.1:{rd.daemon.config.port}/api/nodes/{node}/services/%2E%2E/stop",
+                               encoded=True)
+                calls = list(fake.calls)
+                async with raw.post(url, headers={"Authorization": f"Bearer {rd.daemon.admin_token}"}) as resp:
+                    assert resp.status == 422 and (await resp.json())["error"]["code"] == "service_invalid_name"
+                assert fake.calls == calls
             assert (await _refused(rd, "no-such-node", "ollama", "start")).code == "node_unknown"
             every = await rd.client.list_services(node, every=True)
             assert {s.name for s in every.services} >= {"dbus.service", "gdm3.service", "trap.service"}
