@@ -91,10 +91,13 @@ class JsonHttp:
 
     def url(self, path: str) -> str:
         """The URL of ``path`` under this client's prefix; a ``.`` or ``..`` segment (also
-        percent-encoded) would climb out of it and is never sent."""
-        segments = urllib.parse.unquote(path.split("?", 1)[0]).split("/")
+        percent-encoded) would climb out of it and is never sent: the client's own error, 400
+        ``invalid_path``."""
+        segments = {urllib.parse.unquote(segment) for segment in path.split("?", 1)[0].split("/")}
         if "." in segments or ".." in segments:
-            raise ValueError(f"a path with a dot segment is never sent: {path[:200]!r}")
+            body = json.dumps({"error": {"code": "invalid_path", "type": "invalid_request_error",
+                                         "message": f"a path with a dot segment is never sent: {path[:200]!r}"}})
+            raise self.errors.answered(400, body)
         return f"{self.base_url}{self.prefix}{path}"
 
     def timeout(self, total: float | None, sock_read: float | None = None) -> aiohttp.ClientTimeout:

@@ -35,6 +35,7 @@ from daemon.backup import document
 from daemon.backup.errors import BackupRefused
 from daemon.backup.files import ModelFiles
 from daemon.backup.restore import Owners, Plan, apply_plan, plan_restore
+from daemon.router.external import KeyUnreadable, read_key
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -115,11 +116,10 @@ class BackupService:
         files: dict[str, str] = {}
         for definition in self.owners.registry.all():
             if definition.api_key_file:
-                try:
-                    files[definition.api_key_file] = Path(definition.api_key_file).read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError) as exc:
-                    _LOGGER.warning("backup: the key file of model %s is not readable (%s); left out",
-                                    definition.id, type(exc).__name__)
+                try:  # what the router reads of it (the first line, at most 16 KiB), as it reads it
+                    files[definition.api_key_file] = read_key(definition.api_key_file) + "\n"
+                except KeyUnreadable as exc:
+                    _LOGGER.warning("backup: the key file of model %s is left out: %s", definition.id, exc)
         return BackupSecrets(ca=backup_ca.read_ca(self.owners.pki_dir),
                              daemon_client=backup_ca.read_client(self.owners.pki_dir), key_files=files)
 
