@@ -63,6 +63,7 @@ bench: $(VENV)/.test-installed runtime
 	$(PY) bench/router_overhead.py
 	$(PY) bench/admission_estimate.py
 	$(PY) bench/jit_eviction.py
+	$(PY) bench/rpc_split.py
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check app daemon agent mirbadllm tests bench
