@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from typing import Protocol
 
 import aiohttp
@@ -46,8 +47,20 @@ async def _tcp_to_frames(reader: asyncio.StreamReader, ws: FrameSocket) -> None:
         await ws.send_bytes(data)
 
 
+def no_delay(writer: asyncio.StreamWriter) -> None:
+    """Turn Nagle off on the TCP side. asyncio does so itself only for a socket made with proto
+    IPPROTO_TCP, which an accepted connection of a listener made with proto 0 is not; with Nagle on,
+    a reply written in two pieces (llama.cpp's 8-byte size, then the data) waits for the reader's
+    delayed ACK, about 40 ms, on every synchronous RPC call."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 async def pipe(ws: FrameSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Carry bytes both ways until one direction ends; then close both ends."""
+    no_delay(writer)
     tasks = [asyncio.ensure_future(_frames_to_tcp(ws, writer)), asyncio.ensure_future(_tcp_to_frames(reader, ws))]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
