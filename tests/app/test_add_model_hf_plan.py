@@ -7,25 +7,20 @@ the fake hub (the header read by ranges, the file downloaded and registered with
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_sources import FakeSourcesClient
-from helpers import until
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication
+from helpers import add_model_dialog, add_model_vm, until
+from PySide6.QtCore import Qt
 from test_add_model_plan import BOX, gpu_box, two_node_plan
 
 from agent.api.sources import FINISHED_TRANSFERS, HfFileRef, TransferState
 from app.context import AppContext
-from app.ui import theme
-from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
-from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.observable import Emitter
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.models import Event
@@ -56,16 +51,9 @@ class PlannedSources(FakeSourcesClient):
 @pytest.fixture
 async def setup() -> AsyncIterator[tuple[PlannedSources, AddModelViewModel]]:
     fake = PlannedSources()
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
-    fleet.feed._poll_timeout = 1
-    fleet.start()
-    await until(lambda: fleet.snapshot.value.loaded)
-    vm = AddModelViewModel(fake, fleet.events)
-    await vm.load_nodes()
-    yield fake, vm
-    vm.close()
-    await until(lambda: fleet.feed.since >= fake._last_id)
-    await fleet.stop()
+    async with add_model_vm(fake) as vm:
+        await vm.load_nodes()
+        yield fake, vm
 
 
 def hugging_face(vm: AddModelViewModel, file: str = FILE) -> None:
@@ -238,33 +226,17 @@ async def test_against_the_daemon_the_header_is_planned_and_the_download_runs_as
 
 # --- widgets ----------------------------------------------------------------------------------------
 @pytest.fixture
-def window(qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext, PlannedSources]]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
+def window(open_main_window: Callable[..., MainWindow]) -> tuple[MainWindow, AppContext, PlannedSources]:
     fake = PlannedSources()
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win, ctx, fake
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    win = open_main_window(fake)
+    return win, win.ctx, fake
 
 
 @pytest.mark.gui
 def test_the_wizard_plans_a_hugging_face_file_and_downloads_the_option_clicked(
         window: tuple[MainWindow, AppContext, PlannedSources], qtbot: Any) -> None:
     win, ctx, fake = window
-    dialog = AddModelDialog(ctx, win)
-    dialog.show()
-    try:
+    with add_model_dialog(ctx, win) as dialog:
         qtbot.waitUntil(lambda: bool(dialog.vm.state.value.nodes))
         assert dialog.vm.state.value.source == "hf"
         assert dialog.plan_button.isVisible() and not dialog.plan_button.isEnabled(), "no file named yet"
@@ -291,5 +263,3 @@ def test_the_wizard_plans_a_hugging_face_file_and_downloads_the_option_clicked(
         qtbot.waitUntil(lambda: dialog.plan_note.isVisible())
         assert dialog.plan_note.text().startswith("No plan: no GGUF file in acme/tiny-GGUF matches 'Q5'")
         assert dialog.plan_note.property("role") == "error"
-    finally:
-        dialog.reject()

@@ -5,21 +5,17 @@ panel lists them with their state, and the demo daemon reports them in a model's
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication
+from helpers import add_model_dialog
+from PySide6.QtCore import Qt
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import GgufSummary
 from app.context import AppContext
-from app.ui import theme
-from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.settings_form import SettingsForm
@@ -113,32 +109,16 @@ async def test_the_demo_reports_a_started_models_helpers() -> None:
 
 
 @pytest.fixture
-def window(qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[tuple[MainWindow, AppContext, SplitDaemon]]:
-    if theme.current_name() != "light" or not qapp.styleSheet():
-        theme.apply(qapp, "light")
+def window(open_main_window: Callable[..., MainWindow]) -> tuple[MainWindow, AppContext, SplitDaemon]:
     fake = SplitDaemon()
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win, ctx, fake
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.quitting = True
-    win.close()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    win = open_main_window(fake)
+    return win, win.ctx, fake
 
 
 @pytest.mark.gui
 def test_the_wizard_takes_the_split_clicked(window: tuple[MainWindow, AppContext, SplitDaemon], qtbot: Any) -> None:
     win, ctx, fake = window
-    dialog = AddModelDialog(ctx, win)
-    dialog.show()
-    try:
+    with add_model_dialog(ctx, win) as dialog:
         qtbot.waitUntil(lambda: bool(dialog.vm.state.value.nodes))
         dialog.source_buttons.button(1).click()  # a file on the node
         qtbot.keyClicks(dialog.path, FILE)
@@ -151,8 +131,6 @@ def test_the_wizard_takes_the_split_clicked(window: tuple[MainWindow, AppContext
         qtbot.waitUntil(lambda: bool(fake.called("create_model")))
         saved = fake.called("create_model")[0][0]
         assert (saved.node, saved.rpc_nodes) == (MAIN, [HELPER])
-    finally:
-        dialog.reject()
 
 
 @pytest.mark.gui

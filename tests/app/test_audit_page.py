@@ -3,28 +3,18 @@ selected entry (field, before, after), and new entries as the daemon announces c
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication, QTableWidget
+from helpers import cells
 
-from app.context import AppContext
 from app.demo import DemoDaemon
-from app.ui import theme
 from app.ui.main_window import MainWindow
 from app.viewmodels.audit import AuditFilters, AuditViewModel, diff
 from app.viewmodels.fleet import FleetViewModel
 from daemon.api.models import ApiKeyInfo
-
-
-def _rows(table: QTableWidget) -> list[list[str]]:
-    return [[table.item(r, c).text() if table.item(r, c) else "" for c in range(table.columnCount())]
-            for r in range(table.rowCount())]
 
 
 async def test_the_view_model_filters_pages_and_diffs(fake: FakeDaemonClient) -> None:
@@ -52,25 +42,6 @@ async def test_the_view_model_filters_pages_and_diffs(fake: FakeDaemonClient) ->
     assert rows == {"auto_start": ("false", "true"), "tags": ('["chat"]', '["chat", "new"]')}
 
 
-@pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win
-    win.quitting = True
-    win.close()
-    ctx.logs.stop()
-    ctx.charts.hide()
-    win.deleteLater()
-    qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-
-
 @pytest.mark.gui
 def test_the_audit_page_lists_filters_and_shows_a_change(window: MainWindow, fake: FakeDaemonClient,
                                                          qtbot: Any) -> None:
@@ -83,24 +54,24 @@ def test_the_audit_page_lists_filters_and_shows_a_change(window: MainWindow, fak
     window.ctx.act(fake.update_model(fake.definitions["beta"].model_copy(update={"tags": ["code"]})))
     window.ctx.act(fake.revoke_key("k9"))
     qtbot.waitUntil(lambda: page.table.rowCount() == 2)
-    rows = _rows(page.table)
+    rows = cells(page.table)
     assert [r[1:4] for r in rows] == [["app", "key.revoke", "k9"], ["app", "model.update", "beta"]]
     assert "tags:" in rows[1][4] and "→" in rows[1][4]
     assert rows[0][4].startswith("- name=old-laptop")
 
     page.table.selectRow(1)
     qtbot.waitUntil(lambda: page.diff.rowCount() == 1)
-    assert _rows(page.diff) == [["tags", '["code", "chat"]', '["code"]']]
+    assert cells(page.diff) == [["tags", '["code", "chat"]', '["code"]']]
     assert page.heading.text().startswith("model.update beta by app at ")
 
     page.table.selectRow(0)  # a revoked key: its record before, nothing after
-    qtbot.waitUntil(lambda: "name" in [r[0] for r in _rows(page.diff)])
-    assert ["name", "old-laptop", ""] in _rows(page.diff)
+    qtbot.waitUntil(lambda: "name" in [r[0] for r in cells(page.diff)])
+    assert ["name", "old-laptop", ""] in cells(page.diff)
 
     page.action.setText("model")
     page.apply_filters()
     qtbot.waitUntil(lambda: page.table.rowCount() == 1)
-    assert _rows(page.table)[0][2] == "model.update"
+    assert cells(page.table)[0][2] == "model.update"
     page.actor.setCurrentIndex(page.actor.findData("system"))
     qtbot.waitUntil(lambda: page.table.rowCount() == 0)
     assert page.note.text() == "No entries match."
@@ -115,28 +86,14 @@ def test_the_audit_page_lists_filters_and_shows_a_change(window: MainWindow, fak
 
 
 @pytest.mark.gui
-def test_the_demo_daemons_audit_log_reads_on_the_page(qloop: asyncio.AbstractEventLoop, qapp: QApplication,
-                                                       qtbot: Any, tmp_path: Path) -> None:
-    demo = DemoDaemon()
-    ctx = AppContext.create(demo, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    try:
-        win.show_page("audit")
-        qtbot.waitUntil(lambda: win.audit.table.rowCount() == 5)
-        whos = {r[1] for r in _rows(win.audit.table)}
-        assert whos == {"app", "ctl", "system"}
-        edit = next(n for n, r in enumerate(_rows(win.audit.table)) if r[2] == "model.update")
-        win.audit.table.selectRow(edit)
-        qtbot.waitUntil(lambda: win.audit.diff.rowCount() > 0)
-        assert ["settings.ctx_size", "8192", "16384"] in _rows(win.audit.diff)
-    finally:
-        win.quitting = True
-        win.close()
-        ctx.logs.stop()
-        ctx.charts.hide()
-        win.deleteLater()
-        qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+def test_the_demo_daemons_audit_log_reads_on_the_page(open_main_window: Callable[..., MainWindow],
+                                                       qtbot: Any) -> None:
+    win = open_main_window(DemoDaemon())
+    win.show_page("audit")
+    qtbot.waitUntil(lambda: win.audit.table.rowCount() == 5)
+    whos = {r[1] for r in cells(win.audit.table)}
+    assert whos == {"app", "ctl", "system"}
+    edit = next(n for n, r in enumerate(cells(win.audit.table)) if r[2] == "model.update")
+    win.audit.table.selectRow(edit)
+    qtbot.waitUntil(lambda: win.audit.diff.rowCount() > 0)
+    assert ["settings.ctx_size", "8192", "16384"] in cells(win.audit.diff)

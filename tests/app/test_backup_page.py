@@ -4,40 +4,15 @@ restore from a file — the preview table first, nothing changed until Restore, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fake_daemon import FakeDaemonClient, definition
-from PySide6.QtWidgets import QApplication
+from helpers import cells
 
-from app.context import AppContext
-from app.ui import theme
 from app.ui.main_window import PAGES, MainWindow
 from app.ui.pages.backup import BackupPage
 from app.viewmodels.backup import BackupViewModel
-
-
-@pytest.fixture
-def window(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, qtbot: Any,
-           tmp_path: Path) -> Iterator[MainWindow]:
-    theme.apply(qapp, "light")
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
-    ctx.fleet.feed._poll_timeout = 5
-    ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    win = MainWindow(ctx, apply_theme=lambda mode: theme.apply(qapp, mode))
-    win.show()
-    yield win
-    win.quitting = True
-    win.close()
-    ctx.logs.stop()
-
-
-def _cells(table: Any) -> list[list[str]]:
-    return [[table.item(r, c).text() if table.item(r, c) else "" for c in range(table.columnCount())]
-            for r in range(table.rowCount())]
 
 
 def test_backup_is_a_page_with_its_icon() -> None:
@@ -56,7 +31,7 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     page.confirm.setText("a good passphrase")
     page.backup_button.click()
     qtbot.waitUntil(lambda: page.files.rowCount() == 1)
-    assert _cells(page.files)[0][2] == "Encrypted"
+    assert cells(page.files)[0][2] == "Encrypted"
     assert page.passphrase.text() == "" and page.confirm.text() == ""  # not left in the field
 
     target = tmp_path / "exported.json"
@@ -74,7 +49,7 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     page.restore_passphrase.setText("a good passphrase")
     page.open_button.click()
     qtbot.waitUntil(lambda: page.preview.rowCount() > 0)
-    rows = {(r[1], r[2]): r for r in _cells(page.preview)}
+    rows = {(r[1], r[2]): r for r in cells(page.preview)}
     assert rows[("Model", "alpha")][0] == "Changed" and rows[("Model", "alpha")][3] == "tags"
     assert rows[("Model", "Beta-7B")][0] == "New"
     assert "with encrypted secrets" in page.preview_note.text()
@@ -123,7 +98,7 @@ def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_
     for download in (False, True):
         page.open_button.click()
         qtbot.waitUntil(lambda: page.vm.state.value.preview is not None)
-        files = {r[2]: r for r in _cells(page.preview) if r[1] == "Model file"}
+        files = {r[2]: r for r in cells(page.preview) if r[1] == "Model file"}
         alpha, beta = files["alpha on local: /old/alpha.gguf"], files["beta on local: /old/beta.gguf"]
         assert alpha[0] == "Missing" and alpha[3].startswith("Download from Hugging Face (3.0 GiB)")
         assert beta[3].startswith("Copy by hand — its definition names no source")
