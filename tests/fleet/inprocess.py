@@ -83,3 +83,13 @@ async def start_inprocess_agent(home: Path, *, name: str = "inproc", llama_serve
     agent = InProcessAgent(home, lifecycle, stop, asyncio.ensure_future(lifecycle.run(stop)), events, banner, made)
     await agent.wait_event("listening")
     return agent
+
+
+async def pair_online(rd: Any, agent: InProcessAgent) -> str:
+    """Pair ``agent`` with ``rd`` (a ``RunningDaemon``) by its last pairing code; its node id once online."""
+    pairing = agent.last("pairing")
+    node = await rd.client.pair_node(f"127.0.0.1:{agent.lifecycle.port}", pairing["code"], pairing["fingerprint"])
+    link = rd.daemon.links.get(node.id)
+    assert link is not None
+    await eventually(lambda: link.online, what="the node online")
+    return str(node.id)

@@ -18,17 +18,7 @@ from daemon.api.services import ServiceState
 from mirbadllm import ctl
 from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fakes.services import FakeServiceManager
-from tests.fleet.agents import eventually
-from tests.fleet.inprocess import InProcessAgent, start_inprocess_agent
-
-
-async def _paired(rd: RunningDaemon, agent: InProcessAgent) -> str:
-    pairing = agent.last("pairing")
-    node = await rd.client.pair_node(f"127.0.0.1:{agent.lifecycle.port}", pairing["code"], pairing["fingerprint"])
-    link = rd.daemon.links.get(node.id)
-    assert link is not None
-    await eventually(lambda: link.online, what="the node online")
-    return node.id
+from tests.fleet.inprocess import pair_online, start_inprocess_agent
 
 
 async def _audit(rd: RunningDaemon) -> list[AuditEntry]:
@@ -55,7 +45,7 @@ async def test_services_through_the_daemon_to_a_real_agent_with_every_refusal_au
     (home / "services.json").write_text(json.dumps({"allow": ["nginx", "dbus", "mirbadllm-agent"]}))
     try:
         async with running_daemon(home, None, local_agent=False) as rd:
-            node = await _paired(rd, agent)
+            node = await pair_online(rd, agent)
             listing = await rd.client.list_services(node)
             assert listing.manager == "systemd"
             by_name = {s.name: s for s in listing.services}
@@ -117,7 +107,7 @@ async def test_ctl_services_lists_acts_and_needs_confirm_for_a_protected_one(
     agent = await start_inprocess_agent(agent_home, name="ctlsvc", llama_server=runtime_exe, service_manager=fake)
     try:
         async with running_daemon(tmp_path / "daemon", None, local_agent=False) as rd:
-            node = await _paired(rd, agent)
+            node = await pair_online(rd, agent)
 
             async def run(*argv: str) -> int:
                 return await ctl.run(ctl.parse_args(list(argv)), rd.client)

@@ -17,17 +17,7 @@ from daemon.api.services import ServiceNames
 from mirbadllm import ctl
 from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fakes.services import FakeServiceManager
-from tests.fleet.agents import eventually
-from tests.fleet.inprocess import InProcessAgent, start_inprocess_agent
-
-
-async def _paired(rd: RunningDaemon, agent: InProcessAgent) -> str:
-    pairing = agent.last("pairing")
-    node = await rd.client.pair_node(f"127.0.0.1:{agent.lifecycle.port}", pairing["code"], pairing["fingerprint"])
-    link = rd.daemon.links.get(node.id)
-    assert link is not None
-    await eventually(lambda: link.online, what="the node online")
-    return node.id
+from tests.fleet.inprocess import InProcessAgent, pair_online, start_inprocess_agent
 
 
 async def _agent(tmp_path: Path, runtime_exe: Path, name: str) -> tuple[InProcessAgent, FakeServiceManager]:
@@ -52,7 +42,7 @@ async def test_the_whitelist_is_edited_validated_and_audited_and_the_agent_follo
     policy_file.write_text(json.dumps({"_note": "kept by every edit", "allow": []}))
     try:
         async with running_daemon(home, None, local_agent=False) as rd:
-            node = await _paired(rd, agent)
+            node = await pair_online(rd, agent)
             first = await rd.client.services_policy()
             assert (first.allow, first.nodes, first.error) == ([], {}, None)
             assert "ssh*" in first.deny_patterns and "docker*" in first.protected_patterns
@@ -121,7 +111,7 @@ async def test_ctl_services_allow_disallow_and_policy(tmp_path: Path, runtime_ex
     agent, fake = await _agent(tmp_path, runtime_exe, "ctlpol")
     try:
         async with running_daemon(tmp_path / "daemon", None, local_agent=False) as rd:
-            node = await _paired(rd, agent)
+            node = await pair_online(rd, agent)
 
             async def run(*argv: str) -> int:
                 return await ctl.run(ctl.parse_args(list(argv)), rd.client)
