@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from PySide6.QtWidgets import QPushButton
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication, QPushButton
 
 from app.ui.main_window import MainWindow
 from daemon.api.client import DaemonError
@@ -40,6 +41,8 @@ def _tip(win: MainWindow, shown: str) -> str:
 
 
 def _button(win: MainWindow, name: str) -> QPushButton | None:
+    # A row rebuilt leaves its old buttons to a deferred delete: let them go before looking.
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     return win.services.findChild(QPushButton, name)
 
 
