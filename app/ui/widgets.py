@@ -9,6 +9,7 @@ from typing import TypeVar
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSizePolicy,
+    QTableWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -187,3 +189,15 @@ def page(parent: QWidget | None = None) -> tuple[QWidget, QVBoxLayout]:
     layout.setContentsMargins(28, 22, 28, 22)
     layout.setSpacing(14)
     return widget, layout
+
+
+def read_only_table(name: str, headers: list[str]) -> QTableWidget:
+    """A table the user reads: named for tests and styles, its column headers, no row numbers,
+    no editing, no grid."""
+    table = QTableWidget(0, len(headers))
+    table.setObjectName(name)
+    table.setHorizontalHeaderLabels(headers)
+    table.verticalHeader().setVisible(False)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setShowGrid(False)
+    return table

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
-from app.ui.widgets import Card, button, label, page, page_header
+from app.ui.widgets import Card, button, label, page, page_header, read_only_table
 from app.viewmodels.audit import ACTORS, AuditFilters, AuditState, AuditViewModel, diff
 from daemon.api.audit import AuditEntry, summary
 
@@ -36,12 +36,7 @@ def _time(ts: float) -> str:
 
 
 def _table(name: str, headers: list[str]) -> QTableWidget:
-    table = QTableWidget(0, len(headers))
-    table.setObjectName(name)
-    table.setHorizontalHeaderLabels(headers)
-    table.verticalHeader().setVisible(False)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setShowGrid(False)
+    table = read_only_table(name, headers)
     table.setWordWrap(False)
     return table
 

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.context import AppContext
-from app.ui.widgets import Card, button, label, page, page_header
+from app.ui.widgets import Card, button, label, page, page_header, read_only_table
 from app.viewmodels.backup import (
     BackupState,
     BackupViewModel,
@@ -57,13 +57,8 @@ def _secret_field(name: str, placeholder: str) -> QLineEdit:
 
 
 def _table(name: str, headers: list[str]) -> QTableWidget:
-    table = QTableWidget(0, len(headers))
-    table.setObjectName(name)
-    table.setHorizontalHeaderLabels(headers)
-    table.verticalHeader().setVisible(False)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table = read_only_table(name, headers)
     table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-    table.setShowGrid(False)
     header = table.horizontalHeader()
     for col in range(len(headers)):
         header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
