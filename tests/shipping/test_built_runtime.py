@@ -55,3 +55,21 @@ def test_the_baseline_variant_and_the_shared_code_run_on_any_x86_64(build_dir: P
     assert any(p.name == "libggml-cpu-x64.so" for p in shared)
     wide = {p.name for p in shared if VECTOR_REGISTERS.search(_disassembly(p))}
     assert wide == set()
+
+
+def test_the_build_does_not_report_the_enclosing_checkout_as_its_version(build_dir: Path) -> None:
+    """llama.cpp's CMake asked git, found this repository around the build and printed its commit
+    count and hash as llama.cpp's version; offers, pins and rollouts read that. The build says
+    "unknown" and the offer falls back to the manifest's version."""
+    from agent.runtimes.llamacpp import offered_version, parse_version_output
+
+    bin_dir = build_dir / "bin"
+    done = subprocess.run([str(bin_dir / "llama-server"), "--version"], capture_output=True, text=True,
+                          timeout=60, env={"LD_LIBRARY_PATH": str(bin_dir)}, check=False)
+    reported = parse_version_output(done.stdout + done.stderr)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent, check=False).stdout.strip()
+    assert reported.build is None and reported.commit is None, reported.text
+    assert not head or head not in reported.text
+    manifest = json.loads((build_dir / "runtime.json").read_text())
+    assert offered_version(reported, manifest["version"]) == f"{manifest['version']} (runtime.json)"

@@ -18,6 +18,7 @@ def test_linux_x86_64_is_portable_with_load_time_cpu_variants_and_no_amx() -> No
         "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=OFF",
         "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_UI=OFF",
         "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DGGML_RPC=ON",
+        "-DLLAMA_BUILD_NUMBER=0", "-DLLAMA_BUILD_COMMIT=unknown",
         "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON",
         "-DCMAKE_INSTALL_RPATH=$ORIGIN", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON")
     assert plan.cpu_variants == ("x64", "sse42", "haswell", "alderlake", "skylakex", "icelake")
