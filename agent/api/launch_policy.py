@@ -137,8 +137,13 @@ class PolicyViolation(ValueError):
     """A runtime argument or environment variable that is not allowed; the message names it."""
 
 
+# ggml's own switches that load code: a module path (``GGML_BACKEND_PATH`` is how the agent itself
+# picks a GPU backend, ``agent.runtimes.backends``) or a folder of modules. A spec never sets them.
+ENV_DENIED = frozenset({"GGML_BACKEND_PATH", "GGML_BACKEND_DIR"})
+
+
 def env_allowed(name: str) -> bool:
-    return name in ENV_ALLOWLIST or name.startswith(ENV_ALLOWED_PREFIXES)
+    return name not in ENV_DENIED and (name in ENV_ALLOWLIST or name.startswith(ENV_ALLOWED_PREFIXES))
 
 
 def vllm_env_allowed(name: str) -> bool:
@@ -160,7 +165,8 @@ def check_env(env: Mapping[str, str], runtime: str = "llamacpp") -> None:
                     f"host, port or key")
             raise PolicyViolation(
                 f"environment variable {str(name)[:80]!r} is not allowed for a runtime; allowed are "
-                f"{', '.join(sorted(ENV_ALLOWLIST))} and names starting with {', '.join(ENV_ALLOWED_PREFIXES)}")
+                f"{', '.join(sorted(ENV_ALLOWLIST))} and names starting with {', '.join(ENV_ALLOWED_PREFIXES)} "
+                f"but {', '.join(sorted(ENV_DENIED))} (they load code; the node's backend choice picks the GPU module)")
         if "\0" in value or len(value) > MAX_ENV_VALUE:
             raise PolicyViolation(f"environment variable {name!r} has a NUL byte or is too long")
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from agent.api.backends import BackendChoice, Offload
 from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
@@ -46,6 +47,8 @@ class LaunchSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Checked against an allowlist.")
     startup_timeout_s: float = Field(default=120.0, gt=0, description="Silence allowed while loading.")
     force: bool = Field(default=False, description="Start even when admission says it will not fit.")
+    backend: BackendChoice = Field(default="auto", description="llama.cpp: the node's backend choice (the daemon "
+                                   "keeps it per node): auto, or cuda, vulkan, cpu (agent.api.backends).")
     memory_budget_bytes: int | None = Field(
         default=None, gt=0, description="Memory admission reserves for this instance instead of its GGUF estimate.")
     tuning: bool = Field(default=False, description="A tuning candidate of a job (vLLM: a mirbadllm.tuning=1 "
@@ -85,6 +88,10 @@ class InstanceInfo(BaseModel):
     adopted: bool = False
     exit_code: int | None = None
     stop_requested: bool = False
+    backend: str | None = Field(default=None, description="llama.cpp: the backend it computes on: cpu, vulkan, "
+                                "cuda, metal (agent.api.backends).")
+    offload: Offload | None = Field(default=None, description="llama.cpp: layers on the GPU and buffers per "
+                                    "device, from its load log, once it is ready.")
 
 
 class InstancesPage(BaseModel):

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent.api.backends import BackendState
+
 RuntimeId = Literal["llamacpp", "vllm", "mlx", "external"]
 # The runtimes an agent drives (a node offers each or says why not); ``external`` is none of them.
 RUNTIMES: tuple[RuntimeId, ...] = ("llamacpp", "vllm", "mlx")
@@ -33,3 +35,5 @@ class RuntimeOffer(BaseModel):
     location: str | None = Field(default=None, description="The executable's path, or the image reference.")
     reason: str | None = Field(default=None, description="Why it is unavailable; on an available one, what is "
                                                          "not known about it (e.g. an image whose vLLM version is unknown).")
+    backends: list[BackendState] = Field(default_factory=list, description="llama.cpp: the backends its build "
+                                         "carries (CPU, Vulkan, CUDA, Metal), each with its devices and verdict.")

@@ -24,7 +24,7 @@ import platform
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _LOGGER = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ class RuntimeExecutable:
     source: str  # "configured" | "build" | "path" | "package"
     version: str | None = None  # a portable build's version (its manifest), else unknown here
     rpc_server: Path | None = None  # its ggml-rpc-server (manifest "rpc_server", else beside it), if any
+    # GPU backends a portable build carries: name -> its module (None: built in, Metal), from the
+    # manifest's "backends" (``agent.runtimes.backends`` lists their devices). Empty elsewhere.
+    backends: dict[str, Path | None] = field(default_factory=dict)
 
 
 def llama_server_name(sys_platform: str = sys.platform) -> str:
@@ -197,7 +200,31 @@ def read_build(folder: Path, system: str | None = None, machine: str | None = No
         if not rpc.is_relative_to(folder.resolve()) or not _is_executable(rpc):
             rpc = None
     return RuntimeExecutable(path=server, library_dir=server.parent, source="build",
-                             version=str(manifest.get("version", "0")), rpc_server=rpc)
+                             version=str(manifest.get("version", "0")), rpc_server=rpc,
+                             backends=_gpu_backends(folder, manifest.get("backends")))
+
+
+GPU_BACKENDS = ("vulkan", "cuda", "metal")
+
+
+def _gpu_backends(folder: Path, listed: object) -> dict[str, Path | None]:
+    """The manifest's GPU backends whose module is a file inside the build (Metal: built in)."""
+    found: dict[str, Path | None] = {}
+    if not isinstance(listed, dict):
+        return found
+    for name in GPU_BACKENDS:
+        entry = listed.get(name)
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("builtin") is True:
+            found[name] = None
+            continue
+        module = (folder / str(entry.get("module", ""))).resolve()
+        if module.is_relative_to(folder.resolve()) and module.is_file():
+            found[name] = module
+        else:
+            _LOGGER.warning("%s names a %s module that is not in the build: %s", folder / RUNTIME_MANIFEST, name, module)
+    return found
 
 
 def built_llama_server(roots: list[Path], system: str | None = None,

@@ -36,7 +36,8 @@ SIGILL_CODE = -int(signal.SIGILL)
 # Windows reports the same fault as the process's exit code: STATUS_ILLEGAL_INSTRUCTION.
 STATUS_ILLEGAL_INSTRUCTION = 0xC000001D
 LIBRARY_PREFIXES = ("libggml", "libllama", "libmtmd", "ggml", "llama")
-Verdict = Literal["ok", "illegal_instruction"]
+# ``failed``: a GPU backend of the build that did not compute here (``agent.runtimes.backends``).
+Verdict = Literal["ok", "illegal_instruction", "failed"]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import aiohttp
 
+from agent.api.backends import Backend, Pick, parse_offload, pick_backend
 from agent.api.launch_policy import ENV_ALLOWED_PREFIXES, ENV_ALLOWLIST, PolicyViolation
 from agent.api.launch_policy import check_env as policy_check_env
 from agent.api.launch_policy import check_extra_args as policy_check_extra_args
@@ -40,10 +41,15 @@ from agent.api.runtimes import RuntimeOffer
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.gguf_facts import adapter_problem, architecture
 from agent.gguf_reader import GgufError, read_header
-from agent.logring import LogRing, LogTailer
+from agent.logring import RING_LINES, LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord
 from agent.rpc.forwards import ForwardSet, RpcForwards
+from agent.runtimes.backends import (
+    BackendProbe,
+    inherited_gpu_environment,
+    module_fingerprint,
+)
 from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
 from agent.runtimes.checks import (
     ILLEGAL_INSTRUCTION,
@@ -52,7 +58,7 @@ from agent.runtimes.checks import (
 )
 from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
 from agent.runtimes.ports import FIRST_PORT  # noqa: F401 - the agent's default port, kept importable here
-from agent.runtimes.process import RuntimeProcess
+from agent.runtimes.process import RuntimeProcess, describe_exit
 from agent.runtimes.prometheus import parse_prometheus
 from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, StartFailed, adopt_recorded
 
@@ -181,6 +187,7 @@ def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | Non
         if library_dir is not None:
             env["LD_LIBRARY_PATH"] = str(library_dir)
             env["DYLD_LIBRARY_PATH"] = str(library_dir)
+    env.update(inherited_gpu_environment(source))  # the operator's GGML_VK_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES ...
     check_env(spec_env)
     env.update(spec_env)
     env[API_KEY_ENV] = api_key
@@ -236,18 +243,32 @@ def _ctx_size(run: RuntimeRun) -> int | None:
 
 @dataclass(frozen=True)
 class BuildCheck:
-    """The build a run uses, and where its verdict is kept (see ``agent.runtimes.checks``)."""
+    """The build a run uses, and where its verdict is kept (see ``agent.runtimes.checks``).
+    ``backend``: a GPU backend still unproven here; the run's first generation proves it or not."""
 
     checks: RuntimeChecks
     fingerprint: str
     executable: str
     timeout_s: float = CHECK_TIMEOUT_S
+    backend: Backend | None = None
+
+    @property
+    def backend_key(self) -> str | None:
+        return module_fingerprint(self.fingerprint, self.backend) if self.backend is not None else None
+
+    def backend_failed(self, why: str) -> None:
+        if self.backend_key is not None:
+            self.checks.record(self.backend_key, "failed", self.executable, why)
 
 
 def explain_exit(build_check: BuildCheck | None) -> Callable[[int | None], str | None]:
     """``ILLEGAL_INSTRUCTION`` for an exit on SIGILL, recorded against the build when it is known."""
     def explain(code: int | None) -> str | None:
         if not is_illegal_instruction(code):
+            if build_check is not None and build_check.backend is not None and code:
+                # An unproven GPU backend that died before it computed: that backend fails here.
+                build_check.backend_failed(f"llama-server {describe_exit(code)} on its first start with "
+                                           f"{build_check.backend.label}")
             return None
         if build_check is not None:
             build_check.checks.record(build_check.fingerprint, "illegal_instruction",
@@ -296,14 +317,29 @@ async def check_build(run: RuntimeRun, check: BuildCheck | None, session: aiohtt
     Done before the run counts as ready, so "ready" has generated and the first user request
     finds every slot free. No answer in time leaves the build unchecked (next start asks again).
     """
-    if check is None or check.checks.verdict(check.fingerprint) is not None:
+    if check is None:
+        return
+    build_known = check.checks.verdict(check.fingerprint) is not None
+    if build_known and check.backend is None:
         return
     why = await one_token(run, session, check.timeout_s)
-    if why is None:
-        check.checks.record(check.fingerprint, "ok", check.executable, "one-token generation")
+    if why is not None:
+        # A build that dies here is recorded by the exit path (SIGILL, a GPU crash); anything else: next time.
+        _LOGGER.info("runtime check of %s inconclusive: %s", check.executable, why)
         return
-    # A build that dies here is recorded by the exit path (SIGILL); anything else: next time.
-    _LOGGER.info("runtime check of %s inconclusive: %s", check.executable, why)
+    if not build_known:
+        check.checks.record(check.fingerprint, "ok", check.executable, "one-token generation")
+    if check.backend is not None and check.backend_key is not None:
+        offload = run.record.offload
+        if offload is None or offload.layers_total is None:
+            _LOGGER.info("runtime check of %s on %s: the log did not say where the layers went", check.executable,
+                         check.backend.label)
+        elif offload.layers_on_gpu:
+            check.checks.record(check.backend_key, "ok", check.executable,
+                                f"one-token generation with {offload.layers_on_gpu}/{offload.layers_total} layers "
+                                f"on {', '.join(offload.devices) or check.backend.label}")
+        elif "--n-gpu-layers" not in run.record.argv:  # it was free to offload and put nothing on the GPU
+            check.backend_failed(f"it loaded with {check.backend.label} but offloaded no layers")
 
 
 async def one_token(run: RuntimeRun, session: aiohttp.ClientSession, timeout_s: float) -> str | None:
@@ -403,7 +439,8 @@ class LlamaCppDriver:
     runtime_name = RUNTIME_NAME
 
     def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog, checks: RuntimeChecks | None = None,
-                 check_timeout_s: float = CHECK_TIMEOUT_S, rpc_forwards: RpcForwards | None = None) -> None:
+                 check_timeout_s: float = CHECK_TIMEOUT_S, rpc_forwards: RpcForwards | None = None,
+                 driver_version: Callable[[], str | None] = lambda: None) -> None:
         self.paths = paths
         self.catalog = catalog
         self.rpc_forwards = rpc_forwards  # a model across nodes: loopback forwards to its helpers (agent.rpc)
@@ -413,6 +450,8 @@ class LlamaCppDriver:
         self._build_checks: weakref.WeakKeyDictionary[RuntimeRun, BuildCheck] = weakref.WeakKeyDictionary()
         self._versions: dict[str, ReportedVersion] = {}  # build fingerprint -> what its --version said
         self._version_lock = asyncio.Lock()
+        self.backends = BackendProbe(self.checks, _listing_env, driver_version)
+        self._picks: dict[str, Pick] = {}  # instance id -> the backend ``prepare`` chose for its launch
 
     def executable(self) -> RuntimeExecutable:
         exe = self.catalog.llama_server()
@@ -447,8 +486,25 @@ class LlamaCppDriver:
                 if reported is None:
                     reported = await ask_version(exe)
                     self._versions[fingerprint] = reported
+        backends = await self.backends.states(exe, fingerprint) if exe.backends else []
         return RuntimeOffer(runtime="llamacpp", available=True, version=offered_version(reported, exe.version),
-                            digest=fingerprint, location=location)
+                            digest=fingerprint, location=location, backends=backends)
+
+    async def prepare(self, spec: LaunchSpec, ring: LogRing) -> None:
+        """Choose the backend this start computes on (``pick_backend``: the node's choice against
+        what this build's backends did here) and say it in the instance's log."""
+        exe = await asyncio.to_thread(self.executable)
+        if not exe.backends:
+            self._picks.pop(spec.instance_id, None)
+            return
+        fingerprint = await asyncio.to_thread(self.checks.fingerprint, exe.path, exe.library_dir)
+        states = await self.backends.states(exe, fingerprint)
+        pick = pick_backend(spec.backend, states)
+        self._picks[spec.instance_id] = pick
+        state = next(s for s in states if s.backend is pick.backend)
+        devices = ", ".join(f"{d.name} ({d.description})" for d in state.devices)
+        ring.append([(f"[mirbadllm] backend: {pick.backend.label}{f' on {devices}' if devices else ''} "
+                     f"(node choice: {spec.backend}){f'; not {pick.why}' if pick.why else ''}")])
 
     def build_command(self, spec: LaunchSpec, port: int) -> list[str]:
         return build_command(spec, port)
@@ -459,22 +515,30 @@ class LlamaCppDriver:
             raise SpecRejected("rpc_peers: this agent forwards no RPC (it was built without agent.rpc)")
         self.executable()
 
-    def _build_check(self, exe: RuntimeExecutable) -> BuildCheck:
-        """This build's fingerprint; refuses a build already seen to stop on SIGILL here."""
+    def _build_check(self, exe: RuntimeExecutable, backend: Backend | None = None) -> BuildCheck:
+        """This build's fingerprint; refuses a build already seen to stop on SIGILL here. A GPU
+        ``backend`` with no verdict yet is proven (or failed) by this run."""
         fingerprint = self.checks.fingerprint(exe.path, exe.library_dir)
         self.checks.refuse_if_known_bad(fingerprint)
-        return BuildCheck(self.checks, fingerprint, str(exe.path), self.check_timeout_s)
+        unproven = backend if backend is not None and backend.is_gpu and \
+            self.checks.verdict(module_fingerprint(fingerprint, backend)) is None else None
+        return BuildCheck(self.checks, fingerprint, str(exe.path), self.check_timeout_s, unproven)
 
     def launch(self, spec: LaunchSpec, port: int, ring: LogRing) -> RuntimeRun:
         """Spawn llama-server for ``spec`` on ``port``; readiness is ``wait_ready``'s."""
         check_spec(spec, self.paths.models_dir)
         exe = self.executable()
-        build_check = self._build_check(exe)
+        # The backend ``prepare`` chose; a build with GPU modules that was not prepared runs on the CPU.
+        pick = self._picks.pop(spec.instance_id, None)
+        backend = (pick.backend if pick is not None else Backend.CPU) if exe.backends or exe.source == "build" else None
+        build_check = self._build_check(exe, backend)
         forwards = self._open_forwards(spec)
         rpc = forwards.endpoints if forwards is not None else None
         argv = [str(exe.path)] + build_command(spec, port, rpc)
         api_key = secrets.token_urlsafe(32)
         env = child_env({**gpu_env(spec.settings), **spec.env}, api_key, exe.library_dir)  # CUDAn = NVML's GPU n
+        if backend is not None:
+            env.update(self.backends.environment(exe, backend))  # its one GPU module (GGML_BACKEND_PATH)
         log_path = self.paths.instance_log(spec.instance_id)
         self.paths.logs_dir.mkdir(parents=True, exist_ok=True)
         _rotate(log_path)
@@ -494,7 +558,8 @@ class LlamaCppDriver:
             served_name=spec.served_name,
             config_hash=config_hash(spec.settings, spec.model_path, spec.served_name, spec.extra_args,
                                     spec.adapters, [p.node_id for p in spec.rpc_peers]),
-            started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
+            started_at=time.time(), startup_timeout_s=spec.startup_timeout_s,
+            backend=backend.value if backend is not None else None)
         run = RuntimeRun(RUNTIME_NAME, process, record, tailer, explain_exit=explain_exit(build_check))
         self._build_checks[run] = build_check  # until it is ready
         return run
@@ -535,6 +600,9 @@ class LlamaCppDriver:
         """``serves``, then the build's first generation; a build that died on it fails the start."""
         build_check = self._build_checks.pop(run, None)
         await run.wait_ready(session, startup_timeout_s, serves)
+        offload = parse_offload(run.last_lines(RING_LINES))
+        if offload.layers_total is not None:
+            run.record.offload = offload
         await check_build(run, build_check, session)
         if run.process.poll():  # the build died on its first generation (SIGILL, say)
             code = await run.wait_exit()
@@ -566,6 +634,13 @@ class LlamaCppDriver:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             _LOGGER.debug("cannot scrape %s: %s", run.endpoint, exc)
         return figures
+
+
+def _listing_env(exe: RuntimeExecutable) -> dict[str, str]:
+    """The environment ``--list-devices`` runs in: a runtime's, without a key."""
+    env = child_env({}, "", exe.library_dir)
+    env.pop(API_KEY_ENV, None)
+    return env
 
 
 def _rotate(log_path: Path) -> None:

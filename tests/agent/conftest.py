@@ -35,10 +35,10 @@ async def make_manager(tmp_path: Path, port_base: int) -> AsyncIterator[Callable
     runs: list[RuntimeRun] = []
 
     def make(exe: Path | None, home: Path | None = None, environ: dict[str, str] | None = None,
-             ) -> InstanceManager:
+             runtime_roots: list[Path] | None = None) -> InstanceManager:
         paths = AgentPaths(home or tmp_path / "agent").ensure()
         catalog = RuntimeCatalog(exe, environ=environ if environ is not None else {"PATH": ""},
-                                 distribution="no-such-distribution", runtime_roots=[])
+                                 distribution="no-such-distribution", runtime_roots=runtime_roots or [])
         manager = InstanceManager(LlamaCppDriver(paths, catalog), ProcessRecords(paths.records_file), port_base)
         made.append(manager)
         return manager

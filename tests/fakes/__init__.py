@@ -61,6 +61,27 @@ def write_fake_runtime(directory: Path, name: str = "llama-server", *, platform:
     return path
 
 
+def write_fake_build(root: Path, backends: dict[str, dict[str, object]] | None = None, **switches: object) -> Path:
+    """A portable build folder (``runtime.json``, ``bin/llama-server``) of the fake llama-server for
+    this machine, with a fake GPU module per backend (``backends/<name>/libggml-<name>.so``: the
+    JSON the fake reads through ``GGML_BACKEND_PATH``, see ``fake_llama_server``). Returns the folder."""
+    import json
+    import platform as _platform
+
+    folder = root / "llamacpp-11434.0.0-fake"
+    server = write_fake_runtime(folder / "bin", **switches)
+    listed: dict[str, object] = {"cpu": {"variants": []}}
+    for name, module in (backends or {}).items():
+        path = folder / "backends" / name / f"libggml-{name}.so"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(module))
+        listed[name] = {"module": f"backends/{name}/{path.name}"}
+    (folder / "runtime.json").write_text(json.dumps({
+        "format": 1, "runtime": "llamacpp", "version": "11434.0.0", "system": _platform.system(),
+        "machine": _platform.machine(), "server": f"bin/{server.name}", "backends": listed}))
+    return folder
+
+
 class FakeGpuProbe:
     """A GPU probe that reports what the test gives it."""
 

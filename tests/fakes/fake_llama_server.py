@@ -40,6 +40,13 @@ llama-server does. Fault switches (environment):
     FAKE_VERSION          what ``--version`` prints (default ``version: 4242 (fa4e1234)``, a git build's
                           shape; this project's sdist build says ``version: 0.6.0-dev (build 0, commit unknown)``)
 
+GPU backends: a fake "module" is a JSON file that ``GGML_BACKEND_PATH`` names (as the agent sets it
+for a GPU backend, ``agent.runtimes.backends``): ``{"devices": [["Vulkan0", "Fake GPU", 8192, 8000]],
+"list": "ok"|"crash"|"unloadable", "load": "ok"|"crash"|"no_offload"}``. ``--list-devices`` prints
+its devices as llama-server does (or crashes by SIGSEGV, or says it failed to load the module);
+a load then logs ``offloaded 19/19 layers to GPU`` and the buffer of each device (or dies by
+SIGSEGV, or offloads nothing). Without a module it lists no device and offloads 0 layers.
+
 By default it answers like today's llama-server: ``/metrics`` without KV-cache gauges, ``/slots``
 with each slot's ``n_ctx`` and, once it has served a task, ``n_prompt_tokens`` (the tokens its
 sequence holds, prompt and generated, kept after the task as the prompt cache); a chat request with
@@ -60,6 +67,7 @@ import signal
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -454,6 +462,7 @@ async def serve(args: argparse.Namespace) -> int:
     log(f"llama_model_loader: loading model from {args.model}")
     if os.environ.get("FAKE_SIGILL") == "load":
         die_by_sigill()
+    log_offload(args.argv)
     load_for = env_float("FAKE_LOAD_SECONDS")
     started = time.monotonic()
     while time.monotonic() - started < load_for and not done.is_set():
@@ -489,7 +498,65 @@ def crash() -> None:
     os._exit(int(env_float("FAKE_CRASH_EXIT_CODE", 1)))
 
 
+LAYERS = 19  # Gemma 3 270M's count (18 blocks and the output layer)
+
+
+def fake_module() -> dict[str, object] | None:
+    """The fake GPU module ``GGML_BACKEND_PATH`` names, or None (see the docstring)."""
+    path = os.environ.get("GGML_BACKEND_PATH")
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {"list": "unloadable", "why": "invalid ELF header"}
+    return data if isinstance(data, dict) else None
+
+
+def crash_by_sigsegv(where: str) -> None:
+    log(f"fake: crashing by SIGSEGV {where}, as the module asks")
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def list_devices() -> int:
+    module = fake_module()
+    if module is not None and module.get("list") == "crash":
+        crash_by_sigsegv("while listing devices")
+    if module is not None and module.get("list") == "unloadable":
+        print(f"load_backend: failed to load {os.environ['GGML_BACKEND_PATH']}: {module.get('why', 'cannot open')}",
+              flush=True)
+        module = None
+    print("Available devices:", flush=True)
+    devices = list(module.get("devices", [])) if module is not None else []
+    if not devices:
+        print("  (none)")
+    for name, description, total, free in devices:
+        print(f"  {name}: {description} ({total} MiB, {free} MiB free)")
+    return 0
+
+
+def log_offload(argv: list[str]) -> None:
+    """What llama-server's load says about placement: layers to the GPU, buffers per device."""
+    module = fake_module()
+    devices = list(module.get("devices", [])) if module is not None and module.get("list", "ok") == "ok" else []
+    if module is not None and module.get("load") == "crash":
+        crash_by_sigsegv("while loading onto the GPU")
+    on_gpu = LAYERS if devices and module is not None and module.get("load") != "no_offload" else 0
+    if "--n-gpu-layers" in argv:
+        asked = argv[argv.index("--n-gpu-layers") + 1]
+        if asked not in ("-1", "auto", "all"):
+            on_gpu = min(on_gpu, int(asked))
+    log(f"load_tensors: offloaded {on_gpu}/{LAYERS} layers to GPU")
+    if on_gpu:
+        log(f"load_tensors: {devices[0][0]:>12} model buffer size = {1.5 * on_gpu:8.2f} MiB")
+    log(f"load_tensors: {'CPU_Mapped':>12} model buffer size = {1.5 * (LAYERS - on_gpu) + 40:8.2f} MiB")
+    log(f"llama_kv_cache: {devices[0][0] if on_gpu else 'CPU':>10} KV buffer size = 18.00 MiB")
+
+
 def main(argv: list[str] | None = None) -> int:
+    if "--list-devices" in (sys.argv[1:] if argv is None else argv):  # as llama-server: to stdout, then exit
+        return list_devices()
     if "--version" in (sys.argv[1:] if argv is None else argv):  # as llama-server: to stderr, then exit
         log(os.environ.get("FAKE_VERSION", "version: 4242 (fa4e1234)"))
         log("built with fake cc for fake-arch")

@@ -94,3 +94,90 @@ def test_a_finished_build_matches_only_its_own_plan_and_unchanged_files(tmp_path
     assert not rt.manifest_matches(folder, rt.plan_build("Linux", "x86_64", ["-DGGML_CUDA=ON"]))
     (folder / "bin" / "llama-server").write_bytes(b"changed")
     assert not rt.manifest_matches(folder, plan)
+
+
+# ---------------------------------------------------------------- GPU backends (issue: your GPU out of the box)
+
+def test_a_cpu_only_build_keeps_its_key_and_gpu_backends_are_switched_on_and_keyed() -> None:
+    cpu = rt.plan_build("Linux", "x86_64")
+    vulkan = rt.plan_build("Linux", "x86_64", backends=("cpu", "vulkan"))
+    cuda = rt.plan_build("Linux", "x86_64", backends=("vulkan", "cuda"))
+    assert cpu.backends == ("cpu",) and "-DGGML_VULKAN=ON" not in cpu.all_cmake_args
+    assert vulkan.backends == ("cpu", "vulkan") and vulkan.all_cmake_args[-1] == "-DGGML_VULKAN=ON"
+    assert cuda.backends == ("cpu", "vulkan", "cuda") and cuda.cuda_line == "13"
+    assert "-DGGML_CUDA=ON" in cuda.all_cmake_args
+    assert any(a.startswith("-DCMAKE_CUDA_ARCHITECTURES=") and "75" in a for a in cuda.all_cmake_args)
+    assert len({cpu.key, vulkan.key, cuda.key,
+                rt.plan_build("Linux", "x86_64", backends=("cuda",), cuda_line="12").key}) == 4
+
+
+def test_backends_that_cannot_exist_on_a_platform_are_refused_by_name() -> None:
+    with pytest.raises(rt.BuildError, match="Metal is built for Apple Silicon"):
+        rt.plan_build("Linux", "x86_64", backends=("metal",))
+    with pytest.raises(rt.BuildError, match="macOS builds carry Metal"):
+        rt.plan_build("Darwin", "arm64", backends=("cuda",))
+    with pytest.raises(rt.BuildError, match="unknown backend rocm"):
+        rt.plan_build("Linux", "x86_64", backends=("rocm",))
+    assert rt.plan_build("Darwin", "arm64").backends == ("cpu", "metal")
+
+
+def test_auto_builds_what_the_machine_can_use_and_says_what_it_left_out() -> None:
+    nothing = rt.Machine(vulkan_loader=False, nvidia_driver=False)
+    amd = rt.Machine(vulkan_loader=True, nvidia_driver=False)
+    nvidia = rt.Machine(vulkan_loader=True, nvidia_driver=True)
+    no_tools = rt.Machine(vulkan_loader=True, nvidia_driver=False, missing_vulkan_build=("glslc",))
+    assert rt.resolve_backends("auto", "Linux", "x86_64", nothing)[0] == ("cpu",)
+    assert rt.resolve_backends("auto", "Linux", "x86_64", amd) == (("cpu", "vulkan"), [])
+    assert rt.resolve_backends("auto", "Windows", "AMD64", nvidia)[0] == ("cpu", "vulkan", "cuda")
+    assert rt.resolve_backends("auto", "Darwin", "arm64", nothing)[0] == ("cpu", "metal")
+    chosen, notes = rt.resolve_backends("auto", "Linux", "x86_64", no_tools)
+    assert chosen == ("cpu",) and "glslc" in notes[0] and "make system-deps" in notes[0]
+    assert rt.resolve_backends("cpu,VULKAN", "Linux", "x86_64", nothing)[0] == ("cpu", "vulkan")
+    with pytest.raises(rt.BuildError, match="auto or a comma list of cpu, vulkan, cuda, metal"):
+        rt.resolve_backends("gpu", "Linux", "x86_64", nothing)
+
+
+def test_a_missing_vulkan_build_dependency_names_its_package_before_cmake_runs(tmp_path: Path) -> None:
+    plan = rt.plan_build("Linux", "x86_64", backends=("cpu", "vulkan"))
+    empty = {"PATH": str(tmp_path)}
+    assert [package for _, package in rt.missing_vulkan_dependencies(empty, tmp_path)] == [
+        "glslc", "libvulkan-dev", "spirv-headers"]
+    (tmp_path / "usr/include/vulkan").mkdir(parents=True)
+    (tmp_path / "usr/include/vulkan/vulkan.h").write_text("")
+    assert [p for _, p in rt.missing_vulkan_dependencies(empty, tmp_path)] == ["glslc", "spirv-headers"]
+    with pytest.raises(rt.BuildError, match=r"glslc \(Debian package glslc\).*apt install glslc spirv-headers"):
+        rt.check_build_dependencies(plan, empty, tmp_path)
+    rt.check_build_dependencies(rt.plan_build("Linux", "x86_64"), empty, tmp_path)  # a CPU build needs none
+
+
+VULKAN_INSTANCE = '''    VkBool32 enable_best_practice = layer_settings;
+    std::vector<vk::LayerSettingEXT> settings = {};
+    vk::LayerSettingsCreateInfoEXT layer_setting_info(settings);
+    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions, &layer_setting_info);
+#ifdef __APPLE__
+'''
+
+
+def test_the_layer_settings_chain_is_guarded_for_older_vulkan_headers() -> None:
+    patched = rt.patch_vulkan_layer_settings("head\n" + VULKAN_INSTANCE)
+    guarded, fallback = patched.split("#else\n")
+    assert guarded.startswith("head\n#ifdef VK_EXT_layer_settings\n") and "LayerSettingsCreateInfoEXT" in guarded
+    assert fallback.startswith("    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, "
+                               "layers, extensions);\n#endif\n#ifdef __APPLE__")
+    with pytest.raises(rt.BuildError, match="instance set-up this builder knows"):
+        rt.patch_vulkan_layer_settings("int main() {}\n")
+
+
+def test_cuda_wheels_merge_into_one_toolkit_tree_cmake_can_read(tmp_path: Path) -> None:
+    nvidia = tmp_path / "nvidia"
+    for rel in ("cu13/bin/nvcc", "cu13/include/cuda_runtime.h", "cu13/include/cccl/cub/cub.cuh",
+                "cu13/lib/libcudart.so.13", "cublas/lib/libcublas.so.13", "cu13/nvvm/bin/cicc"):
+        (nvidia / rel).parent.mkdir(parents=True, exist_ok=True)
+        (nvidia / rel).write_text(rel)
+    merged = tmp_path / "toolkit"
+    rt.merge_cuda_wheels(nvidia, merged)
+    assert (merged / "bin/nvcc").read_text() == "cu13/bin/nvcc"
+    assert (merged / "include/cccl/cub/cub.cuh").is_file() and (merged / "nvvm/bin/cicc").is_file()
+    assert (merged / "lib/libcudart.so").resolve() == (nvidia / "cu13/lib/libcudart.so.13").resolve()
+    assert (merged / "lib64/libcublas.so").is_file()
+    assert [p.name for p in rt._cuda_runtime_libraries(merged, "Linux")] == ["libcublas.so.13", "libcudart.so.13"]
