@@ -46,6 +46,7 @@ from daemon.models.orchestrator import Orchestrator
 from daemon.models.registry import Registry, assemble_demo_gguf
 from daemon.models.restarts import RestartBook
 from daemon.nodes.api import NodesApi
+from daemon.nodes.backends import NodeBackends
 from daemon.nodes.links import AgentLink, Links
 from daemon.nodes.local_agent import LocalAgentProcess
 from daemon.nodes.manager import NodeManager
@@ -123,14 +124,15 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     registry = Registry(paths.models)
     audit = AuditLog(paths.history)
     history.recorder = audit  # History.audit's callers record through it
-    orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links)
+    backends = NodeBackends(paths.node_backends)  # each node's backend choice, sent with every launch
+    orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links, backends.choice)
     router = Router(orchestrator, links, maintenance, keys, config, history, metrics,
                     tracing=router_tracing(config.tracing))  # None unless [tracing] enabled
     health = HealthMonitor(orchestrator, links, maintenance, config.health, router.in_flight)
     orchestrator.on_state_change(health.observe)
     telemetry = TelemetryCollector(links, history, config.history_interval_s)
     nodes = NodeManager(config.nodes, paths.pki, paths.nodes, links, orchestrator, registry, telemetry, events,
-                        history)
+                        history, backends)
     registry.known_nodes = nodes.names  # a model is saved only on a node that exists
     registry.node_offers = nodes.offers  # ...and that offers its runtime (when it says)
     metrics.registry.register(FleetCollector(router.gates.waiting, registry.get, telemetry.hosts, nodes.names))
@@ -171,7 +173,7 @@ def handlers(d: DaemonDeps) -> Handlers:
         models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history),
         sources=SourcesApi(d.links, d.transfers, d.history, d.mirror),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
-        nodes=NodesApi(d.nodes, d.history),
+        nodes=NodesApi(d.nodes, d.history, d.audit),
         upgrades=UpgradesApi(d.upgrades),
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
         mirror=MirrorApi(d.mirror),

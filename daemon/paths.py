@@ -41,6 +41,10 @@ class DaemonPaths:
         return self.home / "nodes.json"
 
     @property
+    def node_backends(self) -> Path:
+        return self.home / "node_backends.json"
+
+    @property
     def history(self) -> Path:
         return self.home / "history.sqlite"
 

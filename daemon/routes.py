@@ -126,6 +126,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/nodes/{id}", nodes.get_node),
         web.delete("/api/nodes/{id}", nodes.remove),
         web.get("/api/nodes/{id}/gpus/{gpu}/history", nodes.gpu_history),    # ?range=5m|1h|24h|7d
+        web.put("/api/nodes/{id}/backend", nodes.put_backend),               # body: BackendSetting; daemon.nodes.backends
         web.get("/api/nodes/{id}/services", h.services.list_services),       # ?all=0|1; daemon.services.api
         web.post("/api/nodes/{id}/services/{name}/{action}", h.services.act),  # start|stop|restart; body: ServiceActionBody
         web.get("/api/nodes/{id}/services/policy", h.services_policy.get_policy),  # daemon.services.policy_api

@@ -6,6 +6,7 @@
     mirbadllm ctl nodes add ADDRESS                       # when multicast does not reach the agent
     mirbadllm ctl nodes pair ADDRESS CODE [--fingerprint FP] [--yes]
     mirbadllm ctl nodes remove NODE                       # id, id prefix or name
+    mirbadllm ctl nodes backend NODE auto|cuda|vulkan|cpu # what llama.cpp computes on there (next start)
     mirbadllm ctl nodes runtime-upgrade [--folder F] [--smoke-model PATH]
                                                           # roll a llama.cpp build out, one node at a time
 
@@ -46,6 +47,10 @@ def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type
     pair.add_argument("--yes", "-y", action="store_true", help="do not ask to compare the fingerprint")
     remove = actions.add_parser("remove", help="stop its models, unpair it and forget it")
     remove.add_argument("node", help="node id, a unique id prefix, or its name")
+    backend = actions.add_parser("backend", help="choose what llama.cpp computes on there: auto (the best that "
+                                 "works), cuda, vulkan or cpu; models started afterwards use it")
+    backend.add_argument("node", help="node id, a unique id prefix, or its name")
+    backend.add_argument("backend", help="auto, cuda, vulkan or cpu")
     upgrade = actions.add_parser("runtime-upgrade", help="roll a llama.cpp build out over the paired nodes, "
                                  "one at a time, and wait for it")
     upgrade.add_argument("--folder", help="the build folder `make runtime` wrote (llamacpp-<version>-<key>/); "
@@ -100,7 +105,27 @@ def fmt_node_detail(node: NodeView) -> str:
             lines.append(f"  {label:<10} {offer.version or 'version unknown'}  {offer.location or ''}{digest}")
         else:
             lines.append(f"  {label:<10} —  {offer.reason or 'unavailable'}")
+    lines += fmt_backends(node)
     return "\n".join(lines)
+
+
+def fmt_backends(node: NodeView) -> list[str]:
+    """The backend lines of ``ctl nodes show``: which one runs and why not a better one, then each
+    backend of the build with its devices or the reason it is unavailable."""
+    offer = next((o for o in node.runtimes if o.runtime == "llamacpp" and o.available), None)
+    if node.backend is None:
+        return [f"  backend    choice {node.backend_choice}; the node has not said what its build can do"]
+    lines = [f"  backend    {node.backend.label} (choice {node.backend_choice})"
+             + (f"; not {node.backend_why}" if node.backend_why else "")]
+    for state in offer.backends if offer is not None else []:
+        if state.backend.value == "cpu":
+            continue
+        devices = ", ".join(f"{d.name} {d.description} {d.memory_total_mib} MiB" for d in state.devices)
+        mark = "ok" if state.available and state.verified else "unproven" if state.available else "—"
+        detail = devices if state.available else (state.reason or "unavailable")
+        driver = f"  driver {state.driver}" if state.driver else ""
+        lines.append(f"    {state.backend.label:<8} {mark:<8} {detail}{driver}")
+    return lines
 
 
 def fmt_discovered(entry: DiscoveredNode) -> str:
@@ -196,6 +221,11 @@ async def run(args: argparse.Namespace, client: DaemonClient,
             print(fmt_node(node))
     elif args.action == "show":
         print(fmt_node_detail(await resolve(client, args.node)))
+    elif args.action == "backend":
+        node = await client.set_node_backend(await resolve_id(client, args.node), args.backend)
+        print(f"{node.name}: llama.cpp computes on {node.backend.label if node.backend else 'what it reports'} "
+              f"(choice {node.backend_choice}){f'; not {node.backend_why}' if node.backend_why else ''}; "
+              "models started from now on use it")
     elif args.action == "discovered":
         entries = await client.discovered_nodes()
         for entry in entries:

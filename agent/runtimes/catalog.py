@@ -24,7 +24,7 @@ import platform
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 _LOGGER = logging.getLogger(__name__)
@@ -313,6 +313,11 @@ class RuntimeCatalog:
         if self._configured is not None:
             if _is_executable(self._configured):
                 path = self._configured.absolute()
+                # The server of a portable build (``.../llamacpp-<v>-<key>/bin/llama-server``): that
+                # build, with its version, RPC server and GPU backends.
+                build = read_build(path.resolve().parent.parent, sys_platform=self._platform)
+                if build is not None and build.path == path.resolve():
+                    return replace(build, source="configured")
                 return RuntimeExecutable(path=path, library_dir=_library_dir_for(path), source="configured")
             _LOGGER.warning("configured llama-server %s is not an executable file", self._configured)
             return None
@@ -340,7 +345,7 @@ class RuntimeCatalog:
         exe = self.llama_server()
         if exe is None:
             return None
-        rpc = exe.rpc_server if exe.source == "build" else _rpc_server_beside(exe.path, self._platform)
+        rpc = exe.rpc_server if exe.source == "build" or exe.rpc_server else _rpc_server_beside(exe.path, self._platform)
         if rpc is None:
             return None
         return RuntimeExecutable(path=rpc, library_dir=exe.library_dir, source=exe.source, version=exe.version)

@@ -314,6 +314,11 @@ class DaemonClient:
     async def get_node(self, node_id: str) -> NodeView:
         return NodeView.model_validate(await self._call("GET", f"/api/nodes/{node_id}"))
 
+    async def set_node_backend(self, node_id: str, backend: str) -> NodeView:
+        """The node's backend choice: auto, cuda, vulkan or cpu (``daemon.nodes.backends``)."""
+        return NodeView.model_validate(await self._call("PUT", f"/api/nodes/{node_id}/backend",
+                                                        body={"backend": backend}))
+
     async def discovered_nodes(self) -> list[DiscoveredNode]:
         return [DiscoveredNode.model_validate(n) for n in await self._call("GET", "/api/nodes/discovered")]
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent.api.backends import Offload
 from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
@@ -130,6 +131,9 @@ class ModelStatus(BaseModel):
                                 "model; cleared when it starts again.")
     rpc_helpers: list[RpcHelper] = Field(default_factory=list, description="One model across nodes: each helper "
                                          "node of ``rpc_nodes`` and its rpc-server (daemon.models.rpc).")
+    backend: str | None = Field(default=None, description="llama.cpp: what it computes on (cpu, vulkan, cuda, metal).")
+    offload: Offload | None = Field(default=None, description="llama.cpp: layers on the GPU of all, and the buffers "
+                                    "per device (Vulkan0, CUDA0, MTL0), from its load log.")
 
 
 class ModelView(BaseModel):

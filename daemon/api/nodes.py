@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
+from agent.api.backends import Backend, BackendChoice
 from agent.api.key_store import KeysAtRest
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeOffer
@@ -60,6 +61,11 @@ class NodeView(BaseModel):
     fingerprint: str | None = Field(default=None, description="The fingerprint compared while pairing.")
     keys_at_rest: KeysAtRest | None = Field(default=None, description="How its agent's key is stored (its "
                                             "status): in the keychain, or a 0600 file with a warning.")
+    backend_choice: BackendChoice = Field(default="auto", description="The operator's choice for llama.cpp on this "
+                                          "node: auto (the best backend that works), cuda, vulkan or cpu.")
+    backend: Backend | None = Field(default=None, description="What a model started now computes on (None: the "
+                                    "node has not said what its build can do).")
+    backend_why: str | None = Field(default=None, description="Why not a better backend (or not the chosen one).")
 
 
 class DiscoveredNode(BaseModel):

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from agent.api.backends import BackendChoice
 from agent.api.client import AgentError
 from agent.api.models import (
     AgentStatus,
@@ -54,8 +55,10 @@ class OrchestratorError(DaemonProblem):
 
 
 class Orchestrator:
-    def __init__(self, registry: Registry, events: EventBus, book: RestartBook, links: Links) -> None:
+    def __init__(self, registry: Registry, events: EventBus, book: RestartBook, links: Links,
+                 backend_of: Callable[[str], BackendChoice] = lambda _node: "auto") -> None:
         self.registry = registry
+        self._backend_of = backend_of  # a node's backend choice (daemon.nodes.backends), sent with each launch
         self.events = events
         self.book = book
         self._links = links
@@ -148,7 +151,8 @@ class Orchestrator:
             node=node, endpoint=inst.endpoint, pid=inst.pid, started_at=inst.started_at,
             error=inst.error, last_log_lines=inst.last_log_lines if inst.error else [],
             restart_pending=running and inst.config_hash is not None and inst.config_hash != wanted_hash,
-            config_hash=wanted_hash, running_config_hash=inst.config_hash if running else None)
+            config_hash=wanted_hash, running_config_hash=inst.config_hash if running else None,
+            backend=inst.backend if running else None, offload=inst.offload if running else None)
 
     def _decorate(self, status: ModelStatus) -> ModelStatus:
         status.crash_count = self.book.crashes.get(status.id, 0)
@@ -222,8 +226,8 @@ class Orchestrator:
 
     @staticmethod
     def launch_spec(definition: ModelDefinition, force: bool = False,
-                    rpc_peers: list[RpcPeer] | None = None) -> LaunchSpec:
-        return LaunchSpec(instance_id=definition.id, runtime=definition.runtime, model_path=definition.model_path,
+                    rpc_peers: list[RpcPeer] | None = None, backend: BackendChoice = "auto") -> LaunchSpec:
+        return LaunchSpec(backend=backend, instance_id=definition.id, runtime=definition.runtime, model_path=definition.model_path,
                           served_name=definition.served_name, settings=definition.settings,
                           vllm=definition.vllm, mlx=definition.mlx, image=definition.image,
                           runtime_version=definition.runtime_version,
@@ -260,7 +264,8 @@ class Orchestrator:
             peers = await self._open_helpers(definition, link, in_flight) if definition.rpc_nodes else []
             for attempt in range(1, ROOM_ATTEMPTS + 1):
                 try:
-                    await link.client.start(self.launch_spec(definition, force, peers))
+                    await link.client.start(self.launch_spec(definition, force, peers,
+                                                             self._backend_of(link.node_id)))
                     break
                 except AgentError as exc:
                     short = placement.shortfall_from_refusal(exc.details) \

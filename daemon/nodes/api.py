@@ -8,6 +8,7 @@
     DELETE /api/nodes/{id}                     -> 204
     GET    /api/nodes/{id}/history             -> HistorySeries     # ?range=5m|1h|24h|7d
     GET    /api/nodes/{id}/gpus/{gpu}/history  -> HistorySeries     # ?range=5m|1h|24h|7d
+    PUT    /api/nodes/{id}/backend             -> NodeView          # body: BackendSetting (auto|cuda|vulkan|cpu)
 
 The pairing code arrives in one request body, is handed to ``daemon.nodes.pairing`` as a ``SecretStr``
 and is never logged, stored, audited or echoed in an error.
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agent.api.backends import BackendSetting
 from daemon.api.nodes import NodeAddressRequest, NodePairRequest
+from daemon.audit.log import Recorder
 from daemon.errors import (
     DaemonProblem,
     M,
@@ -39,9 +42,21 @@ async def _body(request: web.Request, contract: type[M]) -> M:
 
 
 class NodesApi:
-    def __init__(self, nodes: NodeManager, history: History) -> None:
+    def __init__(self, nodes: NodeManager, history: History, audit: Recorder | None = None) -> None:
         self._nodes = nodes
         self._history = history
+        self._audit = audit
+
+    async def put_backend(self, request: web.Request) -> web.Response:
+        """The node's backend choice; the next model started there computes on it (audited)."""
+        node = request.match_info["id"]
+        self._nodes.view(node)  # 404 before the body is judged
+        body = validated(BackendSetting, await read_json(request, MAX_NODES_BODY), "invalid_backend")
+        before, view = await self._nodes.set_backend(node, body.backend)
+        if self._audit is not None and before != body.backend:
+            await self._audit.record("node.backend", node, before=before, after=body.backend,
+                                     detail=f"{before} -> {body.backend}")
+        return json_response(view)
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         return json_response(self._nodes.views())

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from cryptography import x509
 
+from agent.api.backends import CHOICES, Backend, BackendChoice
 from agent.api.client import AgentClient, AgentError
 from agent.api.pairing import short_fingerprint
 from agent.api.runtimes import RuntimeOffer
@@ -35,6 +36,7 @@ from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.orchestrator import Orchestrator
 from daemon.models.registry import Registry
+from daemon.nodes.backends import NodeBackends, llamacpp_backends, node_pick
 from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
 from daemon.nodes.links import Links, NodeLink
 from daemon.nodes.monitor import NodeHealth, NodeMonitor, NodePolicy
@@ -59,8 +61,9 @@ FIRST_CONTACT_S = 10.0
 class NodeManager:
     def __init__(self, policy: NodePolicy, pki_dir: Path, nodes_file: Path, links: Links,
                  orchestrator: Orchestrator, registry: Registry, telemetry: TelemetryCollector,
-                 events: EventBus, history: History) -> None:
+                 events: EventBus, history: History, backends: NodeBackends | None = None) -> None:
         self.policy = policy
+        self.backends = backends if backends is not None else NodeBackends(nodes_file.with_name("node_backends.json"))
         self._pki_dir = pki_dir
         self.store = NodeStore(nodes_file)
         self.links = links  # paired nodes join (and leave) the daemon's links here
@@ -145,12 +148,40 @@ class NodeManager:
                 "cpu_count": status.cpu_count, "memory_total": status.memory_total,
                 "memory_available": status.memory_available, "gpus": status.gpus,
                 "runtimes": status.runtime_offers, "keys_at_rest": status.keys_at_rest})
+        choice = self.backends.choice(node_id)
+        pick = node_pick(choice, view.runtimes)
+        view = view.model_copy(update={"backend_choice": choice, "backend": pick.backend if pick else None,
+                                       "backend_why": pick.why if pick else None})
         if sample is not None:
             view = view.model_copy(update={
                 "cpu_percent": sample.cpu_percent, "memory_total": sample.memory_total,
                 "memory_used": sample.memory_used, "memory_available": sample.memory_available,
                 "gpus": sample.gpus or view.gpus})
         return view
+
+    async def set_backend(self, node_id: str, choice: BackendChoice) -> tuple[BackendChoice, NodeView]:
+        """Keep the node's backend choice; a GPU backend only where the node's build has it and it
+        sees a device (422 naming what the node has), never while the node cannot say (409).
+        Returns the choice it replaced and the node as it is now. No running model restarts."""
+        self.view(node_id)  # 404 node_not_found
+        if choice in ("cuda", "vulkan"):
+            states = llamacpp_backends(self.offers(node_id))
+            if states is None:
+                raise DaemonProblem(409, "node_offline", f"node '{node_id}' has not said which backends its "
+                                    f"llama.cpp build has (it is offline or not yet probed); choose auto or cpu, "
+                                    f"or try again once it answers")
+            state = next((s for s in states if s.backend.value == choice), None)
+            if state is None or not state.available:
+                have = "; ".join(
+                    f"{s.backend.label}: " + (", ".join(f"{d.name} {d.description} ({d.memory_total_mib} MiB)"
+                                                        for d in s.devices) or (s.reason or "no device"))
+                    for s in states if s.backend is not Backend.CPU) or "CPU only"
+                raise DaemonProblem(422, "backend_unavailable",
+                                    f"node '{node_id}' cannot compute on {choice}: "
+                                    f"{state.reason if state is not None else 'its build has no ' + choice + ' backend'}"
+                                    f". The choices are {', '.join(CHOICES)}; this node has {have}")
+        before = await self.backends.set(node_id, choice)
+        return before, self.view(node_id)
 
     def offers(self, node_id: str) -> list[RuntimeOffer] | None:
         """What the node's agent last said of its runtimes while it answered; None when it does not
@@ -289,6 +320,7 @@ class NodeManager:
                                 record.name, exc.message)
         await self._detach(node_id)
         await self.store.remove(node_id)
+        await self.backends.forget(node_id)
         self._orchestrator.on_instances(node_id, {})
         _LOGGER.info("removed node %r (%s)", record.name, node_id[:12])
         self._events.publish("node.removed", None, node=node_id, name=record.name, agent_unpaired=told)
