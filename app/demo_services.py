@@ -15,6 +15,9 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
+from agent.api.backends import Backend, BackendSetting, BackendState, Device
 from daemon.api.client import DaemonError
 from daemon.api.contracts import (
     FitReport,
@@ -71,6 +74,8 @@ from daemon.api.upgrades import (
     RolloutState,
     RolloutView,
 )
+from daemon.errors import validation_message
+from daemon.nodes.backends import node_pick, refusal
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -178,7 +183,18 @@ class DemoSources:
 
 LLAMACPP_BUILD = RuntimeOffer(runtime="llamacpp", available=True, version="11434.0.0 (runtime.json)",
                               digest="3b1f" + "0" * 60, location="~/.local/share/mirbadllm/runtimes/llamacpp-11434.0.0/"
-                              "bin/llama-server")
+                              "bin/llama-server",
+                              backends=[BackendState(backend=Backend.CPU, available=True, verified=True)])
+RTX_4090 = Device(name="CUDA0", description="NVIDIA GeForce RTX 4090", memory_total_mib=24564, memory_free_mib=9000)
+WORKSTATION_BUILD = LLAMACPP_BUILD.model_copy(update={"backends": [
+    BackendState(backend=Backend.CPU, available=True, verified=True),
+    BackendState(backend=Backend.VULKAN, available=True, verified=True, devices=[RTX_4090.model_copy(update={
+        "name": "Vulkan0", "description": "NVIDIA GeForce RTX 4090 (NVIDIA)"})]),
+    BackendState(backend=Backend.CUDA, available=True, verified=True, devices=[RTX_4090], driver="580.95.05")]})
+STUDIO_BACKENDS = [BackendState(backend=Backend.CPU, available=True, verified=True),
+                   BackendState(backend=Backend.METAL, available=True, verified=True,
+                                devices=[Device(name="MTL0", description="Apple M2 Max", memory_total_mib=73728,
+                                                memory_free_mib=70000)])]
 NO_DOCKER = RuntimeOffer(runtime="vllm", available=False,
                          reason="no Docker engine answers on this node (start Docker, or install it)")
 NOT_APPLE = RuntimeOffer(runtime="mlx", available=False, reason="MLX runs on Apple Silicon (macOS on arm64) only")
@@ -207,15 +223,17 @@ def _demo_nodes() -> list[NodeView]:
                                memory_used=int(15.2 * GIB), utilization_percent=58.0, temperature_c=64.0,
                                power_w=285.0, ecc=GpuEcc(volatile_corrected=2, volatile_uncorrected=0),
                                throttle_reasons=["sw_power_cap"], xid_events=0)],  # its Health column says so
-                 runtimes=[LLAMACPP_BUILD, _vllm(), NOT_APPLE],
+                 runtimes=[WORKSTATION_BUILD, _vllm(), NOT_APPLE], backend=Backend.CUDA,
                  keys_at_rest=KeysAtRest(keychain=True, backend="keyring.backends.SecretService.Keyring")),
         NodeView(id=hashlib.sha256(fp.encode()).hexdigest(), name="studio", address="192.168.1.40:8485",
                  state=NodeState.ONLINE, hostname="studio.local", os="Darwin", arch="arm64", version="0.1.0",
                  cpu_count=12, cpu_percent=9.0, memory_total=96 * GIB, memory_used=int(22.0 * GIB),
                  memory_available=int(74.0 * GIB), last_seen=now, latency_ms=2.1, paired_at=now - 86400 * 9,
                  fingerprint=fp, models=[],
+                 backend=Backend.METAL,
                  runtimes=[LLAMACPP_BUILD.model_copy(update={"location": "/opt/homebrew/bin/llama-server",
-                                                             "version": "b5040 (d3f8a51c)", "digest": "7c0d" + "0" * 60}),
+                                                             "version": "b5040 (d3f8a51c)", "digest": "7c0d" + "0" * 60,
+                                                             "backends": STUDIO_BACKENDS}),
                            RuntimeOffer(runtime="vllm", available=False,
                                         reason="vLLM runs in Docker on Linux with an NVIDIA GPU; this node is macOS"),
                            RuntimeOffer(runtime="mlx", available=True, version="0.26.3",
@@ -329,6 +347,23 @@ class DemoNodes:
             raise DaemonError(400, "node_is_local", "this machine's own node cannot be removed")
         self.nodes.remove(node)
         self._publish("node.removed", node=node_id)
+
+    async def set_node_backend(self, node_id: str, backend: str) -> NodeView:
+        self._record("set_node_backend", node_id, backend)
+        node = self._node(node_id)
+        try:
+            choice = BackendSetting.model_validate({"backend": backend}).backend
+        except ValidationError as exc:  # 422 as the daemon words it
+            raise DaemonError(422, "invalid_backend", validation_message(exc)) from None
+        refused = refusal(node_id, choice, node.runtimes)
+        if refused is not None:
+            raise DaemonError(*refused)
+        pick = node_pick(choice, node.runtimes)
+        updated = node.model_copy(update={"backend_choice": choice, "backend": pick.backend if pick else None,
+                                          "backend_why": pick.why if pick else None})
+        self.nodes[self.nodes.index(node)] = updated
+        self._publish("node.backend", node=node_id)
+        return updated
 
     async def upgrade_status(self) -> RolloutView:
         self._record("upgrade_status")

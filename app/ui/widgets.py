@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -88,6 +89,21 @@ def button(text: str, *, kind: str | None = None, icon: str | None = None, color
             _THEMED.append((weakref.ref(btn), icon))
     btn.setCursor(Qt.CursorShape.PointingHandCursor)
     return btn
+
+
+class StillComboBox(QComboBox):
+    """A combo box the mouse wheel does not change while the page scrolls past it: only once it has
+    the keyboard focus (clicked or tabbed to), as a user expects of a settings form."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()  # the scroll area behind scrolls instead
 
 
 class Card(QFrame):

@@ -82,6 +82,33 @@ def runtime_badges(node: NodeView) -> tuple[RuntimeBadge, ...]:
     return tuple(badges)
 
 
+BACKEND_CHOICES = (("auto", "Automatic (best that works)"), ("cuda", "CUDA (NVIDIA)"), ("vulkan", "Vulkan (any GPU)"),
+                   ("cpu", "CPU only"))
+
+
+def backend_summary(node: NodeView) -> str:
+    """One line for the Nodes page: what a model started now computes on, on which device, and why
+    not a better backend; then each GPU backend of the build that is unavailable, with its reason."""
+    if node.backend is None:
+        return "Not reported yet" if not node.runtimes else "Unknown: this node's llama.cpp says nothing of its backends"
+    offer = next((o for o in node.runtimes if o.runtime == "llamacpp" and o.available), None)
+    state = next((s for s in offer.backends if s.backend is node.backend), None) if offer else None
+    devices = ", ".join(f"{d.name} · {d.description} · {fmt_mib(d.memory_total_mib)}" for d in state.devices) \
+        if state is not None else ""
+    line = f"Computes on {node.backend.label}" + (f" — {devices}" if devices else "")
+    if state is not None and state.available and not state.verified and node.backend.is_gpu:
+        line += " (checked at the first start)"
+    if state is not None and state.driver:
+        line += f" · driver {state.driver}"
+    if node.backend_why:
+        line += f"\nNot {node.backend_why}"
+    return line
+
+
+def fmt_mib(mib: int) -> str:
+    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib} MiB"
+
+
 def available_runtimes(node: NodeView | None) -> tuple[str, ...]:
     """The runtimes a model may be placed on at ``node``. A node that has not reported (offline, or
     not yet probed) may take llama.cpp, the default: the daemon refuses a start there anyway."""
@@ -196,6 +223,11 @@ class NodesViewModel:
 
     async def remove(self, node_id: str) -> None:
         await self.client.remove_node(node_id)
+        await self.refresh()
+
+    async def set_backend(self, node_id: str, choice: str) -> None:
+        """What llama.cpp computes on there from the next start: auto, cuda, vulkan or cpu."""
+        await self.client.set_node_backend(node_id, choice)
         await self.refresh()
 
     def name_of(self, node_id: str) -> str:

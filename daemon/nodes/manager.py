@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from cryptography import x509
 
-from agent.api.backends import CHOICES, Backend, BackendChoice
+from agent.api.backends import BackendChoice
 from agent.api.client import AgentClient, AgentError
 from agent.api.pairing import short_fingerprint
 from agent.api.runtimes import RuntimeOffer
@@ -36,7 +36,7 @@ from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.orchestrator import Orchestrator
 from daemon.models.registry import Registry
-from daemon.nodes.backends import NodeBackends, llamacpp_backends, node_pick
+from daemon.nodes.backends import NodeBackends, node_pick, refusal
 from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
 from daemon.nodes.links import Links, NodeLink
 from daemon.nodes.monitor import NodeHealth, NodeMonitor, NodePolicy
@@ -164,22 +164,9 @@ class NodeManager:
         sees a device (422 naming what the node has), never while the node cannot say (409).
         Returns the choice it replaced and the node as it is now. No running model restarts."""
         self.view(node_id)  # 404 node_not_found
-        if choice in ("cuda", "vulkan"):
-            states = llamacpp_backends(self.offers(node_id))
-            if states is None:
-                raise DaemonProblem(409, "node_offline", f"node '{node_id}' has not said which backends its "
-                                    f"llama.cpp build has (it is offline or not yet probed); choose auto or cpu, "
-                                    f"or try again once it answers")
-            state = next((s for s in states if s.backend.value == choice), None)
-            if state is None or not state.available:
-                have = "; ".join(
-                    f"{s.backend.label}: " + (", ".join(f"{d.name} {d.description} ({d.memory_total_mib} MiB)"
-                                                        for d in s.devices) or (s.reason or "no device"))
-                    for s in states if s.backend is not Backend.CPU) or "CPU only"
-                raise DaemonProblem(422, "backend_unavailable",
-                                    f"node '{node_id}' cannot compute on {choice}: "
-                                    f"{state.reason if state is not None else 'its build has no ' + choice + ' backend'}"
-                                    f". The choices are {', '.join(CHOICES)}; this node has {have}")
+        refused = refusal(node_id, choice, self.offers(node_id))
+        if refused is not None:
+            raise DaemonProblem(*refused)
         before = await self.backends.set(node_id, choice)
         return before, self.view(node_id)
 

@@ -31,7 +31,16 @@ from app import format as fmt
 from app.context import AppContext
 from app.ui.charts import LiveChart
 from app.ui.pages.pair_dialog import PairDialog
-from app.ui.widgets import Card, StateBadge, button, label, page, page_header, set_prop
+from app.ui.widgets import (
+    Card,
+    StateBadge,
+    StillComboBox,
+    button,
+    label,
+    page,
+    page_header,
+    set_prop,
+)
 from app.viewmodels.charts import NO_GPU, RANGES
 from app.viewmodels.node_charts import (
     GPU,
@@ -41,10 +50,12 @@ from app.viewmodels.node_charts import (
     NodeChartsState,
 )
 from app.viewmodels.nodes import (
+    BACKEND_CHOICES,
     BADGE,
     KEYS_ROW_NOTE,
     STATE_TEXT,
     NodesState,
+    backend_summary,
     gpu_health,
     keys_warning,
     runtime_badges,
@@ -165,6 +176,21 @@ class NodePanel(QScrollArea):
             form.addRow(label(title, muted=True), value)
         self.runtimes = RuntimeBadges()
         form.addRow(label("Runtimes", muted=True), self.runtimes)
+        backend = QWidget()
+        backend_col = QVBoxLayout(backend)
+        backend_col.setContentsMargins(0, 0, 0, 0)
+        self.backend_choice = StillComboBox()
+        self.backend_choice.setObjectName("NodeBackendChoice")
+        self.backend_choice.setToolTip("What llama.cpp computes on on this node. Models started from now on use it; "
+                                       "a running model keeps its backend until it restarts.")
+        for value, text in BACKEND_CHOICES:
+            self.backend_choice.addItem(text, value)
+        self.backend_choice.activated.connect(self._backend_chosen)
+        self.backend_note = label("—", muted=True, wrap=True, selectable=True)
+        self.backend_note.setObjectName("NodeBackendNote")
+        backend_col.addWidget(self.backend_choice, 0, Qt.AlignmentFlag.AlignLeft)
+        backend_col.addWidget(self.backend_note)
+        form.addRow(label("GPU backend", muted=True), backend)
         details.body.addLayout(form)
         col.addWidget(details)
         self.gpu_card = Card("GPUs")
@@ -246,6 +272,10 @@ class NodePanel(QScrollArea):
         v["fingerprint"].setText(short_fingerprint(node.fingerprint) if node.fingerprint else "—")
         v["id"].setText(node.id)
         self.runtimes.show_node(node)
+        index = self.backend_choice.findData(node.backend_choice)
+        if index >= 0 and not self.backend_choice.view().isVisible():
+            self.backend_choice.setCurrentIndex(index)
+        self.backend_note.setText(backend_summary(node))
         self._render_gpus(node)
         self.show_charts(self.ctx.node_charts.state.value)  # a node without a GPU: its GPU charts say so
         names = {m.definition.id: m for m in self.ctx.fleet.snapshot.value.models}
@@ -287,6 +317,17 @@ class NodePanel(QScrollArea):
             no_gpu = spec.needs_gpu and self.node is not None and not self.node.gpus
             chart.set_message(NO_GPU if no_gpu else None)
             chart.set_data(plot.ts, plot.lines(spec))
+
+    def _backend_chosen(self, _index: int) -> None:
+        node, choice = self.node, self.backend_choice.currentData()
+        if node is None or choice == node.backend_choice:
+            return
+        name = "this machine" if node.local else node.name
+        text = dict(BACKEND_CHOICES)[choice].split(" (")[0]
+        self.ctx.act(self.ctx.nodes.set_backend(node.id, choice),
+                     f"{name}: models started from now on use {text}")
+        # A refusal leaves the choice as it was: the next refresh shows the node's own.
+        self.backend_choice.setCurrentIndex(self.backend_choice.findData(node.backend_choice))
 
     def _remove(self) -> None:
         node = self.node

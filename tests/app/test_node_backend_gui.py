@@ -1,0 +1,94 @@
+"""The Nodes page says what a node's llama.cpp computes on (backend, device, why not a better one) and
+lets the user choose it: auto, CUDA, Vulkan or the CPU; a choice the node cannot take is refused with
+the daemon's reason and the box goes back; the mouse wheel never changes it in passing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient
+
+from agent.api.backends import Backend, BackendState, Device
+from app.context import AppContext, Message
+from app.ui.main_window import MainWindow
+from app.viewmodels.nodes import backend_summary
+from daemon.api.nodes import NodeState, NodeView, RuntimeOffer
+
+BOX = "c" * 64
+RADEON = Device(name="Vulkan0", description="AMD Radeon RX 7600 (RADV NAVI33)", memory_total_mib=8176,
+                memory_free_mib=8000)
+
+
+def radeon_box() -> NodeView:
+    offer = RuntimeOffer(runtime="llamacpp", available=True, version="11434.0.0 (runtime.json)", backends=[
+        BackendState(backend=Backend.CPU, available=True, verified=True),
+        BackendState(backend=Backend.VULKAN, available=True, verified=True, devices=[RADEON])])
+    return NodeView(id=BOX, name="radeon-box", state=NodeState.ONLINE, address="10.0.0.7:9443", runtimes=[offer],
+                    backend=Backend.VULKAN)
+
+
+def test_the_summary_says_backend_device_and_why_not_better() -> None:
+    node = radeon_box()
+    assert backend_summary(node) == "Computes on Vulkan — Vulkan0 · AMD Radeon RX 7600 (RADV NAVI33) · 8.0 GiB"
+    fallen = node.model_copy(update={"backend": Backend.CPU, "backend_choice": "vulkan",
+                                     "backend_why": "Vulkan: it loaded with Vulkan but offloaded no layers"})
+    assert backend_summary(fallen) == "Computes on CPU\nNot Vulkan: it loaded with Vulkan but offloaded no layers"
+    assert backend_summary(node.model_copy(update={"runtimes": [], "backend": None})) == "Not reported yet"
+
+
+@pytest.fixture
+def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> tuple[MainWindow, AppContext]:
+    fake.nodes.append(radeon_box())
+    win = open_main_window(fake, nodes_loaded=True, size=(1280, 800))
+    return win, win.ctx
+
+
+@pytest.mark.gui
+def test_choosing_the_backend_from_the_nodes_page(window: tuple[MainWindow, AppContext], fake: FakeDaemonClient,
+                                                  qtbot: Any) -> None:
+    win, ctx = window
+    messages: list[Message] = []
+    ctx.messages.subscribe(messages.append)
+    win.show_page("nodes")
+    panel = win.nodes.panel
+    ctx.nodes.select(BOX)
+    qtbot.waitUntil(lambda: panel.title.text() == "radeon-box")
+    combo, note = panel.backend_choice, panel.backend_note
+    assert combo.currentData() == "auto" and combo.isVisible()
+    assert note.text().startswith("Computes on Vulkan — Vulkan0 · AMD Radeon RX 7600")
+
+    combo.setCurrentIndex(combo.findData("cpu"))
+    combo.activated.emit(combo.currentIndex())
+    qtbot.waitUntil(lambda: note.text() == "Computes on CPU")
+    assert fake.called("set_node_backend")[-1] == (BOX, "cpu") and combo.currentData() == "cpu"
+    assert messages[-1] == Message("radeon-box: models started from now on use CPU only")
+
+    combo.setCurrentIndex(combo.findData("cuda"))  # no NVIDIA there: refused, and the box goes back
+    combo.activated.emit(combo.currentIndex())
+    qtbot.waitUntil(lambda: len(messages) == 2)
+    assert messages[-1].error and "cannot compute on cuda: its build has no cuda backend" in messages[-1].text
+    assert "Vulkan: Vulkan0 AMD Radeon RX 7600 (RADV NAVI33) (8176 MiB)" in messages[-1].text
+    assert combo.currentData() == "cpu" and ctx.nodes.state.value.node(BOX).backend_choice == "cpu"
+
+
+@pytest.mark.gui
+def test_the_wheel_does_not_change_the_backend_in_passing(window: tuple[MainWindow, AppContext],
+                                                          fake: FakeDaemonClient, qtbot: Any) -> None:
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    win, ctx = window
+    win.show_page("nodes")
+    ctx.nodes.select(BOX)
+    panel = win.nodes.panel
+    qtbot.waitUntil(lambda: panel.title.text() == "radeon-box")
+    combo = panel.backend_choice
+    assert not combo.hasFocus()
+    centre = QPointF(combo.rect().center())
+    wheel = QWheelEvent(centre, QPointF(combo.mapToGlobal(combo.rect().center())), QPoint(0, 0), QPoint(0, -120),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(combo, wheel)
+    assert combo.currentData() == "auto" and not fake.called("set_node_backend")
