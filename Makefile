@@ -38,8 +38,11 @@ $(VENV)/.package-installed: pyproject.toml | $(PY)
 	$(PIP) install -e '.[gui,package]'
 	@touch $@
 
-package: $(VENV)/.package-installed runtime
-	$(PY) -m installers.package --dist dist --runtime "$$($(PY) -m installers.llamacpp_runtime path --root $(RUNTIMES))"
+# What users download carries the CPU and Vulkan (any GPU vendor); CUDA is a runtime pack of its own.
+PACKAGE_BACKENDS ?= cpu,vulkan
+package: $(VENV)/.package-installed
+	$(MAKE) runtime BACKENDS=$(PACKAGE_BACKENDS)
+	$(PY) -m installers.package --dist dist --runtime "$$($(PY) -m installers.llamacpp_runtime path --root $(RUNTIMES) --backends $(PACKAGE_BACKENDS))"
 
 # Installs the .deb that `make package` built, serves a GGUF through it, removes it (needs root).
 test-package: $(VENV)/.test-installed

@@ -83,7 +83,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     probe = gpu_probe if gpu_probe is not None else NvmlProbe()
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe,
                           models_dir=paths.models_dir)
-    llamacpp = LlamaCppDriver(paths, catalog, rpc_forwards=RpcForwards(lambda: peer_client_context(identity)))
+    llamacpp = LlamaCppDriver(paths, catalog, rpc_forwards=RpcForwards(lambda: peer_client_context(identity)),
+                              driver_version=getattr(probe, "driver_version", lambda: None))  # NVML's, for CUDA
     drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=probe.sample),
                       MlxDriver(paths, mlx_server, mlx_platform))
     manager = InstanceManager(drivers, ProcessRecords(paths.records_file), first_port, admission=admission)

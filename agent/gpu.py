@@ -71,6 +71,7 @@ class NvmlProbe:
         self._unavailable = False
         self._warned = False
         self._seen_us: dict[int, int] = {}  # per GPU index: the newest utilisation sample read
+        self._driver: str | None = None
         self.xids: XidWatcher | None = None
 
     def _init(self) -> Any:
@@ -91,6 +92,17 @@ class NvmlProbe:
         """Stop watching for XID errors (the thread ends within its wait's timeout)."""
         if self.xids is not None:
             self.xids.stop()
+
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver's version (``580.95.05``), or None where there is no NVML."""
+        if self._driver is None:
+            nvml = self._init()
+            if nvml is None:
+                return None
+            with contextlib.suppress(Exception):
+                raw = nvml.nvmlSystemGetDriverVersion()
+                self._driver = raw.decode() if isinstance(raw, bytes) else str(raw)
+        return self._driver
 
     def sample(self) -> list[GpuInfo]:
         with self._lock:
@@ -121,6 +133,10 @@ class NvmlProbe:
         for field, read in readers:
             with contextlib.suppress(Exception):  # not every GPU reports every figure
                 setattr(info, field, float(read()))
+        with contextlib.suppress(Exception):
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            info.compute_capability = f"{major}.{minor}"
+        info.driver_version = self.driver_version()
         info.processes = self._processes(nvml, index, handle, info.utilization_percent)
         info.ecc = _ecc(nvml, handle)
         info.throttle_reasons = _throttle_reasons(nvml, handle)

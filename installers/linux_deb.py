@@ -48,7 +48,9 @@ DEPENDS = (
     "libxcb-icccm4", "libxcb-image0", "libxcb-keysyms1", "libxcb-randr0", "libxcb-render-util0",
     "libxcb-shape0", "libxcb-xfixes0", "libxcb-xinerama0", "libxcb-xkb1",
 )
-RECOMMENDS = ("ca-certificates",)
+# libvulkan1: the Vulkan loader the bundled llama.cpp's Vulkan module links; every GPU vendor's Linux
+# driver brings its own Vulkan driver. Without it the module does not load and models run on the CPU.
+RECOMMENDS = ("ca-certificates", "libvulkan1")
 
 
 def deb_architecture(machine: str) -> str:

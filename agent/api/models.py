@@ -137,6 +137,8 @@ class GpuInfo(BaseModel):
     xid_events: int | None = Field(default=None, description="XID errors seen since the agent started; "
                                    "None: not watched (the driver cannot deliver them).")
     last_xid: int | None = Field(default=None, description="The code of the newest XID error, when any came.")
+    compute_capability: str | None = Field(default=None, description="NVIDIA: the CUDA compute capability (8.9).")
+    driver_version: str | None = Field(default=None, description="NVIDIA: the driver's version (580.95.05).")
     unified_memory: bool = Field(default=False, description="Apple silicon: memory_* is the system's memory.")
     working_set_limit: int | None = Field(
         default=None, description="Apple silicon: Metal's recommended working set (bytes), when readable.")

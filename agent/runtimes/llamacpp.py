@@ -78,6 +78,12 @@ _METRICS = {  # llama.cpp name -> InstanceSample field
     "llamacpp:kv_cache_tokens": "kv_cache_tokens",  # removed from newer builds
 }
 
+# libllama's own load report ("offloaded 19/19 layers to GPU", the buffer size per device) is logged
+# at llama-server's verbosity 4 only (its default is 3): a portable build's run is started with it,
+# unless the spec's arguments set a verbosity themselves.
+PLACEMENT_LOG_ARGS = ("--log-verbosity", "4")
+VERBOSITY_FLAGS = frozenset({"-v", "--verbose", "--log-verbose", "-lv", "--verbosity", "--log-verbosity"})
+
 # Variables of the agent's own environment every runtime gets.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
 # On Windows a process without SYSTEMROOT cannot even start Winsock, and the CRT wants TEMP/TMP;
@@ -535,6 +541,8 @@ class LlamaCppDriver:
         forwards = self._open_forwards(spec)
         rpc = forwards.endpoints if forwards is not None else None
         argv = [str(exe.path)] + build_command(spec, port, rpc)
+        if backend is not None and not VERBOSITY_FLAGS & {a.split("=", 1)[0] for a in argv}:
+            argv += PLACEMENT_LOG_ARGS
         api_key = secrets.token_urlsafe(32)
         env = child_env({**gpu_env(spec.settings), **spec.env}, api_key, exe.library_dir)  # CUDAn = NVML's GPU n
         if backend is not None:

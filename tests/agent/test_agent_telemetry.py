@@ -52,7 +52,10 @@ def test_prometheus_text_to_values() -> None:
 def test_nvml_probe_reads_what_the_gpu_reports() -> None:
     assert NvmlProbe(FakeNvml()).sample() == [GpuInfo(
         index=0, name="Fake GPU 24GB", uuid="GPU-fake-0", memory_total=24 << 30, memory_used=3 << 30,
-        utilization_percent=37.0, temperature_c=51.0, power_w=None)]
+        utilization_percent=37.0, temperature_c=51.0, power_w=None, compute_capability="8.9",
+        driver_version="580.95.05")]
+    assert NvmlProbe(FakeNvml()).driver_version() == "580.95.05"
+    assert NvmlProbe(FakeNvml(fail_init=True)).driver_version() is None
 
 
 def test_no_nvidia_driver_means_no_gpus() -> None:

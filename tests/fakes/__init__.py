@@ -175,3 +175,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
         raise RuntimeError("Not Supported")  # not every GPU reports power
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
+        return (8, 9)
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"580.95.05"
