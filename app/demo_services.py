@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agent.api.backends import Backend, BackendSetting, BackendState, Device
 from daemon.api.client import DaemonError
 from daemon.api.contracts import (
+    Backend,
+    BackendSetting,
+    BackendState,
+    Device,
     FitReport,
     GgufSummary,
     GpuEcc,
@@ -59,6 +62,8 @@ from daemon.api.nodes import (
     NodeState,
     NodeView,
     RuntimeOffer,
+    node_pick,
+    refusal,
 )
 from daemon.api.runtime_upgrades import NodeRuntimeBuild, RuntimeRolloutView
 from daemon.api.sources import (
@@ -74,8 +79,6 @@ from daemon.api.upgrades import (
     RolloutState,
     RolloutView,
 )
-from daemon.errors import validation_message
-from daemon.nodes.backends import node_pick, refusal
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -354,7 +357,7 @@ class DemoNodes:
         try:
             choice = BackendSetting.model_validate({"backend": backend}).backend
         except ValidationError as exc:  # 422 as the daemon words it
-            raise DaemonError(422, "invalid_backend", validation_message(exc)) from None
+            raise DaemonError(422, "invalid_backend", f"backend: {exc.errors()[0]['msg']}") from None
         refused = refusal(node_id, choice, node.runtimes)
         if refused is not None:
             raise DaemonError(*refused)

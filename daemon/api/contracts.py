@@ -10,6 +10,8 @@ fingerprints the agent's way.
 
 from __future__ import annotations
 
+from agent.api.backends import CHOICES as BACKEND_CHOICES
+from agent.api.backends import Backend, BackendSetting, BackendState, Device, Offload
 from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.mlx import MlxSettings
@@ -28,6 +30,31 @@ from agent.api.sources import (
 )
 from agent.api.vllm import VllmSettings
 
-__all__ = ["RUNTIMES", "RUNTIME_LABELS", "FitReport", "GgufSummary", "GpuEcc", "GpuInfo", "HfFileRef", "ImportedModel",
-           "KeysAtRest", "LlamaCppSettings", "LmStudioModelInfo", "MemoryEstimate", "MlxSettings", "OllamaModelInfo", "RuntimeId",
-           "TransferState", "VllmSettings", "format_code", "normalize_code", "short_fingerprint"]
+__all__ = [
+    "BACKEND_CHOICES",
+    "RUNTIMES",
+    "RUNTIME_LABELS",
+    "Backend",
+    "BackendSetting",
+    "BackendState",
+    "Device",
+    "FitReport",
+    "GgufSummary",
+    "GpuEcc",
+    "GpuInfo",
+    "HfFileRef",
+    "ImportedModel",
+    "KeysAtRest",
+    "LlamaCppSettings",
+    "LmStudioModelInfo",
+    "MemoryEstimate",
+    "MlxSettings",
+    "Offload",
+    "OllamaModelInfo",
+    "RuntimeId",
+    "TransferState",
+    "VllmSettings",
+    "format_code",
+    "normalize_code",
+    "short_fingerprint",
+]

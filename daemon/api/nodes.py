@@ -12,7 +12,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
-from agent.api.backends import Backend, BackendChoice
+from agent.api.backends import (
+    CHOICES,
+    Backend,
+    BackendChoice,
+    BackendState,
+    Pick,
+    pick_backend,
+)
 from agent.api.key_store import KeysAtRest
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeOffer
@@ -103,3 +110,43 @@ class NodePairRequest(BaseModel):
     address: str = Field(min_length=1, max_length=255)
     code: SecretStr = Field(description="The agent's pairing code, e.g. ABCD-EFGH.")
     fingerprint: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+
+
+# --- a node's backend: what a start there computes on, and which choice it can take (daemon.nodes.backends)
+
+def llamacpp_backends(offers: list[RuntimeOffer] | None) -> list[BackendState] | None:
+    """The backends of the node's llama.cpp build as it last reported them; None when not known."""
+    for offer in offers or []:
+        if offer.runtime == "llamacpp" and offer.available:
+            return list(offer.backends)
+    return None
+
+
+def refusal(node_id: str, choice: str, offers: list[RuntimeOffer] | None) -> tuple[int, str, str] | None:
+    """Why ``choice`` cannot be kept for the node, as (status, code, message); None when it can.
+    A GPU backend only where the node's build has it and it sees a device (422 naming what the node
+    has); not while the node has not said (409). ``auto`` and ``cpu`` always can."""
+    if choice not in ("cuda", "vulkan"):
+        return None
+    states = llamacpp_backends(offers)
+    if states is None:
+        return (409, "node_offline", (f"node '{node_id}' has not said which backends its llama.cpp build has (it is "
+                "offline or not yet probed); choose auto or cpu, or try again once it answers"))
+    state = next((s for s in states if s.backend.value == choice), None)
+    if state is not None and state.available:
+        return None
+    have = "; ".join(
+        f"{s.backend.label}: " + (", ".join(f"{d.name} {d.description} ({d.memory_total_mib} MiB)" for d in s.devices)
+                                  or (s.reason or "no device"))
+        for s in states if s.backend is not Backend.CPU) or "CPU only"
+    why = state.reason if state is not None else f"its build has no {choice} backend"
+    return (422, "backend_unavailable", (f"node '{node_id}' cannot compute on {choice}: {why}. The choices are "
+            f"{', '.join(CHOICES)}; this node has {have}"))
+
+
+def node_pick(choice: str, offers: list[RuntimeOffer] | None) -> Pick | None:
+    """What a start on the node would compute on now; None while the node has not said."""
+    states = llamacpp_backends(offers)
+    if not states:
+        return None
+    return pick_backend(choice, states)

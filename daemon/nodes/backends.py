@@ -2,7 +2,8 @@
 
 The daemon owns the choice (``node_backends.json`` beside ``nodes.json``); the node owns what its
 build can do (``RuntimeOffer.backends``). ``agent.api.backends.pick_backend`` joins the two, on the
-node at each start and here for the Nodes page, ``ctl nodes show`` and ``/api/nodes``. A choice
+node at each start and, through ``daemon.api.nodes.node_pick`` and ``refusal``, for the Nodes page,
+``ctl nodes show`` and ``/api/nodes``. A choice
 changes no running model: the next start on that node uses it (``Orchestrator.launch_spec``).
 """
 
@@ -17,14 +18,9 @@ from pydantic import BaseModel
 
 from agent.api.backends import (
     CHOICES,
-    Backend,
     BackendChoice,
-    BackendState,
-    Pick,
-    pick_backend,
 )
 from agent.api.json_store import JsonStore, UnreadableStore
-from agent.api.runtimes import RuntimeOffer
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -71,41 +67,3 @@ class NodeBackends:
     async def forget(self, node_id: str) -> None:
         if node_id in self._choices:
             await self.set(node_id, AUTO)
-
-
-def llamacpp_backends(offers: list[RuntimeOffer] | None) -> list[BackendState] | None:
-    """The backends of the node's llama.cpp build as it last reported them; None when not known."""
-    for offer in offers or []:
-        if offer.runtime == "llamacpp" and offer.available:
-            return list(offer.backends)
-    return None
-
-
-def refusal(node_id: str, choice: str, offers: list[RuntimeOffer] | None) -> tuple[int, str, str] | None:
-    """Why ``choice`` cannot be kept for the node, as (status, code, message); None when it can.
-    A GPU backend only where the node's build has it and it sees a device (422 naming what the node
-    has); not while the node has not said (409). ``auto`` and ``cpu`` always can."""
-    if choice not in ("cuda", "vulkan"):
-        return None
-    states = llamacpp_backends(offers)
-    if states is None:
-        return (409, "node_offline", (f"node '{node_id}' has not said which backends its llama.cpp build has (it is "
-                "offline or not yet probed); choose auto or cpu, or try again once it answers"))
-    state = next((s for s in states if s.backend.value == choice), None)
-    if state is not None and state.available:
-        return None
-    have = "; ".join(
-        f"{s.backend.label}: " + (", ".join(f"{d.name} {d.description} ({d.memory_total_mib} MiB)" for d in s.devices)
-                                  or (s.reason or "no device"))
-        for s in states if s.backend is not Backend.CPU) or "CPU only"
-    why = state.reason if state is not None else f"its build has no {choice} backend"
-    return (422, "backend_unavailable", (f"node '{node_id}' cannot compute on {choice}: {why}. The choices are "
-            f"{', '.join(CHOICES)}; this node has {have}"))
-
-
-def node_pick(choice: str, offers: list[RuntimeOffer] | None) -> Pick | None:
-    """What a start on the node would compute on now; None while the node has not said."""
-    states = llamacpp_backends(offers)
-    if not states:
-        return None
-    return pick_backend(choice, states)

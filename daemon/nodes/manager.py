@@ -30,13 +30,15 @@ from daemon.api.nodes import (
     NodePairRequest,
     NodeState,
     NodeView,
+    node_pick,
+    refusal,
 )
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.orchestrator import Orchestrator
 from daemon.models.registry import Registry
-from daemon.nodes.backends import NodeBackends, node_pick, refusal
+from daemon.nodes.backends import NodeBackends
 from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
 from daemon.nodes.links import Links, NodeLink
 from daemon.nodes.monitor import NodeHealth, NodeMonitor, NodePolicy
