@@ -106,7 +106,7 @@ def gemma_gguf() -> Path:
     size = sum(p.stat().st_size for p in parts)
     if not target.is_file() or target.stat().st_size != size:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # parallel workers assemble side by side
         digest = hashlib.sha256()
         with open(tmp, "wb") as out:
             for part in parts:

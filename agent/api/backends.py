@@ -149,7 +149,11 @@ _KV_BUFFER = re.compile(r"(?P<buffer>\S+) KV buffer size\s*=\s*(?P<mib>[\d.]+) M
 
 
 def parse_offload(lines: list[str]) -> Offload:
-    """What llama-server's load log says about placement (the last load in ``lines`` wins)."""
+    """What llama-server's load log says about placement (the last load in ``lines`` wins).
+
+    llama.cpp says "offloaded 19/19 layers to GPU" even where no GPU backend is loaded (the layers
+    then stay with the CPU): only a model buffer on a GPU device (``Vulkan0``, ``CUDA0``) makes them
+    count as on the GPU."""
     offload = Offload()
     for line in lines:
         if (found := _OFFLOADED.search(line)) is not None:
@@ -158,4 +162,6 @@ def parse_offload(lines: list[str]) -> Offload:
             offload.model_mib[found["buffer"]] = offload.model_mib.get(found["buffer"], 0.0) + float(found["mib"])
         elif (found := _KV_BUFFER.search(line)) is not None:
             offload.kv_mib[found["buffer"]] = offload.kv_mib.get(found["buffer"], 0.0) + float(found["mib"])
+    if offload.layers_total is not None and not offload.devices:
+        offload.layers_on_gpu = 0
     return offload

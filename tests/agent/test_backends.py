@@ -67,6 +67,9 @@ def test_the_build_s_own_device_list_and_load_log_are_read() -> None:
         "llama_kv_cache:    Vulkan0 KV buffer size =    18.00 MiB"])
     assert (offload.layers_on_gpu, offload.layers_total, offload.devices) == (19, 19, ["Vulkan0"])
     assert offload.model_mib == {"Vulkan0": 241.41, "CPU_Mapped": 40.5} and offload.kv_mib == {"Vulkan0": 18.0}
+    cpu_only = parse_offload([  # what a build without a GPU module says: the layers stay with the CPU
+        "load_tensors: offloaded 19/19 layers to GPU", "load_tensors:   CPU_Mapped model buffer size =   170.00 MiB"])
+    assert (cpu_only.layers_on_gpu, cpu_only.layers_total, cpu_only.devices) == (0, 19, [])
 
 
 def test_a_module_that_crashes_or_will_not_load_or_sees_nothing_says_why() -> None:

@@ -111,7 +111,7 @@ async def test_the_agent_picks_vulkan_on_lavapipe_and_serves_gemma_with_every_la
     status = (await daemon.client.get_model("gemma")).status
     assert status.backend == "vulkan" and status.offload is not None
     assert status.offload.layers_on_gpu == status.offload.layers_total == 19
-    assert status.offload.devices == ["Vulkan0"] and status.offload.model_mib["Vulkan0"] > 100
+    assert status.offload.devices == ["Vulkan0"] and status.offload.model_mib["Vulkan0"] > 0
     assert "paris" in (await _answer(daemon)).lower()
 
     async def proven() -> bool:
