@@ -54,8 +54,11 @@ run: $(VENV)/.run-installed runtime
 daemon: $(VENV)/.run-installed runtime
 	$(PY) -m mirbadllm daemon
 
+# The suite on TEST_WORKERS workers, a test module per worker at a time (its daemon and model are
+# loaded once); most tests wait on a process or a socket, so more workers than cores pays.
+TEST_WORKERS ?= 3
 test: $(VENV)/.test-installed runtime
-	MIRBADLLM_REQUIRE_RUNTIME=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+	MIRBADLLM_REQUIRE_RUNTIME=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 # System packages some tests need (Docker for the vLLM driver, the AppImage tools): root + apt only;
 # elsewhere it says what to install, and those tests skip with the reason.

@@ -17,7 +17,7 @@
 5. vLLM: if Docker answers and an image is given (``--vllm-image``), one start of Gemma through it.
 
 Target: finishes in under 8 minutes on a 16-core machine with one NVIDIA GPU (``--build`` included).
-It prints what it saw; nothing here is asserted. It needs ``pip install gguf numpy`` for step 2.
+It prints what it saw; nothing here is asserted. Step 2 needs ``pip install -e '.[bench]'`` (ggml's ``gguf`` package).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ async def run(args: argparse.Namespace) -> None:
     try:
         models["gemma-x4"] = grow_gguf(gemma, work / "gemma-x4.gguf")
     except ImportError:
-        log("no `gguf` package: the bigger model is skipped (pip install gguf numpy)")
+        log("no `gguf` package: the bigger model is skipped (pip install -e '.[bench]')")
     results: dict[tuple[str, str], dict[str, float]] = {}
     async with running_daemon(work / "home", build / "bin" / "llama-server") as rd:
         node = await rd.client.get_node("local")

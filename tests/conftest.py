@@ -122,3 +122,15 @@ def gemma_gguf() -> Path:
             raise RuntimeError(f"the assembled {GEMMA_FILE} does not match {sums}")
         tmp.replace(target)
     return target
+
+
+# Modules that take minutes of one core whatever else runs (the first Vulkan load compiles its
+# shader pipelines on lavapipe): collected first, so a parallel run starts them at once and the
+# rest of the suite runs beside them instead of after.
+LONG_FIRST = ("tests/e2e/test_vulkan_backend.py",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    first = [item for item in items if item.nodeid.startswith(LONG_FIRST)]
+    if first:
+        items[:] = first + [item for item in items if not item.nodeid.startswith(LONG_FIRST)]

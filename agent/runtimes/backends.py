@@ -145,11 +145,13 @@ def interpret_listing(backend: Backend, output: str, returncode: int | None, mod
 
 
 def inherited_gpu_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The operator's own GPU selection variables, passed to every runtime as set for the agent."""
+    """The machine's own GPU driver settings, passed to every runtime as they are set for the agent."""
     source = os.environ if environ is None else environ
-    return {k: source[k] for k in GPU_SELECTION_ENV if k in source}
+    return {k: v for k, v in source.items() if k in GPU_SELECTION_ENV or k.startswith(GPU_DRIVER_PREFIXES)}
 
 
-# Which devices a backend may use: llama.cpp's and the drivers' own switches, the operator's to set.
+# Which devices a backend may use (llama.cpp's and the drivers' own switches) and how the drivers
+# behave (Mesa's, the Vulkan loader's): the machine's settings, the operator's to set, never a spec's.
 GPU_SELECTION_ENV = ("GGML_VK_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-                     "ROCR_VISIBLE_DEVICES", "XDG_CACHE_HOME", "MESA_SHADER_CACHE_DIR")
+                     "ROCR_VISIBLE_DEVICES", "XDG_CACHE_HOME")
+GPU_DRIVER_PREFIXES = ("MESA_", "LP_", "GALLIVM_", "RADV_", "VK_")

@@ -57,16 +57,23 @@ def vulkan_build(real_llama_server: Path) -> Path:
     return folder
 
 
+# GGML_VK_VISIBLE_DEVICES: let ggml-vulkan use the CPU-type lavapipe device. LP_NATIVE_VECTOR_WIDTH:
+# llvmpipe's 256-bit code for one of ggml's shaders took LLVM 15 over 13 minutes to compile here (still
+# on the first get_rows); at 128 bits the same load got past it in under a minute. The agent passes
+# both to its runtimes, as an operator's driver settings.
+LAVAPIPE_ENV = {"GGML_VK_VISIBLE_DEVICES": "0", "LP_NATIVE_VECTOR_WIDTH": "128"}
+
+
 @pytest.fixture(scope="module")
 def lavapipe_visible() -> Iterator[None]:
-    """Let ggml-vulkan use the CPU-type lavapipe device (the agent passes the variable to its runtimes)."""
-    before = os.environ.get("GGML_VK_VISIBLE_DEVICES")
-    os.environ["GGML_VK_VISIBLE_DEVICES"] = "0"
+    before = {name: os.environ.get(name) for name in LAVAPIPE_ENV}
+    os.environ.update(LAVAPIPE_ENV)
     yield
-    if before is None:
-        os.environ.pop("GGML_VK_VISIBLE_DEVICES", None)
-    else:
-        os.environ["GGML_VK_VISIBLE_DEVICES"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

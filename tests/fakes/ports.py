@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
 
 from agent.runtimes.ports import port_is_free
@@ -12,8 +13,10 @@ from agent.runtimes.ports import port_is_free
 _LOGGER = logging.getLogger(__name__)
 
 # Each call gets the next block, from a random start, so tests of one run (and two runs at once)
-# rarely meet.
-_ALL_BASES = list(range(20000, 32000, 50))
+# rarely meet. Parallel workers (pytest-xdist) each take every n-th block: theirs never overlap.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_WORKERS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+_ALL_BASES = list(range(20000, 32000, 50))[_WORKER % _WORKERS::_WORKERS]
 _START = random.randrange(len(_ALL_BASES))
 _BASES = itertools.cycle(_ALL_BASES[_START:] + _ALL_BASES[:_START])
 

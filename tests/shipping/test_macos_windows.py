@@ -53,8 +53,15 @@ def test_the_release_workflow_builds_every_os_and_tests_without_e2e_and_netns() 
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
     jobs = workflow["jobs"]
     assert {name: job["runs-on"].split("-")[0] for name, job in jobs.items()} == {
-        "linux": "ubuntu", "macos": "macos", "windows": "windows"}
+        "linux": "ubuntu", "cuda-pack": "ubuntu", "macos": "macos", "windows": "windows"}
     for name in ("macos", "windows"):
         runs = " ".join(step.get("run", "") for step in jobs[name]["steps"])
         assert '-m "not e2e and not netns"' in runs and "installers/pyinstaller/mirbadllm.spec" in runs
-    assert "make test-package" in " ".join(step.get("run", "") for step in jobs["linux"]["steps"])
+    linux = " ".join(step.get("run", "") for step in jobs["linux"]["steps"])
+    assert "make test-package" in linux and "make test BACKENDS=cpu,vulkan" in linux
+    windows = " ".join(step.get("run", "") for step in jobs["windows"]["steps"])
+    assert windows.count("--backends cpu,vulkan") == 2  # what is tested is what is frozen
+    # CUDA: a runtime pack per driver line, built with the toolkit from PyPI.
+    assert jobs["cuda-pack"]["strategy"]["matrix"]["cuda"] == ["13", "12"]
+    assert "make runtime BACKENDS=cpu,cuda MIRBADLLM_CUDA_LINE=${{ matrix.cuda }}" in " ".join(
+        step.get("run", "") for step in jobs["cuda-pack"]["steps"])
