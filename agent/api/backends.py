@@ -35,6 +35,11 @@ class Backend(StrEnum):
     def is_gpu(self) -> bool:
         return self is not Backend.CPU
 
+    @property
+    def device_prefix(self) -> str | None:
+        """How llama.cpp names this backend's devices (``Vulkan0``); None: the CPU has none to name."""
+        return {"cpu": None, "vulkan": "Vulkan", "cuda": "CUDA", "metal": "MTL"}[self.value]
+
 
 BackendChoice = Literal["auto", "cuda", "vulkan", "cpu"]
 CHOICES: tuple[str, ...] = ("auto", "cuda", "vulkan", "cpu")

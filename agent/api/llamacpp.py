@@ -120,9 +120,12 @@ OWNED_VALUE_FLAGS = frozenset({"-m", "--model", "-a", "--alias", "--host", "--po
 OWNED_BOOL_FLAGS = frozenset({"--metrics", "--slots", "--no-webui"})
 
 
-def device_names(gpus: list[int]) -> str:
-    """``--device``'s value for GPU indices: [0, 2] -> CUDA0,CUDA2; [] -> none."""
-    return ",".join(f"{CUDA_DEVICE}{i}" for i in gpus) or "none"
+def device_names(gpus: list[int], prefix: str | None = CUDA_DEVICE) -> str:
+    """``--device``'s value for GPU indices in the backend a run computes on: [0, 2] -> CUDA0,CUDA2
+    (``Vulkan0,Vulkan2`` on Vulkan, ``MTL0`` on Metal); [] or no GPU backend (``prefix`` None) -> none."""
+    if prefix is None:
+        return "none"
+    return ",".join(f"{prefix}{i}" for i in gpus) or "none"
 
 
 def parse_devices(raw: str) -> list[int] | None:
@@ -195,8 +198,9 @@ def rpc_device_names(devices_per_peer: list[int]) -> list[str]:
 def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, port: int,
                extra_args: list[str] | None = None, host: str = "127.0.0.1",
                adapters: list[Adapter] | None = None, rpc: list[str] | None = None,
-               rpc_devices: list[int] | None = None) -> list[str]:
-    """The llama-server argv after the executable, in a fixed canonical order. Adapters are loaded
+               rpc_devices: list[int] | None = None, device_prefix: str | None = CUDA_DEVICE) -> list[str]:
+    """The llama-server argv after the executable, in a fixed canonical order. ``device_prefix``:
+    the device names of the backend it runs on (``agent.api.backends.Backend.device_prefix``). Adapters are loaded
     unapplied (``--lora`` each, ids in this order, then ``--lora-init-without-apply``): a request
     applies one with its ``lora`` field (``lora_field``).
 
@@ -208,7 +212,7 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
     if rpc:
         argv += ["--rpc", ",".join(rpc)]
         if settings.gpus is not None:
-            names = [n for n in device_names(settings.gpus).split(",") if n != "none"]
+            names = [n for n in device_names(settings.gpus, device_prefix).split(",") if n != "none"]
             names += rpc_device_names(rpc_devices or [1] * len(rpc))
             argv += ["--device", ",".join(names)]
             settings = settings.model_copy(update={"gpus": None})
@@ -222,7 +226,7 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
             elif value:
                 argv.append(flag)  # type: ignore[arg-type]
         elif isinstance(value, list):
-            argv += [flag, device_names(value)]  # type: ignore[list-item]
+            argv += [flag, device_names(value, device_prefix)]  # type: ignore[list-item]
         elif value is not None:
             argv += [flag, str(value)]  # type: ignore[list-item]
     for adapter in adapters or []:

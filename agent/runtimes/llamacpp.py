@@ -30,6 +30,7 @@ from agent.api.launch_policy import ENV_ALLOWED_PREFIXES, ENV_ALLOWLIST, PolicyV
 from agent.api.launch_policy import check_env as policy_check_env
 from agent.api.launch_policy import check_extra_args as policy_check_extra_args
 from agent.api.llamacpp import (
+    CUDA_DEVICE,
     build_args,
     config_hash,
     gpu_env,
@@ -200,12 +201,15 @@ def child_env(spec_env: Mapping[str, str], api_key: str, library_dir: Path | Non
     return env
 
 
-def build_command(spec: LaunchSpec, port: int, rpc: list[str] | None = None) -> list[str]:
+def build_command(spec: LaunchSpec, port: int, rpc: list[str] | None = None,
+                  backend: Backend | None = None) -> list[str]:
     """llama-server's argv after the executable for ``spec`` on ``port``: pure, golden-tested.
-    ``rpc``: the loopback forwards to ``spec.rpc_peers``' rpc-servers, in the same order."""
+    ``rpc``: the loopback forwards to ``spec.rpc_peers``' rpc-servers, in the same order.
+    ``backend``: what it computes on; the spec's GPUs are named as that backend names them."""
     return build_args(spec.settings, spec.model_path, spec.served_name, port, spec.extra_args,
                       adapters=spec.adapters, rpc=rpc,
-                      rpc_devices=[p.devices for p in spec.rpc_peers] if rpc else None)
+                      rpc_devices=[p.devices for p in spec.rpc_peers] if rpc else None,
+                      device_prefix=backend.device_prefix if backend is not None else CUDA_DEVICE)
 
 
 def kv_from_slots(slots: list[object], ctx_size: int | None) -> dict[str, float | int | None]:
@@ -540,7 +544,7 @@ class LlamaCppDriver:
         build_check = self._build_check(exe, backend)
         forwards = self._open_forwards(spec)
         rpc = forwards.endpoints if forwards is not None else None
-        argv = [str(exe.path)] + build_command(spec, port, rpc)
+        argv = [str(exe.path)] + build_command(spec, port, rpc, backend)
         if backend is not None and not VERBOSITY_FLAGS & {a.split("=", 1)[0] for a in argv}:
             argv += PLACEMENT_LOG_ARGS
         api_key = secrets.token_urlsafe(32)

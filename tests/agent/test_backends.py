@@ -177,3 +177,18 @@ async def test_a_gpu_module_that_offloads_nothing_does_not_count_as_working(
     assert await _ready_or_failed(manager) is READY  # the first start's check runs before "ready"
     state = (await _offered(manager))[Backend.VULKAN]
     assert not state.available and state.reason == "it loaded with Vulkan but offloaded no layers"
+
+
+def test_the_spec_s_gpus_are_named_as_the_backend_it_runs_on_names_them(model_file: Path) -> None:
+    from agent.runtimes.llamacpp import build_command
+
+    spec = make_spec(model_file, settings={"gpus": [0, 1]})
+
+    def device(backend: Backend | None) -> str:
+        argv = build_command(spec, 20000, backend=backend)
+        return argv[argv.index("--device") + 1]
+
+    assert device(Backend.CUDA) == device(None) == "CUDA0,CUDA1"  # an unknown build: as NVML numbers them
+    assert device(Backend.VULKAN) == "Vulkan0,Vulkan1"
+    assert device(Backend.METAL) == "MTL0,MTL1"
+    assert device(Backend.CPU) == "none"  # no GPU to name: a CPU run offloads nothing
