@@ -109,7 +109,7 @@ def is_unified(gpus: list[GpuInfo], policy: AdmissionPolicy) -> bool:
         return policy.unified_memory
     if platform.system() == "Darwin" and platform.machine() in ("arm64", "aarch64"):
         return True
-    return any(marker in gpu.name for gpu in gpus for marker in UNIFIED_GPU_NAMES)
+    return any(gpu.unified_memory or marker in gpu.name for gpu in gpus for marker in UNIFIED_GPU_NAMES)
 
 
 def gib(value: int) -> str:

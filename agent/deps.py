@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.admission import Admission, AdmissionPolicy, MemoryProbe, PsutilMemoryProbe
-from agent.gpu import GpuProbe, NvmlProbe, UnifiedMemoryProbe, apple_silicon
+from agent.gpu import (
+    GpuProbe,
+    NvmlProbe,
+    RuntimeListedProbe,
+    UnifiedMemoryProbe,
+    apple_silicon,
+)
 from agent.identity import AgentIdentity, load_or_create_identity
 from agent.manager import InstanceManager
 from agent.paths import AgentPaths
@@ -80,12 +86,14 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     paths = AgentPaths(Path(home)).ensure()
     identity = load_or_create_identity(paths)
     catalog = RuntimeCatalog(llama_server, preferred=PreferredBuild(paths.runtime_builds_dir))
-    probe = gpu_probe if gpu_probe is not None else NvmlProbe()
+    nvml = gpu_probe if gpu_probe is not None else NvmlProbe()
+    llamacpp = LlamaCppDriver(paths, catalog, rpc_forwards=RpcForwards(lambda: peer_client_context(identity)),
+                              driver_version=getattr(nvml, "driver_version", lambda: None))  # NVML's, for CUDA
+    # NVIDIA's GPUs from NVML; an AMD or Intel GPU as the build's Vulkan backend lists it (agent.gpu)
+    probe = RuntimeListedProbe(nvml, llamacpp.backends.listed_devices)
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe,
                           models_dir=paths.models_dir)
-    llamacpp = LlamaCppDriver(paths, catalog, rpc_forwards=RpcForwards(lambda: peer_client_context(identity)),
-                              driver_version=getattr(probe, "driver_version", lambda: None))  # NVML's, for CUDA
-    drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=probe.sample),
+    drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=nvml.sample),  # vLLM: NVIDIA only
                       MlxDriver(paths, mlx_server, mlx_platform))
     manager = InstanceManager(drivers, ProcessRecords(paths.records_file), first_port, admission=admission)
     builds = LlamaCppBuilds(paths, catalog, llamacpp, lambda: [run.port for run in manager.runs().values()],

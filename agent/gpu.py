@@ -283,6 +283,36 @@ class XidWatcher:
         self.seen.set()
 
 
+# Vulkan devices whose memory is the system's (Mesa's CPU rasteriser lavapipe): counted as unified.
+CPU_TYPE_DEVICE_NAMES = ("llvmpipe", "lavapipe", "SwiftShader")
+
+
+class RuntimeListedProbe:
+    """NVIDIA's GPUs from NVML; elsewhere the GPUs the node's llama.cpp build itself lists (its Vulkan
+    devices on AMD and Intel, with the memory ``--list-devices`` reported), so admission, will-it-fit
+    and the plan count device memory where a model's layers really go, under the build's own device
+    names. A CPU-type device (lavapipe) is marked unified: its memory is the system's."""
+
+    def __init__(self, nvml: GpuProbe, listed: Callable[[], list[tuple[str, str, int, int]]]) -> None:
+        """``listed``: () -> [(name, description, total MiB, free MiB)] of the build's GPU devices."""
+        self._nvml = nvml
+        self._listed = listed
+
+    def __getattr__(self, name: str) -> Any:  # driver_version, close, xids: NVML's
+        return getattr(self._nvml, name)
+
+    def sample(self) -> list[GpuInfo]:
+        found = self._nvml.sample()
+        if found:
+            return found
+        gpus = []
+        for index, (_name, description, total_mib, free_mib) in enumerate(self._listed()):
+            gpus.append(GpuInfo(index=index, name=description, memory_total=total_mib << 20,
+                                memory_used=max(0, total_mib - free_mib) << 20,
+                                unified_memory=any(marker in description for marker in CPU_TYPE_DEVICE_NAMES)))
+        return gpus
+
+
 class UnifiedMemoryProbe:
     """Apple silicon's GPU: one entry whose memory is the system's unified memory, marked unified,
     with Metal's recommended working-set size when it can be read (pyobjc's Metal, else the

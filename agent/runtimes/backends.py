@@ -85,6 +85,16 @@ class BackendProbe:
             return listed.model_copy(update={"verified": True, "reason": None})
         return listed.model_copy(update={"available": False, "reason": record.detail or record.verdict})
 
+    def listed_devices(self) -> list[tuple[str, str, int, int]]:
+        """The devices of the GPU backends (not CUDA: NVML speaks for NVIDIA) that listed any, as
+        last listed: (name, description, total MiB, free MiB)."""
+        seen: dict[str, tuple[str, str, int, int]] = {}
+        for state in self._listed.values():
+            if state.available and state.backend is not Backend.CUDA:
+                for d in state.devices:
+                    seen.setdefault(d.name, (d.name, d.description, d.memory_total_mib, d.memory_free_mib))
+        return list(seen.values())
+
     def forget(self, fingerprint: str) -> None:
         for key in [k for k in self._listed if k[0] == fingerprint]:
             del self._listed[key]

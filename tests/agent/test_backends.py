@@ -192,3 +192,20 @@ def test_the_spec_s_gpus_are_named_as_the_backend_it_runs_on_names_them(model_fi
     assert device(Backend.VULKAN) == "Vulkan0,Vulkan1"
     assert device(Backend.METAL) == "MTL0,MTL1"
     assert device(Backend.CPU) == "none"  # no GPU to name: a CPU run offloads nothing
+
+
+def test_without_nvml_the_gpus_are_the_ones_the_build_lists_and_lavapipe_is_the_system_s_memory() -> None:
+    from agent.admission import AdmissionPolicy, is_unified
+    from agent.gpu import RuntimeListedProbe
+    from tests.fakes import FakeGpuProbe
+
+    listed = [("Vulkan0", "AMD Radeon RX 7600 (RADV NAVI33)", 8176, 8000)]
+    radeon = RuntimeListedProbe(FakeGpuProbe([]), lambda: listed).sample()
+    assert [(g.index, g.name, g.memory_total >> 20, g.memory_used >> 20, g.unified_memory) for g in radeon] == [
+        (0, "AMD Radeon RX 7600 (RADV NAVI33)", 8176, 176, False)]
+    assert not is_unified(radeon, AdmissionPolicy())
+    lavapipe = RuntimeListedProbe(FakeGpuProbe([]), lambda: [("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)",
+                                                                  24105, 23693)]).sample()
+    assert lavapipe[0].unified_memory and is_unified(lavapipe, AdmissionPolicy())
+    nvidia = FakeGpuProbe([radeon[0].model_copy(update={"name": "NVIDIA GeForce RTX 4090"})])
+    assert [g.name for g in RuntimeListedProbe(nvidia, lambda: listed).sample()] == ["NVIDIA GeForce RTX 4090"]
