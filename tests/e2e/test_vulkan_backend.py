@@ -39,7 +39,7 @@ from tests.runtime_parts import no_runtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
-FIRST_LOAD_S = 1500  # the first Vulkan load compiles its shader pipelines (cached afterwards)
+FIRST_LOAD_S = 2400  # the first Vulkan load compiles its shader pipelines (cached afterwards)
 
 
 @pytest.fixture(scope="module")
