@@ -92,3 +92,30 @@ def test_the_wheel_does_not_change_the_backend_in_passing(window: tuple[MainWind
                         Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
     QApplication.sendEvent(combo, wheel)
     assert combo.currentData() == "auto" and not fake.called("set_node_backend")
+
+
+@pytest.mark.gui
+def test_the_model_panel_says_where_a_running_model_computes(qtbot: Any, fake: FakeDaemonClient) -> None:
+    from fake_daemon import definition
+
+    from app.ui.pages.model_panel import OverviewTab
+    from app.viewmodels.fleet import FleetViewModel
+    from app.viewmodels.models_page import ModelsPageViewModel
+    from daemon.api.contracts import Offload
+    from daemon.api.models import ModelState, ModelStatus, ModelView
+
+    tab = OverviewTab(ModelsPageViewModel(FleetViewModel(fake)))
+    qtbot.addWidget(tab)
+    tab.show()
+    running = ModelStatus(id="alpha", served_name="alpha", state=ModelState.READY, backend="vulkan",
+                          offload=Offload(layers_on_gpu=19, layers_total=19, model_mib={"Vulkan0": 65.2,
+                                                                                        "CPU_Mapped": 170.0}))
+    tab.show_state(ModelView(definition=definition("alpha"), status=running))
+    shown = tab.values["compute"]
+    assert shown.text() == "Vulkan · Vulkan0 · 19/19 layers on the GPU" and shown.isVisible()
+    on_cpu = running.model_copy(update={"backend": "cpu", "offload": Offload(layers_on_gpu=0, layers_total=19)})
+    tab.show_state(ModelView(definition=definition("alpha"), status=on_cpu))
+    assert shown.text() == "CPU"
+    stopped = running.model_copy(update={"state": ModelState.STOPPED, "backend": None, "offload": None})
+    tab.show_state(ModelView(definition=definition("alpha"), status=stopped))
+    assert not shown.isVisible()  # not running (or not llama.cpp): nothing to say

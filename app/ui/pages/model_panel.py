@@ -24,6 +24,7 @@ from app.ui.pages.logs_tab import LogsTab
 from app.ui.pages.settings_editor import SettingsEditor
 from app.ui.widgets import Card, StateBadge, button, label
 from app.viewmodels.models_page import ModelsPageViewModel, runtime_badge
+from daemon.api.contracts import Backend, Offload
 from daemon.api.models import ModelDefinition, ModelState, ModelView
 
 OVERVIEW, SETTINGS, LOGS, CHARTS = range(4)
@@ -47,8 +48,21 @@ class RuntimeBadge(QLabel):
         self.setToolTip(tip)
 
 
+def placement_text(backend: str | None, offload: Offload | None) -> str:
+    """``Vulkan · Vulkan0 · 19/19 layers on the GPU`` (or ``CPU``): where a running llama.cpp model is."""
+    if backend is None:
+        return "—"
+    label_ = {b.value: b.label for b in Backend}.get(backend, backend)
+    if offload is None or offload.layers_total is None:
+        return label_
+    if not offload.layers_on_gpu:
+        return f"{label_} · no layer on a GPU" if backend != "cpu" else "CPU"
+    devices = ", ".join(offload.devices)
+    return f"{label_} · {devices} · {offload.layers_on_gpu}/{offload.layers_total} layers on the GPU"
+
+
 class OverviewTab(QWidget):
-    FIELDS = (("state", "State"), ("node", "Node"), ("endpoint", "Endpoint"), ("pid", "PID"),
+    FIELDS = (("state", "State"), ("node", "Node"), ("compute", "Computes on"), ("endpoint", "Endpoint"), ("pid", "PID"),
               ("uptime", "Uptime"), ("config", "Config hash"), ("restart", "Restart pending"),
               ("crashes", "Crashes"), ("helpers", "Helper nodes"))
 
@@ -106,6 +120,8 @@ class OverviewTab(QWidget):
         s = view.status
         self.values["state"].setText(fmt.STATE_TEXT[s.state])
         self.values["node"].setText(s.node)
+        self.values["compute"].setText(placement_text(s.backend, s.offload))
+        self._form.setRowVisible(self.values["compute"], s.backend is not None)  # llama.cpp, once it runs
         self.values["endpoint"].setText(s.endpoint or "—")
         self.values["pid"].setText(str(s.pid) if s.pid else "—")
         self._show_uptime()
