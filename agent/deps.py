@@ -89,8 +89,9 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     nvml = gpu_probe if gpu_probe is not None else NvmlProbe()
     llamacpp = LlamaCppDriver(paths, catalog, rpc_forwards=RpcForwards(lambda: peer_client_context(identity)),
                               driver_version=getattr(nvml, "driver_version", lambda: None))  # NVML's, for CUDA
-    # NVIDIA's GPUs from NVML; an AMD or Intel GPU as the build's Vulkan backend lists it (agent.gpu)
-    probe = RuntimeListedProbe(nvml, llamacpp.backends.listed_devices)
+    # NVIDIA's GPUs from NVML; an AMD or Intel GPU as the build's Vulkan backend lists it (agent.gpu).
+    # A probe given to build_deps (a test's, a platform's) is the whole truth as it is.
+    probe = gpu_probe if gpu_probe is not None else RuntimeListedProbe(nvml, llamacpp.backends.listed_devices)
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe,
                           models_dir=paths.models_dir)
     drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=nvml.sample),  # vLLM: NVIDIA only
