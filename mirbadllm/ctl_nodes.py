@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeOffer
 from daemon.api.client import DaemonClient, DaemonError
-from daemon.api.nodes import DiscoveredNode, NodeView
+from daemon.api.nodes import DiscoveredNode, NodeView, llamacpp_offer
 from daemon.api.runtime_upgrades import RuntimeRolloutView
 from daemon.api.upgrades import NodeUpgradeView, RolloutState
 
@@ -112,7 +112,7 @@ def fmt_node_detail(node: NodeView) -> str:
 def fmt_backends(node: NodeView) -> list[str]:
     """The backend lines of ``ctl nodes show``: which one runs and why not a better one, then each
     backend of the build with its devices or the reason it is unavailable."""
-    offer = next((o for o in node.runtimes if o.runtime == "llamacpp" and o.available), None)
+    offer = llamacpp_offer(node.runtimes)
     if node.backend is None:
         return [f"  backend    choice {node.backend_choice}; the node has not said what its build can do"]
     lines = [f"  backend    {node.backend.label} (choice {node.backend_choice})"

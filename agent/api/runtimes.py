@@ -21,6 +21,7 @@ RuntimeId = Literal["llamacpp", "vllm", "mlx", "external"]
 # The runtimes an agent drives (a node offers each or says why not); ``external`` is none of them.
 RUNTIMES: tuple[RuntimeId, ...] = ("llamacpp", "vllm", "mlx")
 EXTERNAL: RuntimeId = "external"
+LLAMACPP: RuntimeId = "llamacpp"  # its builds carry the GPU backends (agent.api.backends)
 RUNTIME_LABELS: dict[str, str] = {"llamacpp": "llama.cpp", "vllm": "vLLM", "mlx": "MLX",
                                   "external": "external endpoint"}
 

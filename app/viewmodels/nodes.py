@@ -19,7 +19,7 @@ from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
 from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES, GpuInfo
 from daemon.api.models import Event
-from daemon.api.nodes import DiscoveredNode, NodeState, NodeView
+from daemon.api.nodes import DiscoveredNode, NodeState, NodeView, llamacpp_offer
 from daemon.api.protocol import DaemonApi
 
 _LOGGER = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def backend_summary(node: NodeView) -> str:
     not a better backend; then each GPU backend of the build that is unavailable, with its reason."""
     if node.backend is None:
         return "Not reported yet" if not node.runtimes else "Unknown: this node's llama.cpp says nothing of its backends"
-    offer = next((o for o in node.runtimes if o.runtime == "llamacpp" and o.available), None)
+    offer = llamacpp_offer(node.runtimes)
     state = next((s for s in offer.backends if s.backend is node.backend), None) if offer else None
     devices = ", ".join(f"{d.name} · {d.description} · {fmt_mib(d.memory_total_mib)}" for d in state.devices) \
         if state is not None else ""

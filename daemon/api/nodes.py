@@ -22,7 +22,7 @@ from agent.api.backends import (
 )
 from agent.api.key_store import KeysAtRest
 from agent.api.models import GpuInfo
-from agent.api.runtimes import RuntimeOffer
+from agent.api.runtimes import LLAMACPP, RuntimeOffer
 
 # RuntimeOffer is re-exported: the app imports only daemon.api.
 __all__ = ["NODE_ID_PATTERN", "DiscoveredNode", "NodeAddResult", "NodeAddressRequest", "NodePairRequest",
@@ -114,12 +114,15 @@ class NodePairRequest(BaseModel):
 
 # --- a node's backend: what a start there computes on, and which choice it can take (daemon.nodes.backends)
 
+def llamacpp_offer(offers: list[RuntimeOffer] | None) -> RuntimeOffer | None:
+    """The node's available llama.cpp build, the one whose backends a node's choice is about."""
+    return next((o for o in offers or [] if o.runtime == LLAMACPP and o.available), None)
+
+
 def llamacpp_backends(offers: list[RuntimeOffer] | None) -> list[BackendState] | None:
     """The backends of the node's llama.cpp build as it last reported them; None when not known."""
-    for offer in offers or []:
-        if offer.runtime == "llamacpp" and offer.available:
-            return list(offer.backends)
-    return None
+    offer = llamacpp_offer(offers)
+    return list(offer.backends) if offer is not None else None
 
 
 def refusal(node_id: str, choice: str, offers: list[RuntimeOffer] | None) -> tuple[int, str, str] | None:

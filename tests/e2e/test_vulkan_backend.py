@@ -180,7 +180,7 @@ async def test_a_vulkan_module_that_crashes_or_will_not_load_falls_back_to_the_c
         tmp_path: Path, vulkan_build: Path, lavapipe_visible: None, gemma_gguf: Path,
         module: bytes | None, source: str | None, words: str) -> None:
     if source is not None and shutil.which("cc") is None:
-        pytest.skip("no C compiler to make a crashing module")
+        no_runtime("no C compiler (cc) to make a crashing module; the runtime build needs one too")
     build = _build_copy(vulkan_build, tmp_path, module, source)
     paths = AgentPaths(tmp_path / "agent").ensure()
     catalog = RuntimeCatalog(build / "bin" / "llama-server", environ={"PATH": ""}, runtime_roots=[])
