@@ -271,11 +271,28 @@ class BuildCheck:
             self.checks.record(self.backend_key, "failed", self.executable, why)
 
 
-def explain_exit(build_check: BuildCheck | None) -> Callable[[int | None], str | None]:
-    """``ILLEGAL_INSTRUCTION`` for an exit on SIGILL, recorded against the build when it is known."""
+# Words of a load that failed in the GPU backend rather than in the model (ggml's and the drivers').
+GPU_FAILURE_WORDS = ("vulkan", "cuda", "metal", "vk::", "device memory", "out of memory", "failed to allocate",
+                     "no kernel image", "driver")
+
+
+def gpu_failure(code: int | None, last_lines: list[str]) -> bool:
+    """Did a run that exited before it was ready fail in its GPU backend? A crash (a signal) does; an
+    ordinary exit only when its last lines speak of the GPU (a bad model file fails on any backend)."""
+    if code is None or code == 0:
+        return False
+    if code < 0 or code & 0xFFFFFFFF >= 0xC0000000:  # a signal; on Windows an NTSTATUS crash code
+        return True
+    return any(word in line.lower() for line in last_lines[-20:] for word in GPU_FAILURE_WORDS)
+
+
+def explain_exit(build_check: BuildCheck | None,
+                 last_lines: Callable[[], list[str]] = list) -> Callable[[int | None], str | None]:
+    """``ILLEGAL_INSTRUCTION`` for an exit on SIGILL, recorded against the build when it is known.
+    An unproven GPU backend whose first run failed in the GPU is recorded as failed."""
     def explain(code: int | None) -> str | None:
         if not is_illegal_instruction(code):
-            if build_check is not None and build_check.backend is not None and code:
+            if build_check is not None and build_check.backend is not None and gpu_failure(code, last_lines()):
                 # An unproven GPU backend that died before it computed: that backend fails here.
                 build_check.backend_failed(f"llama-server {describe_exit(code)} on its first start with "
                                            f"{build_check.backend.label}")
@@ -572,7 +589,8 @@ class LlamaCppDriver:
                                     spec.adapters, [p.node_id for p in spec.rpc_peers]),
             started_at=time.time(), startup_timeout_s=spec.startup_timeout_s,
             backend=backend.value if backend is not None else None)
-        run = RuntimeRun(RUNTIME_NAME, process, record, tailer, explain_exit=explain_exit(build_check))
+        run = RuntimeRun(RUNTIME_NAME, process, record, tailer,
+                         explain_exit=explain_exit(build_check, lambda: tailer.lines(50)))
         self._build_checks[run] = build_check  # until it is ready
         return run
 

@@ -209,3 +209,14 @@ def test_without_nvml_the_gpus_are_the_ones_the_build_lists_and_lavapipe_is_the_
     assert lavapipe[0].unified_memory and is_unified(lavapipe, AdmissionPolicy())
     nvidia = FakeGpuProbe([radeon[0].model_copy(update={"name": "NVIDIA GeForce RTX 4090"})])
     assert [g.name for g in RuntimeListedProbe(nvidia, lambda: listed).sample()] == ["NVIDIA GeForce RTX 4090"]
+
+
+def test_only_a_failure_in_the_gpu_fails_the_gpu_backend() -> None:
+    from agent.runtimes.llamacpp import gpu_failure
+
+    assert gpu_failure(-11, ["llama_model_load: loading tensors"])  # a crash, whatever it said
+    assert gpu_failure(1, ["ggml_vulkan: Device memory allocation of size 1073741824 failed."])
+    assert gpu_failure(1, ["CUDA error: no kernel image is available for execution on the device"])
+    assert not gpu_failure(1, [("llama_model_load: error loading model: tensor 'token_embd.weight' data is not "
+                               "within the file bounds")])  # a bad model file fails on the CPU too
+    assert not gpu_failure(0, []) and not gpu_failure(None, ["vulkan"])
