@@ -77,7 +77,9 @@ async def _slots_busy(d: RunningDaemon, model_id: str = DEMO_MODEL_ID) -> int:
         return sum(1 for slot in await r.json() if slot.get("is_processing"))
 
 
-async def test_client_disconnect_frees_the_llama_slot_within_a_second(demo: RunningDaemon) -> None:
+async def test_client_disconnect_frees_the_llama_slot_long_before_the_answer_would_end(demo: RunningDaemon) -> None:
+    """2000 tokens take Gemma a minute or more here; a client that goes away after the first piece
+    frees its slot at once (seconds under a loaded parallel suite), not after the whole answer."""
     body = {"model": DEMO_MODEL_ID, "messages": [{"role": "user", "content": "Write a very long story."}],
             "max_tokens": 2000, "stream": True}
     async with (
@@ -88,9 +90,9 @@ async def test_client_disconnect_frees_the_llama_slot_within_a_second(demo: Runn
         await response.content.readline()
         assert await _slots_busy(demo) == 1
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 1.0
+    deadline = loop.time() + 5.0
     while await _slots_busy(demo) != 0:
-        assert loop.time() < deadline, "llama-server still generated 1 s after the client went away"
+        assert loop.time() < deadline, "llama-server still generated 5 s after the client went away"
         await asyncio.sleep(0.02)
 
 

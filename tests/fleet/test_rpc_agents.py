@@ -193,7 +193,7 @@ async def test_a_model_split_with_a_helper_on_its_own_wire_keeps_rpc_off_the_net
     main, main_client, main_node = main_agent
     ns = netns()
     helper = await agents("helper", host=ns.ns_ip, port=9443, netns=ns.name, llama_server=real_llama_server)
-    pairing = helper.last("pairing")
+    pairing = await helper.wait_event("pairing")  # it follows "listening"; under load not at once
     paired = await pair(ns.ns_ip, 9443, pairing["code"], pairing["fingerprint"], daemonish.ca,
                         daemonish.cert.read_text())
     await helper.wait_event("listening", paired=True)
