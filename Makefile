@@ -55,8 +55,8 @@ daemon: $(VENV)/.run-installed runtime
 	$(PY) -m mirbadllm daemon
 
 # The suite on TEST_WORKERS workers, a test module per worker at a time (its daemon and model are
-# loaded once); most tests wait on a process or a socket, so more workers than cores pays.
-TEST_WORKERS ?= 3
+# loaded once). Two on two cores: the Vulkan module's first load keeps one busy for minutes beside the rest.
+TEST_WORKERS ?= 2
 test: $(VENV)/.test-installed runtime
 	MIRBADLLM_REQUIRE_RUNTIME=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
