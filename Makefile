@@ -58,7 +58,7 @@ daemon: $(VENV)/.run-installed runtime
 # loaded once). Two on two cores: the Vulkan module's first load keeps one busy for minutes beside the rest.
 TEST_WORKERS ?= 2
 test: $(VENV)/.test-installed runtime
-	MIRBADLLM_REQUIRE_RUNTIME=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+	MIRBADLLM_REQUIRE_RUNTIME=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 # System packages some tests need (Docker for the vLLM driver, the AppImage tools): root + apt only;
 # elsewhere it says what to install, and those tests skip with the reason.
