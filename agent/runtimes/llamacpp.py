@@ -55,6 +55,7 @@ from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
 from agent.runtimes.checks import (
     ILLEGAL_INSTRUCTION,
     RuntimeChecks,
+    Verdict,
     is_illegal_instruction,
 )
 from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
@@ -267,8 +268,14 @@ class BuildCheck:
         return module_fingerprint(self.fingerprint, self.backend) if self.backend is not None else None
 
     def backend_failed(self, why: str) -> None:
+        self._backend_verdict("failed", why)
+
+    def backend_ok(self, why: str) -> None:
+        self._backend_verdict("ok", why)
+
+    def _backend_verdict(self, verdict: Verdict, why: str) -> None:
         if self.backend_key is not None:
-            self.checks.record(self.backend_key, "failed", self.executable, why)
+            self.checks.record(self.backend_key, verdict, self.executable, why)
 
 
 # Words of a load that failed in the GPU backend rather than in the model (ggml's and the drivers').
@@ -356,15 +363,14 @@ async def check_build(run: RuntimeRun, check: BuildCheck | None, session: aiohtt
         return
     if not build_known:
         check.checks.record(check.fingerprint, "ok", check.executable, "one-token generation")
-    if check.backend is not None and check.backend_key is not None:
+    if check.backend is not None:
         offload = run.record.offload
         if offload is None or offload.layers_total is None:
             _LOGGER.info("runtime check of %s on %s: the log did not say where the layers went", check.executable,
                          check.backend.label)
         elif offload.layers_on_gpu:
-            check.checks.record(check.backend_key, "ok", check.executable,
-                                f"one-token generation with {offload.layers_on_gpu}/{offload.layers_total} layers "
-                                f"on {', '.join(offload.devices) or check.backend.label}")
+            check.backend_ok(f"one-token generation with {offload.layers_on_gpu}/{offload.layers_total} layers "
+                             f"on {', '.join(offload.devices) or check.backend.label}")
         elif "--n-gpu-layers" not in run.record.argv:  # it was free to offload and put nothing on the GPU
             check.backend_failed(f"it loaded with {check.backend.label} but offloaded no layers")
 
@@ -433,8 +439,7 @@ def offered_version(reported: ReportedVersion, manifest_version: str | None) -> 
 
 async def ask_version(exe: RuntimeExecutable, timeout_s: float = VERSION_TIMEOUT_S) -> ReportedVersion:
     """Run ``llama-server --version`` (it prints to stderr) with its library directory; never raises."""
-    env = child_env({}, "", exe.library_dir)
-    env.pop(API_KEY_ENV, None)
+    env = query_env(exe)
     try:
         process = await asyncio.create_subprocess_exec(
             str(exe.path), "--version", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -477,7 +482,7 @@ class LlamaCppDriver:
         self._build_checks: weakref.WeakKeyDictionary[RuntimeRun, BuildCheck] = weakref.WeakKeyDictionary()
         self._versions: dict[str, ReportedVersion] = {}  # build fingerprint -> what its --version said
         self._version_lock = asyncio.Lock()
-        self.backends = BackendProbe(self.checks, _listing_env, driver_version)
+        self.backends = BackendProbe(self.checks, query_env, driver_version)
         self._picks: dict[str, Pick] = {}  # instance id -> the backend ``prepare`` chose for its launch
 
     def executable(self) -> RuntimeExecutable:
@@ -666,8 +671,9 @@ class LlamaCppDriver:
         return figures
 
 
-def _listing_env(exe: RuntimeExecutable) -> dict[str, str]:
-    """The environment ``--list-devices`` runs in: a runtime's, without a key."""
+def query_env(exe: RuntimeExecutable) -> dict[str, str]:
+    """The environment a question to the build runs in (``--version``, ``--list-devices``): a
+    runtime's, with its library directory, and without a key."""
     env = child_env({}, "", exe.library_dir)
     env.pop(API_KEY_ENV, None)
     return env

@@ -50,7 +50,6 @@ class NodesApi:
     async def put_backend(self, request: web.Request) -> web.Response:
         """The node's backend choice; the next model started there computes on it (audited)."""
         node = request.match_info["id"]
-        self._nodes.view(node)  # 404 before the body is judged
         body = validated(BackendSetting, await read_json(request, MAX_NODES_BODY), "invalid_backend")
         before, view = await self._nodes.set_backend(node, body.backend)
         if self._audit is not None and before != body.backend:

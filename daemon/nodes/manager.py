@@ -164,8 +164,13 @@ class NodeManager:
     async def set_backend(self, node_id: str, choice: BackendChoice) -> tuple[BackendChoice, NodeView]:
         """Keep the node's backend choice; a GPU backend only where the node's build has it and it
         sees a device (422 naming what the node has), never while the node cannot say (409).
-        Returns the choice it replaced and the node as it is now. No running model restarts."""
-        self.view(node_id)  # 404 node_not_found
+        Returns the choice it replaced and the node as it is now. No running model restarts. A node
+        that does not exist is bad input here (422 naming the nodes there are), as the other two are."""
+        known = self.names()
+        if node_id not in known:
+            there = ", ".join(f"{name} ({nid})" for nid, name in sorted(known.items())) or "none is paired"
+            raise DaemonProblem(422, "node_not_found", f"no node with id '{node_id}' to set a backend on; the "
+                                f"nodes: {there}")
         refused = refusal(node_id, choice, self.offers(node_id))
         if refused is not None:
             raise DaemonProblem(*refused)

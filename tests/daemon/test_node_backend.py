@@ -63,7 +63,8 @@ async def test_the_choice_is_kept_told_to_the_next_start_and_refused_when_the_no
         assert bad.value.status == 422 and "'auto', 'cuda', 'vulkan' or 'cpu'" in bad.value.message
         with pytest.raises(DaemonError) as unknown:
             await rd.client.set_node_backend("no-such-node", "cpu")
-        assert unknown.value.status == 404 and unknown.value.code == "node_not_found"
+        assert unknown.value.status == 422 and unknown.value.code == "node_not_found"
+        assert "the nodes: " in unknown.value.message and "(local)" in unknown.value.message
         with pytest.raises(DaemonError) as no_cuda:
             await rd.client.set_node_backend("local", "cuda")
         assert no_cuda.value.status == 422 and no_cuda.value.code == "backend_unavailable"
