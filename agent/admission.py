@@ -40,7 +40,7 @@ import asyncio
 import logging
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from stat import S_ISREG
 from typing import Protocol
@@ -48,7 +48,8 @@ from typing import Protocol
 import psutil
 from pydantic import BaseModel, Field
 
-from agent.api.llamacpp import LlamaCppSettings
+from agent.api.backends import Backend, BackendChoice
+from agent.api.llamacpp import CUDA_DEVICE, LlamaCppSettings
 from agent.api.models import GpuInfo, InstanceState, LaunchSpec
 from agent.api.sources import FitReport, GgufSummary, GpuBudget
 from agent.gguf_facts import shard_names, summarize
@@ -188,12 +189,17 @@ class ModelInspector:
         return found
 
 
+#: The backend a llama.cpp start with a node's choice computes on; None for a build that names none.
+ComputesOn = Callable[[BackendChoice], Awaitable[Backend | None]]
+
+
 class Admission:
     """The admission check of one agent; ``instances`` lists (id, state, pid) of its instances."""
 
     def __init__(self, policy: AdmissionPolicy, memory: MemoryProbe, gpus: GpuProbe,
-                 models_dir: Path | None = None) -> None:
+                 models_dir: Path | None = None, computes_on: ComputesOn | None = None) -> None:
         self.policy = policy
+        self.computes_on = computes_on  # the backend a llama.cpp start with a node choice computes on
         self.models_dir = models_dir  # a relative model folder is taken under it (vLLM's relative paths)
         self.memory = memory
         self.gpus = gpus
@@ -213,12 +219,24 @@ class Admission:
             total += max(0, self._admitted.get(instance_id, 0) - rss)
         return total
 
-    async def report(self, summary: GgufSummary, settings: LlamaCppSettings, *, source: str = "",
-                     loading: list[tuple[str, int | None]] | None = None, rpc_devices: int = 0) -> FitReport:
-        """``rpc_devices``: the helpers' RPC devices of a model across nodes; the report is then of
-        the main node's share (``agent.rpc.main_share``)."""
-        total, available = await asyncio.to_thread(self.memory.memory)
+    async def devices(self, choice: BackendChoice) -> tuple[list[GpuInfo], str]:
+        """The GPUs a llama.cpp start with the node's backend ``choice`` computes on, and how that
+        backend names them: none where it runs on the CPU (its build has no GPU backend that works
+        here, or the node chose ``cpu``), so memory is counted where the layers really go. A build
+        that names no backends (one on PATH) is taken at its word: every GPU, named as CUDA's."""
         gpus = await asyncio.to_thread(self.gpus.sample)
+        backend = await self.computes_on(choice) if self.computes_on is not None else None
+        if backend is Backend.CPU:
+            return [], CUDA_DEVICE
+        return gpus, (backend.device_prefix if backend is not None else None) or CUDA_DEVICE
+
+    async def report(self, summary: GgufSummary, settings: LlamaCppSettings, *, source: str = "",
+                     loading: list[tuple[str, int | None]] | None = None, rpc_devices: int = 0,
+                     backend: BackendChoice = "auto") -> FitReport:
+        """``rpc_devices``: the helpers' RPC devices of a model across nodes; the report is then of
+        the main node's share (``agent.rpc.main_share``). ``backend``: the node's choice (``devices``)."""
+        total, available = await asyncio.to_thread(self.memory.memory)
+        gpus, _prefix = await self.devices(backend)
         unified = is_unified(gpus, self.policy)
         reserve = self.policy.reserve(total)
         pending = self._pending(loading or [])
@@ -268,17 +286,20 @@ class Admission:
             max_ctx_size=max_main_ctx(summary, settings, rpc_devices, host, held), max_gpu_layers=None,
             message=message, source=source, remote_bytes=share.remote_bytes if share.gpus_known else None)
 
-    async def snapshot(self, loading: list[tuple[str, int | None]] | None = None) -> NodeMemory:
-        """This node's memory for a plan (``agent.placement``): usable now, and with every device empty."""
+    async def snapshot(self, loading: list[tuple[str, int | None]] | None = None,
+                       backend: BackendChoice = "auto") -> NodeMemory:
+        """This node's memory for a plan (``agent.placement``): usable now, and with every device
+        empty; the GPUs of the backend a start with the node's choice computes on (``devices``)."""
         total, available = await asyncio.to_thread(self.memory.memory)
-        gpus = await asyncio.to_thread(self.gpus.sample)
+        gpus, prefix = await self.devices(backend)
         unified = is_unified(gpus, self.policy)
         reserve, keep = self.policy.reserve(total), self.policy.gpu_reserve_bytes
         devices = () if unified else tuple(
             Device(index=g.index, name=g.name, free=max(0, g.memory_total - g.memory_used - keep),
                    capacity=max(0, g.memory_total - keep)) for g in gpus)
         return NodeMemory(host_free=available - reserve - self._pending(loading or []), host_capacity=total - reserve,
-                          gpus=devices, unified=unified, memory_total=total, memory_available=available)
+                          gpus=devices, unified=unified, memory_total=total, memory_available=available,
+                          device_prefix=prefix)
 
     async def admit(self, spec: LaunchSpec, loading: Callable[[], list[tuple[str, InstanceState, int | None]]],
                     wait_for: Callable[[Callable[[], bool], float], object]) -> FitReport | None:
@@ -296,14 +317,14 @@ class Admission:
             return [(i, pid) for i, state, pid in loading()
                     if state is InstanceState.STARTING and i != spec.instance_id]
 
-        gpus = await asyncio.to_thread(self.gpus.sample)
+        gpus, _prefix = await self.devices(spec.backend)
         if is_unified(gpus, self.policy) and others_loading():
             done = await wait_for(lambda: not others_loading(), self.policy.unified_wait_s)  # type: ignore[misc]
             if not done and not spec.force:
                 raise StartInProgress("another model is still loading on this unified-memory node, and "
                                       "free memory is only known once it has; try again when it is ready")
         report = await self.report(summary, spec.settings, source=spec.model_path, loading=others_loading(),
-                                   rpc_devices=sum(peer.devices for peer in spec.rpc_peers))
+                                   rpc_devices=sum(peer.devices for peer in spec.rpc_peers), backend=spec.backend)
         if spec.memory_budget_bytes is not None:
             report = _with_budget(report, spec.memory_budget_bytes)
         if not report.fits and not spec.force:

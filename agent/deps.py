@@ -93,7 +93,7 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     # A probe given to build_deps (a test's, a platform's) is the whole truth as it is.
     probe = gpu_probe if gpu_probe is not None else RuntimeListedProbe(nvml, llamacpp.backends.listed_devices)
     admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe,
-                          models_dir=paths.models_dir)
+                          models_dir=paths.models_dir, computes_on=llamacpp.computes_on)
     drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=nvml.sample),  # vLLM: NVIDIA only
                       MlxDriver(paths, mlx_server, mlx_platform))
     manager = InstanceManager(drivers, ProcessRecords(paths.records_file), first_port, admission=admission)

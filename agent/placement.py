@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.api.llamacpp import LlamaCppSettings, device_names
+from agent.api.llamacpp import CUDA_DEVICE, LlamaCppSettings, device_names
 from agent.api.plan import (
     PLAN_KINDS,
     PLAN_STATES,
@@ -74,6 +74,7 @@ class NodeMemory:
     unified: bool = False
     memory_total: int = 0
     memory_available: int = 0
+    device_prefix: str = CUDA_DEVICE  # how the backend a start computes on names the GPUs (Vulkan0, CUDA0, MTL0)
 
 
 def split_values(text: str | None) -> tuple[float, ...]:
@@ -116,15 +117,16 @@ def proportions(values: Sequence[int]) -> tuple[str, tuple[float, ...]]:
     return ",".join(str(p) for p in parts), tuple(float(p) for p in parts)
 
 
-def placement_args(settings: LlamaCppSettings) -> list[str]:
-    """The llama-server flags of a placement, as ``build_args`` writes them."""
+def placement_args(settings: LlamaCppSettings, device_prefix: str = CUDA_DEVICE) -> list[str]:
+    """The llama-server flags of a placement, as ``build_args`` writes them for a backend whose
+    devices are named ``{device_prefix}{index}``."""
     args: list[str] = []
     for name in PLACEMENT_FIELDS:
         value = getattr(settings, name)
         if value is None:
             continue
         flag = str((LlamaCppSettings.model_fields[name].json_schema_extra or {})["flag"])  # type: ignore[index]
-        args += [flag, device_names(value) if name == "gpus" else str(value)]
+        args += [flag, device_names(value, device_prefix) if name == "gpus" else str(value)]
     return args
 
 
@@ -162,12 +164,13 @@ def _option(summary: GgufSummary, settings: LlamaCppSettings, memory: NodeMemory
     est = estimate(summary, final, layers, now.shares)
     uses = [DeviceUse(device="cpu", needed_bytes=est.host_bytes, free_bytes=max(memory.host_free, 0),
                       capacity_bytes=max(memory.host_capacity, 0))]
-    uses += [DeviceUse(device=f"gpu{d.index}", gpu_index=d.index, name=d.name, needed_bytes=need,
+    uses += [DeviceUse(device=f"{memory.device_prefix}{d.index}", gpu_index=d.index, name=d.name, needed_bytes=need,
                        free_bytes=d.free, capacity_bytes=d.capacity)
              for d, need in zip(devices, est.gpu_bytes, strict=False)]
     return PlanOption(kind=kind, label=label, gpus=[d.index for d in devices], state=state, ctx_size=ctx,
                       max_ctx_size=max_now, max_ctx_size_empty=max_empty, n_gpu_layers=est.n_gpu_layers,
-                      settings=final, args=placement_args(final.model_copy(update={"ctx_size": ctx})),
+                      settings=final, args=placement_args(final.model_copy(update={"ctx_size": ctx}),
+                                                          memory.device_prefix),
                       estimate=est, devices=uses, message=_message(state, ctx, uses))
 
 

@@ -171,7 +171,7 @@ def handlers(d: DaemonDeps) -> Handlers:
                        lambda: keys_at_rest(d.paths.pki, d.paths.local_agent_home / "identity"
                                             if d.config.local_agent else None)),
         models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history),
-        sources=SourcesApi(d.links, d.transfers, d.history, d.mirror),
+        sources=SourcesApi(d.links, d.transfers, d.history, d.mirror, d.nodes.backends.choice),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
         nodes=NodesApi(d.nodes, d.history, d.audit),
         upgrades=UpgradesApi(d.upgrades),

@@ -30,7 +30,8 @@ STATE_LABELS: dict[PlanState, str] = {"free": "free now", "needs_room": "needs r
 class DeviceUse(BaseModel):
     """What one device holds under an option, against what it has."""
 
-    device: str = Field(description="cpu (system memory) or gpuN (the node's GPU N).")
+    device: str = Field(description="cpu (system memory), or GPU N as the backend it computes on names it: "
+                                    "VulkanN, CUDAN, MTLN.")
     gpu_index: int | None = None
     name: str = ""
     needed_bytes: int

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.api.backends import BackendChoice
 from agent.api.llamacpp import LlamaCppSettings
 
 
@@ -122,6 +123,8 @@ class FitRequest(BaseModel):
     token: str | None = Field(default=None, description="Hugging Face token; sent to the hub only.")
     rpc_devices: int = Field(default=0, ge=0, le=128, description="One model across nodes: its helpers' RPC "
                              "devices; the report is then of the main node's share (agent.rpc.main_share).")
+    backend: BackendChoice = Field(default="auto", description="The node's backend choice: the GPUs count only "
+                                   "where a start would compute on one, named as that backend names them.")
 
 
 class FitReport(BaseModel):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import aiohttp
 
-from agent.api.backends import Backend, Pick, parse_offload, pick_backend
+from agent.api.backends import Backend, BackendChoice, Pick, parse_offload, pick_backend
 from agent.api.launch_policy import ENV_ALLOWED_PREFIXES, ENV_ALLOWLIST, PolicyViolation
 from agent.api.launch_policy import check_env as policy_check_env
 from agent.api.launch_policy import check_extra_args as policy_check_extra_args
@@ -537,6 +537,19 @@ class LlamaCppDriver:
         devices = ", ".join(f"{d.name} ({d.description})" for d in state.devices)
         ring.append([(f"[mirbadllm] backend: {pick.backend.label}{f' on {devices}' if devices else ''} "
                      f"(node choice: {spec.backend}){f'; not {pick.why}' if pick.why else ''}")])
+
+    async def computes_on(self, choice: BackendChoice) -> Backend | None:
+        """The backend a start with the node's ``choice`` computes on: the pick ``prepare`` makes, for
+        admission and the plan to count memory where it lives. None for a build that names no
+        backends (one on PATH, an older build), or none at all."""
+        exe = await asyncio.to_thread(self.catalog.llama_server)
+        if exe is None or not exe.backends:
+            return None
+        try:
+            fingerprint = await asyncio.to_thread(self.checks.fingerprint, exe.path, exe.library_dir)
+        except OSError:
+            return None
+        return pick_backend(choice, await self.backends.states(exe, fingerprint)).backend
 
     def build_command(self, spec: LaunchSpec, port: int) -> list[str]:
         return build_command(spec, port)

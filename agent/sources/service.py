@@ -74,12 +74,12 @@ class ModelSources:
         """The estimate for a local file or a Hugging Face file (only its header is read)."""
         summary, source = await self._summary(req)
         return await self.admission.report(summary, req.settings, source=source, loading=self._starting(),
-                                           rpc_devices=req.rpc_devices)
+                                           rpc_devices=req.rpc_devices, backend=req.backend)
 
     async def plan(self, req: FitRequest) -> NodePlan:
         """Every way the model runs on this node (``agent.placement``), best first."""
         summary, source = await self._summary(req)
-        memory = await self.admission.snapshot(self._starting())
+        memory = await self.admission.snapshot(self._starting(), req.backend)
         return NodePlan(source=source, summary=summary, unified_memory=memory.unified,
                         memory_total=memory.memory_total, memory_available=memory.memory_available,
                         options=plan_node(summary, req.settings, memory),

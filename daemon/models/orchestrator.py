@@ -292,7 +292,8 @@ class Orchestrator:
         if key not in self._needs:
             try:
                 report = await link.client.fit(FitRequest(model_path=definition.model_path,
-                                                          settings=definition.settings))
+                                                          settings=definition.settings,
+                                                          backend=self._backend_of(link.node_id)))
                 self._needs[key] = report.estimate.host_bytes + sum(report.estimate.gpu_bytes)
             except AgentError as exc:  # the agent's admission will say it at start
                 _LOGGER.info("no memory estimate for %s: %s", definition.id, exc.message)
@@ -366,7 +367,8 @@ class Orchestrator:
         if key not in self._split_fits:
             try:
                 report = await link.client.fit(FitRequest(model_path=definition.model_path, settings=definition.settings,
-                                                          rpc_devices=len(definition.rpc_nodes)))
+                                                          rpc_devices=len(definition.rpc_nodes),
+                                                          backend=self._backend_of(link.node_id)))
                 self._split_fits[key] = (report.estimate.host_bytes + sum(report.estimate.gpu_bytes),
                                          report.remote_bytes)
             except AgentError as exc:  # an older agent, no such file: the agents' own checks decide

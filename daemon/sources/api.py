@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from agent.api.backends import BackendChoice
 from agent.api.client import AgentError
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import (
@@ -96,8 +97,10 @@ def fit_query_from(query: Any) -> FitQuery:
 
 
 class SourcesApi:
-    def __init__(self, links: Links, transfers: Transfers, history: History, mirror: Mirror | None = None) -> None:
+    def __init__(self, links: Links, transfers: Transfers, history: History, mirror: Mirror | None = None,
+                 backend_of: Callable[[str], BackendChoice] = lambda _node: "auto") -> None:
         self._links = links
+        self._backend_of = backend_of  # each node's backend choice: a fit or plan counts that backend's devices
         self._transfers = transfers
         self._history = history
         self._mirror = mirror  # runs the daemon's own transfers (kind "mirror"), and cancels them
@@ -116,7 +119,8 @@ class SourcesApi:
 
     async def _fit(self, query: FitQuery) -> web.Response:
         client = self._links.online_client(query.node)
-        return json_response(await client.fit(_as_agent(FitRequest, query)))
+        asked = _as_agent(FitRequest, query).model_copy(update={"backend": self._backend_of(query.node)})
+        return json_response(await client.fit(asked))
 
     @_answers
     async def plan(self, request: web.Request) -> web.Response:
@@ -126,14 +130,15 @@ class SourcesApi:
             raise DaemonProblem(422, "invalid_request", "give either model_path or hf")
         if query.node is not None:
             client = self._links.online_client(query.node)
-            return json_response(await fan_out([(query.node, client)], agent_request(query)))
+            return json_response(await fan_out([(query.node, client)], agent_request(query),
+                                               backend_of=self._backend_of))
         links = list(self._links)
         offline = [NodePlanError(node=link.node_id, code="node_offline", message=f"offline: {link.last_error}")
                    for link in links if not link.online]
         online = [(link.node_id, link.client) for link in links if link.online]
         if not online:
             raise DaemonProblem(503, "node_offline", "no node is online to plan on")
-        return json_response(await fan_out(online, agent_request(query), offline))
+        return json_response(await fan_out(online, agent_request(query), offline, self._backend_of))
 
     @_answers
     async def download(self, request: web.Request) -> web.Response:

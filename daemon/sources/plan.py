@@ -14,9 +14,10 @@ its part lives: its GPUs' free memory when it has GPUs, else its system memory (
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from agent.api.backends import BackendChoice
 from agent.api.client import AgentClient, AgentError
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import AgentStatus
@@ -235,16 +236,18 @@ def merge(plans: Sequence[NodePlan], errors: Sequence[NodePlanError],
 
 
 async def fan_out(clients: Sequence[tuple[str, AgentClient]], request: FitRequest,
-                  errors: Sequence[NodePlanError] = ()) -> Plan:
-    """Every node's plan at once (with several nodes, each one's memory for a split too); a node
-    that fails is listed with its error. When every node failed, the first error to come back is
-    raised (AgentError), as a one-node call's would be."""
+                  errors: Sequence[NodePlanError] = (),
+                  backend_of: Callable[[str], BackendChoice] = lambda _node: "auto") -> Plan:
+    """Every node's plan at once (with several nodes, each one's memory for a split too), each
+    asked with that node's backend choice; a node that fails is listed with its error. When every
+    node failed, the first error to come back is raised (AgentError), as a one-node call's would be."""
 
     raised: list[AgentError] = []
 
     async def one(node: str, client: AgentClient) -> NodePlan | NodePlanError:
         try:
-            return (await client.plan(request)).model_copy(update={"node": node})
+            asked = request.model_copy(update={"backend": backend_of(node)})
+            return (await client.plan(asked)).model_copy(update={"node": node})
         except AgentError as exc:
             raised.append(exc)
             return NodePlanError(node=node, code=exc.code, message=exc.message)

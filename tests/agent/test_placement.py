@@ -131,7 +131,7 @@ def test_one_gpu_option_holds_every_layer_there_with_the_largest_context() -> No
     exact = estimate(MODEL, S(ctx_size=8192, n_gpu_layers=FULL, gpus=[0]), FULL, (1.0,))
     assert gpu0.estimate == exact
     assert [(d.device, d.needed_bytes, d.free_bytes, d.capacity_bytes) for d in gpu0.devices] == [
-        ("cpu", exact.host_bytes, 8 * GiB, 30 * GiB), ("gpu0", exact.gpu_bytes[0], 2 * GiB, 8 * GiB)]
+        ("cpu", exact.host_bytes, 8 * GiB, 30 * GiB), ("CUDA0", exact.gpu_bytes[0], 2 * GiB, 8 * GiB)]
     assert "free now" in gpu0.message
 
 
@@ -139,7 +139,7 @@ def test_a_gpu_too_full_now_needs_room_and_says_how_much() -> None:
     gpu1 = next(o for o in plan_node(MODEL, S(), TWO_GPUS) if o.gpus == [1])
     assert gpu1.state == "needs_room" and gpu1.max_ctx_size == 0 and gpu1.max_ctx_size_empty == 8192
     short = gpu1.devices[1].needed_bytes - 300 * MiB
-    assert f"{short / GiB:.1f} GiB more on gpu1" in gpu1.message
+    assert f"{short / GiB:.1f} GiB more on CUDA1" in gpu1.message
 
 
 def test_the_split_shares_the_layers_by_free_memory() -> None:
@@ -170,7 +170,7 @@ def test_a_model_larger_than_the_gpu_is_partly_offloaded_with_the_layers_that_fi
     assert partial.label == f"2 of {FULL} layers on GPU 0, the rest on the CPU"
     assert partial.args == ["--device", "CUDA0", "--n-gpu-layers", "2", "--ctx-size", str(partial.ctx_size)]
     assert partial.devices[1].needed_bytes <= 500 * MiB
-    assert "too big even with the devices empty" in options[2].message and "gpu0 needs" in options[2].message
+    assert "too big even with the devices empty" in options[2].message and "CUDA0 needs" in options[2].message
 
 
 def test_a_partial_offload_that_fits_only_once_room_is_made_needs_room() -> None:

@@ -42,14 +42,14 @@ def _option(**fields: object) -> PlanOption:
                                "args": ["--device", "CUDA0", "--n-gpu-layers", "29", "--ctx-size", "32768"],
                                "devices": [DeviceUse(device="cpu", needed_bytes=GIB // 2, free_bytes=30 * GIB,
                                                      capacity_bytes=60 * GIB),
-                                           DeviceUse(device="gpu0", needed_bytes=5 * GIB, free_bytes=20 * GIB,
+                                           DeviceUse(device="CUDA0", needed_bytes=5 * GIB, free_bytes=20 * GIB,
                                                      capacity_bytes=23 * GIB)]}
     return PlanOption.model_validate({**base, **fields})
 
 
 def test_the_table_has_a_row_per_option_its_flags_and_why_it_waits() -> None:
     busy = _option(label="GPU 1 (Small)", gpus=[1], state="needs_room", max_ctx_size=0,
-                   args=["--device", "CUDA1"], message="fits once room is made: 1.5 GiB more on gpu1")
+                   args=["--device", "CUDA1"], message="fits once room is made: 1.5 GiB more on CUDA1")
     nodes = [NodePlan(node="n1", source="/m/tiny.gguf", summary=SUMMARY, options=[_option(), busy]),
              NodePlan(node="n2", source="/m/tiny.gguf", summary=SUMMARY,
                       options=[_option(node="n2", kind="cpu", label="CPU only", gpus=[], args=[])])]
@@ -60,9 +60,9 @@ def test_the_table_has_a_row_per_option_its_flags_and_why_it_waits() -> None:
     assert lines[1].split() == ["NODE", "OPTION", "STATE", "CTX", "MAX", "NOW", "MAX", "EMPTY", "HOLDS",
                                 "(needed", "/", "free,", "GiB)"]
     assert lines[2].startswith("tower") and "GPU 0 (Big)" in lines[2] and "free now" in lines[2]
-    assert lines[2].endswith("cpu 0.5/30.0  gpu0 5.0/20.0")
+    assert lines[2].endswith("cpu 0.5/30.0  CUDA0 5.0/20.0")
     assert lines[3].strip() == "--device CUDA0 --n-gpu-layers 29 --ctx-size 32768"
-    assert "needs room" in lines[4] and lines[6].strip() == "fits once room is made: 1.5 GiB more on gpu1"
+    assert "needs room" in lines[4] and lines[6].strip() == "fits once room is made: 1.5 GiB more on CUDA1"
     assert lines[7].startswith("n2") and "CPU only" in lines[7]
     assert lines[8].startswith("fleet") and "not available yet" in lines[8] and "RPC" in lines[8]
     assert lines[9].strip() == "not needed: it runs on node n1 alone (GPU 0 (Big)), faster than over the network"

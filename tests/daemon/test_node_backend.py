@@ -11,6 +11,8 @@ import pytest
 
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelState
+from daemon.api.plan import PlanQuery
+from daemon.api.sources import FitQuery
 from mirbadllm import ctl, ctl_nodes
 from tests.agent._support import eventually
 from tests.daemon.harness import model, running_daemon
@@ -76,3 +78,29 @@ async def test_the_choice_is_kept_told_to_the_next_start_and_refused_when_the_no
         assert (back.backend_choice, back.backend.value if back.backend else None) == ("auto", "vulkan")
         entries = (await rd.client.audit(action="node.backend")).entries  # newest first
         assert [(e.subject, e.before, e.after) for e in entries] == [("local", "cpu", "auto"), ("local", "auto", "cpu")]
+
+
+async def test_the_plan_counts_the_devices_of_the_backend_the_node_computes_on(
+        tmp_path: Path, model_file: Path) -> None:
+    build = write_fake_build(tmp_path / "runtimes", {"vulkan": GPU})
+    async with running_daemon(tmp_path / "daemon", build / "bin" / "llama-server") as rd:
+        await eventually(lambda: _backend(rd), timeout=30, what="the local agent's backends")
+        query = PlanQuery(model_path=str(model_file), node="local")
+
+        on_vulkan = (await rd.client.plan(query)).nodes[0].options
+        gpu = next(o for o in on_vulkan if o.kind == "gpu")
+        assert [d.device for d in gpu.devices] == ["cpu", "Vulkan0"], "named as the running build names it"
+        assert gpu.args[:2] == ["--device", "Vulkan0"]
+        assert "CUDA0" not in str(gpu.args)
+
+        await rd.client.set_node_backend("local", "cpu")
+        on_cpu = (await rd.client.plan(query)).nodes[0].options
+        assert [(o.kind, [d.device for d in o.devices]) for o in on_cpu] == [("cpu", ["cpu"])], \
+            "a node that computes on the CPU offers no GPU placement"
+        report = await rd.client.fit(FitQuery(model_path=str(model_file), node="local"))
+        assert report.gpus == [] and report.estimate.gpu_bytes == []
+
+
+async def _backend(rd: object) -> bool:
+    node = await rd.client.get_node("local")  # type: ignore[attr-defined]
+    return node.backend is not None
