@@ -40,6 +40,9 @@ class DaemonConfig(BaseModel):
                                                        "(default: the agent's, 18080).")
     audit_retention_days: int = Field(default=90, ge=1, le=3650, description="Days an audit-log entry is kept.")
     seed_demo_model: bool = Field(default=True, description="Register the demo model on first run.")
+    release_feed_url: str = Field(default="", max_length=2048, description="The signed release feed (feed.json "
+                                  "beside feed.json.sig) GPU runtime packs come from: CUDA for a node with an "
+                                  "NVIDIA GPU (daemon.runtimes.packs); empty: none is fetched.")
     health: HealthPolicy = Field(default_factory=HealthPolicy, description="Crash restarts and probes.")
     nodes: NodePolicy = Field(default_factory=NodePolicy, description="LAN discovery and the node monitor.")
     upgrades: UpgradePolicy = Field(default_factory=UpgradePolicy, description="Agent rollouts, one node at a time.")

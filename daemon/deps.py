@@ -20,6 +20,7 @@ from typing import Any
 from agent.api.client import AgentClient
 from daemon import admin_token
 from daemon.admin import AdminApi
+from daemon.api.program import program_version
 from daemon.api.sources import Transfer
 from daemon.audit.api import AuditApi
 from daemon.audit.log import AuditLog
@@ -58,6 +59,7 @@ from daemon.router.router import Router
 from daemon.routes import Handlers
 from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.runtimes.manager import RuntimeUpgradeManager
+from daemon.runtimes.packs import RuntimePacks
 from daemon.services.api import ServicesApi
 from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
@@ -100,6 +102,7 @@ class DaemonDeps:
     nodes: NodeManager
     upgrades: UpgradeManager
     runtime_upgrades: RuntimeUpgradeManager
+    runtime_packs: RuntimePacks
     jobs: JobManager
     transfers: Transfers
     mirror: Mirror
@@ -140,6 +143,9 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     upgrades = UpgradeManager(paths.home, config.upgrades, nodes.views, links, events, history)
     runtime_upgrades = RuntimeUpgradeManager(paths.home, nodes.views, links, events, history,
                                              lambda node: smoke_model_on(registry, node))
+    packs = RuntimePacks(config.release_feed_url, program_version(), paths.home, nodes.views,
+                         runtime_upgrades.install_on, lambda type_, **data: events.publish(type_, None, **data))
+    nodes.pack_state = packs.state  # each node's GPU runtime pack, in /api/nodes
     jobs = JobManager(registry, orchestrator, links, maintenance, events, router.in_flight, telemetry, paths.home)
 
     async def register(transfer: Transfer, query: Any) -> tuple[list[str], str | None]:
@@ -156,7 +162,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
                       background=background, events=events, registry=registry, keys=keys, history=history,
                       audit=audit, metrics=metrics, links=links, maintenance=maintenance, orchestrator=orchestrator,
                       router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades,
-                      runtime_upgrades=runtime_upgrades, jobs=jobs,
+                      runtime_upgrades=runtime_upgrades, runtime_packs=packs, jobs=jobs,
                       transfers=transfers, mirror=mirror,
                       backups=backups, backup_scheduler=BackupScheduler(backups, config, events))
 
@@ -202,6 +208,7 @@ async def start(d: DaemonDeps) -> None:
     d.background.spawn(d.telemetry.run())
     d.background.spawn(d.orchestrator.auto_start())
     d.background.spawn(d.health.run())
+    d.background.spawn(d.runtime_packs.run())  # CUDA for a node with an NVIDIA GPU (daemon.runtimes.packs)
     d.background.spawn(d.orchestrator.watch_external())  # probes external endpoints (and closes their session)
     d.background.spawn(_housekeeping(d.history, d.keys, d.audit, d.config))
     d.background.spawn(record_system_events(d.events, d.audit, d.events.last_id))  # evictions, restarts: system

@@ -125,6 +125,8 @@ def fmt_backends(node: NodeView) -> list[str]:
         detail = devices if state.available else (state.reason or "unavailable")
         driver = f"  driver {state.driver}" if state.driver else ""
         lines.append(f"    {state.backend.label:<8} {mark:<8} {detail}{driver}")
+    if node.runtime_pack is not None:
+        lines.append(f"  pack       {node.runtime_pack.state}: {node.runtime_pack.message}")
     return lines
 
 

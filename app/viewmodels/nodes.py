@@ -102,6 +102,8 @@ def backend_summary(node: NodeView) -> str:
         line += f" · driver {state.driver}"
     if node.backend_why:
         line += f"\nNot {node.backend_why}"
+    if node.runtime_pack is not None and node.runtime_pack.state != "installed":
+        line += f"\nRuntime pack: {node.runtime_pack.message}"
     return line
 
 

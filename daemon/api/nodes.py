@@ -7,6 +7,7 @@ mutual TLS. Storage shapes (``nodes.json``) live in ``daemon.nodes.store``, not 
 
 from __future__ import annotations
 
+import time
 from enum import Enum
 from typing import Literal
 
@@ -38,6 +39,18 @@ class NodeState(str, Enum):
     ONLINE = "online"
     DEGRADED = "degraded"    # answers, but slowly, or missed a probe, or its instance feed fails
     OFFLINE = "offline"      # missed enough probes in a row; its models answer 503
+
+
+PackStep = Literal["fetching", "installing", "installed", "failed", "off"]
+
+
+class PackState(BaseModel):
+    """Where a node's GPU runtime pack stands (``daemon.runtimes.packs``)."""
+
+    platform: str = Field(description="The pack, as the release feed names it: llamacpp-cuda13-linux-x86_64.")
+    state: PackStep
+    message: str = Field(description="One line for the Nodes page and `ctl nodes show`.")
+    at: float = Field(default_factory=time.time)
 
 
 class NodeView(BaseModel):
@@ -73,6 +86,8 @@ class NodeView(BaseModel):
     backend: Backend | None = Field(default=None, description="What a model started now computes on (None: the "
                                     "node has not said what its build can do).")
     backend_why: str | None = Field(default=None, description="Why not a better backend (or not the chosen one).")
+    runtime_pack: PackState | None = Field(default=None, description="The GPU runtime pack this node could use "
+                                           "(CUDA on an NVIDIA GPU): fetching, installed, or why not.")
 
 
 class DiscoveredNode(BaseModel):

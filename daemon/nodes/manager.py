@@ -14,6 +14,7 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,6 +31,7 @@ from daemon.api.nodes import (
     NodePairRequest,
     NodeState,
     NodeView,
+    PackState,
     node_pick,
     refusal,
 )
@@ -66,6 +68,8 @@ class NodeManager:
                  events: EventBus, history: History, backends: NodeBackends | None = None) -> None:
         self.policy = policy
         self.backends = backends if backends is not None else NodeBackends(nodes_file.with_name("node_backends.json"))
+        # node id -> its GPU runtime pack's state (daemon.runtimes.packs; set by daemon.deps)
+        self.pack_state: Callable[[str], PackState | None] = lambda _node: None
         self._pki_dir = pki_dir
         self.store = NodeStore(nodes_file)
         self.links = links  # paired nodes join (and leave) the daemon's links here
@@ -153,7 +157,8 @@ class NodeManager:
         choice = self.backends.choice(node_id)
         pick = node_pick(choice, view.runtimes)
         view = view.model_copy(update={"backend_choice": choice, "backend": pick.backend if pick else None,
-                                       "backend_why": pick.why if pick else None})
+                                       "backend_why": pick.why if pick else None,
+                                       "runtime_pack": self.pack_state(node_id)})
         if sample is not None:
             view = view.model_copy(update={
                 "cpu_percent": sample.cpu_percent, "memory_total": sample.memory_total,

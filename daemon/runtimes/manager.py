@@ -25,12 +25,14 @@ from daemon.api.runtime_upgrades import (
     RuntimeRolloutView,
     RuntimeUpgradeRequest,
 )
+from daemon.api.upgrades import NodeUpgradeState
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.nodes.links import Links
 from daemon.runtimes.build import (
     BuildRefused,
+    StagedRuntimeBuild,
     default_builds_root,
     load_build,
     newest_build,
@@ -108,6 +110,25 @@ class RuntimeUpgradeManager:
         _LOGGER.info("rolling llama.cpp %s out to %d node(s)", build.name, len(targets))
         await self._history.audit("admin", "nodes.runtime_upgrade", "", f"llama.cpp {build.name}")
         return self.view()
+
+    async def install_on(self, build: StagedRuntimeBuild, node_id: str) -> None:
+        """Install ``build`` on one node, this machine's own agent included (a GPU runtime pack,
+        ``daemon.runtimes.packs``), by the same walk as a rollout: checked, pushed, smoke-tested,
+        offered. Raises ``DaemonProblem`` (409 while a rollout runs or the node is not linked; 422
+        with the node's reason when it refused or failed)."""
+        if self._task is not None and not self._task.done():
+            raise DaemonProblem(409, "runtime_upgrade_running", f"A rollout of {self.view().build} is running")
+        link = self._links.get(node_id)
+        view = next((n for n in self._nodes() if n.id == node_id), None)
+        if link is None or view is None:
+            raise DaemonProblem(409, "node_offline", f"node {node_id} is not linked to this daemon")
+        self.rollout = RuntimeRollout(build, [NodeTarget(node_id, view.name, link.client)], self._publish,
+                                      self._smoke_models, self._installed)
+        self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name=f"runtime-pack-{node_id}")
+        await self._history.audit("admin", "nodes.runtime_upgrade", node_id, f"llama.cpp {build.name} (runtime pack)")
+        outcome = await asyncio.shield(self._task)
+        if outcome.nodes and outcome.nodes[0].state != NodeUpgradeState.DONE:
+            raise DaemonProblem(422, "runtime_build_refused", outcome.reason or "the node did not take the build")
 
     def _installed(self, node_id: str, answer: LlamaCppBuildAnswer) -> None:
         self._wanted[node_id] = NodeRuntimeBuild(build=answer.name, version=answer.version, digest=answer.digest,

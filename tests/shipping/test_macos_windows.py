@@ -53,7 +53,7 @@ def test_the_release_workflow_builds_every_os_and_tests_without_e2e_and_netns() 
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
     jobs = workflow["jobs"]
     assert {name: job["runs-on"].split("-")[0] for name, job in jobs.items()} == {
-        "linux": "ubuntu", "cuda-pack": "ubuntu", "macos": "macos", "windows": "windows"}
+        "linux": "ubuntu", "cuda-pack": "ubuntu", "macos": "macos", "windows": "windows", "publish": "ubuntu"}
     for name in ("macos", "windows"):
         runs = " ".join(step.get("run", "") for step in jobs[name]["steps"])
         assert '-m "not e2e and not netns"' in runs and "installers/pyinstaller/mirbadllm.spec" in runs
@@ -65,3 +65,9 @@ def test_the_release_workflow_builds_every_os_and_tests_without_e2e_and_netns() 
     assert jobs["cuda-pack"]["strategy"]["matrix"]["cuda"] == ["13", "12"]
     assert "make runtime BACKENDS=cpu,cuda MIRBADLLM_CUDA_LINE=${{ matrix.cuda }}" in " ".join(
         step.get("run", "") for step in jobs["cuda-pack"]["steps"])
+    # One signed feed lists the installers and the packs, as the daemon's runtime packs read it.
+    assert set(jobs["publish"]["needs"]) == {"linux", "cuda-pack", "macos", "windows"}
+    publish = " ".join(step.get("run", "") for step in jobs["publish"]["steps"])
+    assert "installers.release_feed" in publish
+    for platform in ("llamacpp-cuda13-linux-x86_64", "llamacpp-cuda12-linux-x86_64", "linux-x86_64-appimage"):
+        assert f'"{platform}=' in publish

@@ -65,7 +65,7 @@ class UpdateChecker:
 
     @property
     def signature_url(self) -> URL:
-        return self.feed_url.with_name(self.feed_url.name + SIGNATURE_SUFFIX)
+        return signature_url(self.feed_url)
 
     async def check(self) -> UpdateResult:
         """Up to date, or the verified update staged; raises ``UpdateError`` (nothing staged) if refused."""
@@ -85,12 +85,7 @@ class UpdateChecker:
             raise
 
     async def _check(self, session: aiohttp.ClientSession) -> UpdateResult:
-        raw = await self._fetch(session, self.feed_url, MAX_FEED_BYTES, "feed")
-        signature = await self._fetch(session, self.signature_url, MAX_SIGNATURE_BYTES, "signature")
-        why = verify_feed_signature(raw, signature, self.trusted_keys)
-        if why:
-            raise UpdateError("signature", f"Signature check failed: {why}; the update was not used")
-        feed = self._parse(raw)
+        feed = await fetch_signed_feed(session, self.feed_url, self.trusted_keys)
         if self.channel and feed.channel != self.channel:
             raise UpdateError("channel", f"Channel check failed: the feed is for the {feed.channel!r} channel, "
                                          f"this app follows {self.channel!r}")
@@ -110,34 +105,6 @@ class UpdateChecker:
                                           f"{self.installer.platform} build in the feed")
         staged = await self._stage(session, feed, artefact)
         return UpdateReady(staged)
-
-    async def _fetch(self, session: aiohttp.ClientSession, url: URL, cap: int, what: str) -> bytes:
-        try:
-            async with session.get(url, timeout=FEED_TIMEOUT) as resp:
-                if resp.status == 404 and what == "signature":
-                    raise UpdateError("signature", f"Signature check failed: no signature at {url} (HTTP 404); "
-                                                   "an unsigned feed is never used")
-                if resp.status != 200:
-                    raise UpdateError(what, f"Could not fetch the update {what} {url}: HTTP {resp.status}")
-                data = bytearray()
-                async for chunk in resp.content.iter_chunked(64 * 1024):
-                    data += chunk
-                    if len(data) > cap:
-                        raise UpdateError(what, f"{what.capitalize()} check failed: the {what} at {url} is larger than "
-                                                f"{cap} bytes")
-                return bytes(data)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpdateError(what, f"Could not fetch the update {what} {url}: {exc or type(exc).__name__}") from exc
-
-    @staticmethod
-    def _parse(raw: bytes) -> ReleaseFeed:
-        try:
-            return ReleaseFeed.model_validate(json.loads(raw))
-        except (ValueError, ValidationError) as exc:
-            first = exc.errors()[0] if isinstance(exc, ValidationError) else None
-            where = ".".join(str(p) for p in first["loc"]) + ": " + first["msg"] if first else str(exc)
-            raise UpdateError("feed", f"Feed check failed: the signed feed is not a MirbadLLM release feed "
-                                      f"({where})") from exc
 
     def _artefact_url(self, artefact: ReleaseArtefact) -> URL:
         url = self.feed_url.join(URL(artefact.url))
@@ -164,7 +131,7 @@ class UpdateChecker:
         self.staging.clear()
         partial = self.staging.partial(name)
         try:
-            await self._download(session, url, artefact, partial)
+            await download_artefact(session, url, artefact, partial)
             os.replace(partial, final)
         finally:
             partial.unlink(missing_ok=True)
@@ -172,31 +139,79 @@ class UpdateChecker:
                      final)
         return staged
 
-    async def _download(self, session: aiohttp.ClientSession, url: URL, artefact: ReleaseArtefact,
-                        partial: Path) -> None:
-        loop = asyncio.get_running_loop()
-        digest, received = hashlib.sha256(), 0
-        try:
-            async with session.get(url, timeout=DOWNLOAD_TIMEOUT) as resp:
-                if resp.status != 200:
-                    raise UpdateError("download", f"Download failed: {url} answered HTTP {resp.status}")
-                with partial.open("wb") as fh:
-                    async for chunk in resp.content.iter_chunked(CHUNK):
-                        received += len(chunk)
-                        if received > artefact.size:
-                            raise UpdateError("size", f"Size check failed: {url.name} is larger than the "
-                                                      f"{artefact.size} bytes the feed lists")
-                        digest.update(chunk)
-                        await loop.run_in_executor(None, fh.write, chunk)
-                    await loop.run_in_executor(None, _flush, fh)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpdateError("download", f"Download failed: {url}: {exc or type(exc).__name__}") from exc
-        if received != artefact.size:
-            raise UpdateError("size", f"Size check failed: {url.name} is {received} bytes, the feed lists "
-                                      f"{artefact.size}")
-        if digest.hexdigest() != artefact.sha256:
-            raise UpdateError("checksum", f"Checksum check failed: the SHA-256 of {url.name} is "
-                                          f"{digest.hexdigest()}, the feed lists {artefact.sha256}")
+
+def signature_url(feed_url: URL) -> URL:
+    return feed_url.with_name(feed_url.name + SIGNATURE_SUFFIX)
+
+
+async def fetch_signed_feed(session: aiohttp.ClientSession, feed_url: URL,
+                            trusted_keys: Sequence[str]) -> ReleaseFeed:
+    """The feed at ``feed_url``, its signature checked over the raw bytes before any is parsed
+    (``UpdateError`` "feed", "signature"); shared by app updates and GPU runtime packs."""
+    raw = await _fetch(session, feed_url, MAX_FEED_BYTES, "feed")
+    signature = await _fetch(session, signature_url(feed_url), MAX_SIGNATURE_BYTES, "signature")
+    why = verify_feed_signature(raw, signature, trusted_keys)
+    if why:
+        raise UpdateError("signature", f"Signature check failed: {why}; the update was not used")
+    return _parse(raw)
+
+
+async def _fetch(session: aiohttp.ClientSession, url: URL, cap: int, what: str) -> bytes:
+    try:
+        async with session.get(url, timeout=FEED_TIMEOUT) as resp:
+            if resp.status == 404 and what == "signature":
+                raise UpdateError("signature", f"Signature check failed: no signature at {url} (HTTP 404); "
+                                               "an unsigned feed is never used")
+            if resp.status != 200:
+                raise UpdateError(what, f"Could not fetch the update {what} {url}: HTTP {resp.status}")
+            data = bytearray()
+            async for chunk in resp.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > cap:
+                    raise UpdateError(what, f"{what.capitalize()} check failed: the {what} at {url} is larger than "
+                                            f"{cap} bytes")
+            return bytes(data)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise UpdateError(what, f"Could not fetch the update {what} {url}: {exc or type(exc).__name__}") from exc
+
+
+def _parse(raw: bytes) -> ReleaseFeed:
+    try:
+        return ReleaseFeed.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+        where = ".".join(str(p) for p in first["loc"]) + ": " + first["msg"] if first else str(exc)
+        raise UpdateError("feed", f"Feed check failed: the signed feed is not a MirbadLLM release feed "
+                                  f"({where})") from exc
+
+
+async def download_artefact(session: aiohttp.ClientSession, url: URL, artefact: ReleaseArtefact,
+                            partial: Path) -> None:
+    """Download ``url`` into ``partial``, refused (``UpdateError``) unless its size and SHA-256 are
+    the signed feed's; the caller renames it into place."""
+    loop = asyncio.get_running_loop()
+    digest, received = hashlib.sha256(), 0
+    try:
+        async with session.get(url, timeout=DOWNLOAD_TIMEOUT) as resp:
+            if resp.status != 200:
+                raise UpdateError("download", f"Download failed: {url} answered HTTP {resp.status}")
+            with partial.open("wb") as fh:
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    received += len(chunk)
+                    if received > artefact.size:
+                        raise UpdateError("size", f"Size check failed: {url.name} is larger than the "
+                                                  f"{artefact.size} bytes the feed lists")
+                    digest.update(chunk)
+                    await loop.run_in_executor(None, fh.write, chunk)
+                await loop.run_in_executor(None, _flush, fh)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise UpdateError("download", f"Download failed: {url}: {exc or type(exc).__name__}") from exc
+    if received != artefact.size:
+        raise UpdateError("size", f"Size check failed: {url.name} is {received} bytes, the feed lists "
+                                  f"{artefact.size}")
+    if digest.hexdigest() != artefact.sha256:
+        raise UpdateError("checksum", f"Checksum check failed: the SHA-256 of {url.name} is "
+                                      f"{digest.hexdigest()}, the feed lists {artefact.sha256}")
 
 
 def _flush(fh: BinaryIO) -> None:

@@ -36,6 +36,11 @@ PLATFORMS = (
     "agent-linux-arm64",
     "agent-macos-arm64",
     "agent-windows-x86_64",
+    # GPU runtime packs: llama.cpp with CUDA per driver line (daemon.runtimes.packs)
+    "llamacpp-cuda13-linux-x86_64",
+    "llamacpp-cuda12-linux-x86_64",
+    "llamacpp-cuda13-windows-x86_64",
+    "llamacpp-cuda12-windows-x86_64",
 )
 
 
