@@ -21,6 +21,7 @@ class EventBus:
         self._ring: deque[Event] = deque(maxlen=size)
         self._last_id = 0
         self._changed = asyncio.Condition()
+        self.closed = False  # the daemon is stopping (close)
 
     @property
     def last_id(self) -> int:
@@ -43,15 +44,21 @@ class EventBus:
         events = [e for e in self._ring if e.id > since] if not reset else []
         return EventsPage(boot_id=self.boot_id, last_id=self._last_id, events=events, reset=reset)
 
+    async def close(self) -> None:
+        """The daemon is stopping: every long-poll answers now (with what it has), and any later one
+        at once, so a stop never waits on a client's poll (the app holds one open all the time)."""
+        self.closed = True
+        await self._notify()
+
     async def wait(self, since: int, timeout: float) -> EventsPage:
         """Events after ``since``, waiting up to ``timeout`` seconds for the first one."""
         page = self._page(since)
-        if page.events or page.reset or timeout <= 0:
+        if page.events or page.reset or timeout <= 0 or self.closed:
             return page
         async with self._changed:
             try:
                 async with asyncio.timeout(timeout):  # wait_for can swallow a cancel on 3.11
-                    await self._changed.wait_for(lambda: self._last_id > since)
+                    await self._changed.wait_for(lambda: self._last_id > since or self.closed)
             except TimeoutError:
                 pass
         return self._page(since)

@@ -86,6 +86,7 @@ async def serve(daemon: DaemonDeps) -> None:
     install_stop_handlers(asyncio.get_running_loop(), stop.set)
     await stop.wait()
     _LOGGER.info("shutting down (models keep running)")
+    await daemon.events.close()  # the app's long-poll answers now instead of holding the stop for its timeout
     await runner.cleanup()
 
 

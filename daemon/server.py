@@ -26,6 +26,7 @@ from daemon.router.router import REQUEST_ID, note_failure, request_id_for
 from daemon.routes import route_table
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
+SHUTDOWN_GRACE_S = 2.0
 
 
 # --- middlewares -------------------------------------------------------------------------------
@@ -113,7 +114,9 @@ async def start_server(d: DaemonDeps) -> web.AppRunner:
     """Build the app, start it (which starts the daemon's parts) and listen; returns the runner."""
     # handler_cancellation: a client that disconnects cancels its handler, which closes the
     # upstream connection, which makes the runtime free its slot.
-    runner = web.AppRunner(create_app(d), handler_cancellation=True, access_log=None)
+    # A stop gives requests still running SHUTDOWN_GRACE_S to end (the models keep running).
+    runner = web.AppRunner(create_app(d), handler_cancellation=True, access_log=None,
+                           shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
     try:
         await d.listener.start(runner)

@@ -100,3 +100,32 @@ def test_stopping_when_no_daemon_runs_says_so(tmp_path: Path) -> None:
                            "http://127.0.0.1:9", "daemon", "stop"], check=False, cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 1 and "not running" in done.stderr
+
+
+async def test_daemon_stop_does_not_wait_on_the_apps_long_poll(
+        tmp_path: Path, fake_runtime: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "home"
+    async with daemon_process(home, fake_runtime) as (proc, client):
+        since = (await client.events(0, timeout=0)).last_id
+        daemon = psutil.Process(proc.pid)
+
+        def open_connections() -> int:
+            return sum(c.status == psutil.CONN_ESTABLISHED for c in daemon.net_connections())
+
+        before = open_connections()
+        app = DaemonClient(json.loads((home / "daemon.json").read_text())["admin_url"], read_admin_token(home) or "")
+        poll = asyncio.ensure_future(app.events(since, timeout=60))  # the app holds one open all the time
+
+        async def polling() -> bool:
+            return open_connections() > before
+
+        try:
+            await until(polling, "the long-poll to reach the daemon")
+            assert await ctl.run(ctl.parse_args(["daemon", "stop"]), client) == 0
+            assert "the daemon has stopped" in capsys.readouterr().out
+            page = await asyncio.wait_for(poll, 20)  # answered by the stop, well before its own 60 s
+            assert page.last_id >= since and not poll.cancelled()
+            assert await asyncio.wait_for(proc.wait(), 20) == 0
+        finally:
+            poll.cancel()
+            await app.close()
