@@ -26,13 +26,15 @@ def snippets(api_url: str, model: str, keys_required: bool) -> tuple[Snippet, ..
     return (
         Snippet("curl", "shell",
                 f'curl {base}/chat/completions \\\n  -H "Content-Type: application/json"{auth} \\\n'
-                f'  -d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}\''),
+                f'  -d \'{{"model": "{model}", "max_tokens": 64, '
+                f'"messages": [{{"role": "user", "content": "Hello!"}}]}}\''),
         Snippet("Python (openai)", "python",
                 "from openai import OpenAI\n\n"
                 f'client = OpenAI(base_url="{base}", api_key="{key}")\n'
                 "reply = client.chat.completions.create(\n"
                 f'    model="{model}",\n'
                 '    messages=[{"role": "user", "content": "Hello!"}],\n'
+                "    max_tokens=64,\n"
                 ")\nprint(reply.choices[0].message.content)"),
         Snippet("JavaScript (openai)", "javascript",
                 'import OpenAI from "openai";\n\n'
@@ -40,6 +42,7 @@ def snippets(api_url: str, model: str, keys_required: bool) -> tuple[Snippet, ..
                 "const reply = await client.chat.completions.create({\n"
                 f'  model: "{model}",\n'
                 '  messages: [{ role: "user", content: "Hello!" }],\n'
+                "  max_tokens: 64,\n"
                 "});\nconsole.log(reply.choices[0].message.content);"),
         Snippet("Continue", "yaml",
                 "# ~/.continue/config.yaml\nmodels:\n"

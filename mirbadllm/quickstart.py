@@ -89,8 +89,8 @@ def print_ready(api_url: str) -> None:
     print(f"""
 MirbadLLM is serving {DEFAULT_MODEL} at {api_url}
 
-  curl {api_url}/chat/completions -H 'Content-Type: application/json' \\
-    -d '{{"model": "{DEFAULT_MODEL}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+  curl {api_url}/completions -H 'Content-Type: application/json' \\
+    -d '{{"model": "{DEFAULT_MODEL}", "prompt": "The three primary colours are", "max_tokens": 32}}'
 
 Any OpenAI client works: base_url="{api_url}", api_key="unused" (unless keys are required).
 """, flush=True)

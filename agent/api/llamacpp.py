@@ -51,6 +51,8 @@ class LlamaCppSettings(BaseModel):
     embeddings: bool = Field(default=False, description="Serve embeddings only.", json_schema_extra={"flag": "--embeddings", "runtime_default": False, "unit": ""})
     pooling: Pooling | None = _setting("--pooling", "from model", "Embedding pooling.")
     seed: int | None = _setting("--seed", -1, "Sampling seed (-1: random).", "", ge=-1)
+    n_predict: int | None = _setting("--n-predict", -1, "Most tokens a reply generates when the request sets no "
+                                     "max_tokens (-1: until the context is full).", "tokens", ge=-1, le=1_048_576)
     chat_template: str | None = _setting("--chat-template", "from model",
                                          "Built-in chat template (gemma, chatml, llama3, ...) for a model without "
                                          "one; built-in templates run without Jinja, so this turns Jinja off.",

@@ -91,6 +91,7 @@ _LABELS = {
     "max_model_len": "Context length", "max_num_seqs": "Max sequences", "gpu_memory_utilization": "GPU memory share",
     "tensor_parallel_size": "Tensor-parallel size", "pipeline_parallel_size": "Pipeline-parallel size",
     "max_num_batched_tokens": "Max batched tokens", "kv_cache_dtype": "KV cache type", "max_tokens": "Max tokens",
+    "n_predict": "Reply length cap",
 }
 
 

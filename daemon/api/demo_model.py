@@ -23,8 +23,9 @@ def demo_definition(model_path: str, *, node: str = LOCAL_NODE, model_id: str = 
     return ModelDefinition(
         id=model_id, served_name=model_id, node=node, model_path=model_path,
         sources=source or ModelSource(package=DEMO_PACKAGE), auto_start=True, start_on_request=True,
-        # The GGUF carries no chat template; llama.cpp's built-in Gemma one fits it.
-        settings=LlamaCppSettings(ctx_size=8192, parallel=4, chat_template="gemma"),
+        # The GGUF carries no chat template; llama.cpp's built-in Gemma one fits it. A base model
+        # rambles to the end of its context when a request sets no max_tokens: 256 answers in seconds.
+        settings=LlamaCppSettings(ctx_size=8192, parallel=4, chat_template="gemma", n_predict=256),
         tags=["demo", "chat"], description="Gemma 3 270M, Q4_K_M: the small built-in demo model.",
     )
 
