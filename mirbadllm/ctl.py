@@ -62,7 +62,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add.add_argument("--n-gpu-layers", type=int)
     add.add_argument("--embeddings", action="store_true")
     add.add_argument("--auto-start", action="store_true")
-    add.add_argument("--start-on-request", action="store_true")
+    add.add_argument("--start-on-request", action=argparse.BooleanOptionalAction, default=True,
+                     help="load it when a request names it (default; --no-start-on-request: only when started)")
     add.add_argument("--tag", action="append", default=[])
     add.add_argument("--node", default="local", help="node to place it on: name, id or id prefix (`ctl nodes list`)")
     add.add_argument("--rpc-node", action="append", default=[], dest="rpc_nodes",

@@ -88,7 +88,8 @@ class ModelDefinition(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     auto_start: bool = False
-    start_on_request: bool = False
+    start_on_request: bool = Field(default=True, description="Load it when a request names it (as LM Studio and "
+                                   "Ollama do); /v1/models lists it while stopped.")
     idle_unload_seconds: int | None = Field(default=None, ge=0)
     memory_budget_gib: float | None = Field(default=None, gt=0)
     startup_timeout_s: float = Field(default=120.0, gt=0, le=3600)
