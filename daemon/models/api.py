@@ -2,8 +2,8 @@
 
 Definitions are the registry's (``daemon.models.registry``); start, stop and restart go through the
 orchestrator, which asks the node's agent; logs stream from the agent over the node's link. A
-definition with LoRA adapters is read on its node when saved, if that node is online
-(``ModelsApi._check_adapters``); the agent checks them again at each start.
+llama.cpp definition's model file and LoRA adapters are read on its node when saved, if that node
+is online (``ModelsApi._check_files``); the agent checks them again at each start.
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ class ModelsApi:
     async def _definition(self, request: web.Request) -> ModelDefinition:
         return validated(ModelDefinition, await read_json(request, MAX_BODY), "invalid_model")
 
-    async def _check_adapters(self, definition: ModelDefinition) -> None:
-        """Each LoRA adapter, read on the model's node: a LoRA GGUF for the base model's architecture,
-        else 422 ``invalid_model`` with the reason (``agent.api.sources.lora_problem``). Decides nothing
-        when the node is offline or "auto", the base file is not readable there, or its agent does not
-        say (an older one): the agent checks again at each start."""
-        if not definition.adapters or definition.runtime != "llamacpp":
+    async def _check_files(self, definition: ModelDefinition) -> None:
+        """A llama.cpp model's files, read on the node that will run it: the model a GGUF its agent
+        can read (a missing file, a text file named .gguf, random bytes: 422 ``invalid_model`` with
+        the node's reason, nothing saved), and each LoRA adapter a LoRA GGUF for the base model's
+        architecture (``agent.api.sources.lora_problem``). Decides nothing when the node is offline
+        or "auto", or its agent cannot say: the agent checks again at each start."""
+        if definition.runtime != "llamacpp":
             return
         checked(definition)  # its own refusals first, before any node is asked
         node = definition.node
@@ -72,7 +73,9 @@ class ModelsApi:
             return
         try:
             base = await self._summary(link.client, definition.model_path)
-        except AgentError:
+        except AgentError as exc:
+            if exc.code == "invalid_model_file":  # none there, not a GGUF, not a file
+                raise RegistryError(422, "invalid_model", f"model_path: {exc.message}") from exc
             return
         for adapter in definition.adapters:
             where = f"adapters: adapter '{adapter.name}' ({adapter.file[:200]})"
@@ -96,7 +99,7 @@ class ModelsApi:
 
     async def create_model(self, request: web.Request) -> web.Response:
         definition = await self._definition(request)
-        await self._check_adapters(definition)
+        await self._check_files(definition)
         definition = await self._registry.add(definition)
         self._events.publish("model.added", definition.id)
         await self._history.audit("admin", "model.add", definition.id, after=definition)
@@ -110,7 +113,7 @@ class ModelsApi:
         if definition.id != request.match_info["id"]:
             raise DaemonProblem(400, "id_mismatch", "The id in the body differs from the id in the path.")
         previous = self._registry.require(definition.id)
-        await self._check_adapters(definition)
+        await self._check_files(definition)
         definition = await self._registry.update(definition)
         self._events.publish("model.updated", definition.id)
         await self._history.audit("admin", "model.update", definition.id, before=previous, after=definition)
