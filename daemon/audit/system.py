@@ -44,8 +44,9 @@ async def record_event(event: Event, audit: Recorder) -> None:
 
 
 async def record_system_events(events: EventBus, audit: Recorder, since: int, poll_s: float = POLL_S) -> None:
-    """The events after ``since`` (the bus's ``last_id`` when the daemon spawns this), until cancelled."""
-    while True:
+    """The events after ``since`` (the bus's ``last_id`` when the daemon spawns this), until cancelled
+    or the bus closes (the daemon stops: its waits no longer wait)."""
+    while not events.closed:
         page = await events.wait(since, poll_s)
         if not page.reset:
             for event in page.events:
