@@ -1,0 +1,66 @@
+"""A model is saved only with a file its node can read, and a saved model is one a request can start.
+
+Broken files are refused when saved, on the node that will run them (422 ``invalid_model`` with the
+agent's reason; ``ctl models add`` exits non-zero): a path that does not exist, a text file named
+``.gguf``, random bytes. A model saved without saying otherwise starts on its first request, so
+``/v1/models`` lists it while stopped (as LM Studio and Ollama do).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import openai
+import pytest
+
+from daemon.api.client import DaemonError
+from daemon.api.models import ModelDefinition, ModelState
+from mirbadllm import ctl
+from tests.daemon.harness import model, running_daemon
+
+
+async def test_a_file_the_node_cannot_read_is_refused_and_nothing_is_saved(tmp_path: Path, fake_runtime: Path) -> None:
+    text = tmp_path / "notes.gguf"
+    text.write_text("these are my notes, not a model\n")
+    noise = tmp_path / "random.bin"
+    noise.write_bytes(os.urandom(4096))
+    async with running_daemon(tmp_path / "daemon", fake_runtime) as rd:
+        for path, why in ((tmp_path / "missing.gguf", "missing.gguf"), (text, "notes.gguf"), (noise, "random.bin")):
+            with pytest.raises(DaemonError) as refused:
+                await rd.client.create_model(model("broken", str(path)))
+            assert (refused.value.status, refused.value.code) == (422, "invalid_model")
+            assert refused.value.message.startswith("model_path: ") and why in refused.value.message
+        placeholder = ModelDefinition(id="placeholder", model_path="/path/to/model.gguf")  # the Add form's hint
+        with pytest.raises(DaemonError):
+            await rd.client.create_model(placeholder)
+        assert await rd.client.list_models() == []
+
+
+async def test_ctl_models_add_of_a_broken_file_is_refused_naming_why(tmp_path: Path, fake_runtime: Path) -> None:
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model\n")
+    async with running_daemon(tmp_path / "daemon", fake_runtime) as rd:
+        with pytest.raises(DaemonError) as refused:
+            await ctl.run(ctl.parse_args(["models", "add", "notes", str(text)]), rd.client)
+        assert refused.value.status == 422 and "notes.gguf" in refused.value.message
+        assert await rd.client.list_models() == []
+
+
+async def test_a_saved_model_starts_on_its_first_request_and_is_listed_while_stopped(
+        tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "daemon", fake_runtime) as rd:
+        saved = ModelDefinition(id="m", model_path=str(model_file))  # nothing said of starting
+        assert (await rd.client.create_model(saved)).definition.start_on_request
+        client = openai.AsyncOpenAI(base_url=rd.v1, api_key="unused", max_retries=0, timeout=60)
+        try:
+            assert [m.id for m in (await client.models.list()).data] == ["m"], "listed while stopped"
+            assert (await rd.client.get_model("m")).status.state == ModelState.STOPPED
+            answer = await client.completions.create(model="m", prompt="Hello", max_tokens=4)
+            assert answer.choices[0].text
+            assert (await rd.client.get_model("m")).status.state == ModelState.READY
+
+            await rd.client.create_model(model("manual", str(model_file), start_on_request=False))
+            assert "manual" not in [m.id for m in (await client.models.list()).data]
+        finally:
+            await client.close()
