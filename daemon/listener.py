@@ -2,15 +2,20 @@
 
 ``Listener`` starts the TCP site for the aiohttp runner, learns the port the OS gave when the config
 asked for port 0 (tests), writes ``daemon.json`` (the admin and API URLs and the pid, read by
-``mirbadllm ctl`` and the app), and moves to the new address when the LAN setting changes.
+``mirbadllm ctl`` and the app), and moves to the new address when the LAN setting changes. With
+/v1 open to the network it listens on every interface, and names the URLs other devices can use
+(``lan_hosts``: this machine's LAN addresses), never ``0.0.0.0``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import socket
 import time
 
+import psutil
 from aiohttp import web
 
 from daemon.api.models import DaemonInfo, DaemonSettings
@@ -24,6 +29,36 @@ _LOGGER = logging.getLogger(__name__)
 VERSION = program_version()
 
 
+WILDCARDS = ("0.0.0.0", "::", "")
+# Interfaces no other device reaches this machine through: containers' and VMs' bridges and their pairs.
+VIRTUAL_INTERFACES = ("lo", "docker", "br-", "veth", "virbr", "vmnet", "vboxnet", "tailscale", "utun", "cni", "flannel")
+
+
+def lan_hosts() -> list[str]:
+    """This machine's IPv4 addresses other devices on its networks can use: interfaces that are up,
+    not loopback, link-local or a container's bridge; private addresses (192.168/16, 10/8,
+    172.16/12) first."""
+    try:
+        stats, addresses = psutil.net_if_stats(), psutil.net_if_addrs()
+    except OSError:
+        return []
+    found: list[ipaddress.IPv4Address] = []
+    for name, entries in addresses.items():
+        if not stats.get(name) or not stats[name].isup or name.lower().startswith(VIRTUAL_INTERFACES):
+            continue
+        for entry in entries:
+            if entry.family != socket.AF_INET:
+                continue
+            address = ipaddress.IPv4Address(entry.address)
+            if not (address.is_loopback or address.is_link_local or address.is_unspecified) and address not in found:
+                found.append(address)
+    return [str(a) for a in sorted(found, key=lambda a: (not a.is_private, a))]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 class Listener:
     def __init__(self, config: DaemonConfig, paths: DaemonPaths) -> None:
         self._config = config
@@ -33,11 +68,16 @@ class Listener:
         self._site: web.TCPSite | None = None
 
     def _public_host(self) -> str:
-        return "127.0.0.1" if self._config.loopback_only else self._config.bind_host
+        """The host this machine's own clients reach the daemon at (``daemon.json``)."""
+        bind = self._config.bind_host
+        return "127.0.0.1" if self._config.loopback_only or bind in WILDCARDS else bind
 
     def info(self) -> DaemonInfo:
-        host, port = self._public_host(), self._config.port
-        return DaemonInfo(version=VERSION, host=self._config.bind_host, port=port, api_url=f"http://{host}:{port}/v1",
+        port, bind = self._config.port, self._config.bind_host
+        hosts = lan_hosts() if bind in WILDCARDS else [] if self._config.loopback_only else [bind]
+        lan = [f"http://{_url_host(h)}:{port}/v1" for h in hosts]
+        return DaemonInfo(version=VERSION, host=bind, port=port,
+                          api_url=lan[0] if lan else f"http://{self._public_host()}:{port}/v1", lan_urls=lan,
                           keys_required=self._config.keys_required, started_at=self.started_at,
                           home=str(self._paths.home))
 

@@ -57,6 +57,7 @@ class AccessState:
     keys: tuple[ApiKeyInfo, ...] = ()
     settings: DaemonSettings | None = None
     api_url: str = ""
+    lan_urls: tuple[str, ...] = ()  # every /v1 URL other devices can use, while open to the LAN
     model: str = ""
     error: str | None = None
 
@@ -88,8 +89,9 @@ class AccessViewModel:
         names = ready or [m.definition.served_name for m in snapshot.models]
         model = names[0] if names else ""
         s = self.state.value
-        if s.api_url != snapshot.api_url or s.model != model:
-            self.state.set(replace(s, api_url=snapshot.api_url, model=model))
+        lan = tuple(snapshot.daemon.lan_urls) if snapshot.daemon else ()
+        if s.api_url != snapshot.api_url or s.model != model or s.lan_urls != lan:
+            self.state.set(replace(s, api_url=snapshot.api_url, lan_urls=lan, model=model))
 
     def _on_event(self, event: Event) -> None:
         if event.type in ("keys.changed", "settings.changed"):

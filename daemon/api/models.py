@@ -118,6 +118,8 @@ class ModelStatus(BaseModel):
     served_name: str
     state: ModelState
     node: str = LOCAL_NODE
+    node_name: str = Field(default="", description="The node's name (its host name for 'local'), for people: "
+                           "a paired node's id is 64 hex digits.")
     endpoint: str | None = None
     pid: int | None = None
     started_at: float | None = None
@@ -165,7 +167,10 @@ class DaemonInfo(BaseModel):
     version: str
     host: str
     port: int
-    api_url: str
+    api_url: str = Field(description="The /v1 URL to give clients: this machine's LAN address when /v1 is open "
+                         "to the network (never 0.0.0.0), else 127.0.0.1.")
+    lan_urls: list[str] = Field(default_factory=list, description="Every /v1 URL other devices can use, one per "
+                                "LAN address of this machine; empty while /v1 is on loopback only.")
     keys_required: bool
     started_at: float
     home: str

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 from pathlib import Path
 
 import aiohttp
+import psutil
 import pytest
 
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.models import DaemonSettings, ModelState
+from daemon.listener import lan_hosts
 from tests.daemon.harness import model, running_daemon
 
 
@@ -119,3 +123,39 @@ async def test_history_records_model_and_node_samples(tmp_path: Path, fake_runti
         assert node.points and node.points[-1].values["mem_total_bytes"] > 0
         status = await d.client.status()
         assert status.hosts and status.hosts[0].memory_total
+
+
+async def test_open_to_the_lan_the_daemon_names_addresses_other_devices_can_use(
+        tmp_path: Path, fake_runtime: Path) -> None:
+    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+        await d.client.create_key("phone")
+        await d.client.put_settings(DaemonSettings(lan_access=True))
+        info = (await d.client.status()).daemon
+        assert "0.0.0.0" not in info.api_url and all("0.0.0.0" not in u for u in info.lan_urls)
+        assert info.lan_urls == [f"http://{h}:{info.port}/v1" for h in lan_hosts()]
+        assert info.api_url == (info.lan_urls[0] if info.lan_urls else f"http://127.0.0.1:{info.port}/v1")
+        assert not any(u.startswith(("http://127.", "http://172.17.")) for u in info.lan_urls), "no loopback, no docker0"
+        async with aiohttp.ClientSession() as session:
+            for url in info.lan_urls:  # each one really reaches /v1, which wants the key
+                async with session.get(f"{url}/models") as resp:
+                    assert resp.status == 401
+        home_json = json.loads((tmp_path / "home" / "daemon.json").read_text())
+        assert home_json["admin_url"].startswith("http://127.0.0.1:"), "this machine's clients stay on loopback"
+
+        await d.client.put_settings(DaemonSettings(lan_access=False))
+        info = (await d.client.status()).daemon
+        assert info.lan_urls == [] and info.api_url.startswith("http://127.0.0.1:")
+
+
+def test_lan_hosts_skip_loopback_link_local_bridges_and_interfaces_that_are_down(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def addr(ip: str) -> object:
+        return psutil._common.snicaddr(socket.AF_INET, ip, "255.255.255.0", None, None)
+
+    up, down = psutil._common.snicstats(True, 0, 1000, 1500, ""), psutil._common.snicstats(False, 0, 0, 1500, "")
+    interfaces = {"lo": [addr("127.0.0.1")], "eth0": [addr("203.0.113.7")], "wlan0": [addr("192.168.1.20")],
+                  "docker0": [addr("172.17.0.1")], "eth1": [addr("169.254.3.4")], "eth2": [addr("10.0.0.9")]}
+    stats = {name: up for name in interfaces} | {"eth2": down}
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: interfaces)
+    monkeypatch.setattr(psutil, "net_if_stats", lambda: stats)
+    assert lan_hosts() == ["192.168.1.20", "203.0.113.7"]

@@ -104,6 +104,9 @@ class AccessPage(QScrollArea):
         net = Card("Network")
         self.url = CopyField()
         net.body.addWidget(self.url)
+        self.other_urls = label("", muted=True, wrap=True, selectable=True)
+        self.other_urls.setObjectName("LanUrls")
+        net.body.addWidget(self.other_urls)
         self.lan = QCheckBox("Open /v1 to other devices on my network (LAN)")
         self.lan.setObjectName("LanAccess")
         self.lan.clicked.connect(lambda on: ctx.act(self.vm.set_lan_access(on),
@@ -168,6 +171,9 @@ class AccessPage(QScrollArea):
 
     def show_state(self, s: AccessState) -> None:
         self.url.set_value(s.api_url)
+        others = [u for u in s.lan_urls if u != s.api_url]
+        self.other_urls.setText("Also reachable at " + ", ".join(others) if others else "")
+        self.other_urls.setVisible(bool(others))
         lan = bool(s.settings and s.settings.lan_access)
         self.lan.setChecked(lan)
         self.require.setChecked(s.keys_required)
