@@ -155,6 +155,8 @@ class Orchestrator:
             backend=inst.backend if running else None, offload=inst.offload if running else None)
 
     def _decorate(self, status: ModelStatus) -> ModelStatus:
+        names = self.registry.known_nodes() if self.registry.known_nodes is not None else {}
+        status.node_name = names.get(status.node, status.node if len(status.node) < 20 else status.node[:12])
         status.crash_count = self.book.crashes.get(status.id, 0)
         status.restarts_paused = status.id in self.book.pauses
         status.evicted = self._evicted.get(status.id)

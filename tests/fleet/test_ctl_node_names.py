@@ -35,6 +35,11 @@ async def test_models_add_takes_the_id_nodes_list_shows_or_the_name(
             assert f"added m on node {shown}" in capsys.readouterr().out
             assert (await rd.client.get_model("m")).definition.node == node.id
             assert (await rd.client.start_model("m", wait=True)).state == ModelState.READY
+            # Where it runs is said by name, never by the 64-hex id (ctl status, ctl models list, the app).
+            assert (await rd.client.get_model("m")).status.node_name == "eta"
+            assert await ctl.run(ctl.parse_args(["models", "list"]), rd.client) == 0
+            listed = capsys.readouterr().out
+            assert node.id not in listed and "m                        ready     eta " in listed
 
             assert await ctl.run(ctl.parse_args(["models", "add", "m2", str(model_file), "--node", "eta"]),
                                  rd.client) == 0

@@ -119,7 +119,7 @@ class OverviewTab(QWidget):
         self.view = view
         s = view.status
         self.values["state"].setText(fmt.STATE_TEXT[s.state])
-        self.values["node"].setText(s.node)
+        self.values["node"].setText(s.node_name or s.node)
         self.values["compute"].setText(placement_text(s.backend, s.offload))
         self._form.setRowVisible(self.values["compute"], s.backend is not None)  # llama.cpp, once it runs
         self.values["endpoint"].setText(s.endpoint or "—")

@@ -33,7 +33,7 @@ class ModelRow(QWidget):
         text.setSpacing(1)
         name = label(view.definition.served_name)
         name.setStyleSheet("font-weight: 600;")
-        tags = " · ".join(view.definition.tags) or view.definition.node
+        tags = " · ".join(view.definition.tags) or view.status.node_name or view.definition.node
         detail = label(f"{view.definition.id} · {tags}", muted=True)
         for text_label in (name, detail):  # long names are clipped, never the badge
             text_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)

@@ -144,7 +144,7 @@ class OverviewPage(QScrollArea):
             name.setStyleSheet("font-weight: 600;")
             self.fleet_rows.addWidget(name, row, 0)
             self.fleet_rows.addWidget(StateBadge(s.state), row, 1)
-            self.fleet_rows.addWidget(label(s.node), row, 2)
+            self.fleet_rows.addWidget(label(s.node_name or s.node), row, 2)
             self.fleet_rows.addWidget(label(fmt.uptime(s.started_at) if s.state == ModelState.READY else "—"), row, 3)
             self.fleet_rows.addWidget(label(f"{stats.total:,}" if stats else "—"), row, 4)
             self.fleet_rows.addWidget(label(str(stats.in_flight) if stats else "—"), row, 5)
