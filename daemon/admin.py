@@ -90,7 +90,11 @@ class AdminApi:
 
     async def create_key(self, request: web.Request) -> web.Response:
         body = validated(ApiKeyCreate, await read_json(request, MAX_ADMIN_BODY), "invalid_key_request")
-        created = self._keys.create(body.name, body.limits)
+        same = next((k for k in self._keys.list() if k.name.casefold() == body.name.strip().casefold()), None)
+        if same is not None:  # a name is how people and `ctl keys limit|revoke NAME` tell keys apart
+            raise DaemonProblem(409, "key_name_taken", f"An API key named '{same.name}' exists ({same.id}): "
+                                "give this one another name, or revoke that one first.")
+        created = self._keys.create(body.name.strip(), body.limits)
         self._events.publish("keys.changed")
         await self._history.audit("admin", "key.create", created.info.id, after=_key_record(created.info))
         return json_response(created, status=201)

@@ -7,7 +7,7 @@
                          | mirror MODEL --to NODE                                        (ctl_sources)
                          | plan FILE|REPO[:QUANT] [--node N] [--ctx N]                   (ctl_plan)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
-    mirbadllm ctl keys list | create NAME | limit ID [--rpm N] [--tokens-per-day N] | revoke ID  (ctl_keys)
+    mirbadllm ctl keys list | create NAME | limit NAME|ID [--rpm N] [--tokens-per-day N] | revoke NAME|ID (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
     mirbadllm ctl services NODE [list [--all] | start|stop|restart NAME [--confirm NAME]]   (ctl_services)
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -99,7 +100,8 @@ def _fmt_model(view_status: object) -> str:
     extra += "  (restart pending)" if getattr(s, "restart_pending", False) else ""
     error = f"\n    {s.error}" if getattr(s, "error", None) else ""  # type: ignore[attr-defined]
     error += f"\n    {s.evicted}" if getattr(s, "evicted", None) else ""  # type: ignore[attr-defined]
-    return f"{s.id:<24} {state:<9} {s.node:<10} {s.served_name}{extra}{error}"  # type: ignore[attr-defined]
+    node = getattr(s, "node_name", "") or s.node  # type: ignore[attr-defined]
+    return f"{s.id:<24} {state:<9} {node:<16} {s.served_name}{extra}{error}"  # type: ignore[attr-defined]
 
 
 async def run(args: argparse.Namespace, client: DaemonClient) -> int:
@@ -187,12 +189,23 @@ def run_with_client(args: argparse.Namespace,
             print(f"error: {exc.message}", file=sys.stderr)
             return 1
         except ValidationError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {plain_errors(exc)}", file=sys.stderr)
             return 2
         finally:
             await client.close()
 
     try:
-        return asyncio.run(go())
+        code = asyncio.run(go())
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `ctl jobs | head`: the reader has had enough; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def plain_errors(exc: ValidationError) -> str:
+    """pydantic's errors as a person reads them: "ctx_size: Input should be greater than or equal to 0"
+    for each, without its type names and documentation links."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors())

@@ -47,7 +47,7 @@ def add_parser(groups: Any) -> None:
             sub.add_argument("--apply", action="store_true", help="write the winner's settings")
             sub.add_argument("--restart", action="store_true", help="with --apply: restart the model")
     jobs = groups.add_parser("jobs", help="benchmarks and tuning runs")
-    jobs.add_argument("model", nargs="?")
+    jobs.add_argument("model", nargs="?", help="only this model's runs (`list` or nothing: every model's)")
 
 
 def _levels(text: str) -> list[int]:
@@ -140,8 +140,12 @@ async def follow(client: DaemonClient, job: JobView, out: TextIO | None = None) 
 
 async def run(args: argparse.Namespace, client: DaemonClient) -> int:
     if args.group == "jobs":
-        for view in await client.list_jobs(args.model):
+        model = None if args.model in (None, "list") else args.model
+        views = await client.list_jobs(model)
+        for view in views:
             print(f"{view.id:<48} {view.state.value:<10} {view.preset:<15} {view.message[:60]}")
+        if not views:
+            print(f"no benchmark or tuning runs{f' of {model}' if model else ''} yet (ctl bench MODEL, ctl tune MODEL)")
         return 0
     if args.group == "bench":
         job = await client.start_benchmark(BenchmarkRequest(model=args.model, preset=args.preset,

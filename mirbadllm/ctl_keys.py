@@ -2,8 +2,8 @@
 
     mirbadllm ctl keys list
     mirbadllm ctl keys create NAME [--rpm N] [--tokens-per-day N]
-    mirbadllm ctl keys limit ID [--rpm N|none] [--tokens-per-day N|none]
-    mirbadllm ctl keys revoke ID
+    mirbadllm ctl keys limit NAME|ID [--rpm N|none] [--tokens-per-day N|none]
+    mirbadllm ctl keys revoke NAME|ID
 
 ``limit`` changes only the limits it is given; ``none`` (or 0) removes one.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.api.client import DaemonClient
+from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.models import ApiKeyInfo, ApiKeyLimits
 
 
@@ -40,10 +40,10 @@ def add_parser(groups: Any) -> None:
     create.add_argument("name")
     _limit_flags(create)
     limit = keys.add_parser("limit", help="set a key's requests per minute and tokens per day")
-    limit.add_argument("id")
+    limit.add_argument("id", metavar="NAME|ID", help="the key's name or id (`ctl keys list`)")
     _limit_flags(limit)
     revoke = keys.add_parser("revoke")
-    revoke.add_argument("id")
+    revoke.add_argument("id", metavar="NAME|ID", help="the key's name or id (`ctl keys list`)")
 
 
 def _given(args: argparse.Namespace) -> ApiKeyLimits:
@@ -78,9 +78,21 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         if not limits.model_fields_set:
             print("nothing to change: give --rpm and/or --tokens-per-day")
             return 2
-        info = await client.set_key_limits(args.id, limits)
+        info = await client.set_key_limits(await key_id(client, args.id), limits)
         print(f"{info.id}  {info.name}: {limits_text(info)}")
     else:
-        await client.revoke_key(args.id)
-        print(f"revoked {args.id}")
+        chosen = await key_id(client, args.id)
+        await client.revoke_key(chosen)
+        print(f"revoked {chosen}")
     return 0
+
+
+async def key_id(client: DaemonClient, given: str) -> str:
+    """The id of the key ``given`` names: its id, or its name (names are unique, case aside)."""
+    keys = await client.list_keys()
+    match = next((k for k in keys if k.id == given), None) or next(
+        (k for k in keys if k.name.casefold() == given.casefold()), None)
+    if match is None:
+        there = ", ".join(f"{k.name} ({k.id})" for k in keys) or "none yet (ctl keys create NAME)"
+        raise DaemonError(404, "key_not_found", f"no API key named or with id '{given}'; the keys: {there}")
+    return match.id
