@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 _LOGGER = logging.getLogger(__name__)
+APP_ID = "mirbadllm"  # the desktop entry's name and StartupWMClass (installers.linux_deb, installers.appimage)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -53,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     home = (args.home or default_home()).expanduser()
     existing = QApplication.instance()
     owned = not isinstance(existing, QApplication)
-    app = QApplication(sys.argv[:1]) if owned else existing
+    # argv[0] is X11's WM_CLASS instance name: "mirbadllm", as the desktop entry's StartupWMClass says,
+    # not "__main__.py" (python -m app under `make run`)
+    app = QApplication([APP_ID]) if owned else existing
     app.setApplicationName("MirbadLLM")
     app.setOrganizationName("MirbadLLM")
-    app.setDesktopFileName("mirbadllm")
+    app.setDesktopFileName(APP_ID)
     app.setQuitOnLastWindowClosed(False)  # the tray lives on when the window closes
     guard = SingleInstance(home)
     try:
