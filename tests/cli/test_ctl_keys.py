@@ -87,7 +87,8 @@ def test_a_bad_value_is_said_in_plain_words() -> None:
     from daemon.api.models import ModelDefinition
 
     with pytest.raises(ValidationError) as bad:
-        ModelDefinition.model_validate({"id": "m", "model_path": "/m.gguf", "settings": {"ctx_size": -5}})
+        ModelDefinition.model_validate({"id": "m", "served_name": "m", "model_path": "/m.gguf",
+                                         "settings": {"ctx_size": -5}})
     text = ctl.plain_errors(bad.value)
     assert text == "settings.ctx_size: Input should be greater than or equal to 0"
     assert "errors.pydantic.dev" not in text

@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import aiohttp
 import psutil
@@ -150,9 +151,9 @@ async def test_open_to_the_lan_the_daemon_names_addresses_other_devices_can_use(
 def test_lan_hosts_skip_loopback_link_local_bridges_and_interfaces_that_are_down(
         monkeypatch: pytest.MonkeyPatch) -> None:
     def addr(ip: str) -> object:
-        return psutil._common.snicaddr(socket.AF_INET, ip, "255.255.255.0", None, None)
+        return SimpleNamespace(family=socket.AF_INET, address=ip)
 
-    up, down = psutil._common.snicstats(True, 0, 1000, 1500, ""), psutil._common.snicstats(False, 0, 0, 1500, "")
+    up, down = SimpleNamespace(isup=True), SimpleNamespace(isup=False)
     interfaces = {"lo": [addr("127.0.0.1")], "eth0": [addr("203.0.113.7")], "wlan0": [addr("192.168.1.20")],
                   "docker0": [addr("172.17.0.1")], "eth1": [addr("169.254.3.4")], "eth2": [addr("10.0.0.9")]}
     stats = {name: up for name in interfaces} | {"eth2": down}

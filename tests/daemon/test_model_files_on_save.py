@@ -31,7 +31,8 @@ async def test_a_file_the_node_cannot_read_is_refused_and_nothing_is_saved(tmp_p
                 await rd.client.create_model(model("broken", str(path)))
             assert (refused.value.status, refused.value.code) == (422, "invalid_model")
             assert refused.value.message.startswith("model_path: ") and why in refused.value.message
-        placeholder = ModelDefinition(id="placeholder", model_path="/path/to/model.gguf")  # the Add form's hint
+        placeholder = ModelDefinition(id="placeholder", served_name="placeholder",
+                                      model_path="/path/to/model.gguf")  # the Add form's hint
         with pytest.raises(DaemonError):
             await rd.client.create_model(placeholder)
         assert await rd.client.list_models() == []
@@ -50,7 +51,7 @@ async def test_ctl_models_add_of_a_broken_file_is_refused_naming_why(tmp_path: P
 async def test_a_saved_model_starts_on_its_first_request_and_is_listed_while_stopped(
         tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
     async with running_daemon(tmp_path / "daemon", fake_runtime) as rd:
-        saved = ModelDefinition(id="m", model_path=str(model_file))  # nothing said of starting
+        saved = ModelDefinition(id="m", served_name="m", model_path=str(model_file))  # nothing said of starting
         assert (await rd.client.create_model(saved)).definition.start_on_request
         client = openai.AsyncOpenAI(base_url=rd.v1, api_key="unused", max_retries=0, timeout=60)
         try:
