@@ -39,7 +39,7 @@ async def test_every_v1_request_leaves_one_row_with_its_key(tmp_path: Path, mode
     runtime = write_fake_runtime(tmp_path / "bin", tokens=5, usage_when_asked=True)
     async with running_daemon(tmp_path / "home", runtime, require_api_keys=True, max_body_bytes=4096) as d:
         await d.client.create_model(model("m", str(model_file)))
-        await d.client.create_model(model("idle", str(model_file)))
+        await d.client.create_model(model("idle", str(model_file), start_on_request=False))
         await d.client.start_model("m", wait=True)
         key = (await d.client.create_key("editor")).key
         key_id = (await d.client.list_keys())[0].id
@@ -121,7 +121,7 @@ async def test_models_retrieve_with_the_openai_client(tmp_path: Path, fake_runti
     async with running_daemon(tmp_path / "home", fake_runtime) as d:
         await d.client.create_model(model("m", str(model_file)))
         await d.client.create_model(model("lazy", str(model_file), served_name="Lazy", start_on_request=True))
-        await d.client.create_model(model("off", str(model_file)))
+        await d.client.create_model(model("off", str(model_file), start_on_request=False))
         await d.client.start_model("m", wait=True)
         client = openai.AsyncOpenAI(base_url=d.v1, api_key="unused", max_retries=0)
         listed = {m.id: m for m in (await client.models.list()).data}

@@ -159,7 +159,7 @@ async def test_fallbacks_answer_when_the_model_cannot(tmp_path: Path, fake_runti
     async with fake_openai() as fake, running_daemon(tmp_path / "home", fake_runtime) as d:
         await d.client.create_model(external("ext", fake.url, key_file))
         # Stopped and not loadable: the fallback answers, with its own name in `model`.
-        await d.client.create_model(model("primary", str(model_file), fallbacks=["ext"]))
+        await d.client.create_model(model("primary", str(model_file), fallbacks=["ext"], start_on_request=False))
         status_code, answer = await _chat(d, "primary")
         assert status_code == 200, answer
         assert answer["model"] == "gpt-fake" and fake.chats()[-1].model == "gpt-fake"

@@ -84,12 +84,15 @@ async def test_a_lora_for_the_model_is_saved_and_an_update_to_a_wrong_one_is_ref
         assert [a.file for a in kept.adapters] == [str(good)]
 
 
-async def test_a_base_file_the_node_cannot_read_decides_nothing_on_save(tmp_path: Path) -> None:
-    """Nothing to compare with: saved, and the agent checks again at start (as for an offline node)."""
+async def test_a_base_file_the_node_cannot_read_is_refused_before_its_adapters_are_judged(tmp_path: Path) -> None:
+    """The model file first: one the node cannot read is refused naming it (nothing saved), whatever its adapters."""
     folder = tmp_path / "models"
     wrong = _write(folder / "wrong.gguf", ("qwen2", LORA))
     runtime = write_fake_runtime(tmp_path / "bin", tokens=2)
     async with running_daemon(tmp_path / "home", runtime) as d:
-        saved = await d.client.create_model(model("base", str(folder / "not-yet-here.gguf"),
-                                                  adapters=[{"name": "q", "file": str(wrong)}]))
-        assert saved.definition.adapters[0].file == str(wrong)
+        with pytest.raises(DaemonError) as refused:
+            await d.client.create_model(model("base", str(folder / "not-yet-here.gguf"),
+                                              adapters=[{"name": "q", "file": str(wrong)}]))
+        assert (refused.value.status, refused.value.code) == (422, "invalid_model")
+        assert refused.value.message.startswith("model_path: ") and "not-yet-here.gguf" in refused.value.message
+        assert await d.client.list_models() == []

@@ -22,7 +22,7 @@ async def _post(url: str, body: bytes | str, headers: dict[str, str] | None = No
 
 async def test_error_matrix(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
     async with running_daemon(tmp_path / "home", fake_runtime) as d:
-        await d.client.create_model(model("stopped-model", str(model_file)))
+        await d.client.create_model(model("stopped-model", str(model_file), start_on_request=False))
         chat = json.dumps({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]})
 
         status, _, body = await _post(f"{d.v1}/chat/completions", chat)
