@@ -129,6 +129,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     history.recorder = audit  # History.audit's callers record through it
     backends = NodeBackends(paths.node_backends)  # each node's backend choice, sent with every launch
     orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links, backends.choice)
+    orchestrator.maintenance = maintenance  # a model a job holds shows it, and refuses a Start
     router = Router(orchestrator, links, maintenance, keys, config, history, metrics,
                     tracing=router_tracing(config.tracing))  # None unless [tracing] enabled
     health = HealthMonitor(orchestrator, links, maintenance, config.health, router.in_flight)

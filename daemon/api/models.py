@@ -120,6 +120,8 @@ class ModelStatus(BaseModel):
     node: str = LOCAL_NODE
     node_name: str = Field(default="", description="The node's name (its host name for 'local'), for people: "
                            "a paired node's id is 64 hex digits.")
+    busy: str | None = Field(default=None, description="A job holds the model: 'tuning (job ...)' or "
+                             "'benchmarking (job ...)'. /v1 answers 503 and a Start is refused meanwhile.")
     endpoint: str | None = None
     pid: int | None = None
     started_at: float | None = None

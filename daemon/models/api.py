@@ -117,6 +117,7 @@ class ModelsApi:
         definition = await self._registry.update(definition)
         self._events.publish("model.updated", definition.id)
         await self._history.audit("admin", "model.update", definition.id, before=previous, after=definition)
+        self._orchestrator.forget_refusal(definition.id)
         self._orchestrator.on_instances(definition.node, {})
         return json_response(self._view(definition))
 

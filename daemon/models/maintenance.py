@@ -16,6 +16,7 @@ from daemon.api.jobs import JobKind
 from daemon.errors import DaemonProblem
 
 _VERB = {"benchmark": "benchmarked", "tune": "tuned"}
+_DOING = {"benchmark": "benchmarking", "tune": "tuning"}
 
 
 @dataclass
@@ -30,6 +31,17 @@ class MaintenanceWindow:
     def retry_after_s(self, now: float | None = None) -> int:
         left = self.until - (time.monotonic() if now is None else now)
         return max(1, math.ceil(left))
+
+    @property
+    def doing(self) -> str:
+        """What holds the model, for every view: "tuning (job tune-m-...)"."""
+        return f"{_DOING[self.kind]} (job {self.job_id})"
+
+    def start_refusal(self) -> DaemonProblem:
+        """The 409 a Start by the user gets while the job holds the model (the job restores it)."""
+        return DaemonProblem(409, "model_busy", f"'{self.model}' is being {_VERB[self.kind]} (job {self.job_id}), "
+                             f"which starts it again with its saved settings when it ends (in about "
+                             f"{self.retry_after_s()} s); cancel the job to start it now.")
 
     def refusal(self) -> DaemonProblem:
         """The 503 ``maintenance`` a ``/v1`` request for the model gets, with the job's ``Retry-After``."""

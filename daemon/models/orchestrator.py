@@ -35,6 +35,7 @@ from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelStatu
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.models import placement, split_room
+from daemon.models.maintenance import Maintenance
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
 from daemon.models.rpc import HelperRefused, RpcHelpers
@@ -69,6 +70,10 @@ class Orchestrator:
         self._ready_waits: dict[str, asyncio.Task[ModelStatus]] = {}
         self._last_used: dict[str, float] = {}
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
+        # model id -> why its node refused its last start (a missing file, a bad argument): shown as
+        # failed with that reason until it is started again or changed; never restarted as a crash
+        self._refused: dict[str, str] = {}
+        self.maintenance: Maintenance | None = None  # the jobs' windows (daemon.models.maintenance; set by daemon.deps)
         self._needs: dict[tuple[str, str, str], int | None] = {}  # (model, node, config hash) -> bytes
         self._split_fits: dict[tuple[str, str, str], tuple[int | None, int | None]] = {}  # -> (main, helpers)
         self._placed: dict[str, str] = {}  # model placed "auto" -> the node it was started on
@@ -143,8 +148,11 @@ class Orchestrator:
             return ModelStatus(id=definition.id, served_name=definition.served_name, state=state,
                                node=node, error=reason, config_hash=wanted_hash)
         if inst is None:
+            refused = self._refused.get(definition.id)
             return ModelStatus(id=definition.id, served_name=definition.served_name,
-                               state=ModelState.STOPPED, node=node, config_hash=wanted_hash)
+                               state=ModelState.FAILED if refused else ModelState.STOPPED, node=node,
+                               error=f"The start was refused: {refused}" if refused else None,
+                               config_hash=wanted_hash)
         running = inst.state in (InstanceState.STARTING, InstanceState.READY)
         return ModelStatus(
             id=definition.id, served_name=definition.served_name, state=ModelState(inst.state.value),
@@ -157,6 +165,8 @@ class Orchestrator:
     def _decorate(self, status: ModelStatus) -> ModelStatus:
         names = self.registry.known_nodes() if self.registry.known_nodes is not None else {}
         status.node_name = names.get(status.node, status.node if len(status.node) < 20 else status.node[:12])
+        window = self.maintenance.get(status.id) if self.maintenance is not None else None
+        status.busy = window.doing if window is not None else None
         status.crash_count = self.book.crashes.get(status.id, 0)
         status.restarts_paused = status.id in self.book.pauses
         status.evicted = self._evicted.get(status.id)
@@ -248,8 +258,12 @@ class Orchestrator:
             await self.external.probe(definition)
             self._external_changed(definition)
             return self.status(definition)
+        window = self.maintenance.get(model_id) if self.maintenance is not None else None
+        if by_user and window is not None:  # the job restores it when it ends
+            raise window.start_refusal()
         if by_user:
             self.book.clear(model_id)
+        self._refused.pop(model_id, None)
         self.book.want(model_id, True)
         if definition.node == AUTO_NODE and self.status(definition).state not in (ModelState.STARTING,
                                                                                   ModelState.READY):
@@ -275,12 +289,30 @@ class Orchestrator:
                     if short is None or in_flight is None or attempt == ROOM_ATTEMPTS:
                         if peers:  # a failed start leaves no rpc-server behind
                             await self.rpc.close(definition)
+                        self._start_refused(definition, link.node_id, exc)
                         raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
                     await self._make_room(definition, link, in_flight, shortfall=short)
             await link.refresh()
         self._evicted.pop(model_id, None)
         self.touch(model_id)
         return self.status(definition)
+
+    def _start_refused(self, definition: ModelDefinition, node_id: str, exc: AgentError) -> None:
+        """The node refused the start (its agent answered, with a reason): the model shows as failed
+        with it, in every view and as a notice, and is not wanted running, so nothing retries it."""
+        if exc.status in (0, 502, 503, 504):  # the node did not answer: offline, not a refusal
+            return
+        self._refused[definition.id] = exc.message
+        self.book.want(definition.id, False)
+        self.on_instances(node_id, {})  # publishes the state change (stopped -> failed)
+
+    def forget_refusal(self, model_id: str) -> None:
+        """The model's definition changed: its last refusal no longer says anything of it."""
+        if self._refused.pop(model_id, None) is not None:
+            definition = self.registry.get(model_id)
+            node = self.node_of(definition) if definition is not None else None
+            if node is not None:
+                self.on_instances(node, {})
 
     # --- making room (daemon.models.placement) -------------------------------------------------
     async def _need(self, definition: ModelDefinition, link: AgentLink) -> int | None:

@@ -65,3 +65,28 @@ async def test_a_saved_model_starts_on_its_first_request_and_is_listed_while_sto
             assert "manual" not in [m.id for m in (await client.models.list()).data]
         finally:
             await client.close()
+
+
+async def test_a_start_the_node_refuses_shows_as_failed_with_why_and_is_not_retried(
+        tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    async with running_daemon(tmp_path / "daemon", fake_runtime) as rd:
+        await rd.client.create_model(model("m", str(model_file)))
+        since = (await rd.client.events(0, timeout=0)).last_id
+        hidden = model_file.with_name("moved-away.gguf")
+        model_file.rename(hidden)  # the file went away after it was saved
+
+        with pytest.raises(DaemonError) as refused:
+            await rd.client.start_model("m")
+        assert refused.value.status == 422 and "fake.gguf" in refused.value.message
+        status = (await rd.client.get_model("m")).status
+        assert status.state == ModelState.FAILED, "not 'stopped', as if nothing had happened"
+        assert status.error is not None and status.error.startswith("The start was refused: ")
+        assert "fake.gguf" in status.error and status.crash_count == 0
+        page = await rd.client.events(since, timeout=5)
+        assert any(e.type == "model.state" and e.model == "m" and e.data["state"] == "failed" for e in page.events)
+        page = await rd.client.events(page.last_id, timeout=0.5)  # nothing retries it as a crash
+        assert not any(e.type in ("model.crashed", "model.state") for e in page.events)
+
+        hidden.rename(model_file)
+        ready = await rd.client.start_model("m", wait=True)
+        assert ready.state == ModelState.READY and ready.error is None

@@ -25,6 +25,7 @@ from daemon.api.jobs import (
     TuningResult,
 )
 from daemon.api.models import ModelState
+from mirbadllm import ctl
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 
 pytestmark = pytest.mark.slow
@@ -211,6 +212,14 @@ async def test_cancel_stops_the_candidate_and_restores_the_saved_settings(
         with pytest.raises(DaemonError) as conflict:
             await d.client.start_benchmark(BenchmarkRequest(model="m"))
         assert conflict.value.status == 409 and conflict.value.code == "job_conflict"
+        # Every view says it is being tuned, and a Start is refused with why (the job brings it back).
+        status = (await d.client.get_model("m")).status
+        assert status.busy == f"tuning (job {job.id})"
+        with pytest.raises(DaemonError) as busy:
+            await d.client.start_model("m")
+        assert (busy.value.status, busy.value.code) == (409, "model_busy") and "being tuned" in busy.value.message
+        assert (await d.client.get_model("m")).status.state == ModelState.STOPPED
+        assert ctl._fmt_model(status).split()[1] == "tuning"
         view = await d.client.cancel_job(job.id)
         assert view.state == JobState.CANCELLED
         status = (await d.client.get_model("m")).status
