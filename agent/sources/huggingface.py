@@ -42,6 +42,7 @@ from agent.sources.fetch import DownloadFailed, Expected, FetchSettings, open_gu
 from agent.sources.url_guard import GuardedResolver, UrlPolicy, is_public
 
 METADATA_TIMEOUT_S = 20.0
+RESOLVE_TIMEOUT_S = 5.0  # the hub's name looked up first: offline is said at once, not after the hub client's retries
 MAX_LISTED = 20_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")
@@ -97,8 +98,24 @@ def check_ref(ref: HfFileRef) -> None:
         raise BadSourceRequest("name a file (or a pattern such as *Q4_K_M*.gguf), or a quant such as Q4_K_M")
 
 
+async def check_hub_reachable(hub: str) -> None:
+    """Fail at once, in plain words, when this machine cannot look up the hub's name (offline, no
+    DNS): the hub client would retry for most of a minute and then say "[Errno -2] Name or service
+    not known"."""
+    host = URL(hub).host
+    if not host:
+        raise DownloadFailed(f"the hub address {hub!r} has no host name", status=422, code="invalid_request")
+    try:
+        await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(host, None), RESOLVE_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise DownloadFailed(f"this machine cannot reach {host}: it looks offline (its name does not resolve: "
+                             f"{getattr(exc, 'strerror', None) or type(exc).__name__}). Connect it to the internet, "
+                             "or add a file already on the node.", status=502, code="hub_unreachable") from exc
+
+
 async def file_info(repo: str, path: str, revision: str, token: str | None, hub: str) -> HfFile:
     """Metadata of one file; refuses a file without a usable checksum before anything is fetched."""
+    await check_hub_reachable(hub)
     try:
         check_relative_name(path, "file")
     except UnsafeName as exc:
@@ -134,6 +151,7 @@ async def list_files(repo: str, revision: str, token: str | None, hub: str) -> l
     def listing() -> list[str]:
         return HfApi(endpoint=hub).list_repo_files(repo, revision=revision, token=token or False)[:MAX_LISTED]
 
+    await check_hub_reachable(hub)
     try:
         return await asyncio.to_thread(listing)
     except (RepositoryNotFoundError, GatedRepoError) as exc:

@@ -227,3 +227,15 @@ async def test_a_partial_file_left_by_a_killed_agent_is_resumed_only_for_the_sam
     sidecar.write_text(json.dumps({"identity": "hf:acme/other:m.gguf:" + "0" * 64}))
     assert await fetch_file(url, target, expected, settings) == item.sha256
     assert "Range" not in hub.requests("cdn")[-1].headers and target.read_bytes() == MODEL
+
+
+async def test_an_offline_machine_is_told_so_at_once_in_plain_words() -> None:
+    """No DNS (offline): said before the hub client's minute of retries, without "[Errno -2]"."""
+    from agent.sources.fetch import DownloadFailed
+    from agent.sources.huggingface import file_info, list_files
+
+    for ask in (lambda hub: file_info(REPO, "m.gguf", "main", None, hub), lambda hub: list_files(REPO, "main", None, hub)):
+        with pytest.raises(DownloadFailed) as offline:
+            await ask("https://hub.mirbadllm-test.invalid")
+        assert offline.value.code == "hub_unreachable" and "looks offline" in offline.value.message
+        assert "hub.mirbadllm-test.invalid" in offline.value.message and "Errno" not in offline.value.message
