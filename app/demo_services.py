@@ -208,10 +208,10 @@ def _vllm(version: str = "0.8.5") -> RuntimeOffer:
                         location=f"vllm/vllm-openai:v{version}")
 
 
-OLD_LAPTOP_KEYS = KeysAtRest(keychain=False, backend="keyring.backends.fail.Keyring", plain_files=["agent.key"],
+OLD_LAPTOP_KEYS = KeysAtRest(keychain=False, plain_files=["agent.key"],
                              warning="Private keys (agent.key) are stored unencrypted, as files readable only by "
-                                     "this user (0600): no OS keychain is available (keyring backend "
-                                     "keyring.backends.fail.Keyring).")
+                                     "this user (0600): this system runs no keychain for this user (on Linux: "
+                                     "GNOME Keyring or KWallet, through the Secret Service).")
 
 
 def _demo_nodes() -> list[NodeView]:

@@ -83,7 +83,8 @@ def keychain() -> tuple[KeyringBackend | None, str]:
     name = f"{type(backend).__module__}.{type(backend).__name__}"
     empty_chain = isinstance(backend, chainer.ChainerBackend) and not backend.backends
     if isinstance(backend, fail.Keyring | null.Keyring) or empty_chain:
-        return None, f"no OS keychain is available (keyring backend {name})"
+        return None, ("this system runs no keychain for this user (on Linux: GNOME Keyring or KWallet, "
+                      "through the Secret Service)")
     return backend, name
 
 
