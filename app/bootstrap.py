@@ -22,12 +22,11 @@ from urllib.parse import urlparse
 
 import aiohttp
 
-from daemon.api.locations import read_admin_token, read_daemon_url
+from daemon.api.locations import LAUNCH_LOG, read_admin_token, read_daemon_url
 from daemon.api.program import program_argv
 
 _LOGGER = logging.getLogger(__name__)
 
-LAUNCH_LOG = Path("logs") / "daemon-launch.log"
 LOCK_FILE = "app-daemon-start.lock"
 
 HealthCheck = Callable[[str], Awaitable[bool]]

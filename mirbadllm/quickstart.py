@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.api.client import DaemonClient, DaemonError
-from daemon.api.locations import default_home, read_admin_token, read_daemon_url
+from daemon.api.locations import (
+    LAUNCH_LOG,
+    default_home,
+    read_admin_token,
+    read_daemon_url,
+)
 from daemon.api.models import ModelState
 
 DEFAULT_MODEL = "gemma-3-270m"
@@ -115,9 +120,12 @@ def desktop_problem() -> str | None:
 
 def start_daemon(home: Path) -> subprocess.Popen[bytes]:
     """The daemon in its own session: a Ctrl-C here never reaches it half-started; this process
-    decides what a Ctrl-C means for it (see ``run``)."""
-    return subprocess.Popen([sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home)],
-                            start_new_session=True)
+    decides what a Ctrl-C means for it (see ``run``). Its log goes to ``{home}/daemon.log``, not
+    into this terminal, which is the user's again once ``make run`` returns."""
+    (home / LAUNCH_LOG).parent.mkdir(parents=True, exist_ok=True)
+    with open(home / LAUNCH_LOG, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home)],
+                                start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
 
 def open_app(home: Path) -> subprocess.Popen[bytes]:

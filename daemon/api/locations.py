@@ -15,6 +15,8 @@ _LOGGER = logging.getLogger(__name__)
 HOME_ENV = "MIRBADLLM_HOME"
 ADMIN_TOKEN_FILE = "admin-token"
 DAEMON_INFO_FILE = "daemon.json"
+# What a daemon started in the background (by the app, by `make run`) prints, under its home.
+LAUNCH_LOG = Path("logs") / "daemon-launch.log"
 KEYRING_SERVICE = "mirbadllm"
 KEYRING_USER = "admin-token"
 
