@@ -7,7 +7,7 @@ on the loop and turns a daemon error into a message for the status bar instead o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,9 @@ class AppContext:
     node_charts: NodeChartsViewModel
     pairing: PairingWizard
     first_run: FirstRunViewModel
+    # Starts this machine's daemon again when it is down (app.bootstrap.connect_daemon); None where the
+    # app may not start one (--no-daemon-start, a daemon on another machine, the demo)
+    start_daemon: Callable[[], Awaitable[Any]] | None = None
 
     @classmethod
     def create(cls, client: DaemonApi, home: Path, *, prefs_path: Path | None = None,

@@ -12,6 +12,11 @@ STATE_TEXT = {
 }
 
 
+def busy_text(busy: str | None) -> str | None:
+    """What a job holding a model is called on its badge: "tuning (job x)" -> "Tuning"."""
+    return busy.split(" ", 1)[0].capitalize() if busy else None
+
+
 def size(n: float | None) -> str:
     if n is None:
         return "—"

@@ -195,6 +195,16 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
     if client is None:
         return 1
     ctx = AppContext.create(client, home)
+    url_override = "" if args.demo else load_preferences().daemon_url
+    if not args.demo and not args.no_daemon_start:
+        from app.bootstrap import connect_daemon, is_loopback
+
+        if not url_override or is_loopback(url_override):
+            async def start_daemon() -> None:
+                await connect_daemon(home, url_override=url_override, allow_start=True)
+                await ctx.fleet.resync()
+
+            ctx.start_daemon = start_daemon
     quit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     tray_available = QSystemTrayIcon.isSystemTrayAvailable()
     window = MainWindow(ctx, apply_theme=lambda mode: theme.apply(app, mode), tray_available=tray_available)

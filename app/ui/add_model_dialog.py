@@ -19,16 +19,17 @@ import asyncio
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
-    QComboBox,
     QDialog,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
     QProgressBar,
     QRadioButton,
+    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -36,7 +37,7 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext, Message
 from app.ui.pages.nodes import RuntimeBadges
-from app.ui.widgets import Card, button, label, set_prop
+from app.ui.widgets import Card, StillComboBox, button, label, set_prop
 from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
 
 SOURCES: tuple[tuple[SourceKind, str], ...] = (("hf", "Hugging Face"), ("file", "A file on the node"),
@@ -52,7 +53,18 @@ class AddModelDialog(QDialog):
         self.setMinimumSize(640, 520)
         self._rendering = False
         self._announced: tuple[str, ...] = ()
-        layout = QVBoxLayout(self)
+        # The fields scroll when there is more to say (an error, a plan) than room: never squeezed to
+        # slivers; the buttons stay put at the bottom, never moving under the pointer.
+        outer = QVBoxLayout(self)
+        scroll = QScrollArea()
+        scroll.setObjectName("AddModelScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        body = QWidget()
+        scroll.setWidget(body)
+        outer.addWidget(scroll, 1)
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(10)
         title = label("Add a model", role="figure")
         title.setStyleSheet("font-size: 18px;")
@@ -68,7 +80,7 @@ class AddModelDialog(QDialog):
         self.error = label("", role="error", wrap=True)
         self.error.setObjectName("AddModelError")
         layout.addWidget(self.error)
-        layout.addLayout(self._buttons())
+        outer.addLayout(self._buttons())
         self._unsubscribe = self.vm.state.subscribe(self.show_state)
         self.show_state(self.vm.state.value)
         self._nodes = asyncio.ensure_future(self.vm.load_nodes())
@@ -147,7 +159,7 @@ class AddModelDialog(QDialog):
         store_row.addWidget(self.ollama_store, 1)
         store_row.addWidget(self.list_button)
         form.addRow("Ollama folder", store_row)
-        self.ollama_model = QComboBox()
+        self.ollama_model = StillComboBox()
         self.ollama_model.setObjectName("OllamaModel")
         self.ollama_model.setEditable(True)
         self.ollama_model.currentTextChanged.connect(self._ollama_chosen)
@@ -163,7 +175,7 @@ class AddModelDialog(QDialog):
         form.addRow("Node", self.node)
         self.node_runtimes = RuntimeBadges()
         form.addRow("Its runtimes", self.node_runtimes)
-        self.runtime = QComboBox()
+        self.runtime = StillComboBox()
         self.runtime.setObjectName("Runtime")
         self.runtime.activated.connect(lambda _i: self._runtime_chosen())
         form.addRow("Runtime", self.runtime)

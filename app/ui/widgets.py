@@ -11,6 +11,7 @@ from PySide6.QtGui import QGuiApplication, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
+    QDoubleSpinBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSizePolicy,
+    QSpinBox,
     QTableWidget,
     QVBoxLayout,
     QWidget,
@@ -91,19 +93,36 @@ def button(text: str, *, kind: str | None = None, icon: str | None = None, color
     return btn
 
 
-class StillComboBox(QComboBox):
-    """A combo box the mouse wheel does not change while the page scrolls past it: only once it has
+class _StillWheel:
+    """A field the mouse wheel does not change while the page scrolls past it: only once it has
     the keyboard focus (clicked or tabbed to), as a user expects of a settings form."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+    def _still(self) -> None:
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # type: ignore[attr-defined]
 
     def wheelEvent(self, event: QWheelEvent) -> None:
-        if self.hasFocus():
-            super().wheelEvent(event)
+        if self.hasFocus():  # type: ignore[attr-defined]
+            super().wheelEvent(event)  # type: ignore[misc]
         else:
             event.ignore()  # the scroll area behind scrolls instead
+
+
+class StillComboBox(_StillWheel, QComboBox):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._still()
+
+
+class StillSpinBox(_StillWheel, QSpinBox):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._still()
+
+
+class StillDoubleSpinBox(_StillWheel, QDoubleSpinBox):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._still()
 
 
 class Card(QFrame):

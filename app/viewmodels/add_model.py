@@ -40,8 +40,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from app.viewmodels.nodes import RuntimeBadge, available_runtimes, runtime_badges
 from app.viewmodels.observable import Emitter, Observable
+from app.viewmodels.settings_form import plain_validation
 from daemon.api.client import DaemonError
 from daemon.api.contracts import (
     RUNTIME_LABELS,
@@ -73,6 +76,11 @@ KIND_LABELS = {"gpu": "GPU", "split": "split across GPUs", "partial": "partial o
                "unified": "unified memory", "nodes": "across nodes"}
 FOLDER_RUNTIMES: tuple[RuntimeId, ...] = ("vllm", "mlx")  # a model folder, not only a GGUF file
 
+# The dialog's names for a definition's fields, in what it says of a refusal.
+ADD_LABELS = {"id": "Model id", "served_name": "Model id", "model_path": "File", "node": "Node", "runtime": "Runtime",
+              "settings.ctx_size": "Context", "settings": "Context", "base_url": "Base URL",
+              "provider_model": "Provider's model", "api_key_file": "Key file", "memory_budget_gib": "Memory budget"}
+
 
 def _is_absolute(path: str) -> bool:
     """Absolute on the daemon's machine, whatever its system: /x, C:\\x or \\\\server\\x."""
@@ -99,6 +107,10 @@ def describe_fit(report: FitReport) -> str:
     text += f" Largest context that fits: {report.max_ctx_size} tokens."
     if report.max_gpu_layers is not None:
         text += f" GPU layers that fit: {report.max_gpu_layers}."
+    trained = report.summary.context_length
+    if trained and est.ctx_size > trained * max(1, est.parallel):  # per slot, beyond what it learned
+        text += (f" Note: the model was trained on {trained} tokens of context; beyond that its answers "
+                 "degrade (it fits in memory, but it is not a context it can use well).")
     return text
 
 
@@ -529,8 +541,15 @@ class AddModelViewModel:
                 transfer = await self.client.import_ollama(OllamaImportQuery(
                     node=s.node, model=s.ollama_model.strip(), store=s.ollama_store.strip() or None,
                     model_id=model_id))
-        except (DaemonError, ValueError) as exc:
-            self._set(busy=False, error=getattr(exc, "message", str(exc)))
+        except ValidationError as exc:  # said as the dialog names its fields
+            self._set(busy=False, error=plain_validation(exc, ADD_LABELS))
+            return
+        except DaemonError as exc:
+            field, _, why = exc.message.partition(": ")
+            self._set(busy=False, error=f"{ADD_LABELS[field]}: {why}" if field in ADD_LABELS and why else exc.message)
+            return
+        except ValueError as exc:
+            self._set(busy=False, error=str(exc))
             return
         self._set(busy=False, transfer=transfer)
 

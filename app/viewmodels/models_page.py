@@ -45,6 +45,7 @@ class ModelsPageState:
     tags: tuple[str, ...] = ()
     models: tuple[ModelView, ...] = ()
     draft: ModelDefinition | None = None  # a model being added, not yet saved
+    connected: bool = True  # the daemon answers; else the states shown are stale, and said to be unknown
 
     @property
     def selected(self) -> ModelView | None:
@@ -67,7 +68,8 @@ class ModelsPageViewModel:
         selected = state.selected_id
         if state.draft is None and (selected is None or not any(m.definition.id == selected for m in models)):
             selected = models[0].definition.id if models else None
-        self.state.set(replace(state, tag=tag, tags=snapshot.tags, models=models, selected_id=selected))
+        self.state.set(replace(state, tag=tag, tags=snapshot.tags, models=models, selected_id=selected,
+                               connected=snapshot.connected or not snapshot.loaded))
 
     def set_tag(self, tag: str) -> None:
         self._derive(replace(self.state.value, tag=tag), self.fleet.snapshot.value)

@@ -109,7 +109,12 @@ async def stream_chat(session: aiohttp.ClientSession, api_url: str, body: dict[s
                 data = line[5:].strip()
                 if data == "[DONE]":
                     return
-                yield json.loads(data)
+                chunk = json.loads(data)
+                if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):  # the daemon's own word
+                    raise ChatError(str(chunk["error"].get("message") or chunk["error"]))
+                yield chunk
+    except aiohttp.ClientPayloadError as exc:  # the answer began, then the stream broke off
+        raise ChatError(f"the answer broke off before it ended ({exc.__class__.__name__})") from exc
     except aiohttp.ClientError as exc:
         raise ChatError(f"cannot reach {api_url}: {exc}") from exc
 
@@ -136,9 +141,17 @@ class PlaygroundViewModel:
         fleet.snapshot.subscribe(self._on_fleet, now=True)
 
     def _on_fleet(self, snapshot: FleetSnapshot) -> None:
-        ready = tuple(m.definition.served_name for m in snapshot.models if m.status.state == ModelState.READY)
+        """The models a message can go to: those ready, and those a request starts. The one chosen
+        stays chosen while it is still defined (a model stopped mid-answer keeps its place and mode)."""
+        running = [m.definition.served_name for m in snapshot.models if m.status.state == ModelState.READY]
+        loadable = [m.definition.served_name for m in snapshot.models if m.status.state != ModelState.READY
+                    and m.definition.start_on_request and m.definition.runtime != "external"]
+        ready = (*running, *loadable)  # the running ones first: the one picked by default answers at once
+        defined = {m.definition.served_name for m in snapshot.models}
         s = self.state.value
-        model = s.model if s.model in ready else (ready[0] if ready else "")
+        model = s.model if s.model in ready or (s.model in defined and s.messages) else (ready[0] if ready else "")
+        if model and model not in ready:
+            ready = (*ready, model)
         if ready != s.models or model != s.model or snapshot.keys_required != s.keys_required:
             self.state.set(replace(s, models=ready, model=model, keys_required=snapshot.keys_required))
         self._pick_mode()

@@ -386,6 +386,17 @@ def _owner(key: str) -> str:
     return key if key else "form"
 
 
+def plain_validation(exc: ValidationError, labels: dict[str, str] | None = None) -> str:
+    """pydantic's errors in plain words, each led by the field as the form names it: "Model id: use
+    lowercase letters, ..." (never a type name or a documentation link)."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
+        name = (labels or {}).get(loc) or (labels or {}).get(loc.split(".")[0]) or _label(loc.split(".")[-1] or "value")
+        parts.append(f"{name}: {_message(err)}")
+    return "; ".join(parts)
+
+
 def _message(err: Any) -> str:
     if err.get("type") == "string_pattern_mismatch" and tuple(err.get("loc", ())) == ("id",):
         return "use lowercase letters, digits and '-' (at most 40), starting with a letter or digit"

@@ -152,3 +152,31 @@ def test_the_wizard_asks_vllm_for_its_image_and_mlx_for_no_context(
         qtbot.waitUntil(lambda: dialog.runtime.findData("mlx") >= 0)
         choose(dialog, "mlx")
         assert not dialog.image.isVisible() and not dialog.ctx_size.isVisible()
+
+
+@pytest.mark.gui
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 700)])
+def test_a_refusal_is_said_in_plain_words_and_the_fields_keep_their_size(
+        window: tuple[MainWindow, AppContext], fake: FakeDaemonClient, qtbot: Any, size: tuple[int, int]) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    win, ctx = window
+    win.resize(*size)
+    with add_model_dialog(ctx, win) as dialog:
+        qtbot.waitUntil(lambda: bool(dialog.vm.state.value.nodes))
+        dialog.source_buttons.button(1).click()  # a file on the node
+        qtbot.keyClicks(dialog.path, "/models/notes.gguf")
+        qtbot.keyClicks(dialog.model_id, "Not A Valid Id!")
+        heights = {w.objectName(): w.height() for w in (dialog.node, dialog.model_id, dialog.path)}
+        buttons_at = dialog.add_button.mapTo(dialog, dialog.add_button.rect().topLeft())
+        dialog.add_button.click()
+        qtbot.waitUntil(dialog.error.isVisible)
+        text = dialog.error.text()
+        assert text.startswith("Model id: ") and "lowercase letters" in text
+        assert "pydantic" not in text and "type=" not in text
+        dialog.layout().activate()  # lay it out now with the error shown, then read the sizes
+        QApplication.processEvents()
+        for w in (dialog.node, dialog.model_id, dialog.path):
+            assert w.height() >= heights[w.objectName()] >= w.minimumSizeHint().height(), w.objectName()
+        assert dialog.add_button.mapTo(dialog, dialog.add_button.rect().topLeft()) == buttons_at, \
+            "the buttons stay where the pointer is"

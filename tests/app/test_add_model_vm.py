@@ -40,6 +40,10 @@ async def test_will_it_fit_for_a_hugging_face_quant(setup: tuple[FakeSourcesClie
 def test_the_fit_sentence_says_what_to_do() -> None:
     text = describe_fit(report(fits=False))
     assert text.startswith("Does not fit") and "Largest context that fits: 65536 tokens" in text
+    assert "trained on" not in text
+    # 4 slots of 262144 tokens each, twice the 131072 the model was trained on: it fits, with a warning.
+    beyond = describe_fit(report(ctx=4 * 262144))
+    assert beyond.startswith("Fits") and "the model was trained on 131072 tokens of context" in beyond
 
 
 async def test_a_download_shows_progress_until_the_model_is_registered(

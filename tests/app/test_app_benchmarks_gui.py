@@ -63,7 +63,9 @@ def test_the_tuning_wizard_plans_shows_progress_and_applies_the_winner(
     panel.benchmarks.tune_button.click()
     wizard = panel.benchmarks.wizard
     qtbot.waitUntil(wizard.isVisible)
-    wizard.preset_group.buttons()[1].click()  # Agents & tools
+    agents = wizard.preset_group.buttons()[1]
+    assert agents.text() == "Agents && tools", "an escaped &: it reads 'Agents & tools', not 'Agents _tools'"
+    agents.click()
     wizard.next.click()
     wizard.next.click()  # quick search → the plan
     qtbot.waitUntil(lambda: "threads=1, threads=2" in wizard.plan_text.text())

@@ -149,6 +149,36 @@ def test_settings_editor_blocks_bad_values_with_a_message(window: MainWindow, fa
     assert fake.called("create_model") == []
 
 
+def test_scrolling_the_settings_form_over_a_field_changes_nothing(window: MainWindow, qtbot: Any) -> None:
+    """At 1280x800 the form scrolls under the pointer: a wheel over a choice or a number it has not
+    focused scrolls the page, never changes the value (flash attention went default, on, auto)."""
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication, QComboBox
+
+    window.resize(1280, 800)
+    window.show_page("models")
+    panel = window.models.panel
+    panel.tabs.setCurrentIndex(SETTINGS)
+    editor = panel.settings
+    combo = editor.editors["settings.flash_attn"]
+    assert isinstance(combo, QComboBox) and not combo.hasFocus()
+    before = combo.currentIndex()
+    for delta in (-120, -120, 120):
+        wheel = QWheelEvent(QPointF(combo.rect().center()), QPointF(combo.mapToGlobal(combo.rect().center())),
+                            QPoint(0, 0), QPoint(0, delta), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                            Qt.ScrollPhase.NoScrollPhase, False)
+        QApplication.sendEvent(combo, wheel)
+    assert combo.currentIndex() == before and not editor.save_button.isEnabled(), "nothing changed, nothing to save"
+    combo.setFocus()  # clicked or tabbed to: now the wheel is the user's to change it with
+    qtbot.waitUntil(combo.hasFocus)
+    QApplication.sendEvent(combo, QWheelEvent(
+        QPointF(combo.rect().center()), QPointF(combo.mapToGlobal(combo.rect().center())), QPoint(0, 0),
+        QPoint(0, -120), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+        False))
+    assert combo.currentIndex() != before and editor.save_button.isEnabled()
+
+
 def test_saving_a_running_model_shows_restart_needed(window: MainWindow, ctx: AppContext, fake: FakeDaemonClient,
                                                      qtbot: Any) -> None:
     run(qtbot, ctx.fleet.start_model("alpha"))
@@ -283,3 +313,72 @@ def test_theme_switch_applies_and_is_remembered(window: MainWindow, ctx: AppCont
     window.settings.autostart.click()
     assert ctx.settings.state.value.autostart
     window.settings.theme_buttons["light"].click()
+
+
+def test_with_the_daemon_down_the_app_says_so_shows_no_stale_green_and_offers_to_start_it(
+        window: MainWindow, ctx: AppContext, fake: FakeDaemonClient, qtbot: Any) -> None:
+    run(qtbot, ctx.fleet.start_model("alpha"))
+    window.show_page("overview")
+    overview = window.overview
+    qtbot.waitUntil(lambda: "Ready" in texts(overview.fleet_card))
+    assert not overview.daemon_down.isVisible()
+    started: list[bool] = []
+
+    async def start_daemon() -> None:
+        started.append(True)
+        fake.unreachable = False
+        await ctx.fleet.resync()
+
+    ctx.start_daemon = start_daemon
+    fake.unreachable = True
+    ctx.fleet._on_connection(False, "cannot reach the daemon")
+    assert overview.daemon_down.isVisible() and "The daemon is not running" in overview.daemon_why.text()
+    assert "Ready" not in texts(overview.fleet_card), "a state last seen is not shown as live"
+    assert "Nothing needs your attention" not in texts(overview.attention)
+    window.show_page("models")
+    assert "Ready" not in texts(window.models.list) and "Ready" not in window.models.panel.badge.text()
+
+    window.show_page("overview")
+    overview.daemon_start.click()
+    qtbot.waitUntil(lambda: started == [True] and ctx.fleet.snapshot.value.connected)
+    assert not overview.daemon_down.isVisible() and "Ready" in texts(overview.fleet_card)
+
+
+def test_stopping_a_model_that_is_answering_asks_first(window: MainWindow, ctx: AppContext, fake: FakeDaemonClient,
+                                                       qtbot: Any) -> None:
+    from daemon.api.models import RouterStats
+
+    run(qtbot, ctx.fleet.start_model("alpha"))
+    fake.router = {"alpha": RouterStats(total=3, in_flight=2)}
+    run(qtbot, ctx.fleet.resync())
+    window.show_page("models")
+    ctx.models.select("alpha")
+    panel = window.models.panel
+    qtbot.waitUntil(lambda: panel.stop_button.isEnabled())
+    asked: list[tuple[str, int]] = []
+    answers = [False, True]
+    panel.confirm_stop = lambda name, n: asked.append((name, n)) or answers.pop(0)  # type: ignore[method-assign]
+    panel.stop_button.click()
+    assert asked == [("alpha", 2)] and fake.called("stop_model") == [], "cancelled: nothing stopped"
+    panel.stop_button.click()
+    qtbot.waitUntil(lambda: len(fake.called("stop_model")) == 1)
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 700)])
+def test_add_a_model_is_one_obvious_button_that_opens_the_wizard(window: MainWindow, qtbot: Any,
+                                                                 size: tuple[int, int]) -> None:
+    window.resize(*size)
+    window.show_page("models")
+    page = window.models
+    opened: list[bool] = []
+    page.open_wizard = lambda: opened.append(True)
+    add = page.get_button
+    qtbot.waitUntil(lambda: add.isVisible() and add.width() > 0)
+    assert add.text() == "Add a model"
+    needed = add.fontMetrics().horizontalAdvance(add.text()) + add.iconSize().width()
+    assert add.width() >= needed, f"the button is squeezed to {add.width()} px of {needed}"
+    assert add.width() > page.add_button.width(), "the wizard is the obvious way in, the raw form beside it"
+    add.click()
+    assert opened == [True]
+    page.add_button.click()  # the advanced path: a raw definition in the settings form
+    assert window.models.panel.settings.editors.get("settings.ctx_size") is not None

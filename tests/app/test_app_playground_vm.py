@@ -26,6 +26,7 @@ class Upstream:
         self.auth: list[str | None] = []
         self.release = asyncio.Queue[str]()
         self.refuse: tuple[int, str] | None = None
+        self.break_after_with: str | None = None  # after the first piece: the daemon's error event, then a cut
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.bodies.append(await request.json())
@@ -39,6 +40,12 @@ class Upstream:
             await self.release.get()
             chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if self.break_after_with:
+                error = {"error": {"message": self.break_after_with, "type": "server_error", "code": "upstream_broken"}}
+                await resp.write(f"data: {json.dumps(error)}\n\n".encode())
+                assert request.transport is not None
+                request.transport.close()  # no final chunk: the answer is not complete
+                return resp
         usage = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                  "usage": {"completion_tokens": 4, "prompt_tokens": 9}}
         await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
@@ -64,7 +71,7 @@ async def playground(fake: FakeDaemonClient, api_url: str) -> PlaygroundViewMode
 async def test_answer_arrives_in_pieces_with_ttft_and_rate(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
     up, url = upstream
     vm = await playground(fake, url)
-    assert vm.state.value.models == ("Beta-7B",) and vm.state.value.model == "Beta-7B"
+    assert vm.state.value.models == ("Beta-7B", "alpha") and vm.state.value.model == "Beta-7B", "ready first"
     vm.configure(system_prompt="Be brief.", temperature=0.2, max_tokens=64)
     task = vm.send("Say hello")
     seen: list[str] = []
@@ -108,4 +115,23 @@ async def test_refusal_shows_the_openai_error_and_sends_the_key(fake: FakeDaemon
     answer = vm.state.value.messages[-1]
     assert answer.error == "invalid API key (401)"
     assert up.auth == ["Bearer sk-test"]
+    await vm.close()
+
+
+async def test_a_model_stopped_mid_answer_shows_the_daemons_message_and_keeps_model_and_mode(
+        fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
+    up, url = upstream
+    up.break_after_with = "The model's runtime stopped in the middle of the answer."
+    vm = await playground(fake, url)
+    vm.configure(mode="chat")
+    task = vm.send("Tell me a story")
+    up.release.put_nowait("x")
+    await task
+    answer = vm.state.value.messages[-1]
+    assert answer.content == "Hel" and answer.error == "The model's runtime stopped in the middle of the answer."
+    assert "cannot reach" not in answer.error
+    fake.set_state("beta", ModelState.STOPPED)  # the user stopped it
+    await until(lambda: vm.fleet.snapshot.value.model("beta").status.state == ModelState.STOPPED,  # type: ignore[union-attr]
+                what="the fleet seeing it stopped")
+    assert (vm.state.value.model, vm.state.value.mode) == ("Beta-7B", "chat"), "no silent switch"
     await vm.close()

@@ -28,7 +28,15 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.context import AppContext
 from app.ui.dialogs import NewKeyDialog
-from app.ui.widgets import Card, CopyField, button, label, page, page_header
+from app.ui.widgets import (
+    Card,
+    CopyField,
+    StillSpinBox,
+    button,
+    label,
+    page,
+    page_header,
+)
 from app.viewmodels.access import LAN_NEEDS_KEYS, AccessState, limits_cell, usage_cells
 from daemon.api.models import ApiKeyCreated, ApiKeyInfo
 
@@ -63,7 +71,7 @@ class KeyLimitsDialog(QDialog):
 
     @staticmethod
     def _spin(value: int | None, top: int, name: str) -> QSpinBox:
-        spin = QSpinBox()
+        spin = StillSpinBox()
         spin.setObjectName(name)
         spin.setRange(0, top)
         spin.setSpecialValueText("No limit")  # shown for 0

@@ -8,11 +8,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLineEdit,
-    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -21,7 +19,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
-from app.ui.widgets import Card, button, label, page, page_header, read_only_table
+from app.ui.widgets import (
+    Card,
+    StillComboBox,
+    StillSpinBox,
+    button,
+    label,
+    page,
+    page_header,
+    read_only_table,
+)
 from app.viewmodels.audit import ACTORS, AuditFilters, AuditState, AuditViewModel, diff
 from daemon.api.audit import AuditEntry, summary
 
@@ -57,14 +64,14 @@ class AuditPage(QWidget):
         self.action = QLineEdit()
         self.action.setObjectName("AuditAction")
         self.action.setPlaceholderText("Action: model, key.revoke, …")
-        self.actor = QComboBox()
+        self.actor = StillComboBox()
         self.actor.setObjectName("AuditActor")
         for actor in ACTORS:
             self.actor.addItem(_ACTOR_TITLES.get(actor, actor), actor)
         self.subject = QLineEdit()
         self.subject.setObjectName("AuditSubject")
         self.subject.setPlaceholderText("Subject: a model, key or node id")
-        self.since = QComboBox()
+        self.since = StillComboBox()
         self.since.setObjectName("AuditSince")
         for key, title in _SINCE_TITLES.items():
             self.since.addItem(title, key)
@@ -95,7 +102,7 @@ class AuditPage(QWidget):
         self.note.setObjectName("AuditNote")
         bottom.addWidget(self.note, 1)
         bottom.addWidget(label("Keep entries for", muted=True))
-        self.retention = QSpinBox()
+        self.retention = StillSpinBox()
         self.retention.setObjectName("AuditRetention")
         self.retention.setRange(1, 3650)
         self.retention.setSuffix(" days")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QComboBox,
     QHBoxLayout,
     QProgressBar,
     QTableWidget,
@@ -19,7 +18,7 @@ from app import format as fmt
 from app.context import AppContext, Message
 from app.ui.charts import LiveChart
 from app.ui.pages.tuning_wizard import TuningWizard
-from app.ui.widgets import button, label
+from app.ui.widgets import StillComboBox, button, label
 from app.viewmodels.benchmarks import (
     BenchmarksState,
     BenchmarksViewModel,
@@ -85,7 +84,7 @@ class BenchmarksTab(QWidget):
 
     def _toolbar(self) -> QHBoxLayout:
         bar = QHBoxLayout()
-        self.preset = QComboBox()
+        self.preset = StillComboBox()
         for info in PRESETS:
             self.preset.addItem(info.label, info.id)
             self.preset.setItemData(self.preset.count() - 1, info.description, Qt.ItemDataRole.ToolTipRole)
@@ -107,8 +106,8 @@ class BenchmarksTab(QWidget):
 
     def _compare_bar(self) -> QHBoxLayout:
         bar = QHBoxLayout()
-        self.first = QComboBox()
-        self.second = QComboBox()
+        self.first = StillComboBox()
+        self.second = StillComboBox()
         for combo in (self.first, self.second):
             combo.currentIndexChanged.connect(lambda _i: self._compare_changed())
         bar.addWidget(label("Compare", role="section"))
@@ -160,7 +159,7 @@ class BenchmarksTab(QWidget):
             eta = f" · about {fmt.duration(a.eta_s)} left" if a.eta_s else ""
             self.status.setText(f"{a.kind} {a.phase}: {a.message}{eta}")
         else:
-            self.status.setText(state.error or ("Loading…" if state.loading else f"{len(state.runs)} runs"))
+            self.status.setText(state.error or ("Loading…" if state.loading else f"{len(state.runs)} run{'' if len(state.runs) == 1 else 's'}"))
         self.tuning.setText("\n".join(state.tuning_lines))
         self.tuning.setVisible(bool(state.tuning_lines))
         self._fill_history(state.runs)

@@ -73,7 +73,7 @@ class FirstRunCard(Card):
         if s.scanning:
             self.found_note.setText("Looking for models from Ollama and LM Studio on this machine…")
         elif s.scanned and not s.found:
-            self.found_note.setText("No Ollama or LM Studio models on this machine. Or use Get a model… on the "
+            self.found_note.setText("No Ollama or LM Studio models on this machine. Or use Add a model on the "
                                     "Models page for any GGUF from Hugging Face or a file.")
         else:
             self.found_note.setText("")

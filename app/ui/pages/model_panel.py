@@ -167,7 +167,7 @@ class ModelPanel(QWidget):
         for b in (self.start_button, self.stop_button, self.restart_button):
             head.addWidget(b)
         self.start_button.clicked.connect(lambda: self._act("start_model", "Starting"))
-        self.stop_button.clicked.connect(lambda: self._act("stop_model", "Stopping"))
+        self.stop_button.clicked.connect(self._stop_clicked)
         self.restart_button.clicked.connect(lambda: self._act("restart_model", "Restarting"))
         layout.addLayout(head)
         self.subtitle = label("", muted=True)
@@ -196,6 +196,25 @@ class ModelPanel(QWidget):
         self.restart_badge.setVisible(False)
         self.placeholder.setVisible(not on)
 
+    def _stop_clicked(self) -> None:
+        """Stop, after asking when requests are being answered: stopping ends them mid-answer."""
+        view = self.ctx.fleet.snapshot.value.model(self.model_id) if self.model_id else None
+        stats = self.ctx.fleet.snapshot.value.router.get(view.definition.served_name) if view else None
+        busy = stats.in_flight if stats is not None else 0
+        if busy and not self.confirm_stop(self.title.text(), busy):
+            return
+        self._act("stop_model", "Stopping")
+
+    def confirm_stop(self, name: str, in_flight: int) -> bool:
+        """Ask before cutting answers off (tests replace it)."""
+        from PySide6.QtWidgets import QMessageBox
+
+        answer = QMessageBox.question(
+            self, f"Stop {name}?", f"{name} is answering {in_flight} request{'s' if in_flight != 1 else ''} now. "
+            "Stopping it ends them mid-answer; their clients get an error.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Yes
+
     def _act(self, method: str, verb: str) -> None:
         if self.model_id:
             name = self.title.text()
@@ -217,11 +236,14 @@ class ModelPanel(QWidget):
         self.title.setText(view.definition.served_name)
         self.title.setToolTip(view.definition.served_name)
         self.runtime_badge.show_definition(view.definition)
-        self.badge.set_state(s.state)
+        snapshot = self.ctx.fleet.snapshot.value
+        live = snapshot.connected or not snapshot.loaded
+        self.badge.set_state(s.state if live else None, fmt.busy_text(s.busy) if live else None)
         self.restart_badge.setVisible(s.restart_pending)
         self.subtitle.setText(f"{view.definition.model_path}  ·  node {self.ctx.nodes.name_of(view.definition.node)}")
         running = s.state in (ModelState.READY, ModelState.STARTING)
-        self.start_button.setEnabled(not running and s.state != ModelState.STOPPING)
+        self.start_button.setEnabled(not running and s.state != ModelState.STOPPING and not s.busy)
+        self.start_button.setToolTip(f"It is {s.busy}: the job starts it again when it ends" if s.busy else "")
         self.stop_button.setEnabled(running)
         self.restart_button.setEnabled(s.state in (ModelState.READY, ModelState.FAILED))
         self.overview.show_state(view)

@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
-    QComboBox,
     QHBoxLayout,
     QListWidget,
     QListWidgetItem,
@@ -17,15 +16,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
+from app.format import busy_text
 from app.ui.pages.first_run import FirstRunCard
 from app.ui.pages.model_panel import ModelPanel, RuntimeBadge
-from app.ui.widgets import StateBadge, button, label, page, page_header
+from app.ui.widgets import StateBadge, StillComboBox, button, label, page, page_header
 from app.viewmodels.models_page import ModelsPageState
 from daemon.api.models import ModelView
 
 
 class ModelRow(QWidget):
-    def __init__(self, view: ModelView) -> None:
+    def __init__(self, view: ModelView, connected: bool = True) -> None:
         super().__init__()
         layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
@@ -41,7 +41,9 @@ class ModelRow(QWidget):
         layout.addLayout(text, 1)
         badges = QVBoxLayout()  # stacked, so the runtime's badge costs the narrow list no width
         badges.setSpacing(2)
-        self.badge = StateBadge(view.status.state)
+        self.badge = StateBadge(view.status.state if connected else None)  # stale: never a green "Ready"
+        if connected and view.status.busy:  # a job holds it: "Tuning", not "Stopped"
+            self.badge.set_state(view.status.state, busy_text(view.status.busy))
         self.runtime_badge = RuntimeBadge(view.definition)
         for badge in (self.badge, self.runtime_badge):
             badges.addWidget(badge, 0, Qt.AlignmentFlag.AlignRight)
@@ -64,21 +66,27 @@ class ModelsPage(QWidget):
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 8, 0)
+        # One obvious way in: "Add a model" opens the wizard (a file on a node, Hugging Face, Ollama,
+        # LM Studio); the raw settings form is the "advanced" path beside it. The tag filter gets a
+        # row of its own, so neither is squeezed at 1024 px.
         bar = QHBoxLayout()
-        self.tag_filter = QComboBox()
-        self.tag_filter.setObjectName("TagFilter")
-        self.tag_filter.currentIndexChanged.connect(self._tag_chosen)
-        self.add_button = button("Add model", kind="primary", icon="action-add", color="#FFFFFF")
-        self.add_button.clicked.connect(lambda: ctx.models.new_draft())
         self.open_wizard: Callable[[], None] = lambda: None  # the main window opens the add-model wizard
-        self.get_button = button("Get a model…")
+        self.get_button = button("Add a model", kind="primary", icon="action-add", color="#FFFFFF")
         self.get_button.setObjectName("GetModel")
-        self.get_button.setToolTip("Download from Hugging Face, import from Ollama, or add a file on a node")
+        self.get_button.setToolTip("A GGUF file on a node, a download from Hugging Face, or a model from Ollama "
+                                   "or LM Studio")
         self.get_button.clicked.connect(lambda: self.open_wizard())
-        bar.addWidget(self.tag_filter, 1)
-        bar.addWidget(self.get_button)
+        self.add_button = button("Advanced…", kind="flat")
+        self.add_button.setObjectName("AddAdvanced")
+        self.add_button.setToolTip("Write a model's definition by hand: runtime, path and every setting")
+        self.add_button.clicked.connect(lambda: ctx.models.new_draft())
+        bar.addWidget(self.get_button, 1)
         bar.addWidget(self.add_button)
         left_layout.addLayout(bar)
+        self.tag_filter = StillComboBox()
+        self.tag_filter.setObjectName("TagFilter")
+        self.tag_filter.currentIndexChanged.connect(self._tag_chosen)
+        left_layout.addWidget(self.tag_filter)
         self.list = QListWidget()
         self.list.setObjectName("ModelList")
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -110,7 +118,7 @@ class ModelsPage(QWidget):
             for view in state.models:
                 item = QListWidgetItem()
                 item.setData(Qt.ItemDataRole.UserRole, view.definition.id)
-                row = ModelRow(view)
+                row = ModelRow(view, state.connected)
                 item.setSizeHint(QSize(0, row.sizeHint().height() + 1))  # + the border under each item
                 self.list.addItem(item)
                 self.list.setItemWidget(item, row)

@@ -9,7 +9,6 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
-    QComboBox,
     QFormLayout,
     QGridLayout,
     QHBoxLayout,
@@ -230,7 +229,7 @@ class NodePanel(QScrollArea):
             self.range_buttons.addButton(b)
             bar.addWidget(b)
         bar.addStretch(1)
-        self.gpu_pick = QComboBox()
+        self.gpu_pick = StillComboBox()
         self.gpu_pick.setObjectName("GpuPick")
         self.gpu_pick.activated.connect(lambda _i: self.ctx.node_charts.set_gpu(self.gpu_pick.currentData()))
         bar.addWidget(self.gpu_pick)

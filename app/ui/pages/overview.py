@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
@@ -68,6 +69,11 @@ class OverviewPage(QScrollArea):
         self.endpoint_note = label("", muted=True, wrap=True)
         endpoint.body.addWidget(self.url)
         endpoint.body.addWidget(self.endpoint_note)
+        self.endpoint_start = button("Start the daemon", kind="flat")
+        self.endpoint_start.setObjectName("EndpointStartDaemon")
+        self.endpoint_start.clicked.connect(self._start_daemon)
+        self.endpoint_start.setVisible(False)
+        endpoint.body.addWidget(self.endpoint_start, 0, Qt.AlignmentFlag.AlignLeft)
         self.keys_warning = label("", wrap=True, selectable=True)  # keys at rest: 0600 files, no keychain
         self.keys_warning.setObjectName("KeysAtRestWarning")
         self.keys_warning.setVisible(False)
@@ -96,6 +102,18 @@ class OverviewPage(QScrollArea):
         self.machine.body.addStretch(1)
         self._gauge_widgets: dict[str, Gauge] = {}
         self.attention = Card("Needs attention")
+        self.daemon_down = QWidget()
+        self.daemon_down.setObjectName("attention-daemon")
+        down = QVBoxLayout(self.daemon_down)
+        down.setContentsMargins(0, 4, 0, 4)
+        self.daemon_why = label("", wrap=True, selectable=True)
+        self.daemon_start = button("Start the daemon", kind="primary")
+        self.daemon_start.setObjectName("StartDaemon")
+        self.daemon_start.clicked.connect(self._start_daemon)
+        down.addWidget(self.daemon_why)
+        down.addWidget(self.daemon_start, 0, Qt.AlignmentFlag.AlignLeft)
+        self.daemon_down.setVisible(False)
+        self.attention.body.addWidget(self.daemon_down)
         self.attention_rows = QVBoxLayout()
         self.attention.body.addLayout(self.attention_rows)
         self.attention.body.addStretch(1)
@@ -121,7 +139,8 @@ class OverviewPage(QScrollArea):
             self.endpoint_note.setText("Connecting to the daemon…")
         else:
             self.endpoint_note.setText(f"The daemon does not answer{': ' + snap.error if snap.error else ''}. "
-                                       "The app keeps trying.")
+                                       "The app keeps trying" + (", or start it now." if self.ctx.start_daemon
+                                                                 else "."))
         self.keys_warning.setText(f"⚠ {snap.keys_warning}" if snap.keys_warning else "")
         self.keys_warning.setVisible(bool(snap.keys_warning))
         self.figures["ready"].setText(str(snap.count(ModelState.READY)))
@@ -129,11 +148,14 @@ class OverviewPage(QScrollArea):
         self.figures["failed"].setText(str(snap.count(ModelState.FAILED)))
         self.figures["stopped"].setText(str(snap.count(ModelState.STOPPED)))
         self._render_host(snap.local_host)
-        self._render_attention(attention(snap))
+        down = snap.loaded and not snap.connected or bool(snap.error)
+        self._render_daemon_down(snap, down)
+        self._render_attention([] if down else attention(snap), down)
         self._render_fleet(snap)
 
     def _render_fleet(self, snap: FleetSnapshot) -> None:
         _clear(self.fleet_rows)
+        live = snap.connected or not snap.loaded  # else the states are as last seen: shown as unknown
         heads = ("Model", "State", "Node", "Uptime", "Requests", "In flight", "")
         for col, text in enumerate(heads):
             self.fleet_rows.addWidget(label(text, muted=True), 0, col)
@@ -143,7 +165,10 @@ class OverviewPage(QScrollArea):
             name = label(d.served_name)
             name.setStyleSheet("font-weight: 600;")
             self.fleet_rows.addWidget(name, row, 0)
-            self.fleet_rows.addWidget(StateBadge(s.state), row, 1)
+            badge = StateBadge(s.state if live else None)  # stale: unknown
+            if live and s.busy:
+                badge.set_state(s.state, fmt.busy_text(s.busy))  # a job holds it: "Tuning"
+            self.fleet_rows.addWidget(badge, row, 1)
             self.fleet_rows.addWidget(label(s.node_name or s.node), row, 2)
             self.fleet_rows.addWidget(label(fmt.uptime(s.started_at) if s.state == ModelState.READY else "—"), row, 3)
             self.fleet_rows.addWidget(label(f"{stats.total:,}" if stats else "—"), row, 4)
@@ -180,10 +205,26 @@ class OverviewPage(QScrollArea):
             util.set_value(None if gpu.utilization_percent is None else gpu.utilization_percent / 100,
                            fmt.percent(gpu.utilization_percent))
 
-    def _render_attention(self, items: list[tuple[ModelView, str]]) -> None:
+    def _render_daemon_down(self, snap: FleetSnapshot, down: bool) -> None:
+        """The daemon does not answer: said first under Needs attention, with the way back."""
+        self.daemon_down.setVisible(down)
+        self.endpoint_start.setVisible(down and self.ctx.start_daemon is not None)
+        self.daemon_start.setVisible(down and self.ctx.start_daemon is not None)
+        if down:
+            self.daemon_why.setText(f"The daemon is not running{': ' + snap.error if snap.error else ''}. "
+                                    "Models and states shown are as they were when it was last seen."
+                                    + ("" if self.ctx.start_daemon is not None else
+                                       " Start it with `mirbadllm daemon`."))
+
+    def _start_daemon(self) -> None:
+        if self.ctx.start_daemon is not None:
+            self.ctx.act(self.ctx.start_daemon(), "The daemon is running again")
+
+    def _render_attention(self, items: list[tuple[ModelView, str]], daemon_down: bool = False) -> None:
         _clear(self.attention_rows)
         if not items:
-            self.attention_rows.addWidget(label("Nothing needs your attention.", muted=True))
+            if not daemon_down:
+                self.attention_rows.addWidget(label("Nothing needs your attention.", muted=True))
             return
         for view, why in items:
             row = QWidget()

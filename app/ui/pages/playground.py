@@ -8,8 +8,6 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QComboBox,
-    QDoubleSpinBox,
     QFormLayout,
     QFrame,
     QHBoxLayout,
@@ -17,13 +15,21 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QScrollArea,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from app.context import AppContext
-from app.ui.widgets import Card, button, label, page, page_header
+from app.ui.widgets import (
+    Card,
+    StillComboBox,
+    StillDoubleSpinBox,
+    StillSpinBox,
+    button,
+    label,
+    page,
+    page_header,
+)
 from app.viewmodels.playground import CHAT, COMPLETION, ChatMessage, PlaygroundState
 
 
@@ -80,21 +86,21 @@ class PlaygroundPage(QWidget):
         side.setFixedWidth(300)
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
-        self.model = QComboBox()
+        self.model = StillComboBox()
         self.model.setObjectName("PlaygroundModel")
         self.model.currentTextChanged.connect(lambda t: t and self.vm.configure(model=t))
-        self.mode = QComboBox()
+        self.mode = StillComboBox()
         self.mode.setObjectName("PlaygroundMode")
         self.mode.addItem("Chat", CHAT)
         self.mode.addItem("Text completion", COMPLETION)
         self.mode.setToolTip("Chat sends /v1/chat/completions; text completion sends the raw prompt to "
                              "/v1/completions, for base models that only continue text.")
         self.mode.currentIndexChanged.connect(lambda i: self.vm.configure(mode=self.mode.itemData(i)))
-        self.temperature = QDoubleSpinBox()
+        self.temperature = StillDoubleSpinBox()
         self.temperature.setRange(0.0, 2.0)
         self.temperature.setSingleStep(0.1)
         self.temperature.valueChanged.connect(lambda v: self.vm.configure(temperature=round(v, 2)))
-        self.max_tokens = QSpinBox()
+        self.max_tokens = StillSpinBox()
         self.max_tokens.setRange(1, 131072)
         self.max_tokens.valueChanged.connect(lambda v: self.vm.configure(max_tokens=v))
         self.api_key = QLineEdit()

@@ -11,7 +11,6 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
-    QComboBox,
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
@@ -25,7 +24,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext, Message
-from app.ui.widgets import Card, bind, button, label, page, page_header, set_prop
+from app.ui.widgets import (
+    Card,
+    StillComboBox,
+    bind,
+    button,
+    label,
+    page,
+    page_header,
+    set_prop,
+)
 from app.viewmodels.services import (
     STATE_LABELS,
     ServicesState,
@@ -118,7 +126,7 @@ class ServicesPage(QWidget):
         card = Card()
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Node"))
-        self.node_picker = QComboBox()
+        self.node_picker = StillComboBox()
         self.node_picker.setObjectName("ServiceNode")
         self.node_picker.setMinimumWidth(220)
         self.node_picker.activated.connect(self._node_chosen)

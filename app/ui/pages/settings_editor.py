@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
-from app.ui.widgets import Card, bind, button, label, set_prop
+from app.ui.widgets import Card, StillComboBox, bind, button, label, set_prop
 from app.viewmodels.nodes import node_choices
 from app.viewmodels.settings_form import (
     EXTERNAL,
@@ -151,7 +151,7 @@ class SettingsEditor(QWidget):
 
     def _editor(self, spec: FieldSpec) -> QWidget:
         if spec.key == "node":  # a picker of the paired nodes, each with its free memory
-            picker = QComboBox()
+            picker = StillComboBox()
             picker.currentIndexChanged.connect(lambda _i, c=picker: self._changed("node", c.currentData()))
             return picker
         if spec.kind == "bool":
@@ -159,7 +159,7 @@ class SettingsEditor(QWidget):
             box.toggled.connect(lambda on, k=spec.key: self._changed(k, on))
             return box
         if spec.kind in ("choice", "tribool"):
-            combo = QComboBox()
+            combo = StillComboBox()
             if spec.optional:
                 combo.addItem(spec.placeholder or "runtime default", "")
             if spec.kind == "tribool":

@@ -43,7 +43,7 @@ def _choices(parent: QWidget, options: list[tuple[str, str, str]]) -> tuple[QWid
     layout = QVBoxLayout(box)
     group = QButtonGroup(box)
     for value, title, description in options:
-        radio = QRadioButton(title)
+        radio = QRadioButton(title.replace("&", "&&"))  # a & is a mnemonic to Qt: "Agents & tools" showed "Agents _tools"
         radio.setObjectName(f"choice-{value}")
         radio.setProperty("value", value)
         group.addButton(radio)
