@@ -167,6 +167,8 @@ def test_a_refusal_is_said_in_plain_words_and_the_fields_keep_their_size(
         dialog.source_buttons.button(1).click()  # a file on the node
         qtbot.keyClicks(dialog.path, "/models/notes.gguf")
         qtbot.keyClicks(dialog.model_id, "Not A Valid Id!")
+        dialog.layout().activate()  # laid out as the user sees it before the click
+        QApplication.processEvents()
         heights = {w.objectName(): w.height() for w in (dialog.node, dialog.model_id, dialog.path)}
         buttons_at = dialog.add_button.mapTo(dialog, dialog.add_button.rect().topLeft())
         dialog.add_button.click()

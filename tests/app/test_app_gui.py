@@ -317,7 +317,7 @@ def test_theme_switch_applies_and_is_remembered(window: MainWindow, ctx: AppCont
 
 def test_with_the_daemon_down_the_app_says_so_shows_no_stale_green_and_offers_to_start_it(
         window: MainWindow, ctx: AppContext, fake: FakeDaemonClient, qtbot: Any) -> None:
-    run(qtbot, ctx.fleet.start_model("alpha"))
+    fake.set_state("alpha", ModelState.READY)
     window.show_page("overview")
     overview = window.overview
     qtbot.waitUntil(lambda: "Ready" in texts(overview.fleet_card))
@@ -333,10 +333,11 @@ def test_with_the_daemon_down_the_app_says_so_shows_no_stale_green_and_offers_to
     fake.unreachable = True
     ctx.fleet._on_connection(False, "cannot reach the daemon")
     assert overview.daemon_down.isVisible() and "The daemon is not running" in overview.daemon_why.text()
-    assert "Ready" not in texts(overview.fleet_card), "a state last seen is not shown as live"
+    qtbot.waitUntil(lambda: "Ready" not in texts(overview.fleet_card))  # a state last seen is not shown as live
     assert "Nothing needs your attention" not in texts(overview.attention)
     window.show_page("models")
-    assert "Ready" not in texts(window.models.list) and "Ready" not in window.models.panel.badge.text()
+    qtbot.waitUntil(lambda: "Ready" not in texts(window.models.list))
+    assert "Ready" not in window.models.panel.badge.text()
 
     window.show_page("overview")
     overview.daemon_start.click()
@@ -348,7 +349,7 @@ def test_stopping_a_model_that_is_answering_asks_first(window: MainWindow, ctx: 
                                                        qtbot: Any) -> None:
     from daemon.api.models import RouterStats
 
-    run(qtbot, ctx.fleet.start_model("alpha"))
+    fake.set_state("alpha", ModelState.READY)
     fake.router = {"alpha": RouterStats(total=3, in_flight=2)}
     run(qtbot, ctx.fleet.resync())
     window.show_page("models")

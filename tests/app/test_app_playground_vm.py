@@ -131,7 +131,7 @@ async def test_a_model_stopped_mid_answer_shows_the_daemons_message_and_keeps_mo
     assert answer.content == "Hel" and answer.error == "The model's runtime stopped in the middle of the answer."
     assert "cannot reach" not in answer.error
     fake.set_state("beta", ModelState.STOPPED)  # the user stopped it
-    await until(lambda: vm.fleet.snapshot.value.model("beta").status.state == ModelState.STOPPED,  # type: ignore[union-attr]
-                what="the fleet seeing it stopped")
+    await vm.fleet.resync()
+    assert vm.fleet.snapshot.value.model("beta").status.state == ModelState.STOPPED  # type: ignore[union-attr]
     assert (vm.state.value.model, vm.state.value.mode) == ("Beta-7B", "chat"), "no silent switch"
     await vm.close()

@@ -168,7 +168,7 @@ async def test_fallbacks_answer_when_the_model_cannot(tmp_path: Path, fake_runti
         status_code, answer = await _chat(d, "down")
         assert status_code == 200, answer
         # No fallback: the model's own refusal.
-        await d.client.create_model(model("alone", str(model_file)))
+        await d.client.create_model(model("alone", str(model_file), start_on_request=False))
         status_code, answer = await _chat(d, "alone")
         assert status_code == 503
 

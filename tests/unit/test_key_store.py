@@ -122,7 +122,7 @@ def test_without_a_usable_keychain_keys_are_0600_files_and_status_warns(
     state = keys_at_rest(tmp_path / "pki", None)
     assert not state.keychain and sorted(state.plain_files) == ["ca.key", "daemon-client.key"]
     assert state.warning is not None and "0600" in state.warning and "ca.key" in state.warning
-    assert ("no OS keychain" if isinstance(backend, fail.Keyring) else "refused") in state.warning
+    assert ("runs no keychain" if isinstance(backend, fail.Keyring) else "refused") in state.warning
     assert _public(CertificateAuthority.load_or_create(tmp_path / "pki")) == _public(ca)  # still loads
 
 
