@@ -164,6 +164,9 @@ class LiveChart(QWidget):
             self._plot.getPlotItem().setTitle(label, color=theme.color("text"), size="10pt")
             for curve, col in zip(self._curves, columns):
                 curve.setData(x, np.asarray(col, dtype=float) / factor, connect="finite")
+            # Every chart here is of a count, a rate or a size: from 0 up, never a negative axis (a
+            # flat line of zeros would otherwise be drawn around 0 from -1 to 1)
+            self._plot.getPlotItem().setYRange(0, max(finite, default=1.0) / factor * 1.1 or 1.0, padding=0)
             return
         self._series[0].chart().setTitle(label)
         for series, col in zip(self._series, columns):

@@ -72,6 +72,22 @@ def test_the_qtcharts_fallback_draws_too(qapp: QApplication, monkeypatch: pytest
     assert chart.points == 3 and not chart.grab().isNull()
 
 
+def test_a_chart_of_counts_never_shows_a_negative_axis(qapp: QApplication) -> None:
+    from app.ui import charts
+
+    if charts.BACKEND != "pyqtgraph":
+        pytest.skip("the QtCharts fallback sets its own 0-based range (test above)")
+    chart = charts.LiveChart("Requests", "", ["Requests"])
+    chart.set_data([1000.0, 1001.0, 1002.0], [[0.0, 0.0, 0.0]])  # nothing happened: a flat line at 0
+    chart.resize(400, 200)
+    chart.show()
+    view = chart._plot.getPlotItem().getViewBox()
+    view.updateAutoRange()  # what the next paint does
+    qapp.processEvents()
+    low, high = chart._plot.getPlotItem().getViewBox().viewRange()[1]
+    assert low >= 0 and high > 0, (low, high)
+
+
 @pytest.mark.slow
 def test_screenshot_tool_writes_every_page_at_1280x800(qloop: Any, qapp: QApplication, qtbot: Any,
                                                         tmp_path: Path) -> None:
