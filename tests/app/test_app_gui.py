@@ -265,6 +265,21 @@ def test_logs_follow_and_search(window: MainWindow, fake: FakeDaemonClient, qtbo
     assert window.findChild(QPlainTextEdit, "LogText") is not None
 
 
+def test_the_log_opens_at_the_newest_line_read_from_its_start(window: MainWindow, fake: FakeDaemonClient,
+                                                              qtbot: Any) -> None:
+    wide = "srv  params_from_: Chat format: Content-only " + "x" * 600
+    fake.log_lines["alpha"] = [f"line {n}" for n in range(200)] + [wide]
+    window.show_page("models")
+    panel = window.models.panel
+    panel.tabs.setCurrentIndex(LOGS)
+    text = panel.logs.text
+    qtbot.waitUntil(lambda: "Content-only" in text.toPlainText())
+    assert text.horizontalScrollBar().maximum() > 0, "the long line is wider than the view"
+    assert text.horizontalScrollBar().value() == 0, "not scrolled to the right"
+    rows = text.verticalScrollBar()
+    assert rows.value() >= rows.maximum() - 1, "at the newest line (the horizontal bar, once shown, takes one)"
+
+
 def test_charts_draw_the_history(window: MainWindow, fake: FakeDaemonClient, qtbot: Any) -> None:
     fake.history["alpha"] = [HistoryPoint(ts=1000.0 + i, values={"gen_tps": float(i), "rss_bytes": 2.0**30})
                              for i in range(300)]

@@ -64,12 +64,18 @@ class LogsTab(QWidget):
         at_bottom = bar.value() >= bar.maximum() - 4
         self.text.appendPlainText("\n".join(lines))
         if at_bottom:
-            self.text.moveCursor(QTextCursor.MoveOperation.End)
+            self._to_last_line()
             bar.setValue(bar.maximum())
 
     def _reset(self, lines: tuple[str, ...]) -> None:
         self.text.setPlainText("\n".join(lines))
+        self._to_last_line()
+
+    def _to_last_line(self) -> None:
+        """At the newest line, read from its start: not scrolled right to the end of a long one."""
         self.text.moveCursor(QTextCursor.MoveOperation.End)
+        self.text.moveCursor(QTextCursor.MoveOperation.StartOfLine)
+        self.text.horizontalScrollBar().setValue(0)
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.vm.text())
