@@ -42,7 +42,11 @@ def test_the_benchmarks_tab_lists_runs_compares_them_and_follows_a_new_one(
     assert [row[1:4] for row in cells(tab.table)] == [["interactive", "50.0", "90.0"],
                                                      ["interactive", "40.0", "100"]]
     assert cells(tab.compare_table)[0] == ["Tokens/s, one request", "40.0 tok/s", "50.0 tok/s", "+25 %"]
-    assert tab.chart.points == 2
+    assert tab.chart.points == 2 and tab.status.text() == "2 runs"
+    header = tab.table.horizontalHeader()
+    for column in range(tab.table.columnCount() - 1):  # each header is read whole, not "irst token m"
+        title = tab.table.horizontalHeaderItem(column).text()
+        assert header.sectionSize(column) >= header.fontMetrics().horizontalAdvance(title), title
     tab.run_button.click()
     qtbot.waitUntil(lambda: len(fake.called("start_benchmark")) == 1)
     assert fake.called("start_benchmark")[0][0].preset == "interactive"

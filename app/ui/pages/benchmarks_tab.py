@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
+    QHeaderView,
     QProgressBar,
     QTableWidget,
     QTableWidgetItem,
@@ -67,7 +68,10 @@ class BenchmarksTab(QWidget):
         self.table.setHorizontalHeaderLabels([title for title, _ in HISTORY_COLUMNS])
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        header = self.table.horizontalHeader()
+        for column in range(len(HISTORY_COLUMNS) - 1):  # every header read whole ("First token ms"); Notes takes the rest
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
         layout.addWidget(self.table, 2)
         self.chart = LiveChart("Tokens per second over runs", "tok/s", ["One request", "All requests"])
         self.chart.setMinimumHeight(160)
