@@ -85,6 +85,23 @@ def test_the_audit_page_lists_filters_and_shows_a_change(window: MainWindow, fak
     assert fake.called("put_settings")[-1][0].lan_access is False  # the other settings as they were
 
 
+def test_a_node_is_named_not_shown_as_its_64_hex_id(window: MainWindow, fake: FakeDaemonClient,
+                                                    qtbot: Any) -> None:
+    from daemon.api.nodes import NodeState, NodeView
+
+    box = "d" * 64
+    fake.nodes.append(NodeView(id=box, name="gaming-pc", state=NodeState.ONLINE, address="10.0.0.5:9443"))
+    window.ctx.act(window.ctx.nodes.refresh())
+    qtbot.waitUntil(lambda: window.ctx.nodes.name_of(box) == "gaming-pc")
+    fake._note_audit("node.backend", box, before="auto", after="cpu")
+    window.show_page("audit")
+    page = window.audit
+    qtbot.waitUntil(lambda: page.table.rowCount() == 1)
+    assert cells(page.table)[0][3] == "gaming-pc" and box not in " ".join(cells(page.table)[0])
+    page.table.selectRow(0)
+    qtbot.waitUntil(lambda: "gaming-pc" in page.heading.text())
+
+
 @pytest.mark.gui
 def test_the_demo_daemons_audit_log_reads_on_the_page(open_main_window: Callable[..., MainWindow],
                                                        qtbot: Any) -> None:

@@ -179,7 +179,7 @@ class AuditPage(QWidget):
         self.table.setRowCount(len(s.entries))
         selected_row = None
         for row, entry in enumerate(s.entries):
-            cells = (_time(entry.ts), entry.actor, entry.action, entry.subject or "—", summary(entry, 160))
+            cells = (_time(entry.ts), entry.actor, entry.action, self._subject(entry), summary(entry, 160))
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if col == 0:
@@ -194,12 +194,19 @@ class AuditPage(QWidget):
             self.table.selectRow(selected_row)
         self.table.blockSignals(False)
 
+    def _subject(self, entry: AuditEntry) -> str:
+        """A node by its name (its id is 64 hex digits, which made the page scroll sideways)."""
+        subject = entry.subject or "—"
+        if entry.action.startswith("node") and len(subject) == 64:
+            return self.ctx.nodes.name_of(subject)
+        return subject
+
     def _render_change(self, entry: AuditEntry | None) -> None:
         rows = diff(entry)
         if entry is None:
             self.heading.setText("Select an entry to see what changed.")
         else:
-            where = f" {entry.subject}" if entry.subject else ""
+            where = f" {self._subject(entry)}" if entry.subject else ""
             extra = f" — {entry.detail}" if entry.detail else ""
             self.heading.setText(f"{entry.action}{where} by {entry.actor} at {_time(entry.ts)}{extra}"
                                  + ("" if rows else " (no snapshot recorded)"))
