@@ -398,3 +398,16 @@ def test_add_a_model_is_one_obvious_button_that_opens_the_wizard(window: MainWin
     assert opened == [True]
     page.add_button.click()  # the advanced path: a raw definition in the settings form
     assert window.models.panel.settings.editors.get("settings.ctx_size") is not None
+
+
+def test_at_1024_by_700_the_model_panel_shows_start_stop_and_restart_whole(window: MainWindow, qtbot: Any) -> None:
+    window.resize(1024, 700)
+    window.show_page("models")
+    panel = window.models.panel
+    qtbot.waitUntil(lambda: panel.start_button.isVisible())
+    window.layout().activate()
+    QApplication.processEvents()
+    for b in (panel.start_button, panel.stop_button, panel.restart_button):
+        right = b.mapTo(window, b.rect().topRight()).x()
+        assert right <= window.width(), f"{b.text()} is cut at the window's edge ({right} > {window.width()})"
+        assert b.width() >= b.fontMetrics().horizontalAdvance(b.text()), f"{b.text()} is squeezed"

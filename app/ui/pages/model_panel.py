@@ -145,7 +145,7 @@ class ModelPanel(QWidget):
         super().__init__()
         self.ctx = ctx
         self.model_id: str | None = None
-        self.setMinimumWidth(700)  # the settings editor's rows (label, box, unit, flag) fit without clipping
+        self.setMinimumWidth(520)  # the settings rows (label with its flag under it, box, unit) fit; 1024 px windows too
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 0, 0, 0)
         head = QHBoxLayout()

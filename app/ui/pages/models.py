@@ -99,8 +99,8 @@ class ModelsPage(QWidget):
         split.addWidget(self.panel)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
-        split.setSizes([290, 900])
-        left.setMinimumWidth(260)
+        split.setSizes([250, 900])  # at 1024 px the panel keeps its Start, Stop and Restart whole
+        left.setMinimumWidth(240)
         layout.addWidget(split, 1)
         self._rendering = False
         ctx.models.state.subscribe(self.show_state, now=True)

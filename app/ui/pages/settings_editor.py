@@ -62,7 +62,7 @@ class SettingsEditor(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 12, 12, 12)
         notice = QHBoxLayout()
-        self.restart_note = label("Restart needed — the running process still uses the settings it started with.")
+        self.restart_note = label("Restart needed — the running process still uses the settings it started with.", wrap=True)
         self.restart_note.setProperty("badge", "restart")
         self.restart_note.setObjectName("RestartNeeded")
         self.restart_now = button("Restart now", icon="action-restart")
@@ -118,7 +118,7 @@ class SettingsEditor(QWidget):
             grid = QGridLayout()
             grid.setHorizontalSpacing(12)
             grid.setVerticalSpacing(4)
-            grid.setColumnMinimumWidth(0, 190)
+            grid.setColumnMinimumWidth(0, 150)
             grid.setColumnStretch(1, 1)
             grid.setColumnMinimumWidth(2, 50)
             card.body.addLayout(grid)
@@ -137,14 +137,14 @@ class SettingsEditor(QWidget):
             flag.setStyleSheet("font-size: 11px;")
             grid.addWidget(title, row, 0)
             grid.addWidget(editor, row, 1)
-            if spec.flag:
-                grid.addWidget(flag, row, 3)
+            if spec.flag:  # under its title: a column of its own made the form too wide for 1024 px
+                grid.addWidget(flag, row + 1, 0)
             grid.addWidget(label(spec.unit, muted=True), row, 2)
             error = label("", role="field-error", wrap=True)
             error.setObjectName(f"error-{spec.key}")
             error.setVisible(False)
             self.errors[spec.key] = error
-            grid.addWidget(error, row + 1, 1, 1, 3)
+            grid.addWidget(error, row + 1, 1, 1, 2)
         for name in names:
             self.column.addWidget(cards[name])
         self.column.addStretch(1)
