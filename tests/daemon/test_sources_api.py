@@ -118,7 +118,8 @@ async def test_admission_refuses_with_the_numbers_and_force_starts_anyway(
             await d.client.start_model("big")
         assert (caught.value.status, caught.value.code) == (409, "insufficient_memory")
         assert "GiB" in caught.value.message and "reserve" in caught.value.message
-        assert (await d.client.get_model("big")).status.state == ModelState.STOPPED
+        refused = (await d.client.get_model("big")).status  # failed, saying why; nothing started
+        assert refused.state == ModelState.FAILED and refused.error.startswith("The start was refused: ")
         assert processes_running(big) == []
         report = await d.client.fit(FitQuery(model_path=str(big), settings=LlamaCppSettings(ctx_size=1 << 20)))
         assert report.fits is False and 0 < report.max_ctx_size < 1 << 20

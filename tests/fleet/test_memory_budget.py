@@ -46,7 +46,8 @@ async def test_the_budget_replaces_the_estimate_in_admission(agent: InProcessAge
     assert (error.status, error.code) == (409, "insufficient_memory")
     assert "memory budget of 20.00 GiB" in error.message and "12.00 GiB available" in error.message
     assert "1.00 GiB kept in reserve" in error.message and "force" in error.message
-    assert (await rd.client.get_model("roomy")).status.state == ModelState.STOPPED
+    refused = (await rd.client.get_model("roomy")).status  # failed, saying why, until started again
+    assert refused.state == ModelState.FAILED and "memory budget of 20.00 GiB" in (refused.error or "")
     forced = await rd.client.start_model("roomy", wait=True, force=True)
     assert forced.state == ModelState.READY, forced.error
     await rd.client.stop_model("roomy")
