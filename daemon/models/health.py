@@ -62,7 +62,14 @@ class HealthMonitor:
             self._ready_since.setdefault(model_id, now)
         else:
             self._ready_since.pop(model_id, None)
-        crashed = (previous in (ModelState.READY, ModelState.STARTING) and status.state == ModelState.FAILED) or \
+        # A start that fails before it is ready (a bad argument, a file it cannot load) fails again the
+        # same way: it is not retried, nor started again at the next boot. Only a model that was
+        # running and crashed is restarted (and a restart that fails then counts as another crash).
+        failed_start = previous == ModelState.STARTING and status.state == ModelState.FAILED
+        if failed_start and not self.book.crashes.get(model_id):
+            self.book.want(model_id, False)
+            return
+        crashed = (failed_start or previous == ModelState.READY and status.state == ModelState.FAILED) or \
                   (previous == ModelState.READY and status.state == ModelState.STOPPED)
         if status.state != ModelState.STARTING:
             expected = model_id in self._expected_stop

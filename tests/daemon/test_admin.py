@@ -85,6 +85,11 @@ async def test_a_failing_start_reports_the_runtime_error(tmp_path: Path, model_f
         status = await d.wait_state("m", ModelState.FAILED)
         assert "exited" in status.error and "3" in status.error
         assert status.last_log_lines
+        # It can never succeed as it is: not retried as a crash, not started again at the next boot.
+        page = await d.client.events(0, timeout=0)
+        assert not any(e.type == "model.crashed" for e in page.events)
+        assert (await d.client.get_model("m")).status.crash_count == 0
+        assert "m" not in d.daemon.orchestrator.book.wanted
 
 
 async def test_keys_are_shown_once_and_lan_access_needs_one(tmp_path: Path, fake_runtime: Path) -> None:
