@@ -483,12 +483,80 @@ def _cuda_runtime_libraries(toolkit: Path | None, system: str) -> list[Path]:
     return sorted({p.resolve() for pattern in patterns for p in lib.glob(pattern)}, key=lambda p: p.name)
 
 
+BUILD_CACHE_ENV = "MIRBADLLM_BUILD_CACHE"  # a folder, or "off"
+
+
+def build_cache(environ: Mapping[str, str], system: str | None = None) -> Path | None:
+    """Where finished builds are kept for every checkout of this user (a second clone, a CI run on
+    the same machine, a fresh venv): ``$MIRBADLLM_BUILD_CACHE``, else the user's cache folder.
+    None when turned off. A build is found there only by its exact plan key, and checked file by
+    file before use, so nothing built with other sources, flags or backends is ever taken."""
+    given = environ.get(BUILD_CACHE_ENV, "").strip()
+    if given.lower() == "off":
+        return None
+    if given:
+        return Path(given).expanduser()
+    system = system or platform.system()
+    if system == "Windows" and environ.get("LOCALAPPDATA"):
+        base = Path(environ["LOCALAPPDATA"])
+    elif system == "Darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "mirbadllm" / "runtime-builds"
+
+
+def _copy_build(source: Path, root: Path, name: str) -> Path:
+    """Copy a build folder to ``root/name`` whole or not at all (a scratch copy renamed into place)."""
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        copy = scratch / name
+        shutil.copytree(source, copy, symlinks=True)
+        target = root / name
+        if target.exists():
+            shutil.rmtree(target)
+        copy.rename(target)
+        return target
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | None = None) -> Path:
-    """Build ``plan`` into ``root/<folder_name>`` (atomically) unless an identical build is there."""
+    """Build ``plan`` into ``root/<folder_name>`` (atomically) unless an identical build is there,
+    or in this user's build cache (``build_cache``); a new build is kept there too."""
     target = root / plan.folder_name
+    cache = build_cache(environ, plan.system)
     if manifest_matches(target, plan):
         print(f"llama.cpp runtime {plan.folder_name} ({', '.join(plan.backends)}) is already built", flush=True)
+        if cache is not None and not (cache / plan.folder_name / MANIFEST).is_file():
+            _keep(target, cache, plan)  # made before the cache existed: the next checkout takes it from there
         return target
+    if cache is not None and manifest_matches(cache / plan.folder_name, plan):
+        try:
+            copied = _copy_build(cache / plan.folder_name, root, plan.folder_name)
+        except OSError as exc:
+            print(f"cannot reuse the cached build in {cache}: {exc}; building instead", flush=True)
+        else:
+            if manifest_matches(copied, plan):
+                print(f"llama.cpp runtime {plan.folder_name} ({', '.join(plan.backends)}): the build this "
+                      f"machine made before, from {cache} (checked file by file)", flush=True)
+                return copied
+    built = _build(plan, root, environ, jobs)
+    if cache is not None:
+        _keep(built, cache, plan)
+    return built
+
+
+def _keep(built: Path, cache: Path, plan: BuildPlan) -> None:
+    try:
+        _copy_build(built, cache, plan.folder_name)
+    except OSError as exc:  # a cache is a convenience: the build itself is done
+        print(f"note: the build was not kept in {cache}: {exc}", flush=True)
+
+
+def _build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | None) -> Path:
+    target = root / plan.folder_name
     cmake = shutil.which("cmake", path=environ.get("PATH"))
     if cmake is None:
         raise BuildError("CMake is needed to build llama.cpp: install it (apt install cmake, "

@@ -96,6 +96,38 @@ def test_a_finished_build_matches_only_its_own_plan_and_unchanged_files(tmp_path
     assert not rt.manifest_matches(folder, plan)
 
 
+def _finished(folder: Path, plan: rt.BuildPlan) -> Path:
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "llama-server").write_bytes(b"binary")
+    (folder / "bin" / "libggml.so").symlink_to("llama-server")
+    manifest = {"format": rt.MANIFEST_FORMAT, "key": plan.key,
+                "files": {"bin/llama-server": rt.sha256_file(folder / "bin" / "llama-server")}}
+    (folder / rt.MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+def test_a_second_checkout_reuses_this_machines_build_of_the_same_plan(tmp_path: Path) -> None:
+    """A newcomer pays the build once: a fresh clone (or CI on the same machine) takes the build
+    from the user's cache, checked file by file; no CMake is run (here there is none to run)."""
+    plan = rt.plan_build("Linux", "x86_64")
+    cache = tmp_path / "cache"
+    _finished(cache / plan.folder_name, plan)
+    env = {"PATH": str(tmp_path / "no-tools"), rt.BUILD_CACHE_ENV: str(cache)}
+    got = rt.build(plan, tmp_path / "clone" / "runtimes", env)
+    assert got == tmp_path / "clone" / "runtimes" / plan.folder_name and rt.manifest_matches(got, plan)
+    assert (got / "bin" / "libggml.so").is_symlink(), "links are kept as links"
+    assert [p.name for p in got.parent.iterdir()] == [plan.folder_name], "no scratch left behind"
+
+    # A cached build that was changed, or another plan's, is never taken: it would build instead.
+    (cache / plan.folder_name / "bin" / "llama-server").write_bytes(b"tampered")
+    with pytest.raises(rt.BuildError, match="CMake is needed"):
+        rt.build(plan, tmp_path / "other" / "runtimes", env)
+    with pytest.raises(rt.BuildError, match="CMake is needed"):
+        rt.build(rt.plan_build("Linux", "x86_64", backends=("cpu", "vulkan")), tmp_path / "third", env)
+    assert rt.build_cache({rt.BUILD_CACHE_ENV: "off"}) is None
+    assert rt.build_cache({"XDG_CACHE_HOME": "/x"}, "Linux") == Path("/x/mirbadllm/runtime-builds")
+
+
 # ---------------------------------------------------------------- GPU backends (issue: your GPU out of the box)
 
 def test_a_cpu_only_build_keeps_its_key_and_gpu_backends_are_switched_on_and_keyed() -> None:
