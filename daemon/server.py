@@ -26,7 +26,7 @@ from daemon.router.router import REQUEST_ID, note_failure, request_id_for
 from daemon.routes import route_table
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
-SHUTDOWN_GRACE_S = 2.0
+SHUTDOWN_GRACE_S = 0.5
 
 
 # --- middlewares -------------------------------------------------------------------------------

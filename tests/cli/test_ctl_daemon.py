@@ -102,10 +102,16 @@ def test_stopping_when_no_daemon_runs_says_so(tmp_path: Path) -> None:
     assert done.returncode == 1 and "not running" in done.stderr
 
 
-async def test_daemon_stop_does_not_wait_on_the_apps_long_poll(
-        tmp_path: Path, fake_runtime: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_daemon_stop_does_not_wait_on_the_apps_long_poll_or_a_followed_log(
+        tmp_path: Path, fake_runtime: Path, model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The app holds a long-poll open all the time, and a followed log on its Logs tab: a stop
+    answers the poll at once and cuts the log stream (it took 2 minutes), never waiting on them."""
+    import aiohttp
+
     home = tmp_path / "home"
     async with daemon_process(home, fake_runtime) as (proc, client):
+        await client.create_model(model("m", str(model_file)))
+        runtime_pid = (await client.start_model("m", wait=True)).pid
         since = (await client.events(0, timeout=0)).last_id
         daemon = psutil.Process(proc.pid)
 
@@ -113,19 +119,27 @@ async def test_daemon_stop_does_not_wait_on_the_apps_long_poll(
             return sum(c.status == psutil.CONN_ESTABLISHED for c in daemon.net_connections())
 
         before = open_connections()
-        app = DaemonClient(json.loads((home / "daemon.json").read_text())["admin_url"], read_admin_token(home) or "")
+        admin_url = json.loads((home / "daemon.json").read_text())["admin_url"]
+        token = read_admin_token(home) or ""
+        app = DaemonClient(admin_url, token)
         poll = asyncio.ensure_future(app.events(since, timeout=60))  # the app holds one open all the time
+        logs = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
+        stream = await logs.get(f"{admin_url}/api/models/m/logs?follow=1&tail=1")
 
-        async def polling() -> bool:
-            return open_connections() > before
+        async def both_open() -> bool:
+            return open_connections() >= before + 2
 
         try:
-            await until(polling, "the long-poll to reach the daemon")
+            await until(both_open, "the long-poll and the log stream to reach the daemon")
             assert await ctl.run(ctl.parse_args(["daemon", "stop"]), client) == 0
             assert "the daemon has stopped" in capsys.readouterr().out
             page = await asyncio.wait_for(poll, 20)  # answered by the stop, well before its own 60 s
             assert page.last_id >= since and not poll.cancelled()
-            assert await asyncio.wait_for(proc.wait(), 20) == 0
+            assert await asyncio.wait_for(proc.wait(), 20) == 0  # it took 121 s with a followed log
         finally:
             poll.cancel()
+            stream.close()
+            await logs.close()
             await app.close()
+            if runtime_pid is not None and psutil.pid_exists(runtime_pid):
+                psutil.Process(runtime_pid).kill()
