@@ -145,7 +145,7 @@ class ModelPanel(QWidget):
         super().__init__()
         self.ctx = ctx
         self.model_id: str | None = None
-        self.setMinimumWidth(520)  # the settings rows (label with its flag under it, box, unit) fit; 1024 px windows too
+        self.setMinimumWidth(480)  # the settings rows (label with its flag under it, box, unit) fit; 1024 px windows too
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 0, 0, 0)
         head = QHBoxLayout()
@@ -161,17 +161,22 @@ class ModelPanel(QWidget):
         head.addWidget(self.badge)
         head.addWidget(self.restart_badge)
         head.addStretch(1)
+        layout.addLayout(head)
+        # Where it runs, then what to do: the buttons on a row of their own beside the path (which
+        # gives way), so a long name and its badges never push them out of a 1024 px window.
+        actions = QHBoxLayout()
+        self.subtitle = label("", muted=True)
+        self.subtitle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        actions.addWidget(self.subtitle, 1)
         self.start_button = button("Start", kind="primary", icon="action-start", color="#FFFFFF")
         self.stop_button = button("Stop", icon="action-stop")
         self.restart_button = button("Restart", icon="action-restart")
         for b in (self.start_button, self.stop_button, self.restart_button):
-            head.addWidget(b)
+            actions.addWidget(b)
         self.start_button.clicked.connect(lambda: self._act("start_model", "Starting"))
         self.stop_button.clicked.connect(self._stop_clicked)
         self.restart_button.clicked.connect(lambda: self._act("restart_model", "Restarting"))
-        layout.addLayout(head)
-        self.subtitle = label("", muted=True)
-        layout.addWidget(self.subtitle)
+        layout.addLayout(actions)
         self.tabs = QTabWidget()
         self.overview = OverviewTab(ctx.models, ctx.nodes.name_of)
         self.settings = SettingsEditor(ctx)
@@ -241,6 +246,7 @@ class ModelPanel(QWidget):
         self.badge.set_state(s.state if live else None, fmt.busy_text(s.busy) if live else None)
         self.restart_badge.setVisible(s.restart_pending)
         self.subtitle.setText(f"{view.definition.model_path}  ·  node {self.ctx.nodes.name_of(view.definition.node)}")
+        self.subtitle.setToolTip(self.subtitle.text())
         running = s.state in (ModelState.READY, ModelState.STARTING)
         self.start_button.setEnabled(not running and s.state != ModelState.STOPPING and not s.busy)
         self.start_button.setToolTip(f"It is {s.busy}: the job starts it again when it ends" if s.busy else "")

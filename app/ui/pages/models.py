@@ -100,7 +100,7 @@ class ModelsPage(QWidget):
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
         split.setSizes([250, 900])  # at 1024 px the panel keeps its Start, Stop and Restart whole
-        left.setMinimumWidth(240)
+        left.setMinimumWidth(250)  # "Add a model" and "Advanced…" read whole
         layout.addWidget(split, 1)
         self._rendering = False
         ctx.models.state.subscribe(self.show_state, now=True)

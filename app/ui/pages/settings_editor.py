@@ -151,7 +151,7 @@ class SettingsEditor(QWidget):
 
     def _editor(self, spec: FieldSpec) -> QWidget:
         if spec.key == "node":  # a picker of the paired nodes, each with its free memory
-            picker = StillComboBox()
+            picker = _narrow(StillComboBox())
             picker.currentIndexChanged.connect(lambda _i, c=picker: self._changed("node", c.currentData()))
             return picker
         if spec.kind == "bool":
@@ -159,7 +159,7 @@ class SettingsEditor(QWidget):
             box.toggled.connect(lambda on, k=spec.key: self._changed(k, on))
             return box
         if spec.kind in ("choice", "tribool"):
-            combo = StillComboBox()
+            combo = _narrow(StillComboBox())
             if spec.optional:
                 combo.addItem(spec.placeholder or "runtime default", "")
             if spec.kind == "tribool":
@@ -301,3 +301,11 @@ class SettingsEditor(QWidget):
         if self.view is not None:
             self.ctx.act(self.ctx.fleet.restart_model(self.view.definition.id),
                          f"Restarting {self.view.definition.served_name}")
+
+
+def _narrow(combo: StillComboBox) -> StillComboBox:
+    """A choice as wide as its column, not as its longest item ("This machine — 36.6 GiB free · GPU
+    …" made the form wider than the panel at 1024 px); the open list still shows items whole."""
+    combo.setSizeAdjustPolicy(StillComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(10)
+    return combo
