@@ -159,9 +159,12 @@ class Gauge(QWidget):
         layout.setSpacing(4)
         top = QHBoxLayout()
         self.title = label(title)
+        # A GPU's long name gives way (its whole name in the tooltip): a gauge never widens the page
+        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.title.setMinimumWidth(60)
+        self.title.setToolTip(title)
         self.figure = label("—", muted=True)
-        top.addWidget(self.title)
-        top.addStretch(1)
+        top.addWidget(self.title, 1)  # the room the figure leaves
         top.addWidget(self.figure)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)

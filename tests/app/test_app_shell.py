@@ -104,3 +104,13 @@ def test_screenshot_tool_writes_every_page_at_1280x800(qloop: Any, qapp: QApplic
             "light-playground", "light-access", "light-settings"} <= names
     image = QImage(str(tmp_path / "light-overview.png"))
     assert (image.width(), image.height()) == (1280, 800)
+
+
+def test_a_gauge_with_a_long_gpu_name_never_widens_the_page(qapp: QApplication) -> None:
+    from app.ui.widgets import Gauge
+
+    name = "GPU 0 memory · NVIDIA GeForce RTX 4090 Laptop GPU with a very long marketing name"
+    gauge = Gauge(name)
+    gauge.set_value(0.5, "15.2 GiB of 24.0 GiB")
+    assert gauge.minimumSizeHint().width() < 300, "the name gives way; the figure stays whole"
+    assert gauge.title.toolTip() == name
