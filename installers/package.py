@@ -118,17 +118,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"built {image} ({image.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s", flush=True)
-    sums = args.dist / SUMS_NAME
-    sums.write_text(sha256sums_text([deb, image]))
-    feed = args.dist / FEED_NAME
-    feed.write_bytes(feed_bytes(make_feed(version, {"linux-x86_64-deb": deb, "linux-x86_64-appimage": image})))
-    print(f"wrote {sums} and {feed}")
+    write_release(args.dist, version, {"linux-x86_64-deb": deb, "linux-x86_64-appimage": image},
+                  sha256sums_text([deb, image]), key)
+    return 0
+
+
+def write_release(dist: Path, version: str, artefacts: dict[str, Path], sums_text: str, key: str | None) -> None:
+    """``SHA256SUMS`` and ``feed.json`` in ``dist``, each signed (``.sig``) when ``key`` names the
+    release key (``make package``, and ``installers.release_feed`` for the whole release)."""
+    sums = dist / SUMS_NAME
+    sums.write_text(sums_text)
+    feed = dist / FEED_NAME
+    feed.write_bytes(feed_bytes(make_feed(version, artefacts)))
+    print(f"wrote {feed} ({len(artefacts)} artefacts) and {sums}")
     if key:
         for path in (sums, feed):
             print(f"signed: {sign_file(path, Path(key))}")
     else:
         print(f"not signed: set {SIGNING_KEY_ENV} to an Ed25519 private key file to sign {SUMS_NAME} and the feed")
-    return 0
 
 
 if __name__ == "__main__":

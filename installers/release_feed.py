@@ -18,15 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from daemon.api.updates.feed import (
-    FEED_NAME,
-    PLATFORMS,
-    SUMS_NAME,
-    feed_bytes,
-    make_feed,
-    sha256sums_text,
-)
-from installers.package import SIGNING_KEY_ENV, product_version, sign_file
+from daemon.api.updates.feed import PLATFORMS, sha256sums_text
+from installers.package import SIGNING_KEY_ENV, product_version, write_release
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,17 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if target.resolve() != file.resolve():
             shutil.copy2(file, target)
         placed[platform] = target
-    feed = args.dist / FEED_NAME
-    feed.write_bytes(feed_bytes(make_feed(args.version or product_version(), placed)))
-    sums = args.dist / SUMS_NAME
-    sums.write_text(sha256sums_text(args.dist))
-    print(f"wrote {feed} ({len(placed)} artefacts) and {sums}")
-    key = os.environ.get(SIGNING_KEY_ENV)
-    if key:
-        for path in (sums, feed):
-            print(f"signed: {sign_file(path, Path(key))}")
-    else:
-        print(f"not signed: set {SIGNING_KEY_ENV} to an Ed25519 private key file to sign them")
+    write_release(args.dist, args.version or product_version(), placed, sha256sums_text(args.dist),
+                  os.environ.get(SIGNING_KEY_ENV))
     return 0
 
 

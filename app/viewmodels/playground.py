@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from agent.api.runtimes import EXTERNAL
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.models import ModelDefinition, ModelState
@@ -145,7 +146,7 @@ class PlaygroundViewModel:
         stays chosen while it is still defined (a model stopped mid-answer keeps its place and mode)."""
         running = [m.definition.served_name for m in snapshot.models if m.status.state == ModelState.READY]
         loadable = [m.definition.served_name for m in snapshot.models if m.status.state != ModelState.READY
-                    and m.definition.start_on_request and m.definition.runtime != "external"]
+                    and m.definition.start_on_request and m.definition.runtime != EXTERNAL]
         ready = (*running, *loadable)  # the running ones first: the one picked by default answers at once
         defined = {m.definition.served_name for m in snapshot.models}
         s = self.state.value

@@ -23,6 +23,7 @@ the node's ``NodeView.runtime_pack`` line; a refusal names the check that failed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -36,6 +37,7 @@ import aiohttp
 from yarl import URL
 
 from agent.api.backends import Backend
+from agent.api.runtimes import LLAMACPP
 from daemon.api.nodes import NodeView, PackState, PackStep
 from daemon.api.updates.checker import download_artefact, fetch_signed_feed
 from daemon.api.updates.feed import PLATFORMS
@@ -80,7 +82,7 @@ def pack_need(view: NodeView) -> PackNeed | None:
     the node's choice lets CUDA be picked. None otherwise (a build on PATH is left as it is)."""
     if view.backend_choice not in ("auto", "cuda"):
         return None
-    offer = next((o for o in view.runtimes if o.runtime == "llamacpp" and o.available), None)
+    offer = next((o for o in view.runtimes if o.runtime == LLAMACPP and o.available), None)
     if offer is None or not offer.backends or any(s.backend is Backend.CUDA for s in offer.backends):
         return None
     driver = next((g.driver_version for g in view.gpus if g.driver_version), None)
@@ -129,10 +131,8 @@ class RuntimePacks:
                 await self.serve_nodes()
             except Exception:
                 _LOGGER.exception("runtime packs: a round failed")
-            try:
+            with contextlib.suppress(TimeoutError):  # a round every interval_s, or at once when poked
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
-            except TimeoutError:
-                pass
             self._wake.clear()
 
     async def serve_nodes(self) -> None:
