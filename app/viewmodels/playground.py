@@ -24,9 +24,9 @@ from typing import Any
 
 import aiohttp
 
-from agent.api.runtimes import EXTERNAL
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
+from app.viewmodels.settings_form import EXTERNAL
 from daemon.api.models import ModelDefinition, ModelState
 from daemon.api.sources import FitQuery
 
