@@ -45,7 +45,8 @@ class ModelsApi:
         self._history = history
 
     def _view(self, definition: ModelDefinition) -> ModelView:
-        return ModelView(definition=definition, status=self._orchestrator.status(definition))
+        status = self._orchestrator.named(self._orchestrator.status(definition))
+        return ModelView(definition=definition, status=status)
 
     async def list_models(self, request: web.Request) -> web.Response:
         views = [self._view(m).model_dump(mode="json") for m in self._registry.all()]

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from agent.api.backends import BackendChoice
 from agent.api.client import AgentError
@@ -163,8 +163,6 @@ class Orchestrator:
             backend=inst.backend if running else None, offload=inst.offload if running else None)
 
     def _decorate(self, status: ModelStatus) -> ModelStatus:
-        names = self.registry.known_nodes() if self.registry.known_nodes is not None else {}
-        status.node_name = names.get(status.node, status.node if len(status.node) < 20 else status.node[:12])
         window = self.maintenance.get(status.id) if self.maintenance is not None else None
         status.busy = window.doing if window is not None else None
         status.crash_count = self.book.crashes.get(status.id, 0)
@@ -180,7 +178,18 @@ class Orchestrator:
         return self.status(self.registry.require(model_id))
 
     def all_statuses(self) -> list[ModelStatus]:
-        return [self.status(d) for d in self.registry.all()]
+        """Every model's status, its node named (for the status page and ``ctl status``)."""
+        names = self._node_names()
+        return [self.named(self.status(d), names) for d in self.registry.all()]
+
+    def _node_names(self) -> Mapping[str, str]:
+        return self.registry.known_nodes() if self.registry.known_nodes is not None else {}
+
+    def named(self, status: ModelStatus, names: Mapping[str, str] | None = None) -> ModelStatus:
+        """``status`` with its node's name, for people (views, not the /v1 path: routing needs ids only)."""
+        names = self._node_names() if names is None else names
+        status.node_name = names.get(status.node, status.node if len(status.node) < 20 else status.node[:12])
+        return status
 
     def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None:
         """An agent reported: publish the state changes of that node's models."""
