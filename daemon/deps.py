@@ -64,7 +64,7 @@ from daemon.services.api import ServicesApi
 from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
 from daemon.sources.mirror import Mirror, MirrorApi
-from daemon.sources.registration import register_models
+from daemon.sources.registration import Registered, register_models
 from daemon.sources.transfers import Transfers
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import (
@@ -149,7 +149,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     nodes.pack_state = packs.state  # each node's GPU runtime pack, in /api/nodes
     jobs = JobManager(registry, orchestrator, links, maintenance, events, router.in_flight, telemetry, paths.home)
 
-    async def register(transfer: Transfer, query: Any) -> tuple[list[str], str | None]:
+    async def register(transfer: Transfer, query: Any) -> Registered:
         return await register_models(registry, events, history, transfer, query)
 
     transfers = Transfers(links, events, history, register, background.spawn)

@@ -183,6 +183,9 @@ def report(done: Transfer, ref: HfFileRef | None = None) -> int:
     for model_id in done.registered:
         print(f"added model '{model_id}'; start it with `mirbadllm ctl models start {model_id} --wait` "
               f"or chat with it: `mirbadllm run {model_id}`")
-    if not done.registered and not done.register_error:
+    for model_id in done.existing:
+        print(f"already added as model '{model_id}' (not registered again); "
+              f"start it with `mirbadllm ctl models start {model_id} --wait`")
+    if not done.registered and not done.register_error and not done.existing:
         print("nothing registered; add it with `mirbadllm ctl models add ID PATH`")
     return 1 if done.register_error and not done.registered else 0

@@ -354,6 +354,8 @@ class AddModelState:
             parts.append(t.error)
         if self.done_ids:
             parts.append("added " + ", ".join(self.done_ids))
+        if t.existing:
+            parts.append("already added as " + ", ".join(t.existing) + " (not added again)")
         return " — ".join(parts)
 
 

@@ -66,6 +66,9 @@ class Transfer(TransferInfo):
     agent_id: str = ""
     registered: list[str] = Field(default_factory=list, description="Ids of the models registered.")
     register_error: str | None = None
+    existing: list[str] = Field(default_factory=list, description=(
+        "Ids of models already registered with a file this transfer found on the same node: "
+        "nothing is added for those."))
 
 
 __all__ = ["DownloadQuery", "FitQuery", "FolderImportQuery", "ImportedModel", "OllamaImportQuery",

@@ -36,6 +36,7 @@ from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.registry import Registry, assemble_demo_gguf, demo_package_installed
 from daemon.nodes.links import Links
+from daemon.sources.registration import Registered
 from daemon.sources.transfers import Transfers
 
 _LOGGER = logging.getLogger(__name__)
@@ -182,10 +183,10 @@ class ModelFiles:
         transfer = await self._transfers.track(item.node, info, Refetch(definition.id), self._placed)
         return item.model_copy(update={"transfer": transfer.id, "note": "downloading from Hugging Face"})
 
-    async def _placed(self, transfer: Transfer, query: Any) -> tuple[list[str], str | None]:
+    async def _placed(self, transfer: Transfer, query: Any) -> Registered:
         """A restore's download is done: point its model at the file (Transfers' register)."""
         if not transfer.result:
-            return [], "the download brought no model file"
+            return Registered(error="the download brought no model file")
         got = transfer.result[0]
         return await self._point(query.model_id, got.model_path, got.projector_path, f"transfer {transfer.id}")
 
@@ -196,21 +197,21 @@ class ModelFiles:
             return
         await self._point(definition.id, str(path), None, "the demo package")
 
-    async def _point(self, model_id: str, path: str, projector: str | None, origin: str) -> tuple[list[str], str | None]:
+    async def _point(self, model_id: str, path: str, projector: str | None, origin: str) -> Registered:
         definition = self._registry.get(model_id)
         if definition is None:
-            return [], f"{model_id}: the model was removed meanwhile"
+            return Registered(error=f"{model_id}: the model was removed meanwhile")
         placed = definition.model_copy(update={"model_path": path,
                                                "extra_args": _with_projector(list(definition.extra_args), projector)})
         try:
             await self._registry.update(placed)
         except DaemonProblem as exc:  # the registry's checks: said, nothing else changed
-            return [], f"{model_id}: {exc.message}"
+            return Registered(error=f"{model_id}: {exc.message}")
         self._events.publish("model.updated", model_id)
         await self._history.audit("admin", "model.file_restored", model_id, f"from {origin}")
         if placed.auto_start:
             self._spawn(self._auto_start(model_id))
-        return [model_id], None
+        return Registered([model_id])
 
     async def _auto_start(self, model_id: str) -> None:
         try:

@@ -66,7 +66,7 @@ from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.registry import Registry, RegistryError
 from daemon.nodes.links import Links
-from daemon.sources.registration import model_id_from, register_models
+from daemon.sources.registration import Registered, model_id_from, register_models
 from daemon.sources.transfers import Transfers
 
 _LOGGER = logging.getLogger(__name__)
@@ -284,13 +284,12 @@ class Mirror:
         result = ImportedModel(name=Path(placed[0]).name.removesuffix(".gguf"), model_path=placed[0],
                                projector_path=placed[1] if len(placed) > 1 else None, size=version[0].size,
                                sha256=version[0].sha256, origin=f"mirror of {files[0].name}")
-        registered: list[str] = []
-        problem: str | None = None
+        placed_as = Registered()
         if query.register_model:
             await self._step(transfer_id, "registering", sum(f.size for f in version))
-            registered, problem = await self._register(transfer_id, query, source, result)
-        await self._finish(transfer_id, TransferState.DONE, result=[result], registered=registered,
-                           register_error=problem)
+            placed_as = await self._register(transfer_id, query, source, result)
+        await self._finish(transfer_id, TransferState.DONE, result=[result], registered=placed_as.ids,
+                           register_error=placed_as.error, existing=placed_as.existing)
 
     async def _send(self, transfer_id: str, client: MirrorClient, f: SourceFile, file: MirrorFile,
                     done_before: int) -> None:
@@ -401,7 +400,7 @@ class Mirror:
         await self._history.audit("admin", f"mirror.{state.value}", transfer_id, fields.get("error") or "")
 
     async def _register(self, transfer_id: str, query: MirrorQuery, source: ModelDefinition | None,
-                        result: ImportedModel) -> tuple[list[str], str | None]:
+                        result: ImportedModel) -> Registered:
         transfer = self._transfers.get(transfer_id)
         assert transfer is not None
         if source is None:  # files named by path: registered as a download's are
@@ -423,10 +422,10 @@ class Mirror:
         try:
             await self._registry.add(definition)
         except RegistryError as exc:
-            return [], f"{model_id}: {exc.message}"
+            return Registered(error=f"{model_id}: {exc.message}")
         self._events.publish("model.added", model_id)
         await self._history.audit("admin", "model.add", model_id, f"from mirror {transfer_id}")
-        return [model_id], None
+        return Registered([model_id])
 
 
 class MirrorApi:

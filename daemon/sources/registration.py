@@ -4,13 +4,15 @@ Each model found gets an id (the one asked for, else one made from its file name
 a served name, and ``--mmproj`` when it came with a vision projector; with ``preset="demo"`` the
 first model gets the demo model's definition (``daemon.api.demo_model``); with ``settings`` (and
 ``rpc_nodes``) the first model gets those llama.cpp settings and helpers: the plan option the
-add-model wizard picked before the download. The registry checks every
-definition as it would one typed by the user (``daemon.validation``).
+add-model wizard picked before the download. A file a model on the same node already uses is not
+registered again: the transfer names that model instead (``Transfer.existing``). The registry checks
+every definition as it would one typed by the user (``daemon.validation``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.api.demo_model import demo_definition
@@ -23,6 +25,16 @@ from daemon.models.registry import Registry, RegistryError
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 
+@dataclass(frozen=True)
+class Registered:
+    """What registering a finished transfer's models did (``Transfer.registered``, ``.existing``,
+    ``.register_error``)."""
+
+    ids: list[str] = field(default_factory=list)
+    error: str | None = None
+    existing: list[str] = field(default_factory=list)  # models that already ran one of its files
+
+
 def model_id_from(name: str, taken: set[str]) -> str:
     """A free id matching ``^[a-z0-9][a-z0-9-]{0,39}$`` made from ``name``."""
     base = _SLUG_RE.sub("-", name.lower()).strip("-")[:36].strip("-") or "model"
@@ -33,12 +45,23 @@ def model_id_from(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _using(registry: Registry, node: str, path: str) -> str | None:
+    """The id of a model on ``node`` that runs the file at ``path``, if one does."""
+    return next((m.id for m in registry.all() if m.node == node and m.model_path == path), None)
+
+
 async def register_models(registry: Registry, events: EventBus, history: History, transfer: Transfer,
-                          query: Any) -> tuple[list[str], str | None]:
-    """Register every model of ``transfer``; the ids registered and what went wrong, if anything."""
+                          query: Any) -> Registered:
+    """Register every model of ``transfer``: the ids registered, the ids of models that already ran
+    one of its files (not registered again), and what went wrong, if anything."""
     ids: list[str] = []
+    existing: list[str] = []
     problems: list[str] = []
     for n, imported in enumerate(transfer.result):
+        already = _using(registry, transfer.node, imported.model_path)
+        if already is not None:
+            existing.append(already)
+            continue
         taken = {m.id for m in registry.all()}
         wanted = query.model_id if n == 0 and query.model_id and query.model_id not in taken else imported.name
         model_id = model_id_from(wanted, taken)
@@ -65,4 +88,4 @@ async def register_models(registry: Registry, events: EventBus, history: History
         ids.append(model_id)
         events.publish("model.added", model_id)
         await history.audit("admin", "model.add", model_id, f"from transfer {transfer.id}")
-    return ids, "; ".join(problems) or None
+    return Registered(ids, "; ".join(problems) or None, existing)

@@ -20,11 +20,12 @@ from daemon.api.sources import Transfer
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.nodes.links import Links
+from daemon.sources.registration import Registered
 
 _LOGGER = logging.getLogger(__name__)
 
 POLL_S = 20.0
-Register = Callable[[Transfer, Any], Awaitable[tuple[list[str], str | None]]]
+Register = Callable[[Transfer, Any], Awaitable[Registered]]
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
@@ -115,7 +116,8 @@ class Transfers:
             query = self._queries.pop(transfer_id, None)
             register = self._registers.pop(transfer_id, self._register)
             if query is not None and query.register_models:
-                new.registered, new.register_error = await register(new, query)
+                done = await register(new, query)
+                new.registered, new.register_error, new.existing = done.ids, done.error, done.existing
         if new.state in FINISHED_TRANSFERS:
             self._registers.pop(transfer_id, None)
         if new.state != old.state:

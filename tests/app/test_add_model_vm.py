@@ -9,8 +9,9 @@ from fake_sources import FakeSourcesClient, report
 from helpers import add_model_vm, until
 
 from agent.api.sources import TransferState
-from app.viewmodels.add_model import AddModelViewModel, describe_fit
+from app.viewmodels.add_model import AddModelState, AddModelViewModel, describe_fit
 from daemon.api.client import DaemonError
+from daemon.api.sources import Transfer
 
 
 @pytest.fixture
@@ -62,6 +63,11 @@ async def test_a_download_shows_progress_until_the_model_is_registered(
     fake.advance(state.transfer.id, state=TransferState.DONE, stage="done", bytes_done=4 << 30)
     await until(lambda: vm.state.value.done_ids == ("tiny",))
     assert not vm.state.value.running and "added tiny" in vm.state.value.progress_text
+
+
+def test_a_reimport_says_which_model_already_has_the_file() -> None:
+    done = Transfer(id="x3", kind="ollama", label="tiny:1b", state=TransferState.DONE, existing=["tiny-1b"])
+    assert AddModelState(transfer=done).progress_text == "Done — already added as tiny-1b (not added again)"
 
 
 async def test_a_file_on_the_node_is_registered_directly(setup: tuple[FakeSourcesClient, AddModelViewModel]) -> None:

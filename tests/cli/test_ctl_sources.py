@@ -10,7 +10,7 @@ import pytest
 from agent.api.sources import TransferState
 from daemon.api.sources import Transfer
 from mirbadllm import ctl
-from mirbadllm.ctl_sources import progress_line
+from mirbadllm.ctl_sources import progress_line, report
 from tests.agent.test_imports import ollama_store
 from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fakes.fake_hf_hub import FakeHub
@@ -25,6 +25,13 @@ def test_the_progress_bar_shows_the_share_and_the_sizes() -> None:
     t = Transfer(id="x1", kind="hf", label="acme/x Q4_K_M", stage="downloading", bytes_done=3 << 20,
                  bytes_total=12 << 20)
     assert progress_line(t, width=8) == "[##......]  25 %  3.0 MiB/12.0 MiB  downloading"
+
+
+def test_a_reimport_names_the_model_that_already_runs_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    done = Transfer(id="x2", kind="folder", label="/models", state=TransferState.DONE, existing=["tiny"])
+    assert report(done) == 0
+    out = capsys.readouterr().out
+    assert "already added as model 'tiny' (not registered again)" in out and "nothing registered" not in out
 
 
 @pytest.fixture

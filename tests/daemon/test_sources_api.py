@@ -214,6 +214,13 @@ async def test_an_ollama_import_and_a_cancel_through_the_daemon(
             done, _states = await transfer_end(d.client, started.id, since)
             assert done.registered == ["alpha", "beta"]
             assert (await d.client.get_model("beta")).definition.model_path == str(folder / "beta.gguf")
+            write_gguf(folder / "gamma.gguf")
+            since = (await d.client.status()).last_event_id
+            again = await d.client.import_folder(FolderImportQuery(folder=str(folder)))
+            done, _states = await transfer_end(d.client, again.id, since)
+            assert done.registered == ["gamma"] and done.existing == ["alpha", "beta"], done
+            assert sorted(m.definition.id for m in await d.client.list_models()
+                          if m.definition.model_path.startswith(str(folder))) == ["alpha", "beta", "gamma"]
             slow = await d.client.download(DownloadQuery(hf=HfFileRef(repo="acme/slow", file="slow.gguf")))
             while (await d.client.transfer(slow.id)).bytes_done == 0:
                 await d.client.events((await d.client.status()).last_event_id, timeout=1)
