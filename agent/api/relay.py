@@ -99,6 +99,7 @@ class Record:
     first_byte: float | None = None
     tail: bytes = b""
     failures: list[str] = field(default_factory=list)
+    events: int = 0  # SSE events relayed (llama.cpp and vLLM stream one token in each)
 
 
 class Rewrite(Protocol):
@@ -209,6 +210,8 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
             record.first_byte = time.perf_counter()
         size = len(chunk)
         relayed += size
+        if sse:  # counted before the write: a stream the client cancels still counts what it got
+            record.events += chunk.count(b"data:")
         if tail_bytes:
             recent.append(chunk)
             held += size

@@ -483,6 +483,8 @@ class Router:
     def _log(self, request: web.Request, exchange: _Exchange) -> None:
         now = time.perf_counter()
         prompt, completion = _usage_from_tail(exchange.tail)
+        if completion is None and exchange.events:  # a stream cut before its usage (the client left)
+            completion = streamed_tokens(exchange.events)
         ttft = (exchange.first_byte - exchange.started - exchange.queue_s) * 1000 if exchange.first_byte else None
         if exchange.key_id is not None:
             self.keys.count_use(exchange.key_id, (prompt or 0) + (completion or 0))
@@ -597,6 +599,12 @@ def _check_limits(payload: dict[str, object]) -> None:
             continue
         if not isinstance(value, int) or value > cap or (value < 0 and name != "n_predict"):
             raise DaemonProblem(400, "invalid_value", f"'{name}' must be an integer of at most {cap}.")
+
+
+def streamed_tokens(events: int) -> int:
+    """The tokens a stream that ended before its ``usage`` delivered, from its SSE events: one token
+    per event as llama.cpp and vLLM stream, less the chat's opening role event."""
+    return max(0, events - 1)
 
 
 def _usage_from_tail(tail: bytes) -> tuple[int | None, int | None]:

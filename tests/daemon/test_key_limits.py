@@ -186,3 +186,28 @@ def test_the_days_tokens_and_the_limits_are_kept_in_keys_json(tmp_path: Path) ->
     clock.now += 15 * 3600  # the next UTC day starts from nothing
     again.admit(created.info.id)
     assert again.list()[0].tokens_today == 0
+
+
+async def test_a_stream_the_client_cancels_still_counts_the_tokens_it_got(
+        tmp_path: Path, model_file: Path) -> None:
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=400, token_delay_s=0.01, usage_when_asked=True)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        created = await d.client.create_key("editor")
+        headers = {"Authorization": f"Bearer {created.key}", "Content-Type": "application/json"}
+        body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+        received = 0
+        async with aiohttp.ClientSession() as session, session.post(f"{d.v1}/chat/completions", data=body,
+                                                                    headers=headers) as r:
+            async for line in r.content:
+                received += line.startswith(b"data:") and b'"content": "' in line
+                if received == 5:
+                    break  # the editor's user pressed Stop: the connection closes mid-answer
+        for _ in range(500):  # counted when the daemon notices the client left and its handler ends
+            info = await _key(d, created.info.id)
+            if info.requests_total:
+                break
+            await asyncio.sleep(0.02)
+        assert info.requests_total == 1
+        assert 5 <= info.tokens_total < 400, info  # the tokens it got (and a few in flight), not 0
