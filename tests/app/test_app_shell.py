@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtWidgets import QApplication, QPlainTextEdit
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QApplication, QLabel, QPlainTextEdit, QWidget
 
 from app.bootstrap import BootstrapError
 from app.main import parse_args
@@ -114,3 +115,24 @@ def test_a_gauge_with_a_long_gpu_name_never_widens_the_page(qapp: QApplication) 
     gauge.set_value(0.5, "15.2 GiB of 24.0 GiB")
     assert gauge.minimumSizeHint().width() < 300, "the name gives way; the figure stays whole"
     assert gauge.title.toolTip() == name
+
+
+class QBalloonTip(QWidget):  # named as Qt's own tray balloon, which paints a light yellow bubble
+    pass
+
+
+@pytest.mark.parametrize("name", ["light", "dark"])
+def test_the_tray_balloon_text_stays_dark_on_its_light_bubble(qapp: QApplication, name: str) -> None:
+    """Qt's fallback tray balloon forces a light yellow background; the theme's light text on it
+    (dark theme) was unreadable."""
+    theme.apply(qapp, name)
+    try:
+        balloon = QBalloonTip()
+        text = QLabel("Model ready", balloon)
+        text.ensurePolished()
+        assert text.palette().color(QPalette.ColorRole.WindowText).lightness() < 60
+        plain = QLabel("elsewhere")
+        plain.ensurePolished()
+        assert plain.palette().color(QPalette.ColorRole.WindowText).name() == theme.colors(name)["text"].lower()
+    finally:
+        theme.apply(qapp, "light")
