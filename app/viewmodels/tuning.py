@@ -15,10 +15,13 @@ winner's ``effective_config`` line as the daemon recorded it.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
+from app import format as fmt
 from app.viewmodels.benchmarks import (
     ComparisonRow,
     SettingChange,
@@ -80,6 +83,21 @@ class WizardState:
     applied: bool = False
     busy: bool = False
     error: str | None = None
+    eta_at: float = 0.0  # the clock's time when the job's ETA last changed: it counts down from there
+
+    def eta_left(self, now: float) -> float | None:
+        """Seconds left: the daemon's last estimate less the time since it came (it re-estimates only
+        between candidates, minutes apart), never below 0; None when there is no running job."""
+        job = self.job
+        if job is None or job.state.finished or not job.eta_s:
+            return None
+        return max(0.0, job.eta_s - (now - self.eta_at))
+
+    def eta_text(self, now: float) -> str:
+        left = self.eta_left(now)
+        if left is None:
+            return ""
+        return " · almost done" if left < 1 else f" · about {fmt.duration(left)} left"
 
     @property
     def presets(self) -> tuple[PresetInfo, ...]:
@@ -125,8 +143,10 @@ class WizardState:
 
 
 class TuningWizardViewModel:
-    def __init__(self, client: DaemonApi, events: Emitter[Event], model_id: str) -> None:
+    def __init__(self, client: DaemonApi, events: Emitter[Event], model_id: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
+        self.clock = clock
         self.state: Observable[WizardState] = Observable(WizardState(model_id=model_id))
         self._unsubscribe = events.subscribe(self._on_event)
 
@@ -134,7 +154,15 @@ class TuningWizardViewModel:
         self._unsubscribe()
 
     def _update(self, **changes: Any) -> None:
+        job = changes.get("job")
+        old = self.state.value.job
+        if job is not None and (old is None or old.eta_s != job.eta_s):
+            changes["eta_at"] = self.clock()
         self.state.set(replace(self.state.value, **changes))
+
+    def eta_text(self) -> str:
+        """" · about 3 min left", counting down between the daemon's estimates."""
+        return self.state.value.eta_text(self.clock())
 
     def request(self) -> TuneRequest:
         s = self.state.value

@@ -71,7 +71,8 @@ async def test_a_run_is_followed_through_events_and_the_history_reloads_when_it_
 async def test_the_wizard_walks_preset_search_plan_progress_results_and_applies(
         fake: FakeJobsClient) -> None:
     fleet = await started(fake)
-    vm = TuningWizardViewModel(fake, fleet.events, "alpha")
+    now = [1000.0]
+    vm = TuningWizardViewModel(fake, fleet.events, "alpha", clock=lambda: now[0])
     vm.choose_preset("agents")
     vm.go(Step.SEARCH)
     vm.choose_search("full")
@@ -86,6 +87,17 @@ async def test_the_wizard_walks_preset_search_plan_progress_results_and_applies(
                  scores=[ScorePoint(label="#0", score=1.0), ScorePoint(label="#1", score=1.3)])
     await until(lambda: vm.state.value.job.progress == 0.4)
     assert vm.state.value.job.candidate.startswith("threads") and len(vm.state.value.job.scores) == 2
+    assert vm.eta_text() == " · about 2 min 0 s left"
+    now[0] += 45  # the daemon re-estimates only between candidates: the ETA still counts down
+    assert vm.eta_text() == " · about 1 min 15 s left"
+    fake.advance(job_id, progress=0.5)  # news without a new estimate does not reset the countdown
+    await until(lambda: vm.state.value.job.progress == 0.5)
+    assert vm.eta_text() == " · about 1 min 15 s left"
+    now[0] += 500
+    assert vm.eta_text() == " · almost done"
+    fake.advance(job_id, eta_s=90.0)
+    await until(lambda: vm.state.value.job.eta_s == 90.0)
+    assert vm.eta_text() == " · about 1 min 30 s left"
     fake.finish(job_id, tuning_result("alpha", "0009", winner=True))
     await until(lambda: vm.state.value.step == Step.RESULTS)
     s = vm.state.value

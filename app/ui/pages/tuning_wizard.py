@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -73,6 +74,9 @@ class TuningWizard(QDialog):
         layout.addWidget(self.error)
         self._build_pages()
         layout.addLayout(self._buttons())
+        self._ticking = QTimer(self, interval=1000)
+        self._ticking.timeout.connect(self._tick)
+        self.finished.connect(lambda _r: self._ticking.stop())
         self.vm.state.subscribe(self.show_state, now=True)
         self._loading = asyncio.ensure_future(self.vm.load_model())
         self.finished.connect(lambda _r: self._loading.cancel())
@@ -178,13 +182,19 @@ class TuningWizard(QDialog):
         if s.step == Step.RESULTS:
             self._show_results(s)
 
+    def _tick(self) -> None:
+        if self.vm.state.value.job is not None:
+            self._show_progress(self.vm.state.value)
+
     def _show_progress(self, s: WizardState) -> None:
         job = s.job
         assert job is not None
         self.progress.setValue(int(job.progress * 1000))
         count = f" — candidate {job.candidates_done} of {job.candidates_total}" if job.candidates_total else ""
-        eta = f" · about {fmt.duration(job.eta_s)} left" if job.eta_s and not job.state.finished else ""
-        self.phase.setText(f"{job.phase}{count}{eta}")
+        self.phase.setText(f"{job.phase}{count}{self.vm.eta_text()}")
+        running = not job.state.finished
+        if running != self._ticking.isActive():  # the ETA counts down each second while it runs
+            self._ticking.start() if running else self._ticking.stop()
         self.candidate.setText(job.candidate or "")
         self.chart.set_scores([(p.label, p.score) for p in job.scores])
 
