@@ -28,6 +28,8 @@ class AppPreferences(BaseModel):
     notifications: bool = Field(default=True, description="Tell me when a model becomes ready or fails.")
     update_feed_url: str = Field(default="", description="URL of the signed release feed (feed.json); empty: "
                                                           "updates are off.")
+    dismissed_keys_warning: str = Field(default="", description=(
+        "The keys-at-rest warning the user dismissed; a different warning is shown again."))
 
 
 def preferences_path() -> Path:

@@ -50,7 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--home", type=Path, default=None, help="the daemon's data directory")
     parser.add_argument("--url", default=None, help="the daemon's admin URL (default: from the home)")
     groups = parser.add_subparsers(dest="group", required=True)
-    groups.add_parser("status", help="the daemon and every model")
+    status = groups.add_parser("status", help="the daemon and every model")
+    status.add_argument("-v", "--verbose", action="store_true", help="also say why in full (keys at rest)")
 
     models = groups.add_parser("models", help="list, add, start, stop, logs").add_subparsers(dest="action", required=True)
     models.add_parser("list")
@@ -112,7 +113,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         d = status.daemon
         print(f"daemon {d.version}  {d.api_url}  keys {'required' if d.keys_required else 'not required'}")
         if status.keys_at_rest is not None and status.keys_at_rest.warning:  # keys are 0600 files: no keychain
-            print(f"warning: {status.keys_at_rest.warning}")
+            print(f"warning: {status.keys_at_rest.warning}" if args.verbose else
+                  "note: private keys are 0600 files, not in a keychain (`mirbadllm ctl status -v` says why)")
         for model in status.models:
             print(_fmt_model(model))
         return 0

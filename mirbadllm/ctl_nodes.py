@@ -106,6 +106,8 @@ def fmt_node_detail(node: NodeView) -> str:
         else:
             lines.append(f"  {label:<10} —  {offer.reason or 'unavailable'}")
     lines += fmt_backends(node)
+    if node.keys_at_rest is not None and node.keys_at_rest.warning:
+        lines.append(f"  keys       {node.keys_at_rest.warning}")
     return "\n".join(lines)
 
 

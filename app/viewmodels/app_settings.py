@@ -45,6 +45,10 @@ class AppSettingsViewModel:
     def set_theme(self, theme: str) -> None:
         self._save(self.state.value.prefs.model_copy(update={"theme": theme}))
 
+    def dismiss_keys_warning(self, warning: str) -> None:
+        """Hide this keys-at-rest warning on the Overview (the Nodes page keeps saying it)."""
+        self._save(self.state.value.prefs.model_copy(update={"dismissed_keys_warning": warning}))
+
     def set_notifications(self, enabled: bool) -> None:
         self._save(self.state.value.prefs.model_copy(update={"notifications": enabled}))
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.api.key_store import KeysAtRest
 from agent.api.runtimes import RuntimeOffer
 from daemon.api.nodes import NodeView
 from mirbadllm import ctl, ctl_nodes
@@ -26,6 +27,8 @@ def test_the_runtimes_column_and_the_detail() -> None:
     assert detail[1].split() == ["llama.cpp", "b4242", "(fa4e1234)", "/opt/llama-server", "digest", "abababababab"]
     assert detail[2].split(maxsplit=2) == ["vLLM", "—", "no Docker engine answers on this node"]
     assert detail[3].split(maxsplit=2) == ["MLX", "—", "its agent has no MLX driver"]
+    plain = NODE.model_copy(update={"keys_at_rest": KeysAtRest(keychain=False, warning="agent.key is a 0600 file")})
+    assert ctl_nodes.fmt_node_detail(plain).splitlines()[-1].split(maxsplit=1) == ["keys", "agent.key is a 0600 file"]
 
 
 async def test_ctl_nodes_list_and_show_the_local_agents_runtimes(

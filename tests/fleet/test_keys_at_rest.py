@@ -70,4 +70,8 @@ async def test_without_a_keychain_the_status_warns_that_keys_are_0600_files(
 
     capsys.readouterr()
     assert await ctl.run(ctl.parse_args(["status"]), rd.client) == 0
+    out = capsys.readouterr().out.splitlines()  # one short line each time; the why once, where asked
+    assert "note: private keys are 0600 files, not in a keychain (`mirbadllm ctl status -v` says why)" in out
+    assert not any(warning in line for line in out)
+    assert await ctl.run(ctl.parse_args(["status", "-v"]), rd.client) == 0
     assert f"warning: {warning}" in capsys.readouterr().out.splitlines()

@@ -78,6 +78,12 @@ class OverviewPage(QScrollArea):
         self.keys_warning.setObjectName("KeysAtRestWarning")
         self.keys_warning.setVisible(False)
         endpoint.body.addWidget(self.keys_warning)
+        self.keys_dismiss = button("Don't show again", kind="flat")
+        self.keys_dismiss.setObjectName("KeysAtRestDismiss")
+        self.keys_dismiss.setToolTip("The Nodes page still says it for this machine.")
+        self.keys_dismiss.clicked.connect(self._dismiss_keys_warning)
+        self.keys_dismiss.setVisible(False)
+        endpoint.body.addWidget(self.keys_dismiss, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addWidget(endpoint)
 
         counts = QHBoxLayout()
@@ -141,8 +147,7 @@ class OverviewPage(QScrollArea):
             self.endpoint_note.setText(f"The daemon does not answer{': ' + snap.error if snap.error else ''}. "
                                        "The app keeps trying" + (", or start it now." if self.ctx.start_daemon
                                                                  else "."))
-        self.keys_warning.setText(f"⚠ {snap.keys_warning}" if snap.keys_warning else "")
-        self.keys_warning.setVisible(bool(snap.keys_warning))
+        self._render_keys_warning(snap.keys_warning)
         self.figures["ready"].setText(str(snap.count(ModelState.READY)))
         self.figures["starting"].setText(str(snap.count(ModelState.STARTING, ModelState.STOPPING)))
         self.figures["failed"].setText(str(snap.count(ModelState.FAILED)))
@@ -187,6 +192,19 @@ class OverviewPage(QScrollArea):
             self._gauge_widgets[key] = gauge
             self.gauges.addWidget(gauge)
         return self._gauge_widgets[key]
+
+    def _render_keys_warning(self, warning: str | None) -> None:
+        """Said until dismissed; a new warning (other keys, another reason) is said again."""
+        shown = warning if warning and warning != self.ctx.settings.state.value.prefs.dismissed_keys_warning else ""
+        self.keys_warning.setText(f"⚠ {shown}" if shown else "")
+        self.keys_warning.setVisible(bool(shown))
+        self.keys_dismiss.setVisible(bool(shown))
+
+    def _dismiss_keys_warning(self) -> None:
+        warning = self.ctx.fleet.snapshot.value.keys_warning
+        if warning:
+            self.ctx.settings.dismiss_keys_warning(warning)
+        self._render_keys_warning(warning)
 
     def _render_host(self, host: HostSnapshot | None) -> None:
         if host is None:
