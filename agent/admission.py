@@ -51,6 +51,7 @@ from pydantic import BaseModel, Field
 from agent.api.backends import Backend, BackendChoice
 from agent.api.llamacpp import CUDA_DEVICE, LlamaCppSettings
 from agent.api.models import GpuInfo, InstanceState, LaunchSpec
+from agent.api.runtimes import profile
 from agent.api.sources import FitReport, GgufSummary, GpuBudget
 from agent.gguf_facts import shard_names, summarize
 from agent.gguf_reader import GgufError, read_header
@@ -305,7 +306,7 @@ class Admission:
                     wait_for: Callable[[Callable[[], bool], float], object]) -> FitReport | None:
         """Refuse ``spec`` unless it fits (or is forced); remember what it was admitted with.
         None for a model folder (vLLM, MLX): its check has no GGUF report (see the module text)."""
-        if spec.runtime in ("mlx", "vllm"):
+        if profile(spec.runtime).takes_folder:
             await self._admit_folder(spec, loading, wait_for)
             return None
         summary = await self.inspector.summary(spec.model_path)
@@ -357,8 +358,9 @@ class Admission:
                     if state is InstanceState.STARTING and i != spec.instance_id]
 
         gpus = await asyncio.to_thread(self.gpus.sample)
-        unified = spec.runtime == "mlx" or is_unified(gpus, self.policy)
-        discrete = spec.runtime == "vllm" and bool(gpus) and not unified
+        runtime = profile(spec.runtime)
+        unified = runtime.unified_memory or is_unified(gpus, self.policy)
+        discrete = runtime.reserves_gpu_share and bool(gpus) and not unified
         if (unified or discrete) and others_loading():
             done = await wait_for(lambda: not others_loading(), self.policy.unified_wait_s)  # type: ignore[misc]
             if not done and not spec.force:
@@ -370,7 +372,7 @@ class Admission:
         reserve = self.policy.reserve(total)
         pending = self._pending(others_loading())
         usable = available - reserve - pending
-        label = "vLLM" if spec.runtime == "vllm" else "MLX"
+        label = runtime.label
         name = os.path.basename(os.path.normpath(spec.model_path))
         details: dict[str, object] = {"weights_bytes": weights, "margin_bytes": folder_margin(weights),
                                       "available_bytes": available, "reserve_bytes": reserve,
@@ -400,12 +402,12 @@ class Admission:
             summary = (f"{label} takes {share}: " + ", ".join(f"GPU {g.index} {gib(n)} of {gib(h)} usable"
                                                              for g, n, h in zip(used, needs, budgets, strict=False)))
         else:
-            if spec.runtime == "vllm" and unified and gpus and gpus[0].memory_total:
+            if runtime.reserves_gpu_share and unified and gpus and gpus[0].memory_total:
                 host_need = vllm_gpu_need(gpus[0].memory_total, budget)
                 basis = "its memory budget" if budget is not None else "vLLM's default share (90 %)"
             elif budget is not None:
                 host_need, basis = budget, "its memory budget"
-            elif spec.runtime == "vllm":
+            elif runtime.reserves_gpu_share:  # on CPUs: vLLM's KV cache space beside the weights
                 kv = _cpu_kv_bytes(spec.env.get("VLLM_CPU_KVCACHE_SPACE"))
                 host_need, basis = folder_need(weights) + kv, f"weights, margin and {gib(kv)} of CPU KV cache"
             else:

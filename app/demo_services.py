@@ -35,6 +35,7 @@ from daemon.api.contracts import (
     OllamaModelInfo,
     TransferState,
     normalize_code,
+    profile,
     short_fingerprint,
 )
 from daemon.api.jobs import (
@@ -398,7 +399,7 @@ class DemoNodes:
         build = f"llamacpp-{version}-demo"
 
         def was(node: NodeView) -> str:
-            offer = next((o for o in node.runtimes if o.runtime == "llamacpp"), None)
+            offer = next((o for o in node.runtimes if profile(o.runtime).gpu_backends), None)
             return f"llama.cpp {offer.version}" if offer is not None and offer.version else ""
 
         nodes = [NodeUpgradeView(node=n.id, name=n.name, from_version=was(n), state=NodeUpgradeState.DONE,
@@ -539,7 +540,7 @@ class DemoJobs:
     async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
         self._record("apply_job", job_id, restart)
         result = self._job(job_id).result
-        vllm = isinstance(result, TuningResult) and result.runtime == "vllm"
+        vllm = isinstance(result, TuningResult) and profile(result.runtime).settings_field == "vllm"
         winner = (result.winner_vllm if vllm else result.winner_settings) if isinstance(result, TuningResult) else None
         if not isinstance(result, TuningResult) or winner is None:
             raise DaemonError(409, "no_winner", "this run has no winner to apply")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.api.client import AgentClient
+from agent.api.runtimes import profile
 from daemon import admin_token
 from daemon.admin import AdminApi
 from daemon.api.program import program_version
@@ -115,7 +116,7 @@ class DaemonDeps:
 def smoke_model_on(registry: Registry, node: str) -> str | None:
     """The file of the first llama.cpp model registered on ``node`` (a rolled-out build's smoke test)."""
     return next((d.model_path for d in sorted(registry.all(), key=lambda d: d.id)
-                 if d.node == node and d.runtime == "llamacpp"), None)
+                 if d.node == node and profile(d.runtime).reads_gguf), None)
 
 
 def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:

@@ -23,6 +23,7 @@ from agent.api.launch_policy import (
     check_vllm_settings,
 )
 from agent.api.mlx import served_name_problem
+from agent.api.runtimes import profile
 from agent.api.safe_names import (
     UnsafeName,
     check_hf_repo,
@@ -57,7 +58,7 @@ def check_external(definition: ModelDefinition) -> None:
     provider's model name, and a key file that exists and is readable now (refused, not warned: the
     file is on this machine, and a typo is better said at save than at the first request). Nothing
     of the runtimes' (arguments, environment, sources) applies."""
-    if definition.runtime != "external":
+    if profile(definition.runtime).on_node:
         raise DefinitionRejected(f"{', '.join(_external_fields(definition))}: only for runtime 'external'")
     url = definition.base_url
     if not url:
@@ -147,7 +148,7 @@ def resolve_rpc_nodes(definition: ModelDefinition, known: Mapping[str, str],
     say now (offline, older) does not block a save, as with runtimes."""
     if not definition.rpc_nodes:
         return []
-    if definition.runtime != "llamacpp":
+    if not profile(definition.runtime).spreads_over_nodes:
         raise DefinitionRejected(f"rpc_nodes: only llama.cpp runs a model across nodes, not {definition.runtime}")
     if definition.node == AUTO_NODE:
         raise DefinitionRejected("rpc_nodes: name the model's node (the main node that runs it and holds "
@@ -180,11 +181,11 @@ def check_definition(definition: ModelDefinition) -> None:
     """Raise ``DefinitionRejected`` naming the first field that reaches beyond its model."""
     if _CONTROL_RE.search(definition.served_name):
         raise DefinitionRejected("served_name contains a control character")
-    if definition.rpc_nodes and definition.runtime != "llamacpp":
+    if definition.rpc_nodes and not profile(definition.runtime).spreads_over_nodes:
         raise DefinitionRejected(f"rpc_nodes: only llama.cpp runs a model across nodes, not {definition.runtime}")
     if definition.adapters:
         check_adapters(definition)
-    if definition.runtime == "external" or _external_fields(definition):
+    if not profile(definition.runtime).on_node or _external_fields(definition):
         check_external(definition)
         if len(definition.tags) > MAX_TAGS or any(_CONTROL_RE.search(t) or len(t) > 64 for t in definition.tags):
             raise DefinitionRejected(f"tags: at most {MAX_TAGS}, each up to 64 printable characters")
@@ -198,14 +199,15 @@ def check_definition(definition: ModelDefinition) -> None:
                          runtime=definition.runtime)
     except PolicyViolation as exc:
         raise DefinitionRejected(f"extra_args: {exc}") from exc
-    if definition.runtime == "mlx":
+    settings = profile(definition.runtime).settings_field
+    if settings == "mlx":
         try:
             check_mlx_settings(definition.mlx, definition.model_path)
         except PolicyViolation as exc:
             raise DefinitionRejected(f"mlx: {exc}") from exc
         if (problem := served_name_problem(definition.served_name)) is not None:
             raise DefinitionRejected(problem)
-    if definition.runtime == "vllm":
+    if settings == "vllm":
         try:
             check_vllm_settings(definition.vllm, definition.extra_args)
         except PolicyViolation as exc:
@@ -237,7 +239,7 @@ def check_adapters(definition: ModelDefinition) -> None:
     agent reads each header at start and refuses one that is not a LoRA for the model's
     architecture), under a name no other served name of this model takes. Names against other
     models are the registry's check."""
-    if definition.runtime != "llamacpp":
+    if not profile(definition.runtime).takes_adapters:
         raise DefinitionRejected(f"adapters: only llama.cpp takes LoRA adapters, not {definition.runtime}")
     seen = {definition.served_name.casefold()}
     for adapter in definition.adapters:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from agent.api import mlx, vllm
 from agent.api.llamacpp import _VALUE_FLAGS, OWNED_VALUE_FLAGS
+from agent.api.runtimes import profile
 from agent.api.safe_names import folder_of, lexically_inside
 
 ENV_ALLOWLIST = frozenset({
@@ -153,7 +154,7 @@ def vllm_env_allowed(name: str) -> bool:
 
 def check_env(env: Mapping[str, str], runtime: str = "llamacpp") -> None:
     """Refuse a variable outside the allowlist (for ``runtime="vllm"``: with vLLM's tuning names)."""
-    vllm_rules = runtime == "vllm"
+    vllm_rules = profile(runtime).container  # vLLM's container takes its own tuning variables
     allowed = vllm_env_allowed if vllm_rules else env_allowed
     for name, value in env.items():
         if not isinstance(name, str) or _ENV_NAME_RE.fullmatch(name) is None or not allowed(name):
@@ -187,6 +188,13 @@ def _paths_in(flag: str, value: str) -> list[str]:
     return [value]
 
 
+# Each native runtime's flags: (denied, taking a value, naming a file); vLLM's are judged apart.
+_FLAG_RULES: dict[str, tuple[Mapping[str, str], frozenset[str], frozenset[str]]] = {
+    "llamacpp": (DENIED_FLAGS, VALUE_FLAGS, PATH_FLAGS),
+    "mlx": (MLX_DENIED_FLAGS, MLX_VALUE_FLAGS, MLX_PATH_FLAGS),
+}
+
+
 def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside = lexically_inside,
                      runtime: str = "llamacpp") -> None:
     """Refuse ``extra_args`` that reach beyond the model; ``inside(folder, path)`` judges paths.
@@ -195,12 +203,11 @@ def check_extra_args(extra_args: Iterable[str], model_path: str, inside: Inside 
     MLX the model is a folder, and files may be read from the folder that holds it. For ``"vllm"``
     (``VLLM_*``) files may be read from under ``/models`` only, judged by text whatever ``inside``
     says, because the paths are the container's; ``model_path`` is not used."""
-    if runtime == "vllm":
+    rules = _FLAG_RULES.get(runtime)
+    if rules is None:  # vLLM: paths inside its container, judged by text
         _check_vllm_args(list(extra_args))
-    elif runtime == "mlx":
-        _check_args(list(extra_args), model_path, inside, MLX_DENIED_FLAGS, MLX_VALUE_FLAGS, MLX_PATH_FLAGS)
     else:
-        _check_args(list(extra_args), model_path, inside, DENIED_FLAGS, VALUE_FLAGS, PATH_FLAGS)
+        _check_args(list(extra_args), model_path, inside, *rules)
 
 
 def _check_args(args: list[str], model_path: str, inside: Inside, denied: Mapping[str, str],
@@ -336,6 +343,6 @@ def check_launch(runtime: str, extra_args: Iterable[str], env: Mapping[str, str]
     ``check_mlx_settings``."""
     args = list(extra_args)
     check_extra_args(args, model_path, inside, runtime=runtime)
-    if runtime == "vllm":
+    if profile(runtime).settings_field == "vllm":
         check_vllm_settings(vllm_settings or vllm.VllmSettings(), args)
     check_env(env, runtime=runtime)

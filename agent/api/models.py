@@ -12,7 +12,7 @@ from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.rpc import RpcPeer
-from agent.api.runtimes import RuntimeId, RuntimeOffer
+from agent.api.runtimes import RuntimeId, RuntimeOffer, profile
 from agent.api.vllm import VllmSettings
 
 API_PREFIX = "/agent/v1"
@@ -64,7 +64,7 @@ class LaunchSpec(BaseModel):
 
     @model_validator(mode="after")
     def _rpc_only_for_llamacpp(self) -> LaunchSpec:
-        if self.rpc_peers and self.runtime != "llamacpp":
+        if self.rpc_peers and not profile(self.runtime).spreads_over_nodes:
             raise ValueError("rpc_peers: only a llama.cpp model runs across nodes")
         return self
 

@@ -4,13 +4,15 @@
 ``vllm`` (vLLM's OpenAI server in a Docker container, Linux nodes with a Docker engine) and ``mlx``
 (``mlx_lm.server``, a native process on Apple Silicon). ``external`` is no driver: an
 OpenAI-compatible server somewhere else that the daemon's router calls itself (``daemon.router.external``);
-no agent runs it, offers it or accepts a launch spec for it. Every agent reports each driver it has as a
+no agent runs it, offers it or accepts a launch spec for it. ``PROFILES`` is the one registry of
+what each runtime is and can do (``profile(runtime)``): code asks it, never compares ids. Every agent reports each driver it has as a
 ``RuntimeOffer`` (``AgentStatus.runtime_offers``, ``/api/nodes``' ``runtimes``): available or not,
 the version it really is, where it is, and why it is unavailable when it is.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -22,8 +24,48 @@ RuntimeId = Literal["llamacpp", "vllm", "mlx", "external"]
 RUNTIMES: tuple[RuntimeId, ...] = ("llamacpp", "vllm", "mlx")
 EXTERNAL: RuntimeId = "external"
 LLAMACPP: RuntimeId = "llamacpp"  # its builds carry the GPU backends (agent.api.backends)
-RUNTIME_LABELS: dict[str, str] = {"llamacpp": "llama.cpp", "vllm": "vLLM", "mlx": "MLX",
-                                  "external": "external endpoint"}
+DEFAULT_RUNTIME: RuntimeId = LLAMACPP  # what a model runs on unless it says otherwise
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """What one runtime is and can do. Code asks its profile (``profile(runtime).reads_gguf``) rather
+    than comparing runtime ids; a new runtime is a new profile here, not a new branch in every file."""
+
+    id: RuntimeId
+    label: str
+    on_node: bool = True  # an agent runs it on a node; False: an endpoint the daemon's router calls itself
+    reads_gguf: bool = False  # one .gguf file: fit and plans read its header, its files are checked on save
+    takes_folder: bool = False  # a model folder (safetensors, MLX) is what it loads
+    spreads_over_nodes: bool = False  # lends layers to other nodes' rpc-servers (``rpc_nodes``)
+    takes_adapters: bool = False  # LoRA adapters applied per request
+    gpu_backends: bool = False  # its portable builds carry the GPU backends (upgraded and packed per node)
+    container: bool = False  # runs from an image in the node's Docker engine
+    unified_memory: bool = False  # runs in Apple Silicon's memory shared by CPU and GPU
+    reserves_gpu_share: bool = False  # takes a fixed share of each GPU up front (vLLM's gpu_memory_utilization)
+    context_setting: str | None = None  # the setting that caps its context (llama.cpp ctx_size, vLLM max_model_len)
+    tunable: bool = False  # the tuning wizard has a search space for it
+    flags_lifted: bool = False  # typed flags in extra_args are moved into its settings' fields
+    settings_field: str | None = None  # the model definition's field holding its settings
+    executable: str = ""  # what runs it, as people know it
+
+
+PROFILES: dict[RuntimeId, RuntimeProfile] = {p.id: p for p in (
+    RuntimeProfile("llamacpp", "llama.cpp", reads_gguf=True, spreads_over_nodes=True, takes_adapters=True,
+                   gpu_backends=True, tunable=True, flags_lifted=True, settings_field="settings",
+                   context_setting="ctx_size", executable="llama-server"),
+    RuntimeProfile("vllm", "vLLM", takes_folder=True, container=True, reserves_gpu_share=True, tunable=True, settings_field="vllm",
+                   context_setting="max_model_len", executable="vllm serve"),
+    RuntimeProfile("mlx", "MLX", takes_folder=True, unified_memory=True, settings_field="mlx",
+                   executable="mlx_lm.server"),
+    RuntimeProfile("external", "external endpoint", on_node=False),
+)}
+RUNTIME_LABELS: dict[str, str] = {p.id: p.label for p in PROFILES.values()}
+
+
+def profile(runtime: str) -> RuntimeProfile:
+    """The profile of ``runtime``; KeyError for a name no profile has (contracts only carry known ids)."""
+    return PROFILES[runtime]  # type: ignore[index]
 
 
 class RuntimeOffer(BaseModel):

@@ -38,7 +38,7 @@ from agent.api.llamacpp import (
     parse_args,
 )
 from agent.api.models import LaunchSpec
-from agent.api.runtimes import RuntimeOffer
+from agent.api.runtimes import RuntimeOffer, profile
 from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.gguf_facts import adapter_problem, architecture
 from agent.gguf_reader import GgufError, read_header
@@ -152,7 +152,7 @@ def check_spec(spec: LaunchSpec, models_dir: Path | None = None) -> None:
 
 def check_adapters(spec: LaunchSpec) -> None:
     """Each adapter a GGUF LoRA in the model's folder, made for the model's architecture."""
-    if spec.runtime != "llamacpp":
+    if not profile(spec.runtime).takes_adapters:
         raise SpecRejected(f"adapters: only llama.cpp takes LoRA adapters, not {spec.runtime}")
     try:
         base = architecture(read_header(spec.model_path))

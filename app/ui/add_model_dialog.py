@@ -39,7 +39,11 @@ from app.context import AppContext, Message
 from app.ui.pages.nodes import RuntimeBadges
 from app.ui.widgets import Card, StillComboBox, button, label, set_prop
 from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
+from daemon.api.contracts import profile
 
+# What the context field's placeholder says, by the setting that caps the runtime's context.
+CONTEXT_PLACEHOLDERS = {"ctx_size": "the model's own (tokens, all slots)",
+                        "max_model_len": "vLLM's max model length (tokens; default: the model's)"}
 SOURCES: tuple[tuple[SourceKind, str], ...] = (("hf", "Hugging Face"), ("file", "A file on the node"),
                                                ("ollama", "An Ollama model"), ("external", "An external endpoint"))
 
@@ -301,8 +305,7 @@ class AddModelDialog(QDialog):
         self.form.setRowVisible(self.image, s.asks_image)
         self.image.setPlaceholderText(s.image_default or "vllm/vllm-openai:<version> (the node offers none)")
         self.form.setRowVisible(self.ctx_size, s.asks_context and not s.external)
-        self.ctx_size.setPlaceholderText("vLLM's max model length (tokens; default: the model's)"
-                                         if s.runtime == "vllm" else "the model's own (tokens, all slots)")
+        self.ctx_size.setPlaceholderText(CONTEXT_PLACEHOLDERS.get(profile(s.runtime).context_setting or "", ""))
         self.path.setPlaceholderText("/path/to/model-folder or a .gguf file (on the node)" if s.takes_folder
                                      else "/path/to/model.gguf (on the node)")
         self.runtime_note.setText(s.runtime_note)

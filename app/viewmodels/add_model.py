@@ -47,6 +47,7 @@ from app.viewmodels.observable import Emitter, Observable
 from app.viewmodels.settings_form import plain_validation
 from daemon.api.client import DaemonError
 from daemon.api.contracts import (
+    DEFAULT_RUNTIME,
     RUNTIME_LABELS,
     FitReport,
     HfFileRef,
@@ -55,6 +56,7 @@ from daemon.api.contracts import (
     OllamaModelInfo,
     RuntimeId,
     VllmSettings,
+    profile,
 )
 from daemon.api.models import Event, ModelDefinition
 from daemon.api.nodes import NodeView
@@ -74,7 +76,6 @@ PLACEMENT_SETTINGS = ("n_gpu_layers", "gpus", "split_mode", "tensor_split", "mai
 PICKABLE_STATES = ("free", "needs_room")
 KIND_LABELS = {"gpu": "GPU", "split": "split across GPUs", "partial": "partial offload", "cpu": "CPU",
                "unified": "unified memory", "nodes": "across nodes"}
-FOLDER_RUNTIMES: tuple[RuntimeId, ...] = ("vllm", "mlx")  # a model folder, not only a GGUF file
 
 # The dialog's names for a definition's fields, in what it says of a refusal.
 ADD_LABELS = {"id": "Model id", "served_name": "Model id", "model_path": "File", "node": "Node", "runtime": "Runtime",
@@ -169,7 +170,7 @@ class AddModelState:
     def can_plan(self) -> bool:
         """A GGUF file on the node or on Hugging Face, for llama.cpp: the plan reads its header on each
         node (a Hugging Face file's over HTTP ranges: nothing is downloaded)."""
-        if self.runtime != "llamacpp" or self.planning:
+        if not profile(self.runtime).reads_gguf or self.planning:
             return False
         if self.source == "hf":
             return bool(self.hf_repo.strip() and self.hf_file.strip())
@@ -252,22 +253,22 @@ class AddModelState:
     @property
     def takes_folder(self) -> bool:
         """The runtime serves a model folder (vLLM, MLX) as well as a file."""
-        return self.runtime in FOLDER_RUNTIMES
+        return profile(self.runtime).takes_folder
 
     @property
     def asks_image(self) -> bool:
-        return self.runtime == "vllm"
+        return profile(self.runtime).container
 
     @property
     def asks_context(self) -> bool:
         """llama.cpp's ctx_size and vLLM's max_model_len; MLX has no context setting."""
-        return self.runtime != "mlx"
+        return profile(self.runtime).context_setting is not None
 
     @property
     def image_default(self) -> str:
         """The image the chosen node's vLLM offer names (what its agent would run), or empty."""
         node = self.chosen_node
-        offer = next((o for o in node.runtimes if o.runtime == "vllm"), None) if node is not None else None
+        offer = next((o for o in node.runtimes if profile(o.runtime).container), None) if node is not None else None
         return offer.location or "" if offer is not None else ""
 
     @property
@@ -310,7 +311,7 @@ class AddModelState:
         if node is None or not node.runtimes:
             return "The node has not reported its runtimes yet: llama.cpp, the default."
         if not self.runtime_choices:
-            why = next((b.tooltip for b in self.runtime_badges if b.runtime == "llamacpp"), "")
+            why = next((b.tooltip for b in self.runtime_badges if b.runtime == DEFAULT_RUNTIME), "")
             return f"No runtime for this model there. {why}".strip()
         return ""
 
@@ -377,9 +378,9 @@ class AddModelViewModel:
         s = self.state.value
         choices = [r for r, _label in s.runtime_choices]
         if choices and s.runtime not in choices:
-            self._set(runtime="llamacpp" if "llamacpp" in choices else choices[0])
-        elif not choices and s.runtime != "llamacpp":
-            self._set(runtime="llamacpp")
+            self._set(runtime=DEFAULT_RUNTIME if DEFAULT_RUNTIME in choices else choices[0])
+        elif not choices and s.runtime != DEFAULT_RUNTIME:
+            self._set(runtime=DEFAULT_RUNTIME)
 
     def set_source(self, source: SourceKind) -> None:
         self._set(source=source, fit=None, fit_text="", error=None, plan=None, plan_error=None, picked=None)
@@ -478,11 +479,10 @@ class AddModelViewModel:
     def _runtime_settings(self) -> dict[str, Any]:
         """The chosen runtime's settings from the wizard's fields (the others stay at their defaults)."""
         s = self.state.value
-        if s.runtime == "vllm":
-            return {"vllm": VllmSettings(max_model_len=s.ctx_size)}
-        if s.runtime == "mlx":
-            return {"mlx": MlxSettings()}
-        return {"settings": self._placed_settings()}
+        field = profile(s.runtime).settings_field
+        typed = {"vllm": lambda: VllmSettings(max_model_len=s.ctx_size), "mlx": MlxSettings,
+                 "settings": self._placed_settings}
+        return {field: typed[field]()} if field is not None else {}
 
     async def check_fit(self) -> FitReport | None:
         s = self.state.value

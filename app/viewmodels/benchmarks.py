@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
-from daemon.api.contracts import RUNTIME_LABELS
+from daemon.api.contracts import RUNTIME_LABELS, profile
 from daemon.api.jobs import BenchmarkRequest, JobView, PresetId, TuningResult
 from daemon.api.models import Event
 from daemon.api.protocol import DaemonApi
@@ -111,7 +111,7 @@ def _diff(prefix: str, saved: BaseModel, best: BaseModel) -> tuple[SettingChange
 
 def settings_changes(result: TuningResult) -> tuple[SettingChange, ...]:
     """The settings the winner changes, from the runtime's own fields; () without a winner."""
-    if result.runtime == "vllm":
+    if profile(result.runtime).settings_field == "vllm":
         if result.winner_vllm is None or result.saved_vllm is None:
             return ()
         return _diff("vllm.", result.saved_vllm, result.winner_vllm)
@@ -136,7 +136,7 @@ def describe_changes(result: TuningResult) -> list[str]:
     lines = [f"{label} settings the best run changes:"]
     lines += [f"  {c.flag or c.key}: {c.saved} → {c.best}" for c in changes]
     config = winner_config(result)
-    if result.runtime == "vllm" and config:
+    if profile(result.runtime).settings_field == "vllm" and config:
         lines.append(f"  vLLM runs it as: {config}")
     return lines
 

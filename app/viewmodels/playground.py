@@ -26,7 +26,7 @@ import aiohttp
 
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
-from app.viewmodels.settings_form import EXTERNAL
+from daemon.api.contracts import profile
 from daemon.api.models import ModelDefinition, ModelState
 from daemon.api.sources import FitQuery
 
@@ -146,7 +146,7 @@ class PlaygroundViewModel:
         stays chosen while it is still defined (a model stopped mid-answer keeps its place and mode)."""
         running = [m.definition.served_name for m in snapshot.models if m.status.state == ModelState.READY]
         loadable = [m.definition.served_name for m in snapshot.models if m.status.state != ModelState.READY
-                    and m.definition.start_on_request and m.definition.runtime != EXTERNAL]
+                    and m.definition.start_on_request and profile(m.definition.runtime).on_node]
         ready = (*running, *loadable)  # the running ones first: the one picked by default answers at once
         defined = {m.definition.served_name for m in snapshot.models}
         s = self.state.value

@@ -32,26 +32,27 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from daemon.api.contracts import (
+    DEFAULT_RUNTIME,
+    PROFILES,
     RUNTIME_LABELS,
     RUNTIMES,
     LlamaCppSettings,
     MlxSettings,
     VllmSettings,
+    profile,
 )
 from daemon.api.models import ModelDefinition
 
 SETTINGS_PREFIX = "settings."
 MODEL_CLASSES = typing.get_args(ModelDefinition.model_fields["model_class"].annotation)
 
-# runtime id -> (the ModelDefinition field holding its settings, the settings model)
+# runtime id -> (the ModelDefinition field holding its settings, the settings model), from its profile
+_SETTINGS_MODELS: dict[str, type[BaseModel]] = {"settings": LlamaCppSettings, "vllm": VllmSettings,
+                                                "mlx": MlxSettings}
 RUNTIME_SECTIONS: dict[str, tuple[str, type[BaseModel]]] = {
-    "llamacpp": ("settings", LlamaCppSettings),
-    "vllm": ("vllm", VllmSettings),
-    "mlx": ("mlx", MlxSettings),
-}
+    p.id: (p.settings_field, _SETTINGS_MODELS[p.settings_field]) for p in PROFILES.values() if p.settings_field}
 EXTERNAL = "external"  # no agent runs it: no node, no file, no settings section
 ENDPOINT_GROUP = "Endpoint"
-_EXECUTABLE = {"llamacpp": "llama-server", "vllm": "vllm serve", "mlx": "mlx_lm.server"}
 _MODEL_PATH_HELP = {"llamacpp": "Path of the GGUF file on the node.",
                     "vllm": "Path of the model folder on the node (mounted into the container).",
                     "mlx": "Path of the MLX model folder on the node."}
@@ -199,15 +200,16 @@ def external_fields() -> tuple[FieldSpec, ...]:
     )  # no lifecycle: the daemon probes it and the provider queues
 
 
-def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
-    if runtime == EXTERNAL:
+def definition_fields(runtime: str = DEFAULT_RUNTIME) -> tuple[FieldSpec, ...]:
+    can = profile(runtime)
+    if not can.on_node:
         return external_fields()
     group = runtime_group(runtime)
     pinned = (FieldSpec("image", "Container image", "text", group,
                         "The vLLM image: a tag, or name@sha256:digest.", placeholder="the node's vLLM image"),
-              ) if runtime == "vllm" else ()
-    args_help = f"Passed to {_EXECUTABLE.get(runtime, runtime)} as typed"
-    args_help += " (flags with a field above are moved into it)." if runtime == "llamacpp" else "."
+              ) if can.container else ()
+    args_help = f"Passed to {can.executable} as typed"
+    args_help += " (flags with a field above are moved into it)." if can.flags_lifted else "."
     return (
         FieldSpec("id", "Id", "text", "Model", "Lowercase letters, digits and '-'; cannot change later.",
                   optional=False),
@@ -221,7 +223,7 @@ def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
         *((FieldSpec("rpc_nodes", "Helper nodes", "tags", "Model", "Other nodes that hold part of its layers "
                      "(llama.cpp RPC, inside the nodes' encrypted links), comma-separated names or ids; each needs "
                      "llama.cpp's rpc-server. Saved as node ids.", placeholder="none: it runs on its node alone"),)
-          if runtime == "llamacpp" else ()),
+          if can.spreads_over_nodes else ()),
         FieldSpec("tags", "Tags", "tags", "Model", "Comma-separated, for filtering."),
         FieldSpec("description", "Description", "text", "Model"),
         _FALLBACKS,
@@ -246,17 +248,17 @@ def definition_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
         FieldSpec("env", "Environment", "env", "Advanced", "One NAME=value per line (allowlisted names only)."),
         *((FieldSpec("adapters", "LoRA adapters", "json", "Advanced", 'A JSON list of {"name", "file", "scale"}: '
                      "each adapter is a model of its own, named `name`, in the model's folder.",
-                     placeholder="none"),) if runtime == "llamacpp" else ()),
+                     placeholder="none"),) if can.takes_adapters else ()),
     )
 
 
-def all_fields(runtime: str = "llamacpp") -> tuple[FieldSpec, ...]:
+def all_fields(runtime: str = DEFAULT_RUNTIME) -> tuple[FieldSpec, ...]:
     return definition_fields(runtime) + runtime_fields(runtime)
 
 
 def groups(runtime: str) -> tuple[str, ...]:
     """The editor's cards, in order."""
-    if runtime == EXTERNAL:
+    if not profile(runtime).on_node:
         return ("Model", ENDPOINT_GROUP)
     return ("Model", runtime_group(runtime), "Lifecycle", "Advanced")
 
@@ -309,7 +311,7 @@ class SettingsForm:
 
     @property
     def runtime(self) -> str:
-        if self.original.runtime == EXTERNAL:  # an endpoint stays one; an agent's model is no endpoint
+        if not profile(self.original.runtime).on_node:  # an endpoint stays one; an agent's model is no endpoint
             return EXTERNAL
         runtime = str(self.values.get("runtime") or self.original.runtime)
         return runtime if runtime in RUNTIME_SECTIONS else self.original.runtime
@@ -346,7 +348,7 @@ class SettingsForm:
                 data[spec.key] = value
         if not self.is_new:
             data["id"] = self.original.id  # the id is the model's identity: never renamed here
-        if self.runtime == EXTERNAL:
+        if not profile(self.runtime).on_node:
             errors.update({k: v for k, v in _external_errors(data).items() if k not in errors})
         try:
             definition = ModelDefinition.model_validate(data)

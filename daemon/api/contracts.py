@@ -17,7 +17,15 @@ from agent.api.llamacpp import LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuEcc, GpuInfo
 from agent.api.pairing import format_code, normalize_code, short_fingerprint
-from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeId
+from agent.api.runtimes import (
+    DEFAULT_RUNTIME,
+    PROFILES,
+    RUNTIME_LABELS,
+    RUNTIMES,
+    RuntimeId,
+    RuntimeProfile,
+    profile,
+)
 from agent.api.sources import (
     FitReport,
     GgufSummary,
@@ -32,6 +40,8 @@ from agent.api.vllm import VllmSettings
 
 __all__ = [
     "BACKEND_CHOICES",
+    "DEFAULT_RUNTIME",
+    "PROFILES",
     "RUNTIMES",
     "RUNTIME_LABELS",
     "Backend",
@@ -52,9 +62,11 @@ __all__ = [
     "Offload",
     "OllamaModelInfo",
     "RuntimeId",
+    "RuntimeProfile",
     "TransferState",
     "VllmSettings",
     "format_code",
     "normalize_code",
+    "profile",
     "short_fingerprint",
 ]

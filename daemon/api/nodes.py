@@ -23,7 +23,7 @@ from agent.api.backends import (
 )
 from agent.api.key_store import KeysAtRest
 from agent.api.models import GpuInfo
-from agent.api.runtimes import LLAMACPP, RuntimeOffer
+from agent.api.runtimes import RuntimeOffer, profile
 
 # RuntimeOffer is re-exported: the app imports only daemon.api.
 __all__ = ["NODE_ID_PATTERN", "DiscoveredNode", "NodeAddResult", "NodeAddressRequest", "NodePairRequest",
@@ -131,7 +131,7 @@ class NodePairRequest(BaseModel):
 
 def llamacpp_offer(offers: list[RuntimeOffer] | None) -> RuntimeOffer | None:
     """The node's available llama.cpp build, the one whose backends a node's choice is about."""
-    return next((o for o in offers or [] if o.runtime == LLAMACPP and o.available), None)
+    return next((o for o in offers or [] if profile(o.runtime).gpu_backends and o.available), None)
 
 
 def llamacpp_backends(offers: list[RuntimeOffer] | None) -> list[BackendState] | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.api.client import AgentClient, AgentError
+from agent.api.runtimes import profile
 from agent.api.sources import DownloadRequest, FitRequest, HfFileRef
 from daemon.api.backup import MissingFile
 from daemon.api.demo_model import DEMO_PACKAGE
@@ -82,7 +83,7 @@ class ModelFiles:
     # --- preview --------------------------------------------------------------------------------
     async def missing(self, definitions: list[ModelDefinition]) -> list[MissingFile]:
         """The llama.cpp models whose file is not on their node (asked of each node at once)."""
-        checked = await asyncio.gather(*(self._check(d) for d in definitions if d.runtime == "llamacpp"))
+        checked = await asyncio.gather(*(self._check(d) for d in definitions if profile(d.runtime).reads_gguf))
         return [m for m in checked if m is not None]
 
     async def _on_node(self, definition: ModelDefinition) -> tuple[str, str]:
@@ -142,7 +143,7 @@ class ModelFiles:
         for definition, new in list(plan.models):
             current = self._registry.get(definition.id)
             row = rows.get(definition.id)
-            if new or current is None or row is None or current.runtime != "llamacpp":
+            if new or current is None or row is None or not profile(current.runtime).reads_gguf:
                 continue
             theirs, mine = await asyncio.gather(self._on_node(definition), self._on_node(current))
             if theirs[0] != "missing" or mine[0] != "present":

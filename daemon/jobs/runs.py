@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from agent.api.client import AgentError
 from agent.api.llamacpp import LlamaCppSettings, parse_args
 from agent.api.models import InstanceState, TelemetrySample
+from agent.api.runtimes import profile
 from agent.api.vllm import VllmSettings, parse_cmd
 from daemon.api.jobs import (
     BenchmarkRequest,
@@ -94,12 +95,13 @@ class ReadBack:
 def read_back(definition: ModelDefinition, argv: list[str]) -> ReadBack:
     """llama.cpp's ``parse_args`` for a llama.cpp model, vLLM's ``parse_cmd`` for a vLLM one (MLX's
     flags are the definition's: its argv is not read back)."""
-    if definition.runtime == "vllm":
+    settings = profile(definition.runtime).settings_field
+    if settings == "vllm":
         if not argv:
             return ReadBack(LlamaCppSettings(), definition.vllm, list(definition.extra_args))
         vllm_settings, _model, _served, rest = parse_cmd(argv)
         return ReadBack(LlamaCppSettings(), vllm_settings, rest, _utilization(argv))
-    if definition.runtime == "llamacpp" and argv:
+    if profile(definition.runtime).flags_lifted and argv:
         parsed = parse_args(argv)
         return ReadBack(parsed.settings, None, list(parsed.extra_args))
     return ReadBack(definition.settings, None, list(definition.extra_args))
@@ -135,7 +137,8 @@ async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
         ctx.publish()
 
     target = ctx.access.target(instance, definition.served_name, request.suite.request_timeout_s)
-    fallback = definition.vllm.max_num_seqs if definition.runtime == "vllm" else definition.settings.parallel
+    fallback = definition.vllm.max_num_seqs if profile(definition.runtime).settings_field == "vllm" \
+        else definition.settings.parallel
     outcome, _plan, slots = await measure(target, preset, request.suite, fallback_slots=fallback, progress=progress)
     ctx.watch(job, definition.id)()
     argv = list(instance.argv)

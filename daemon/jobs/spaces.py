@@ -16,6 +16,7 @@ from typing import Any
 from agent.api import llamacpp, vllm
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import AgentStatus, LaunchSpec
+from agent.api.runtimes import profile
 from agent.api.vllm import VllmSettings
 from daemon.api.jobs import CandidateResult, TuneRequest, TuningResult
 from daemon.api.models import LOCAL_NODE, ModelDefinition
@@ -199,10 +200,10 @@ def vllm_machine(definition: ModelDefinition, status: AgentStatus | None,
 
 def space_for(definition: ModelDefinition, status: AgentStatus) -> SearchSpace:
     """The search space of ``definition.runtime``; MLX has none yet."""
-    if definition.runtime == "vllm":
+    if profile(definition.runtime).settings_field == "vllm":
         machine, rest = vllm_machine(definition, status)
         return VllmSpace(definition, machine, rest)
-    if definition.runtime != "llamacpp":
+    if not profile(definition.runtime).tunable:
         raise ValueError(f"tuning is not available for {definition.runtime} models yet")
     return SearchSpace(definition, Machine(cpu_count=status.cpu_count, has_gpu=bool(status.gpus)))
 
@@ -231,7 +232,7 @@ def applied(definition: ModelDefinition, result: TuningResult) -> ModelDefinitio
     """The saved definition with the winner's settings written onto it: only what the winner
     changed from the run's saved settings, so edits made since the run stay. A vLLM definition is
     normalized first, so no owned flag is left in ``extra_args`` to override what is applied."""
-    if result.runtime == "vllm":
+    if profile(result.runtime).settings_field == "vllm":
         winner, saved = result.winner_vllm, result.saved_vllm or VllmSettings()
         if winner is None:
             raise ValueError("this run has no vLLM winner")
@@ -246,7 +247,7 @@ def applied(definition: ModelDefinition, result: TuningResult) -> ModelDefinitio
 
 def embedding_model(definition: ModelDefinition) -> bool:
     """Measured on the Embeddings preset: llama.cpp's embeddings switch, or a vLLM pooling runner."""
-    if definition.runtime == "vllm":
+    if profile(definition.runtime).settings_field == "vllm":
         try:
             _, rest = vllm.normalize(definition.vllm, definition.extra_args)
         except ValueError:

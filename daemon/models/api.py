@@ -13,7 +13,7 @@ import json
 from aiohttp import web
 
 from agent.api.client import AgentClient, AgentError
-from agent.api.runtimes import LLAMACPP
+from agent.api.runtimes import profile
 from agent.api.sources import FitRequest, GgufSummary, lora_problem
 from daemon.api.models import ModelDefinition, ModelState, ModelView
 from daemon.errors import (
@@ -61,7 +61,7 @@ class ModelsApi:
         the node's reason, nothing saved), and each LoRA adapter a LoRA GGUF for the base model's
         architecture (``agent.api.sources.lora_problem``). Decides nothing when the node is offline
         or "auto", or its agent cannot say: the agent checks again at each start."""
-        if definition.runtime != LLAMACPP:
+        if not profile(definition.runtime).reads_gguf:
             return
         checked(definition)  # its own refusals first, before any node is asked
         node = definition.node

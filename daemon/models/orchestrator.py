@@ -30,6 +30,7 @@ from agent.api.models import (
     TelemetrySample,
 )
 from agent.api.rpc import RpcPeer
+from agent.api.runtimes import profile
 from agent.api.sources import FitRequest
 from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelStatus
 from daemon.errors import DaemonProblem
@@ -131,7 +132,7 @@ class Orchestrator:
         return status
 
     def _status(self, definition: ModelDefinition) -> ModelStatus:
-        if definition.runtime == "external":
+        if not profile(definition.runtime).on_node:
             return self.external.status(definition)
         node = self.node_of(definition)
         wanted_hash = definition_hash(definition)
@@ -194,7 +195,7 @@ class Orchestrator:
     def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None:
         """An agent reported: publish the state changes of that node's models."""
         for definition in self.registry.all():
-            if definition.runtime == "external" or (self.node_of(definition) not in (node_id, None)
+            if not profile(definition.runtime).on_node or (self.node_of(definition) not in (node_id, None)
                                                     and node_id not in definition.rpc_nodes):
                 continue
             status = self.status(definition)
@@ -263,7 +264,7 @@ class Orchestrator:
         """Start a model. A start by the user also clears its crash count and restart pause.
         With ``in_flight`` (a start on request), idle models of its node are unloaded to make room."""
         definition = self.registry.require(model_id)
-        if definition.runtime == "external":  # nothing to start: ask the endpoint now
+        if not profile(definition.runtime).on_node:  # nothing to start: ask the endpoint now
             await self.external.probe(definition)
             self._external_changed(definition)
             return self.status(definition)
@@ -329,7 +330,7 @@ class Orchestrator:
         for a model across nodes: its main node holds only part of it)."""
         if definition.memory_budget_gib is not None:
             return int(definition.memory_budget_gib * (1 << 30))
-        if definition.runtime != "llamacpp" or definition.rpc_nodes:
+        if not profile(definition.runtime).reads_gguf or definition.rpc_nodes:
             return None  # across nodes the file's estimate is the whole model, not the main node's part
         key = (definition.id, link.node_id, definition_hash(definition))
         if key not in self._needs:
@@ -524,7 +525,7 @@ class Orchestrator:
 
     async def stop(self, model_id: str, *, keep_wanted: bool = False) -> ModelStatus:
         definition = self.registry.require(model_id)
-        if definition.runtime == "external":  # nothing runs here to stop
+        if not profile(definition.runtime).on_node:  # nothing runs here to stop
             return self.status(definition)
         if not keep_wanted:
             self.book.want(model_id, False)

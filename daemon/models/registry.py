@@ -14,7 +14,7 @@ from agent.api.json_store import JsonStore, UnreadableStore
 from agent.api.llamacpp import config_hash, lift_extra_args
 from agent.api.mlx import config_hash as mlx_config_hash
 from agent.api.mlx import lift_extra_args as mlx_lift_extra_args
-from agent.api.runtimes import RUNTIME_LABELS, RuntimeOffer
+from agent.api.runtimes import RUNTIME_LABELS, RuntimeOffer, profile
 from agent.api.vllm import config_hash as vllm_config_hash
 from agent.api.vllm import normalize as vllm_normalize
 from daemon.api.demo_model import DEMO_MODEL_ID, DEMO_PACKAGE, demo_definition
@@ -57,14 +57,15 @@ class _RegistryFile(BaseModel):
 
 def normalize(definition: ModelDefinition) -> ModelDefinition:
     """Lift typed flags out of ``extra_args`` so the settings own them (the runtime's own settings)."""
-    if definition.runtime == "vllm":
+    settings = profile(definition.runtime).settings_field
+    if settings == "vllm":
         try:
             vllm, rest = vllm_normalize(definition.vllm, definition.extra_args)
         except ValueError as exc:  # refused on save (400); one stored before is kept as it is
             _LOGGER.warning("model %s: vLLM extra_args left as they are: %s", definition.id, exc)
             return definition
         return definition.model_copy(update={"vllm": vllm, "extra_args": rest})
-    if definition.runtime == "mlx":
+    if settings == "mlx":
         mlx, rest = mlx_lift_extra_args(definition.mlx, definition.extra_args)
         return definition.model_copy(update={"mlx": mlx, "extra_args": rest})
     settings, rest = lift_extra_args(definition.settings, definition.extra_args)
@@ -92,13 +93,14 @@ def definition_hash(definition: ModelDefinition) -> str:
     cached = _HASHES.get(id(definition))
     if cached is not None and cached[0] is definition:
         return cached[1]
-    if definition.runtime == "vllm":
+    settings = profile(definition.runtime).settings_field
+    if settings == "vllm":
         try:
             value = vllm_config_hash(definition.image, definition.vllm, definition.model_path,
                                      definition.served_name, definition.extra_args, definition.memory_budget_gib)
         except ValueError:  # extra_args stored before they were checked: a hash no run matches
             value = "unreadable-args"
-    elif definition.runtime == "mlx":
+    elif settings == "mlx":
         value = mlx_config_hash(definition.mlx, definition.model_path, definition.served_name,
                                 definition.extra_args)
     else:
@@ -133,7 +135,7 @@ class Registry:
             check_fallbacks(definition, self._models.values())
         except DefinitionRejected as exc:
             raise RegistryError(422, "invalid_model", str(exc)) from exc
-        if self.known_nodes is None or definition.runtime == "external":
+        if self.known_nodes is None or not profile(definition.runtime).on_node:
             return definition
         names = self.known_nodes()
         try:

@@ -27,6 +27,7 @@ from pathlib import Path
 import aiohttp
 
 from agent.api.relay import Upstream, describe, runtime_session
+from agent.api.runtimes import profile
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 
 _LOGGER = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ class ExternalEndpoints:
         """Keep every external model's answer fresh; ``changed`` is told when a state may have moved."""
         try:
             while True:
-                models = [d for d in definitions() if d.runtime == "external"]
+                models = [d for d in definitions() if not profile(d.runtime).on_node]
                 names = {d.id for d in models}
                 for model_id in [m for m in self._probes if m not in names]:
                     self.forget(model_id)

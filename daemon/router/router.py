@@ -30,6 +30,7 @@ from multidict import CIMultiDict
 from agent.api.llamacpp import lora_field
 from agent.api.models import InstanceInfo, InstanceState
 from agent.api.relay import Record, Unreachable, Upstream, relay, runtime_session
+from agent.api.runtimes import profile
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
@@ -430,8 +431,9 @@ class Router:
 
     async def _forward_one(self, request: web.Request, definition: ModelDefinition, body: bytes,
                            exchange: _Exchange) -> web.StreamResponse:
-        exchange.node = None if definition.runtime == "external" else definition.node
-        if definition.runtime == "external":
+        on_node = profile(definition.runtime).on_node
+        exchange.node = definition.node if on_node else None
+        if not on_node:
             target = await self._external_target(definition)
             return await self._send(request, definition, _with_model(body, definition.provider_model or ""),
                                     exchange, target)
@@ -464,7 +466,7 @@ class Router:
                     target: Upstream) -> web.StreamResponse:
         request_id = request[REQUEST_ID]
         path_qs = request.path_qs
-        if definition.runtime == "external":  # base_url ends where /v1 does
+        if not profile(definition.runtime).on_node:  # an endpoint's base_url ends where /v1 does
             path_qs = path_qs.removeprefix("/v1")
         if "x-api-key" in request.headers or "cookie" in request.headers:  # the client's own key stays here
             request = request.clone(headers=_without_ours(request.headers))

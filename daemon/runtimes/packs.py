@@ -37,7 +37,7 @@ import aiohttp
 from yarl import URL
 
 from agent.api.backends import Backend
-from agent.api.runtimes import LLAMACPP
+from agent.api.runtimes import profile
 from daemon.api.nodes import NodeView, PackState, PackStep
 from daemon.api.updates.checker import download_artefact, fetch_signed_feed
 from daemon.api.updates.feed import PLATFORMS
@@ -82,7 +82,7 @@ def pack_need(view: NodeView) -> PackNeed | None:
     the node's choice lets CUDA be picked. None otherwise (a build on PATH is left as it is)."""
     if view.backend_choice not in ("auto", "cuda"):
         return None
-    offer = next((o for o in view.runtimes if o.runtime == LLAMACPP and o.available), None)
+    offer = next((o for o in view.runtimes if profile(o.runtime).gpu_backends and o.available), None)
     if offer is None or not offer.backends or any(s.backend is Backend.CUDA for s in offer.backends):
         return None
     driver = next((g.driver_version for g in view.gpus if g.driver_version), None)

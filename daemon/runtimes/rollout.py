@@ -23,7 +23,7 @@ from agent.api.runtime_builds import (
     LlamaCppBuildOffer,
     describe_offer,
 )
-from agent.api.runtimes import RuntimeOffer
+from agent.api.runtimes import RuntimeOffer, profile
 from daemon.api.upgrades import NodeUpgradeState
 from daemon.runtimes.build import StagedRuntimeBuild
 from daemon.upgrades.rollout import NodeFailed, NodeTarget, Rollout, UpgradePolicy
@@ -37,7 +37,7 @@ def _machine(name: str) -> str:
 
 
 def _llamacpp(offers: list[RuntimeOffer]) -> RuntimeOffer:
-    return next((o for o in offers if o.runtime == "llamacpp"),
+    return next((o for o in offers if profile(o.runtime).gpu_backends),
                 RuntimeOffer(runtime="llamacpp", available=False, reason="the agent reports no llama.cpp driver"))
 
 

@@ -4,6 +4,7 @@ node; a name that matches no node, or several, is an error listing the nodes."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,9 @@ async def test_models_add_takes_the_id_nodes_list_shows_or_the_name(
                                  rd.client) == 0
             assert (await rd.client.get_model("m2")).definition.node == node.id
 
-            folder = model_file.parent
+            folder = model_file.parent / "more"  # a file no model runs yet (one that is would not be added again)
+            folder.mkdir()
+            shutil.copyfile(model_file, folder / model_file.name)
             assert await ctl.run(ctl.parse_args(["models", "import", "folder", str(folder), "--node", shown]),
                                  rd.client) == 0
             assert "added model 'fake'" in capsys.readouterr().out

@@ -139,3 +139,53 @@ def test_the_check_sees_a_violation(tmp_path: Path) -> None:
             "agent/_boundary_probe.py:5 imports daemon.keys"]
     finally:
         bad.unlink()
+
+
+# --- a runtime is a value: what it can do is asked of its profile (agent/api/runtimes.py) ---------
+RUNTIME_IDS = {"llamacpp", "vllm", "mlx", "external"}
+RUNTIME_CONSTANTS = {"LLAMACPP", "EXTERNAL"}
+REGISTRY = Path("agent/api/runtimes.py")
+
+
+def _names_a_runtime(node: ast.expr) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name == "runtime" or name.endswith("_runtime")
+
+
+def _a_runtime_id(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in RUNTIME_IDS
+    if isinstance(node, ast.Name | ast.Attribute):
+        return (node.id if isinstance(node, ast.Name) else node.attr) in RUNTIME_CONSTANTS
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_a_runtime_id(e) for e in node.elts)
+    return False
+
+
+def runtime_switches(source: str) -> list[int]:
+    """Lines that compare a runtime with a runtime's id (``runtime == "vllm"``, ``in ("mlx", ...)``)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_runtime(s) for s in sides) and any(_a_runtime_id(s) for s in sides):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_runtime_switch_outside_the_registry() -> None:
+    found = []
+    for package in ("agent", "daemon", "app", "mirbadllm", "installers"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path.relative_to(ROOT) == REGISTRY:
+                continue
+            found += [f"{path.relative_to(ROOT)}:{line}" for line in runtime_switches(path.read_text(encoding="utf-8"))]
+    assert found == [], "ask the runtime's profile (agent.api.runtimes.profile) instead of comparing ids"
+
+
+def test_the_runtime_switch_check_sees_one() -> None:
+    assert runtime_switches('if definition.runtime == "vllm": pass') == [1]
+    assert runtime_switches("x = spec.runtime in ('mlx', 'vllm')") == [1]
+    assert runtime_switches("y = runtime != EXTERNAL") == [1]
+    assert runtime_switches("z = profile(definition.runtime).takes_folder") == []
+    assert runtime_switches("w = form.runtime != self.runtime") == []

@@ -33,12 +33,12 @@ from app.context import AppContext
 from app.ui.widgets import Card, StillComboBox, bind, button, label, set_prop
 from app.viewmodels.nodes import node_choices
 from app.viewmodels.settings_form import (
-    EXTERNAL,
     FieldSpec,
     SettingsForm,
     all_fields,
     groups,
 )
+from daemon.api.contracts import profile
 from daemon.api.models import ModelDefinition, ModelView
 
 
@@ -236,7 +236,7 @@ class SettingsEditor(QWidget):
                 elif isinstance(editor, QLineEdit):
                     editor.setText(str(value or ""))
             self.editors["id"].setEnabled(form.is_new)
-            self.editors["runtime"].setEnabled(form.runtime != EXTERNAL)  # an endpoint is not moved onto a node
+            self.editors["runtime"].setEnabled(profile(form.runtime).on_node)  # an endpoint is not moved onto a node
         finally:
             self._loading = False
         self.duplicate_button.setEnabled(not form.is_new)
