@@ -76,7 +76,7 @@ bench: $(VENV)/.test-installed runtime
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check app daemon agent mirbadllm tests bench
-	$(PY) -m mypy --strict daemon/api agent/api
+	$(PY) -m mypy --strict daemon/api agent/api core
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,6 +1,6 @@
 """The agent's identity: an EC P-256 key, its certificate and the pinned CA.
 
-The key is made once and never leaves ``identity/``; it is stored through ``agent.api.key_store``
+The key is made once and never leaves ``identity/``; it is stored through ``core.key_store``
 (encrypted with a secret in the OS keychain where one is usable, else a 0600 file). Until a daemon
 signs a certificate for it the agent holds a self-signed one; the node id is the SHA-256 of whichever certificate it holds (DER).
 ``ca.crt`` pins the daemon's certificate authority: only clients with a certificate it signed get
@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agent.api.key_store import KeyStoreError, load_cert_chain, read_key, write_key
 from agent.paths import AgentPaths
+from core.key_store import KeyStoreError, load_cert_chain, read_key, write_key
 
 _LOGGER = logging.getLogger(__name__)
 

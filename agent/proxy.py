@@ -1,7 +1,7 @@
 """``/proxy/{id}/{path}``: any request to an instance's runtime, answered as it streams.
 
 The agent adds the per-instance key and relays the runtime's answer chunk by chunk (server-sent
-events arrive token by token) with the one relay of ``agent.api.relay``, which the daemon's router
+events arrive token by token) with the one relay of ``core.relay``, which the daemon's router
 uses too: the same hop-by-hop headers dropped, the same keep-alive, the same safe retry and the same
 ending of a stream the runtime broke off. When the client goes away the handler is cancelled (the
 server runs with ``handler_cancellation``), which closes the upstream request, and llama-server
@@ -15,14 +15,14 @@ import logging
 import aiohttp
 from aiohttp import web
 
-from agent.api.relay import Record, Unreachable, Upstream, relay, runtime_session
 from agent.runtimes.run import RuntimeRun
+from core.relay import Record, Unreachable, Upstream, relay, runtime_session
 
 _LOGGER = logging.getLogger(__name__)
 
 
 def new_proxy_session() -> aiohttp.ClientSession:
-    """The pooled session to this machine's runtimes (see ``agent.api.relay.runtime_session``)."""
+    """The pooled session to this machine's runtimes (see ``core.relay.runtime_session``)."""
     return runtime_session(False)
 
 

@@ -3,7 +3,7 @@
 Runtimes outlive the agent (own session, log file instead of a pipe). A record names the PID and
 the process creation time and executable, so a PID the kernel has since handed to some other
 program is never mistaken for ours. The file holds the per-instance API keys: it is 0600 and
-written atomically (``agent.api.json_store``: temp file + ``os.replace``).
+written atomically (``core.json_store``: temp file + ``os.replace``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import psutil
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.api.backends import Offload
-from agent.api.json_store import JsonStore, UnreadableStore
+from core.json_store import JsonStore, UnreadableStore
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ import psutil
 from aiohttp import web
 from pydantic import ValidationError
 
-from agent.api.key_store import at_rest
 from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
 from agent.api.sources import FitRequest
 from agent.deps import AgentDeps
@@ -44,6 +43,7 @@ from agent.sources.mirror import routes as mirror_routes
 from agent.sources.service import ModelSources
 from agent.upgrade import AgentUpgrades
 from agent.upgrade import routes as upgrade_routes
+from core.key_store import at_rest
 
 _LOGGER = logging.getLogger(__name__)
 

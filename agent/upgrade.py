@@ -29,9 +29,9 @@ from typing import Protocol
 from aiohttp import web
 from pydantic import ValidationError
 
-from agent.api.file_swap import previous_of, swap_in
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer, agent_platform
 from agent.problems import AgentProblem, validation_message
+from core.file_swap import previous_of, swap_in
 
 _LOGGER = logging.getLogger(__name__)
 

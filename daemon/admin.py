@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from agent.api.key_store import KeysAtRest
+from core.key_store import KeysAtRest
 from daemon.api.models import (
     ApiKeyCreate,
     ApiKeyInfo,

@@ -8,7 +8,7 @@ import logging
 import secrets
 from pathlib import Path
 
-from agent.api.key_store import keychain
+from core.key_store import keychain
 from daemon.api.locations import KEYRING_SERVICE, KEYRING_USER
 from daemon.atomic import write_atomic
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from agent.api.json_store import JsonStore, UnreadableStore
+from core.json_store import JsonStore, UnreadableStore
 from daemon.api.backup import BackupKey
 from daemon.api.models import ApiKeyCreated, ApiKeyInfo, ApiKeyLimits
 from daemon.router import limits as key_limits

@@ -1,6 +1,6 @@
 """The daemon's own certificate authority: it signs agent and daemon client certificates.
 
-Keys are EC P-256, stored through ``agent.api.key_store``: encrypted with a secret in the OS keychain
+Keys are EC P-256, stored through ``core.key_store``: encrypted with a secret in the OS keychain
 where one is usable, else 0600 files. A node id is the SHA-256 of its certificate (DER).
 ``read_ca_pem`` / ``install_ca_pem`` hand the CA to a backup and take it back from a restore.
 """
@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agent.api.key_store import KeyStoreError, read_key, read_key_pem, write_key
+from core.key_store import KeyStoreError, read_key, read_key_pem, write_key
 
 _LOGGER = logging.getLogger(__name__)
 

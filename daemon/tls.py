@@ -10,8 +10,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from agent.api.key_store import KeysAtRest, at_rest, load_cert_chain
 from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
+from core.key_store import KeysAtRest, at_rest, load_cert_chain
 from daemon.pki import CA_KEY_FILE, CertificateAuthority, cert_pem
 
 CLIENT_STEM = "daemon-client"

@@ -1,7 +1,7 @@
 """Hostile definitions refused when they are saved, before any node is asked to run them.
 
 ``check_definition`` applies the rules the agents apply again at start (``agent.api.launch_policy``
-and ``agent.api.safe_names``), judging paths by their text because the files live on the node:
+and ``core.safe_names``), judging paths by their text because the files live on the node:
 an absolute model path without ``..``, UNC or NUL; runtime arguments that stay inside the model's
 folder and open nothing to the network; environment variables from the allowlist only; sources
 whose repo, revision and file name cannot escape a folder. The registry calls it on add and update,
@@ -24,7 +24,7 @@ from agent.api.launch_policy import (
 )
 from agent.api.mlx import served_name_problem
 from agent.api.runtimes import profile
-from agent.api.safe_names import (
+from core.safe_names import (
     UnsafeName,
     check_hf_repo,
     check_hf_revision,

@@ -2,7 +2,7 @@
 
 On Linux: ``dist/mirbadllm_<version>_amd64.deb``, ``dist/MirbadLLM-<version>-x86_64.AppImage``,
 ``dist/SHA256SUMS`` and the release feed
-``dist/feed.json`` (the update checker's format, ``daemon.api.updates``); with
+``dist/feed.json`` (the update checker's format, ``app.updates``); with
 ``MIRBADLLM_SIGNING_KEY`` naming an Ed25519 private key file, also the detached signatures
 ``SHA256SUMS.sig`` and ``feed.json.sig`` that the app verifies against its built-in key. The macOS
 and Windows packages are built by ``.github/workflows/release.yml`` with the same spec.
@@ -24,14 +24,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from daemon.api.updates.feed import (
+from core.releases.feed import (
     FEED_NAME,
     SUMS_NAME,
     feed_bytes,
     file_sha256,
     make_feed,
 )
-from daemon.api.updates.signing import (
+from core.releases.signing import (
     BUNDLED_KEYS_FILE,
     load_private_key_file,
     public_key_b64,

@@ -2,7 +2,7 @@
 
     python -m installers.release_feed --dist dist PLATFORM=FILE ...
 
-PLATFORM is one of the feed's platforms (``daemon.api.updates.feed.PLATFORMS``): the installers,
+PLATFORM is one of the feed's platforms (``core.releases.feed.PLATFORMS``): the installers,
 the agent builds and the GPU runtime packs (``llamacpp-cuda13-linux-x86_64`` and the like, which
 the daemon fetches for a node with an NVIDIA GPU: ``daemon.runtimes.packs``). The files are copied
 into ``--dist`` beside ``feed.json`` and ``SHA256SUMS``; both are signed when
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from daemon.api.updates.feed import PLATFORMS, sha256sums_text
+from core.releases.feed import PLATFORMS, sha256sums_text
 from installers.package import SIGNING_KEY_ENV, product_version, write_release
 
 

@@ -24,7 +24,7 @@ from tests.runtime_parts import no_runtime
 # No test announces or browses mDNS on the machine's real network: a test that needs it opts in
 # on interfaces it created itself (tests/fleet). Child processes inherit this.
 os.environ.setdefault("MIRBADLLM_NO_MDNS", "1")
-# No test reads or writes the real user keychain (agent.api.key_store, the admin token): keys are
+# No test reads or writes the real user keychain (core.key_store, the admin token): keys are
 # 0600 files unless a test installs a keychain of its own with the `keychain` fixture.
 os.environ["MIRBADLLM_KEYRING"] = "off"
 

@@ -46,7 +46,6 @@ from typing import Any
 import aiohttp
 from multidict import MultiDict
 
-from agent.api.http import ErrorMap, JsonHttp, error_envelope, iter_sse_data
 from agent.api.models import (
     API_PREFIX,
     AgentStatus,
@@ -86,6 +85,7 @@ from agent.api.sources import (
     TransfersPage,
 )
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer
+from core.http import ErrorMap, JsonHttp, error_envelope, iter_sse_data
 
 __all__ = ["AgentClient", "AgentError", "iter_sse_data"]
 

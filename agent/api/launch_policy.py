@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from agent.api import mlx, vllm
 from agent.api.llamacpp import _VALUE_FLAGS, OWNED_VALUE_FLAGS
 from agent.api.runtimes import profile
-from agent.api.safe_names import folder_of, lexically_inside
+from core.safe_names import folder_of, lexically_inside
 
 ENV_ALLOWLIST = frozenset({
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",

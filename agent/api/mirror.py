@@ -30,8 +30,8 @@ from urllib.parse import quote
 from pydantic import BaseModel, Field
 
 from agent.api.client import AgentClient, agent_errors
-from agent.api.http import JsonHttp
 from agent.api.models import API_PREFIX
+from core.http import JsonHttp
 
 MIRROR_PATH = "/mirror"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"

@@ -8,12 +8,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from agent.api.backends import BackendChoice, Offload
-from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.rpc import RpcPeer
 from agent.api.runtimes import RuntimeId, RuntimeOffer, profile
 from agent.api.vllm import VllmSettings
+from core.key_store import KeysAtRest
 
 API_PREFIX = "/agent/v1"
 INSTANCE_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
@@ -160,7 +160,7 @@ class AgentStatus(BaseModel):
     runtime_offers: list[RuntimeOffer] = Field(default_factory=list, description="Each driver, honestly reported.")
     features: list[str] = Field(default_factory=list)
     keys_at_rest: KeysAtRest | None = Field(default=None, description="The agent key: in the keychain, or a "
-                                            "0600 file with a warning (agent.api.key_store).")
+                                            "0600 file with a warning (core.key_store).")
     rpc_server: str | None = Field(default=None, description="The ggml-rpc-server of its llama.cpp build: "
                                    "None when this node cannot lend memory to a model on another (agent.api.rpc).")
 

@@ -24,7 +24,6 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from agent.api.key_store import forget, load_cert_chain
 from agent.api.pairing import IDENTITY_DAEMON_FILE
 from agent.identity import (
     AgentIdentity,
@@ -35,6 +34,7 @@ from agent.identity import (
     server_ssl_context,
 )
 from agent.paths import AgentPaths
+from core.key_store import forget, load_cert_chain
 
 _LOGGER = logging.getLogger(__name__)
 

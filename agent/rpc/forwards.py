@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from agent.api.key_store import load_cert_chain
 from agent.api.models import API_PREFIX
 from agent.api.rpc import RpcPeer, rpc_tunnel_path
 from agent.identity import AgentIdentity
 from agent.rpc.tunnel import HEARTBEAT_S, MAX_FRAME, pipe
 from agent.runtimes.ports import LOOPBACK
+from core.key_store import load_cert_chain
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -39,7 +39,6 @@ from agent.api.llamacpp import (
 )
 from agent.api.models import LaunchSpec
 from agent.api.runtimes import RuntimeOffer, profile
-from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.gguf_facts import adapter_problem, architecture
 from agent.gguf_reader import GgufError, read_header
 from agent.logring import RING_LINES, LogRing, LogTailer
@@ -63,6 +62,7 @@ from agent.runtimes.ports import FIRST_PORT  # noqa: F401 - the agent's default 
 from agent.runtimes.process import RuntimeProcess, describe_exit
 from agent.runtimes.prometheus import parse_prometheus
 from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, StartFailed, adopt_recorded
+from core.safe_names import UnsafeName, check_node_path, commonpath_inside
 
 _LOGGER = logging.getLogger(__name__)
 

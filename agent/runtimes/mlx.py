@@ -53,7 +53,6 @@ from agent.api.launch_policy import (
 from agent.api.mlx import build_args, config_hash, lift_extra_args, served_name_problem
 from agent.api.models import LaunchSpec
 from agent.api.runtimes import RuntimeOffer
-from agent.api.safe_names import UnsafeName, check_node_path, commonpath_inside
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord
@@ -61,6 +60,7 @@ from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
 from agent.runtimes.llamacpp import BASE_ENV_KEYS, real_inside
 from agent.runtimes.process import RuntimeProcess
 from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, adopt_recorded
+from core.safe_names import UnsafeName, check_node_path, commonpath_inside
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from huggingface_hub import get_token
 from yarl import URL
 
 from agent.admission import inspect_file
-from agent.api.safe_names import UnsafeName, check_component
 from agent.api.sources import DownloadRequest, HfFileRef, ImportedModel
 from agent.gguf_facts import shard_names
 from agent.problems import InvalidModelFile
@@ -36,6 +35,7 @@ from agent.sources.huggingface import (
 from agent.sources.store import ModelStore, slug
 from agent.sources.transfers import TransferHandle
 from agent.sources.url_guard import UrlPolicy
+from core.safe_names import UnsafeName, check_component
 
 URL_FOLDER = "downloads"
 

@@ -5,7 +5,7 @@
 file, or the git SHA-1 of a small one) and lists a repo (``HfApi.list_repo_files``). The bytes
 come through ``agent.sources.fetch`` so that every redirect is checked and the token stays on the hub.
 ``HF_ENDPOINT`` is read when a call is made, so tests and mirrors point it at their own hub.
-A repo, revision or file name is checked (``agent.api.safe_names``) before any URL is built.
+A repo, revision or file name is checked (``core.safe_names``) before any URL is built.
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ from huggingface_hub.errors import (
 )
 from yarl import URL
 
-from agent.api.safe_names import (
-    UnsafeName,
-    check_hf_repo,
-    check_hf_revision,
-    check_relative_name,
-)
 from agent.api.sources import GgufSummary, HfFileRef
 from agent.gguf_facts import shard_names, summarize
 from agent.gguf_reader import GgufError, read_header_ranged
 from agent.problems import AgentProblem, InvalidModelFile
 from agent.sources.fetch import DownloadFailed, Expected, FetchSettings, open_guarded
 from agent.sources.url_guard import GuardedResolver, UrlPolicy, is_public
+from core.safe_names import (
+    UnsafeName,
+    check_hf_repo,
+    check_hf_revision,
+    check_relative_name,
+)
 
 METADATA_TIMEOUT_S = 20.0
 RESOLVE_TIMEOUT_S = 5.0  # the hub's name looked up first: offline is said at once, not after the hub client's retries

@@ -19,12 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.admission import inspect_file
-from agent.api.safe_names import (
-    UnsafeName,
-    check_component,
-    check_digest,
-    check_node_path,
-)
 from agent.api.sources import (
     FolderImportRequest,
     ImportedModel,
@@ -37,6 +31,12 @@ from agent.sources.fetch import ChecksumMismatch, partial_path
 from agent.sources.huggingface import BadSourceRequest
 from agent.sources.store import ModelStore, link_or_copy, slug
 from agent.sources.transfers import TransferHandle
+from core.safe_names import (
+    UnsafeName,
+    check_component,
+    check_digest,
+    check_node_path,
+)
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"
 PROJECTOR_MEDIA = "application/vnd.ollama.image.projector"

@@ -1,7 +1,7 @@
 """The agent's side of the checked mirror: receive a model version's files from the daemon, verify, then place.
 
 The contract and its routes are ``agent.api.mirror``. Every name is checked with
-``agent.api.safe_names`` and every path built from it must stay inside the models folder (no
+``core.safe_names`` and every path built from it must stay inside the models folder (no
 component may be a link out of it, the file itself no link at all) before anything is read or
 written. A file is written to ``.{file}.mirror`` beside its place, chunk by chunk as it arrives
 (each chunk flushed, so a cut transfer leaves every byte received for the next push to continue
@@ -27,8 +27,8 @@ from agent.api.mirror import (
     MirrorFile,
     MirrorFileState,
 )
-from agent.api.safe_names import UnsafeName, check_relative_name, commonpath_inside
 from agent.problems import AgentProblem
+from core.safe_names import UnsafeName, check_relative_name, commonpath_inside
 
 CHUNK = 1 << 20
 PARTIAL_SUFFIX = ".mirror"

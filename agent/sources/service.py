@@ -17,7 +17,6 @@ from huggingface_hub import get_token
 from agent.admission import Admission
 from agent.api.models import InstanceState
 from agent.api.plan import NodePlan
-from agent.api.safe_names import UnsafeName, check_node_path
 from agent.api.sources import (
     DownloadRequest,
     FitReport,
@@ -56,6 +55,7 @@ from agent.sources.imports import (
 )
 from agent.sources.store import ModelStore
 from agent.sources.transfers import TransferManager
+from core.safe_names import UnsafeName, check_node_path
 
 Loading = Callable[[], list[tuple[str, InstanceState, int | None]]]
 

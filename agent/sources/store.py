@@ -1,7 +1,7 @@
 """The agent's models folder: where downloads and imports land, and the only place they may write.
 
 Every name that becomes a path here (a download's target folder, a repo's file name, an Ollama
-model name) is checked with ``agent.api.safe_names`` first, and every path built from it is
+model name) is checked with ``core.safe_names`` first, and every path built from it is
 resolved (symlinks followed) and must stay inside the folder: a link planted in ``models/`` that
 points elsewhere is refused, not followed. Checks come before any directory is created.
 """
@@ -14,13 +14,13 @@ import re
 import shutil
 from pathlib import Path
 
-from agent.api.safe_names import (
+from agent.problems import AgentProblem
+from core.safe_names import (
     UnsafeName,
     check_component,
     check_relative_name,
     commonpath_inside,
 )
-from agent.problems import AgentProblem
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 

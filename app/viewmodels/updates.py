@@ -1,6 +1,6 @@
 """The Settings page's updates: check the signed release feed, stage the new build, restart into it.
 
-The checking, verifying and staging are ``daemon.api.updates`` (Qt-free, shared with the daemon);
+The checking, verifying and staging are ``app.updates`` (Qt-free, shared with the daemon);
 this holds the page's state. The feed URL is an app preference; empty means updates are off.
 """
 
@@ -14,9 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from app.viewmodels.observable import Observable
-from daemon.api.program import program_version
-from daemon.api.updates import (
+from app.updates import (
     Installer,
     StagedUpdate,
     UpdateChecker,
@@ -25,6 +23,8 @@ from daemon.api.updates import (
     UpdateResult,
     installer_for_this_os,
 )
+from app.viewmodels.observable import Observable
+from daemon.api.program import program_version
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -76,8 +76,8 @@ from typing import Any
 
 import aiohttp
 
-from agent.api.http import ErrorMap, JsonHttp, error_envelope
 from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
+from core.http import ErrorMap, JsonHttp, error_envelope
 from daemon.api.audit import CLIENT_HEADER, AuditPage
 from daemon.api.backup import BackupFile, BackupListing, RestorePreview, RestoreResult
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan

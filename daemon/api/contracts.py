@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from agent.api.backends import CHOICES as BACKEND_CHOICES
 from agent.api.backends import Backend, BackendSetting, BackendState, Device, Offload
-from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuEcc, GpuInfo
@@ -37,6 +36,7 @@ from agent.api.sources import (
     TransferState,
 )
 from agent.api.vllm import VllmSettings
+from core.key_store import KeysAtRest
 
 __all__ = [
     "BACKEND_CHOICES",

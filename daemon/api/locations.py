@@ -40,8 +40,8 @@ def read_admin_token(home: Path) -> str | None:
             return token
     except OSError:
         pass
-    # The keychain as agent.api.key_store sees it: honours MIRBADLLM_KEYRING (off in the tests).
-    from agent.api.key_store import keychain
+    # The keychain as core.key_store sees it: honours MIRBADLLM_KEYRING (off in the tests).
+    from core.key_store import keychain
 
     backend, _why = keychain()
     if backend is None:

@@ -8,12 +8,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.api.backends import Offload
-from agent.api.key_store import KeysAtRest
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeId
 from agent.api.vllm import VllmSettings
+from core.key_store import KeysAtRest
 from daemon.api.backup import BackupSettings
 from daemon.api.rpc_split import RpcHelper
 
@@ -184,7 +184,7 @@ class StatusResponse(BaseModel):
     router: dict[str, RouterStats] = Field(default_factory=dict)
     hosts: list[HostSnapshot] = Field(default_factory=list)
     last_event_id: int = 0
-    # Secrets at rest (agent.api.key_store): the daemon's private keys in the keychain, or 0600 files + a warning.
+    # Secrets at rest (core.key_store): the daemon's private keys in the keychain, or 0600 files + a warning.
     keys_at_rest: KeysAtRest | None = None
 
 

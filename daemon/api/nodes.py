@@ -21,9 +21,9 @@ from agent.api.backends import (
     Pick,
     pick_backend,
 )
-from agent.api.key_store import KeysAtRest
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeOffer, profile
+from core.key_store import KeysAtRest
 
 # RuntimeOffer is re-exported: the app imports only daemon.api.
 __all__ = ["NODE_ID_PATTERN", "DiscoveredNode", "NodeAddResult", "NodeAddressRequest", "NodePairRequest",

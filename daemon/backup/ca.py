@@ -15,7 +15,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from agent.api.key_store import read_key_pem, write_key
+from core.key_store import read_key_pem, write_key
 from daemon.api.backup import BackupCa
 from daemon.atomic import write_atomic
 from daemon.pki import CA_CERT_FILE, CA_KEY_FILE, install_ca_pem, read_ca_pem

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agent.api.json_store import JsonStore, UnreadableStore
 from agent.api.llamacpp import config_hash, lift_extra_args
 from agent.api.mlx import config_hash as mlx_config_hash
 from agent.api.mlx import lift_extra_args as mlx_lift_extra_args
 from agent.api.runtimes import RUNTIME_LABELS, RuntimeOffer, profile
 from agent.api.vllm import config_hash as vllm_config_hash
 from agent.api.vllm import normalize as vllm_normalize
+from core.json_store import JsonStore, UnreadableStore
 from daemon.api.demo_model import DEMO_MODEL_ID, DEMO_PACKAGE, demo_definition
 from daemon.api.models import ModelDefinition
 from daemon.errors import DaemonProblem

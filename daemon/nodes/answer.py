@@ -12,7 +12,7 @@ import aiohttp
 
 from agent.api.client import AgentClient
 from agent.api.models import InstanceInfo
-from agent.api.relay import Upstream
+from core.relay import Upstream
 from daemon.api.models import LOCAL_NODE
 
 

@@ -20,7 +20,7 @@ from agent.api.backends import (
     CHOICES,
     BackendChoice,
 )
-from agent.api.json_store import JsonStore, UnreadableStore
+from core.json_store import JsonStore, UnreadableStore
 
 _LOGGER = logging.getLogger(__name__)
 

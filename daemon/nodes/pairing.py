@@ -23,7 +23,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from agent.api.client import AgentError
-from agent.api.key_store import load_cert_chain
 from agent.api.pairing import (
     PairingClient,
     PairingComplete,
@@ -33,6 +32,7 @@ from agent.api.pairing import (
     proofs_equal,
     transcript,
 )
+from core.key_store import load_cert_chain
 from daemon.errors import DaemonProblem
 from daemon.nodes.store import format_address, issued_by
 from daemon.pki import CertificateAuthority, cert_pem, fingerprint
@@ -70,7 +70,7 @@ async def peer_certificate(host: str, port: int, client: tuple[str, str] | None,
     ctx.verify_mode = ssl.CERT_NONE
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     if client is not None:
-        load_cert_chain(ctx, client[0], client[1])  # the key may be encrypted (agent.api.key_store)
+        load_cert_chain(ctx, client[0], client[1])  # the key may be encrypted (core.key_store)
     try:
         _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=ctx), timeout)
     except (OSError, TimeoutError, ssl.SSLError) as exc:

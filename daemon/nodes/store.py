@@ -17,8 +17,8 @@ from pathlib import Path
 from cryptography import x509
 from pydantic import BaseModel
 
-from agent.api.json_store import JsonStore, UnreadableStore
-from agent.api.key_store import load_cert_chain
+from core.json_store import JsonStore, UnreadableStore
+from core.key_store import load_cert_chain
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def node_ssl_context(node_cert_pem: str, client_cert: Path, client_key: Path) ->
     ctx.check_hostname = False  # a node is its certificate, whatever address it is reached at
     ctx.load_verify_locations(cadata=node_cert_pem)
     ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    load_cert_chain(ctx, client_cert, client_key)  # the key may be encrypted (agent.api.key_store)
+    load_cert_chain(ctx, client_cert, client_key)  # the key may be encrypted (core.key_store)
     return ctx
 
 

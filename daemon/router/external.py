@@ -26,8 +26,8 @@ from pathlib import Path
 
 import aiohttp
 
-from agent.api.relay import Upstream, describe, runtime_session
 from agent.api.runtimes import profile
+from core.relay import Upstream, describe, runtime_session
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 
 _LOGGER = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The OpenAI-compatible ``/v1`` router: resolve ``model``, proxy to its runtime, stream back.
 
 Bodies are read up to the limit (64 MiB) and no further; responses are streamed chunk by chunk
-(SSE is never buffered) by the one relay of ``agent.api.relay`` (hop-by-hop headers, keep-alive,
+(SSE is never buffered) by the one relay of ``core.relay`` (hop-by-hop headers, keep-alive,
 the safe retry and a broken stream's ending are its policy, shared with the agent's proxy); a
 client that goes away cancels the upstream request, which frees the runtime's slot. Where the
 model's instance answers is ``daemon.nodes.answer``'s decision. The router's own refusals are
@@ -29,8 +29,8 @@ from multidict import CIMultiDict
 
 from agent.api.llamacpp import lora_field
 from agent.api.models import InstanceInfo, InstanceState
-from agent.api.relay import Record, Unreachable, Upstream, relay, runtime_session
 from agent.api.runtimes import profile
+from core.relay import Record, Unreachable, Upstream, relay, runtime_session
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem

@@ -38,11 +38,10 @@ from yarl import URL
 
 from agent.api.backends import Backend
 from agent.api.runtimes import profile
+from core.releases.feed import PLATFORMS
+from core.releases.fetch import UpdateError, download_artefact, fetch_signed_feed
+from core.releases.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.nodes import NodeView, PackState, PackStep
-from daemon.api.updates.checker import download_artefact, fetch_signed_feed
-from daemon.api.updates.feed import PLATFORMS
-from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS
-from daemon.api.updates.staging import UpdateError
 from daemon.errors import DaemonProblem
 from daemon.runtimes.build import MANIFEST, BuildRefused, StagedRuntimeBuild, load_build
 

@@ -9,7 +9,7 @@ files on ``local``; ``Mirror.start`` checks the request at once and answers a ``
    (``DaemonPaths.local_agent_home / "models"``): it is the same machine and the same user, so the
    local agent need not stream them, and the mirror works while that agent restarts. A path is
    resolved (links followed) and must lie inside that folder, its name relative to it passing
-   ``agent.api.safe_names``; nothing outside the folder is ever opened. A file whose download still
+   ``core.safe_names``; nothing outside the folder is ever opened. A file whose download still
    runs here (its ``.{name}.partial`` beside it, as ``agent.sources.fetch`` writes it, or an
    unfinished local download naming it) is refused, 409 ``download_in_progress``.
 2. **hash**: each file's size and SHA-256, stated to the node with the bytes.
@@ -51,13 +51,13 @@ from aiohttp import web
 
 from agent.api.client import AgentError
 from agent.api.mirror import MirrorClient, MirrorFile
-from agent.api.safe_names import UnsafeName, check_relative_name, commonpath_inside
 from agent.api.sources import (
     FINISHED_TRANSFERS,
     ImportedModel,
     TransferInfo,
     TransferState,
 )
+from core.safe_names import UnsafeName, check_relative_name, commonpath_inside
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import LOCAL_NODE, ModelDefinition
 from daemon.api.sources import Registration, Transfer

@@ -42,7 +42,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from agent.api.relay import Record, Unreachable, Upstream
+from core.relay import Record, Unreachable, Upstream
 from daemon.api.models import ModelDefinition, TracingSettings
 from daemon.errors import DaemonProblem
 

@@ -1,7 +1,7 @@
 """Rolling upgrades of the paired agents, one node at a time (``/api/nodes/upgrade``).
 
 - ``release.py``: the staged agent release: the signed feed (checked with
-  ``daemon.api.updates.signing``) and each platform's build beside it, sizes and SHA-256 checked.
+  ``core.releases.signing``) and each platform's build beside it, sizes and SHA-256 checked.
 - ``rollout.py``: ``Rollout`` walks the nodes in order: push the build (``AgentClient.upgrade``),
   wait until the node is back with the new version and the same runtime PIDs, then the next; the
   first node that refuses or does not come back stops it.

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from core.releases.fetch import UpdateError
+from core.releases.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.nodes import NodeView
-from daemon.api.updates.signing import RELEASE_PUBLIC_KEYS
-from daemon.api.updates.staging import UpdateError
 from daemon.api.upgrades import RolloutState, RolloutView, UpgradeRequest
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus

@@ -17,15 +17,15 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from daemon.api.updates.feed import (
+from core.releases.feed import (
     FEED_NAME,
     SIGNATURE_SUFFIX,
     ReleaseArtefact,
     ReleaseFeed,
     file_sha256,
 )
-from daemon.api.updates.signing import verify_feed_signature
-from daemon.api.updates.staging import UpdateError
+from core.releases.fetch import UpdateError
+from core.releases.signing import verify_feed_signature
 
 
 @dataclass(frozen=True)

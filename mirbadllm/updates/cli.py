@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from daemon.api.updates.feed import (
+from core.releases.feed import (
     FEED_NAME,
     PLATFORMS,
     SIGNATURE_SUFFIX,
@@ -26,7 +26,7 @@ from daemon.api.updates.feed import (
     make_feed,
     sha256sums_text,
 )
-from daemon.api.updates.signing import (
+from core.releases.signing import (
     RELEASE_PUBLIC_KEYS,
     SigningKeyError,
     private_key_pem,
@@ -75,7 +75,7 @@ def _keygen(out: Path) -> int:
     with os.fdopen(fd, "wb") as fh:
         fh.write(private_key_pem(key))
     print(f"private key: {out} (keep it offline; never commit it)")
-    print(f"public key (add to RELEASE_PUBLIC_KEYS in daemon/api/updates/signing.py): {public_key_b64(key)}")
+    print(f"public key (add to RELEASE_PUBLIC_KEYS in core/releases/signing.py): {public_key_b64(key)}")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.api.key_store import read_key, write_key
+from core.key_store import read_key, write_key
 from daemon.pki import new_key
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent.api.launch_policy import PolicyViolation, check_env, check_extra_args
-from agent.api.safe_names import (
+from core.safe_names import (
     UnsafeName,
     check_digest,
     check_hf_repo,

@@ -1,4 +1,4 @@
-"""The one relay (``agent.api.relay``) against real aiohttp servers: a fake upstream that resets,
+"""The one relay (``core.relay``) against real aiohttp servers: a fake upstream that resets,
 breaks off or sends hop-by-hop headers, in front of it the agent's proxy (``agent.proxy.forward``)
 and a bare relay handler as the daemon's router calls it."""
 
@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agent.api.relay import (
+from agent.proxy import forward, new_proxy_session
+from core.relay import (
     BROKEN_CODE,
     Record,
     Unreachable,
@@ -22,7 +23,6 @@ from agent.api.relay import (
     relay,
     runtime_session,
 )
-from agent.proxy import forward, new_proxy_session
 from tests.fakes.serving import serving
 
 KEY = "sk-instance-key"

@@ -16,14 +16,14 @@ from PySide6.QtWidgets import QApplication
 
 from app.context import AppContext
 from app.ui.pages.settings import SettingsPage
-from app.viewmodels.updates import UPDATES_OFF, UpdatesViewModel
-from daemon.api.updates import (
+from app.updates import (
     StagedUpdate,
     UpdateError,
     UpdateReady,
     UpdateResult,
     UpToDate,
 )
+from app.viewmodels.updates import UPDATES_OFF, UpdatesViewModel
 
 pytestmark = pytest.mark.gui
 

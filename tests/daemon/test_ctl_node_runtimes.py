@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.api.key_store import KeysAtRest
 from agent.api.runtimes import RuntimeOffer
+from core.key_store import KeysAtRest
 from daemon.api.nodes import NodeView
 from mirbadllm import ctl, ctl_nodes
 from tests.agent._support import eventually

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.api.client import AgentClient
-from agent.api.key_store import SERVICE, account
+from core.key_store import SERVICE, account
 from daemon.api.nodes import NodeState
 from daemon.nodes.store import node_ssl_context
 from mirbadllm import ctl

@@ -18,9 +18,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.api.upgrade import agent_platform
+from core.releases.feed import feed_bytes, make_feed
+from core.releases.signing import public_key_b64
 from daemon.api.models import ModelState
-from daemon.api.updates.feed import feed_bytes, make_feed
-from daemon.api.updates.signing import public_key_b64
 from daemon.api.upgrades import NodeUpgradeState, RolloutState, RolloutView
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fleet.agents import eventually

@@ -26,10 +26,10 @@ from agent.api.backends import Backend
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeOffer
 from app.viewmodels.nodes import backend_summary
+from core.releases.feed import ReleaseArtefact, ReleaseFeed, feed_bytes
 from daemon.api.models import ModelState
 from daemon.api.nodes import NodeView
 from daemon.api.program import program_version
-from daemon.api.updates.feed import ReleaseArtefact, ReleaseFeed, feed_bytes
 from daemon.runtimes.packs import cuda_line, pack_need
 from mirbadllm.ctl_nodes import fmt_backends
 from tests.daemon.harness import RunningDaemon, model

@@ -72,7 +72,7 @@ def test_sha256sums_reads_as_sha256sum_writes_it(tmp_path: Path) -> None:
 def test_the_package_step_signs_what_the_update_checker_verifies(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from daemon.api.updates.signing import (
+    from core.releases.signing import (
         load_private_key_file,
         private_key_pem,
         public_key_b64,
@@ -95,7 +95,7 @@ def test_the_package_step_signs_what_the_update_checker_verifies(tmp_path: Path)
 def test_a_build_trusts_the_key_make_package_signed_it_with(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from daemon.api.updates.signing import (
+    from core.releases.signing import (
         bundled_release_keys,
         private_key_pem,
         public_key_b64,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api.updates.feed import ReleaseFeed
-from daemon.api.updates.signing import verify_feed_signature
+from core.releases.feed import ReleaseFeed
+from core.releases.signing import verify_feed_signature
 from installers import release_feed
 from tests.updates.release import ReleaseKey
 

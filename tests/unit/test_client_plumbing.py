@@ -1,4 +1,4 @@
-"""The HTTP plumbing ``AgentClient`` and ``DaemonClient`` share (``agent.api.http``): each client's
+"""The HTTP plumbing ``AgentClient`` and ``DaemonClient`` share (``core.http``): each client's
 errors keep their own type and shape, long-polls and event streams read the same way."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from agent.api.client import AgentClient, AgentError
-from agent.api.http import ErrorMap, JsonHttp, error_envelope
+from core.http import ErrorMap, JsonHttp, error_envelope
 from daemon.api.client import DaemonClient, DaemonError
 
 

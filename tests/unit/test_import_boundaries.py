@@ -9,6 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GUI = ("PySide6", "qasync", "pyqtgraph", "shiboken6")
+OURS = ("core", "agent", "daemon", "app", "mirbadllm", "installers", "tests", "bench")
 
 
 def _imports(package: str) -> list[tuple[Path, int, str]]:
@@ -41,6 +42,24 @@ def test_agent_imports_nothing_of_ours_outside_agent() -> None:
     assert _violations("agent", lambda n: _top(n) not in ("daemon", "app", "mirbadllm")) == []
 
 
+def test_core_imports_nothing_of_ours() -> None:
+    """``core`` is the bottom layer every program shares (files, hashing, HTTP, the relay, keys,
+    signed releases): it never reaches up into a program."""
+    assert _violations("core", lambda n: _top(n) == "core" or _top(n) not in OURS) == []
+
+
+@pytest.mark.parametrize("package", ["agent/api", "daemon/api"])
+def test_api_packages_hold_contracts_and_clients_only(package: str) -> None:
+    """``agent/api`` and ``daemon/api`` are wire contracts and their typed clients: they import each
+    other's contracts and the core layer, nothing of a server's insides and nothing of the app."""
+    def allowed(name: str) -> bool:
+        top = _top(name)
+        return (top not in OURS or top == "core" or name in ("agent.api", "daemon.api")
+                or name.startswith(("agent.api.", "daemon.api.")))
+
+    assert _violations(package, allowed) == []
+
+
 def test_daemon_imports_only_the_agent_contracts() -> None:
     def allowed(name: str) -> bool:
         return _top(name) not in ("agent", "app") or name == "agent.api" or name.startswith("agent.api.")
@@ -48,17 +67,15 @@ def test_daemon_imports_only_the_agent_contracts() -> None:
     assert _violations("daemon", allowed) == []
 
 
-OURS = ("agent", "daemon", "app", "mirbadllm", "installers", "tests", "bench")
-
-
 def test_app_sees_only_the_daemon_api() -> None:
     """The app talks to the daemon through ``daemon.api`` alone: the agent's contracts it shows
-    come re-exported from there, and the launcher is not imported for its version."""
+    come re-exported from there, and the launcher is not imported for its version. The core layer
+    (signed releases for its self-update) is shared by all."""
     def allowed(name: str) -> bool:
         top = _top(name)
         if top == "daemon":
             return name == "daemon.api" or name.startswith("daemon.api.")
-        return top == "app" or top not in OURS
+        return top in ("app", "core") or top not in OURS
 
     assert _violations("app", allowed) == []
 
@@ -102,7 +119,7 @@ def _cycles(package: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["agent", "daemon"])
+@pytest.mark.parametrize("package", ["agent", "daemon", "core"])
 def test_no_import_cycle(package: str) -> None:
     assert _cycles(package) == []
 
@@ -175,7 +192,7 @@ def runtime_switches(source: str) -> list[int]:
 
 def test_no_runtime_switch_outside_the_registry() -> None:
     found = []
-    for package in ("agent", "daemon", "app", "mirbadllm", "installers"):
+    for package in ("core", "agent", "daemon", "app", "mirbadllm", "installers"):
         for path in (ROOT / package).rglob("*.py"):
             if path.relative_to(ROOT) == REGISTRY:
                 continue

@@ -1,4 +1,4 @@
-"""``agent.api.json_store``: the one helper behind models.json, nodes.json, keys.json and
+"""``core.json_store``: the one helper behind models.json, nodes.json, keys.json and
 processes.json: atomic 0600 writes, pydantic validation on load, unreadable files named."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from agent.api.json_store import JsonStore, UnreadableStore
+from core.json_store import JsonStore, UnreadableStore
 
 
 class _Shape(BaseModel):

@@ -1,4 +1,4 @@
-"""Private keys at rest (agent.api.key_store): encrypted with a keychain secret, migrated from plain
+"""Private keys at rest (core.key_store): encrypted with a keychain secret, migrated from plain
 files, 0600 files with a warning where no keychain can be used, and a clear error when the secret is gone."""
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from keyring.backends import fail
 
-from agent.api.key_store import (
+from agent.identity import IdentityError, load_or_create_identity, server_ssl_context
+from agent.pairing.enrollment import reset_identity
+from agent.paths import AgentPaths
+from core.key_store import (
     SERVICE,
     KeyStoreError,
     account,
@@ -21,9 +24,6 @@ from agent.api.key_store import (
     load_cert_chain,
     read_key,
 )
-from agent.identity import IdentityError, load_or_create_identity, server_ssl_context
-from agent.pairing.enrollment import reset_identity
-from agent.paths import AgentPaths
 from daemon.pki import CertificateAuthority, install_ca_pem, key_pem, read_ca_pem
 from daemon.tls import ensure_client_certificate, keys_at_rest
 from tests.fakes.keychain import ForgetfulKeychain, MemoryKeychain, RefusingKeychain

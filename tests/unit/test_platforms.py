@@ -14,7 +14,6 @@ from typing import Any, Self
 
 import pytest
 
-from agent.api.safe_names import commonpath_inside
 from agent.main import install_stop_handlers as install_agent_stop_handlers
 from agent.runtimes.catalog import RuntimeCatalog, built_llama_server
 from agent.runtimes.llamacpp import child_env
@@ -31,6 +30,7 @@ from agent.runtimes.process import (
     stop_plan,
 )
 from app import autostart
+from core.safe_names import commonpath_inside
 from daemon.atomic import write_atomic
 from daemon.main import install_stop_handlers, loop_factory, stop_signal_names
 from tests.fakes import fake_runtime_script
@@ -318,7 +318,7 @@ def test_a_listening_port_is_not_free_here() -> None:
         assert not port_is_free(listener.getsockname()[1])
 
 
-# -- agent/api/safe_names.py: commonpath across Windows drives --------------------------------------
+# -- core/safe_names.py: commonpath across Windows drives --------------------------------------
 
 def test_ntpath_commonpath_itself_raises_across_drives() -> None:
     with pytest.raises(ValueError):

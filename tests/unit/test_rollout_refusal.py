@@ -8,7 +8,7 @@ from typing import Any
 from agent.api.client import AgentError
 from agent.api.models import AgentStatus, InstancesPage
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer
-from daemon.api.updates.feed import make_feed
+from core.releases.feed import make_feed
 from daemon.api.upgrades import NodeUpgradeState, RolloutState
 from daemon.upgrades.release import StagedBuild, StagedRelease
 from daemon.upgrades.rollout import NodeTarget, Rollout, UpgradePolicy

@@ -16,9 +16,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from daemon.api.updates.feed import ReleaseArtefact, ReleaseFeed, feed_bytes
-from daemon.api.updates.signing import private_key_pem, public_key_b64, sign_bytes
-from daemon.api.updates.staging import StagedUpdate
+from app.updates.staging import StagedUpdate
+from core.releases.feed import ReleaseArtefact, ReleaseFeed, feed_bytes
+from core.releases.signing import private_key_pem, public_key_b64, sign_bytes
 
 _LOGGER = logging.getLogger(__name__)
 

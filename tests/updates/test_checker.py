@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api.updates import (
+from app.updates import (
     AppImageInstaller,
     UpdateChecker,
     UpdateError,
     UpdateReady,
     UpToDate,
 )
-from daemon.api.updates.feed import feed_bytes
+from core.releases.feed import feed_bytes
 from tests.updates.release import (
     APPIMAGE,
     PAYLOAD,

@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from daemon.api.updates import (
+from app.updates import (
     AppImageInstaller,
     StagedUpdate,
     UnsupportedInstaller,
@@ -26,8 +26,8 @@ from daemon.api.updates import (
     sign_bytes,
     verify_feed_signature,
 )
-from daemon.api.updates.installer import DebInstaller, MacInstaller, WindowsInstaller
-from daemon.api.updates.signing import SigningKeyError, public_key_b64
+from app.updates.installer import DebInstaller, MacInstaller, WindowsInstaller
+from core.releases.signing import SigningKeyError, public_key_b64
 from mirbadllm.updates.cli import main as cli
 from tests.updates.release import ReleaseKey
 

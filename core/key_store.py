@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from pydantic import BaseModel, Field
 
-from agent.api.json_store import write_atomic
+from core.json_store import write_atomic
 
 if TYPE_CHECKING:
     from keyring.backend import KeyringBackend

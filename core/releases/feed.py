@@ -13,7 +13,6 @@ that a newer feed still reads; the signature covers every byte of the file eithe
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from core.hashing import file_sha256
 
 FEED_NAME = "feed.json"
 SIGNATURE_SUFFIX = ".sig"
@@ -77,12 +78,6 @@ class ReleaseFeed(BaseModel):
         return next((a for a in self.artefacts if a.platform == platform), None)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def sha256sums_text(folder: Path) -> str:

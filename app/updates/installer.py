@@ -24,9 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from agent.api.file_swap import previous_of, swap_in
-from daemon.api.updates.feed import file_sha256
-from daemon.api.updates.staging import StagedUpdate, UpdateError
+from app.updates.staging import StagedUpdate
+from core.file_swap import previous_of, swap_in
+from core.hashing import file_sha256
+from core.releases.fetch import UpdateError
 
 _LOGGER = logging.getLogger(__name__)
 

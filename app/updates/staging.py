@@ -11,15 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-class UpdateError(Exception):
-    """An update refused or failed; ``check`` names the check (signature, version, size, ...)."""
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
-        self.message = message
-
-
 @dataclass(frozen=True)
 class StagedUpdate:
     version: str
