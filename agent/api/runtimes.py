@@ -3,7 +3,7 @@
 ``RuntimeId`` names a driver: ``llamacpp`` (llama.cpp's ``llama-server``, a native process),
 ``vllm`` (vLLM's OpenAI server in a Docker container, Linux nodes with a Docker engine) and ``mlx``
 (``mlx_lm.server``, a native process on Apple Silicon). ``external`` is no driver: an
-OpenAI-compatible server somewhere else that the daemon's router calls itself (``daemon.router.external``);
+OpenAI-compatible server somewhere else that the daemon's router calls itself (``daemon.models.external``);
 no agent runs it, offers it or accepts a launch spec for it. ``PROFILES`` is the one registry of
 what each runtime is and can do (``profile(runtime)``): code asks it, never compares ids. Every agent reports each driver it has as a
 ``RuntimeOffer`` (``AgentStatus.runtime_offers``, ``/api/nodes``' ``runtimes``): available or not,

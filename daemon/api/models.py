@@ -63,7 +63,7 @@ class ModelDefinition(BaseModel):
     runtime_version: str | None = Field(
         default=None, max_length=200, description="Pin: the runtime version this model must run on (llama.cpp "
         "build, vLLM image digest, mlx-lm version); a node with another refuses to start it.")
-    # External endpoints (runtime "external", ``daemon.router.external``) and fallbacks (any runtime).
+    # External endpoints (runtime "external", ``daemon.models.external``) and fallbacks (any runtime).
     base_url: str | None = Field(default=None, max_length=500, description="external: the server's OpenAI "
                                  "base URL (http or https), e.g. https://api.openai.com/v1.")
     provider_model: str | None = Field(default=None, min_length=1, max_length=200, description="external: the "

@@ -35,7 +35,7 @@ from daemon.backup import document
 from daemon.backup.errors import BackupRefused
 from daemon.backup.files import ModelFiles
 from daemon.backup.restore import Owners, Plan, apply_plan, plan_restore
-from daemon.router.external import KeyUnreadable, read_key
+from daemon.models.external import KeyUnreadable, read_key
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -36,12 +36,12 @@ from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelStatu
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.models import placement, split_room
+from daemon.models.external import ExternalEndpoints
 from daemon.models.maintenance import Maintenance
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
 from daemon.models.rpc import HelperRefused, RpcHelpers
 from daemon.nodes.links import AgentLink, Links
-from daemon.router.external import ExternalEndpoints
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class Orchestrator:
             asyncio.get_running_loop().create_task(self._notify())
 
     async def watch_external(self) -> None:
-        """Probe the external models' endpoints in the background (``daemon.router.external``)."""
+        """Probe the external models' endpoints in the background (``daemon.models.external``)."""
         await self.external.watch(self.registry.all, self._external_changed)
 
     async def _notify(self) -> None:

@@ -16,15 +16,16 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from cryptography import x509
 
 from agent.api.backends import BackendChoice
 from agent.api.client import AgentClient, AgentError
+from agent.api.models import InstanceInfo
 from agent.api.pairing import short_fingerprint
 from agent.api.runtimes import RuntimeOffer
-from daemon.api.models import LOCAL_NODE, ModelState
+from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState, ModelStatus
 from daemon.api.nodes import (
     DiscoveredNode,
     NodeAddResult,
@@ -38,8 +39,6 @@ from daemon.api.nodes import (
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
-from daemon.models.orchestrator import Orchestrator
-from daemon.models.registry import Registry
 from daemon.nodes.backends import NodeBackends
 from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
 from daemon.nodes.links import Links, NodeLink
@@ -62,9 +61,27 @@ _LOGGER = logging.getLogger(__name__)
 FIRST_CONTACT_S = 10.0
 
 
+class ModelDefinitions(Protocol):
+    """The saved models (``daemon.models.registry.Registry``), as the node manager reads them."""
+
+    def all(self) -> list[ModelDefinition]: ...
+
+
+class ModelLives(Protocol):
+    """What the node manager asks of the models' owner (``daemon.models.orchestrator.Orchestrator``):
+    a model's status, a stop, and a node's instances as its agent reports them. ``daemon.deps``
+    wires the two; ``daemon.nodes`` never imports ``daemon.models``."""
+
+    def status(self, definition: ModelDefinition) -> ModelStatus: ...
+
+    async def stop(self, model_id: str, *, keep_wanted: bool = False) -> ModelStatus: ...
+
+    def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None: ...
+
+
 class NodeManager:
     def __init__(self, policy: NodePolicy, pki_dir: Path, nodes_file: Path, links: Links,
-                 orchestrator: Orchestrator, registry: Registry, telemetry: TelemetryCollector,
+                 orchestrator: ModelLives, registry: ModelDefinitions, telemetry: TelemetryCollector,
                  events: EventBus, history: History, backends: NodeBackends | None = None) -> None:
         self.policy = policy
         self.backends = backends if backends is not None else NodeBackends(nodes_file.with_name("node_backends.json"))

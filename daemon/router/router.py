@@ -36,11 +36,11 @@ from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
 from daemon.history import History
 from daemon.keys import KeyStore
+from daemon.models.external import KeyUnreadable
 from daemon.models.maintenance import Maintenance
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.nodes.answer import answer_at
 from daemon.nodes.links import Links
-from daemon.router.external import KeyUnreadable
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.router.metrics import RouterMetrics
 

@@ -124,6 +124,54 @@ def test_no_import_cycle(package: str) -> None:
     assert _cycles(package) == []
 
 
+def _folder_cycles(package: str) -> list[list[str]]:
+    """Import cycles among ``package``'s feature folders (``daemon.models`` -> ``daemon.nodes`` -> ...),
+    every import counted (function-level too); modules at the package's top are left out."""
+    graph: dict[str, set[str]] = {}
+    for path, _line, name in _imports(package):
+        parts = path.relative_to(ROOT / package).parts
+        target = name.split(".")
+        if len(parts) < 2 or target[0] != package or len(target) < 2:
+            continue
+        here, there = parts[0], target[1]
+        graph.setdefault(here, set())
+        if there != here and (ROOT / package / there).is_dir():
+            graph[here].add(there)
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, stack: list[str]) -> None:
+        state[name] = 1
+        stack.append(name)
+        for dep in sorted(graph.get(name, ())):
+            if state.get(dep) == 1:
+                found.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, stack)
+        stack.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    return found
+
+
+def test_no_cycle_between_daemon_feature_folders() -> None:
+    """Models, nodes and the router (and every other folder) import each other one way only:
+    ``daemon.deps`` wires what a lower folder needs from a higher one through a protocol."""
+    assert _folder_cycles("daemon") == []
+
+
+def test_the_folder_cycle_check_sees_one() -> None:
+    probe = ROOT / "daemon" / "nodes" / "_folder_probe.py"
+    probe.write_text("def later():\n    from daemon.router import router\n")
+    try:
+        assert ["nodes", "router", "nodes"] in [c[-3:] for c in _folder_cycles("daemon")]
+    finally:
+        probe.unlink()
+
+
 def test_only_the_entry_point_imports_the_daemon_server() -> None:
     """The composition root (``daemon.deps``) hands each part what it uses: no part reaches back
     for the whole daemon through ``daemon.server``."""
