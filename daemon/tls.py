@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import ssl
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
 from core.key_store import KeysAtRest, at_rest, load_cert_chain
-from daemon.pki import CA_KEY_FILE, CertificateAuthority, cert_pem
+from daemon.pki import CA_KEY_FILE, CertificateAuthority, cert_pem, fingerprint
 
 CLIENT_STEM = "daemon-client"
 
@@ -55,8 +53,7 @@ def ensure_local_agent_identity(ca: CertificateAuthority, identity_dir: Path) ->
         ca.issue_keypair(identity_dir, Path(IDENTITY_KEY_FILE).stem, "mirbadllm-local-agent",
                          server=True, client=True, hosts=["127.0.0.1", "localhost", "::1"])
     (identity_dir / IDENTITY_CA_FILE).write_bytes(cert_pem(ca.cert))
-    der = x509.load_pem_x509_certificate(cert_path.read_bytes()).public_bytes(serialization.Encoding.DER)
-    return hashlib.sha256(der).hexdigest()
+    return fingerprint(x509.load_pem_x509_certificate(cert_path.read_bytes()))
 
 
 def _client_use(cert_path: Path) -> bool:

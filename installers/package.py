@@ -24,11 +24,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from core.hashing import file_sha256
 from core.releases.feed import (
     FEED_NAME,
     SUMS_NAME,
     feed_bytes,
-    file_sha256,
     make_feed,
 )
 from core.releases.signing import (

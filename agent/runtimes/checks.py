@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent.runtimes.driver import RuntimeUnusable
+from core.hashing import file_sha256
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -54,14 +55,6 @@ def is_illegal_instruction(exit_code: int | None) -> bool:
     if exit_code is None:
         return False
     return exit_code == SIGILL_CODE or exit_code & 0xFFFFFFFF == STATUS_ILLEGAL_INSTRUCTION
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class RuntimeChecks:
@@ -94,7 +87,7 @@ class RuntimeChecks:
         st = path.stat()
         key = (str(path), st.st_size, st.st_mtime_ns)
         if key not in self._hashes:
-            self._hashes[key] = _sha256(path)
+            self._hashes[key] = file_sha256(path)
         return self._hashes[key]
 
     def fingerprint(self, executable: Path, library_dir: Path | None) -> str:

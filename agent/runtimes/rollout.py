@@ -64,6 +64,7 @@ from agent.runtimes.catalog import (
 from agent.runtimes.driver import NoRuntime, RuntimeUnusable, SpecRejected, StartFailed
 from agent.runtimes.llamacpp import LlamaCppDriver, check_model_file, one_token, serves
 from agent.runtimes.ports import find_free_port
+from core.hashing import file_sha256
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -80,14 +81,6 @@ class BuildRefused(AgentProblem):
 class SmokeFailed(AgentProblem):
     status = 422
     code = "runtime_smoke_failed"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def unpack(archive: Path, name: str, into: Path) -> Path:
@@ -138,7 +131,7 @@ def verify(folder: Path, offer: LlamaCppBuildOffer) -> RuntimeExecutable:
         if path.is_symlink() or not path.is_file():
             raise BuildRefused(f"build refused: {rel} is listed in {RUNTIME_MANIFEST} but is not in the build; "
                                "nothing was installed")
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             raise BuildRefused(f"build refused: {rel} does not have the SHA-256 its {RUNTIME_MANIFEST} names "
                                "(changed after the build was made); nothing was installed", details={"file": rel})
     for path in sorted(folder.rglob("*")):

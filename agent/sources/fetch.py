@@ -30,6 +30,7 @@ from yarl import URL
 
 from agent.problems import AgentProblem
 from agent.sources.url_guard import GuardedResolver, SourceRefused, UrlPolicy, precheck
+from core.hashing import update_from_file
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -96,17 +97,6 @@ def _resume_offset(target: Path, expected: Expected) -> int:
         discard_partial(target)
         return 0
     return size
-
-
-def _hash_prefix(path: Path, hasher: Any, length: int) -> None:
-    with open(path, "rb") as fh:
-        left = length
-        while left > 0:
-            block = fh.read(min(CHUNK * 8, left))
-            if not block:
-                break
-            hasher.update(block)
-            left -= len(block)
 
 
 def _seek_truncate(out: Any, offset: int) -> None:
@@ -176,7 +166,7 @@ async def _attempt(session: aiohttp.ClientSession, url: URL, target: Path, expec
         offset = _check_status(resp, offset)
         hasher = _hasher(expected)
         if offset:
-            await asyncio.to_thread(_hash_prefix, part, hasher, offset)
+            await asyncio.to_thread(update_from_file, hasher, part, limit=offset)
         done = offset
         out = await asyncio.to_thread(open, part, "r+b" if offset else "wb")
         pending: list[bytes] = []  # written in blocks of about CHUNK; flushed even on a failure

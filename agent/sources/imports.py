@@ -10,11 +10,9 @@ A folder import registers the GGUF files where they are, after reading each head
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from agent.sources.fetch import ChecksumMismatch, partial_path
 from agent.sources.huggingface import BadSourceRequest
 from agent.sources.store import ModelStore, link_or_copy, slug
 from agent.sources.transfers import TransferHandle
+from core.hashing import file_sha256
 from core.safe_names import (
     UnsafeName,
     check_component,
@@ -135,17 +134,6 @@ def _blob(blobs: Path, layer: dict[str, Any]) -> tuple[Path, str]:
     return path, hex_digest
 
 
-def hash_file(path: Path, on_bytes: Callable[[int], None]) -> str:
-    digest = hashlib.sha256()
-    done = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(8 << 20):
-            digest.update(block)
-            done += len(block)
-            on_bytes(done)
-    return digest.hexdigest()
-
-
 async def _place(blob: Path, hex_digest: str, dest: Path, copy: bool, handle: TransferHandle, base: int) -> str:
     """Link or copy ``blob`` beside ``dest``, verify the copy we hold, then rename it into place."""
     tmp = partial_path(dest)
@@ -155,7 +143,7 @@ async def _place(blob: Path, hex_digest: str, dest: Path, copy: bool, handle: Tr
         def on_bytes(n: int) -> None:
             loop.call_soon_threadsafe(handle.progress, base + n)
 
-        got = await asyncio.to_thread(hash_file, tmp, on_bytes)
+        got = await asyncio.to_thread(file_sha256, tmp, on_bytes=on_bytes)
         if got != hex_digest:
             raise ChecksumMismatch(f"{blob.name} does not match its digest (got sha256:{got[:12]}…)")
         os.replace(tmp, dest)

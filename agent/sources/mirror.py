@@ -12,7 +12,6 @@ version. One push per file at a time (409 ``mirror_busy``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from agent.api.mirror import (
     MirrorFileState,
 )
 from agent.problems import AgentProblem
+from core.hashing import file_sha256
 from core.safe_names import UnsafeName, check_relative_name, commonpath_inside
 
 CHUNK = 1 << 20
@@ -37,14 +37,6 @@ PARTIAL_SUFFIX = ".mirror"
 class MirrorRefused(AgentProblem):
     status = 422
     code = "mirror_refused"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class MirrorReceiver:
@@ -87,7 +79,7 @@ class MirrorReceiver:
         part = self.partial(path)
         for candidate, complete in ((part, False), (path, True)):
             if candidate.is_file():
-                sha = await asyncio.to_thread(_sha256, candidate)
+                sha = await asyncio.to_thread(file_sha256, candidate)
                 return MirrorFileState(name=name, size=candidate.stat().st_size, sha256=sha, complete=complete)
         return MirrorFileState(name=name)
 
@@ -132,8 +124,8 @@ class MirrorReceiver:
                 fh.write(chunk)
                 fh.flush()
         if size < file.size:
-            return MirrorFileState(name=file.name, size=size, sha256=await asyncio.to_thread(_sha256, part))
-        sha = await asyncio.to_thread(_sha256, part)
+            return MirrorFileState(name=file.name, size=size, sha256=await asyncio.to_thread(file_sha256, part))
+        sha = await asyncio.to_thread(file_sha256, part)
         if sha != file.sha256:
             part.unlink(missing_ok=True)
             raise MirrorRefused(f"checksum check failed: {file.name}'s SHA-256 is {sha}, the daemon stated "
@@ -145,7 +137,7 @@ class MirrorReceiver:
         """The file's place and its partial to rename (None: the same bytes are in place already)."""
         path = self.place(file.name)
         if path.is_file():
-            sha = await asyncio.to_thread(_sha256, path)
+            sha = await asyncio.to_thread(file_sha256, path)
             if sha == file.sha256 and path.stat().st_size == file.size:
                 return path, None
             raise MirrorRefused(f"{file.name} is in place with other bytes; nothing was changed", status=409,
@@ -156,7 +148,7 @@ class MirrorReceiver:
                                 code="mirror_incomplete")
         stat = part.stat()
         if self._verified.get(file.name) != (stat.st_size, stat.st_mtime_ns, file.sha256):
-            sha = await asyncio.to_thread(_sha256, part)
+            sha = await asyncio.to_thread(file_sha256, part)
             if sha != file.sha256:
                 part.unlink(missing_ok=True)
                 raise MirrorRefused(f"checksum check failed: {file.name}'s SHA-256 is {sha}, the daemon stated "

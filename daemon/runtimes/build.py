@@ -9,7 +9,6 @@ beside them (the shared libraries' ``.so`` links). The agent checks it all again
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -17,8 +16,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.hashing import file_sha256
+
 MANIFEST = "runtime.json"
-CHUNK = 1 << 20
 
 
 class BuildRefused(Exception):
@@ -35,14 +35,6 @@ class StagedRuntimeBuild:
     archive: Path
     size: int
     sha256: str
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def default_builds_root() -> Path:
@@ -90,7 +82,7 @@ def load_build(folder: Path, packs: Path) -> StagedRuntimeBuild:
         path = folder / str(rel)
         if not path.resolve().is_relative_to(folder) or not path.is_file():
             raise BuildRefused(f"the build {folder.name} lacks {rel}, which its {MANIFEST} lists")
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             raise BuildRefused(f"the build {folder.name} was changed after it was made: {rel} does not have "
                                f"the SHA-256 its {MANIFEST} names; rebuild it with `make runtime`")
     links = [p for p in sorted(folder.rglob("*")) if p.is_symlink() and "/" not in os.readlink(p)]
@@ -106,4 +98,4 @@ def load_build(folder: Path, packs: Path) -> StagedRuntimeBuild:
     os.replace(partial, archive)
     return StagedRuntimeBuild(folder=folder, name=folder.name, version=str(manifest.get("version", "")),
                               system=str(manifest.get("system", "")), machine=str(manifest.get("machine", "")),
-                              archive=archive, size=archive.stat().st_size, sha256=_sha256(archive))
+                              archive=archive, size=archive.stat().st_size, sha256=file_sha256(archive))

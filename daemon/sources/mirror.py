@@ -38,7 +38,6 @@ until cancelled; ``held`` is set then), ``chunk`` and ``pushes`` (where each pus
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import time
@@ -57,6 +56,7 @@ from agent.api.sources import (
     TransferInfo,
     TransferState,
 )
+from core.hashing import file_sha256
 from core.safe_names import UnsafeName, check_relative_name, commonpath_inside
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import LOCAL_NODE, ModelDefinition
@@ -93,20 +93,6 @@ class SourceFile:
     path: Path  # resolved, inside the models folder
     name: str  # relative to the models folder; the same name on the node
     size: int
-
-
-def _sha256(path: Path, limit: int | None = None) -> str:
-    """The SHA-256 of ``path``'s first ``limit`` bytes (all of it: None)."""
-    digest, left = hashlib.sha256(), limit
-    with path.open("rb") as fh:
-        while left is None or left > 0:
-            block = fh.read(CHUNK if left is None else min(CHUNK, left))
-            if not block:
-                break
-            digest.update(block)
-            if left is not None:
-                left -= len(block)
-    return digest.hexdigest()
 
 
 def projector_of(args: list[str]) -> str | None:
@@ -262,7 +248,7 @@ class Mirror:
         client: MirrorClient | None = None
         try:
             for f in files:
-                sha = await asyncio.to_thread(_sha256, f.path)
+                sha = await asyncio.to_thread(file_sha256, f.path)
                 if f.path.stat().st_size != f.size:
                     raise MirrorFailed(f"{f.name} changed while it was read; try again")
                 version.append(MirrorFile(name=f.name, size=f.size, sha256=sha))
@@ -305,7 +291,7 @@ class Mirror:
                     raise MirrorFailed(f"the node has another file at {file.name}; nothing was changed")
                 offset = 0
                 if 0 < state.size <= file.size and \
-                        await asyncio.to_thread(_sha256, f.path, state.size) == state.sha256:
+                        await asyncio.to_thread(file_sha256, f.path, limit=state.size) == state.sha256:
                     offset = state.size
                 self.pushes.append((file.name, offset))
                 answer = await client.push(file, offset, self._body(transfer_id, client, f, offset, done_before))

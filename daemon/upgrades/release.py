@@ -17,12 +17,12 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
+from core.hashing import file_sha256
 from core.releases.feed import (
     FEED_NAME,
     SIGNATURE_SUFFIX,
     ReleaseArtefact,
     ReleaseFeed,
-    file_sha256,
 )
 from core.releases.fetch import UpdateError
 from core.releases.signing import verify_feed_signature

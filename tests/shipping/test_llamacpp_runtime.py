@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core.hashing import file_sha256
 from installers import llamacpp_runtime as rt
 
 
@@ -88,7 +89,7 @@ def test_a_finished_build_matches_only_its_own_plan_and_unchanged_files(tmp_path
     (folder / "bin").mkdir(parents=True)
     (folder / "bin" / "llama-server").write_bytes(b"binary")
     manifest = {"format": rt.MANIFEST_FORMAT, "key": plan.key,
-                "files": {"bin/llama-server": rt.sha256_file(folder / "bin" / "llama-server")}}
+                "files": {"bin/llama-server": file_sha256(folder / "bin" / "llama-server")}}
     (folder / rt.MANIFEST).write_text(json.dumps(manifest))
     assert rt.manifest_matches(folder, plan)
     assert not rt.manifest_matches(folder, rt.plan_build("Linux", "x86_64", ["-DGGML_CUDA=ON"]))
@@ -101,7 +102,7 @@ def _finished(folder: Path, plan: rt.BuildPlan) -> Path:
     (folder / "bin" / "llama-server").write_bytes(b"binary")
     (folder / "bin" / "libggml.so").symlink_to("llama-server")
     manifest = {"format": rt.MANIFEST_FORMAT, "key": plan.key,
-                "files": {"bin/llama-server": rt.sha256_file(folder / "bin" / "llama-server")}}
+                "files": {"bin/llama-server": file_sha256(folder / "bin" / "llama-server")}}
     (folder / rt.MANIFEST).write_text(json.dumps(manifest))
     return folder
 
