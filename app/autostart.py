@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.json_store import write_atomic
 from daemon.api.program import program_argv
 
 _LOGGER = logging.getLogger(__name__)
@@ -87,10 +88,7 @@ def _write_or_remove(path: Path, content: bytes | None) -> None:
     if content is None:
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(content)
-    os.replace(tmp, path)
+    write_atomic(path, content, 0o644)  # as a plain write left it; launchd refuses a plist others can write
 
 
 def _winreg(registry: Any) -> Any:

@@ -1,7 +1,7 @@
 """The app's own preferences (theme, daemon address, …), one JSON file in the user config dir.
 
 These belong to the desktop app, not the daemon: the daemon's settings go through the admin API.
-Writes are atomic (temp file + ``os.replace``). ``MIRBADLLM_APP_CONFIG`` points tests elsewhere.
+Writes are atomic (``core.json_store.write_atomic``). ``MIRBADLLM_APP_CONFIG`` points tests elsewhere.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
+
+from core.json_store import write_atomic
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -53,13 +54,4 @@ def load_preferences(path: Path | None = None) -> AppPreferences:
 
 
 def save_preferences(prefs: AppPreferences, path: Path | None = None) -> None:
-    path = path or preferences_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".app-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(prefs.model_dump_json(indent=2))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path or preferences_path(), prefs.model_dump_json(indent=2).encode("utf-8"), 0o600)
