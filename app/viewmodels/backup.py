@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from app import format as fmt
 from app.viewmodels.observable import Observable
+from core.json_store import write_atomic
 from daemon.api.backup import (
     BackupFile,
     BackupListing,
@@ -117,7 +118,7 @@ class BackupViewModel:
     async def save_to_file(self, path: Path, passphrase: str = "") -> Path:
         """A backup written to ``path`` on this machine (0600)."""
         text = await self._busy("Backing up…", self.client.create_backup(passphrase or None))
-        await asyncio.get_running_loop().run_in_executor(None, _write_private, path, text)
+        await asyncio.get_running_loop().run_in_executor(None, write_atomic, path, text.encode("utf-8"), 0o600)
         return path
 
     async def preview_file(self, path: Path, passphrase: str = "") -> RestorePreview:
@@ -146,12 +147,3 @@ class BackupViewModel:
     def cancel(self) -> None:
         self._pending = None
         self._set(preview=None, restore_file="", error=None)
-
-
-def _write_private(path: Path, text: str) -> None:
-    import os
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(path, 0o600)  # a file that was there keeps its mode otherwise
