@@ -47,16 +47,6 @@ def fingerprint(cert: x509.Certificate) -> str:
     return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write a secret file readable by its owner only, atomically (keys go through ``write_key``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
 def _same_key(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> bool:
     spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)

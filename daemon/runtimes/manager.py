@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agent.api.runtime_builds import LlamaCppBuildAnswer
+from core.json_store import write_json_atomic
 from daemon.api.nodes import NodeView
 from daemon.api.runtime_upgrades import (
     NodeRuntimeBuild,
@@ -73,10 +73,8 @@ class RuntimeUpgradeManager:
             return {}
 
     def _save(self) -> None:
-        tmp = self.state_file.with_name(f".{self.state_file.name}.tmp")
-        tmp.write_text(json.dumps({k: v.model_dump(mode="json") for k, v in sorted(self._wanted.items())},
-                                  indent=2) + "\n")
-        os.replace(tmp, self.state_file)
+        write_json_atomic(self.state_file, {k: v.model_dump(mode="json") for k, v in self._wanted.items()},
+                          mode=0o644)
 
     def view(self) -> RuntimeRolloutView:
         base = self.rollout.view.model_dump() if self.rollout is not None else {}
