@@ -8,9 +8,9 @@ import logging
 import secrets
 from pathlib import Path
 
+from core.json_store import write_atomic
 from core.key_store import keychain
 from daemon.api.locations import KEYRING_SERVICE, KEYRING_USER
-from daemon.atomic import write_atomic
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import tomlkit
 from pydantic import BaseModel, Field
 
+from core.json_store import write_atomic
 from daemon.api.backup import BackupSettings
 from daemon.api.models import DEFAULT_PORT, DaemonSettings, TracingSettings
-from daemon.atomic import write_atomic
 from daemon.models.health import HealthPolicy
 from daemon.nodes.monitor import NodePolicy
 from daemon.upgrades.rollout import UpgradePolicy

@@ -18,9 +18,9 @@ import time
 import psutil
 from aiohttp import web
 
+from core.json_store import write_json_atomic
 from daemon.api.models import DaemonInfo, DaemonSettings
 from daemon.api.program import program_version
-from daemon.atomic import write_json_atomic
 from daemon.config import DaemonConfig, save_settings
 from daemon.paths import DaemonPaths
 

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.json_store import write_atomic
 from daemon.api.backup import MissingFile, PreviewRow
 from daemon.api.client import DaemonClient
-from daemon.atomic import write_atomic
 
 
 def add_parser(groups: Any) -> None:

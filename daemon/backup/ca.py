@@ -15,9 +15,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from core.json_store import write_atomic
 from core.key_store import read_key_pem, write_key
 from daemon.api.backup import BackupCa
-from daemon.atomic import write_atomic
 from daemon.pki import CA_CERT_FILE, CA_KEY_FILE, install_ca_pem, read_ca_pem
 from daemon.tls import CLIENT_STEM
 

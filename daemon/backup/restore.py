@@ -25,9 +25,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core.json_store import write_atomic
 from daemon.api.backup import BackupKey, BackupSecrets, PreviewRow
 from daemon.api.models import DaemonSettings, ModelDefinition
-from daemon.atomic import write_atomic
 from daemon.backup import ca as backup_ca
 from daemon.backup.document import ParsedBackup
 from daemon.config import DaemonConfig

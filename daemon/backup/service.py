@@ -17,6 +17,7 @@ import socket
 import time
 from pathlib import Path
 
+from core.json_store import write_atomic
 from daemon.api.audit import ACTOR_SYSTEM
 from daemon.api.backup import (
     BACKUP_NAME_PATTERN,
@@ -28,7 +29,6 @@ from daemon.api.backup import (
     RestoreResult,
 )
 from daemon.api.program import program_version
-from daemon.atomic import write_atomic
 from daemon.audit.log import Recorder
 from daemon.backup import ca as backup_ca
 from daemon.backup import document

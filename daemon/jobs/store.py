@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core.json_store import write_json_atomic
 from daemon.api.jobs import BenchmarkResult, TuningResult
-from daemon.atomic import write_json_atomic
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from core.json_store import write_json_atomic
 from daemon.api.models import ModelStatus
-from daemon.atomic import write_json_atomic
 
 
 class RestartPause(BaseModel):

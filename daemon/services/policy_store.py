@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.json_store import write_json_atomic
 from daemon.api.services import ServiceNames, ServicesPolicy
-from daemon.atomic import write_json_atomic
 
 
 class PolicyUnreadable(ValueError):

@@ -30,15 +30,15 @@ from agent.runtimes.process import (
     stop_plan,
 )
 from app import autostart
+from core.json_store import write_atomic
 from core.safe_names import commonpath_inside
-from daemon.atomic import write_atomic
 from daemon.main import install_stop_handlers, loop_factory, stop_signal_names
 from tests.fakes import fake_runtime_script
 
 NOWHERE = "no-such-distribution"
 
 
-# -- daemon/atomic.py: no os.fchmod on Windows ------------------------------------------------------
+# -- core/json_store.py: no os.fchmod on Windows ----------------------------------------------------
 
 def test_atomic_write_sets_posix_mode_bits_and_leaves_windows_to_its_acls(tmp_path: Path) -> None:
     posix, windows = tmp_path / "posix.json", tmp_path / "windows.json"
