@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test daemon app runtime package test-package screenshots bench lint clean system-deps
+.PHONY: run test daemon app runtime package test-package screenshots docs bench lint clean system-deps
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "MirbadLLM needs Python 3.11 or newer"'
@@ -67,6 +67,11 @@ system-deps: | $(PY)
 
 screenshots: $(VENV)/.test-installed
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.screenshots docs/screenshots
+
+# docs/reference.md: every route and error code, written from the code (tests/unit/test_docs_reference.py
+# fails when it is stale).
+docs: $(VENV)/.run-installed
+	$(PY) -m docs.gen_reference
 
 bench: $(VENV)/.test-installed runtime
 	$(PY) bench/router_overhead.py
