@@ -4,7 +4,8 @@ Each line is method, path, handler, and in a trailing comment its query paramete
 handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.sources.api``,
 ``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
 ``daemon.probes``) and are built by the composition root (``daemon.deps.handlers``); errors they
-raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``.
+raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``,
+which answers a node agent's ``AgentError`` too (``daemon.nodes.agent_errors``).
 
 Order matters where a literal path shares a prefix with a ``{id}`` path: ``/api/nodes/upgrade``,
 ``/api/nodes/discovered`` and ``/api/nodes/pair`` come before ``/api/nodes/{id}``.

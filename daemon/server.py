@@ -1,8 +1,9 @@
 """The daemon as an aiohttp application: its middlewares, the one route table, and its listener.
 
 The parts come from the composition root (``daemon.deps``); ``create_app`` installs the middlewares
-(request id, the /v1 access log, errors in the API's shape, the DNS-rebinding host check, the admin
-token) and the route table of ``daemon.routes``, and ties the parts' start and stop to the app's.
+(request id, the /v1 access log, errors in the API's shape, a node agent's failure among them
+through ``daemon.nodes.agent_errors``, the DNS-rebinding host check, the admin token) and the route
+table of ``daemon.routes``, and ties the parts' start and stop to the app's.
 Only the entry point (``daemon.main``) and tests import this module.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agent.api.client import AgentError
 from daemon import admin_token, deps
 from daemon.audit.actor import actor_middleware
 from daemon.deps import DaemonDeps
@@ -22,6 +24,7 @@ from daemon.errors import (
     error_response,
     internal_error,
 )
+from daemon.nodes.agent_errors import agent_problem
 from daemon.router.router import REQUEST_ID, note_failure, request_id_for
 from daemon.routes import route_table
 
@@ -74,6 +77,8 @@ def _middlewares(d: DaemonDeps) -> list[Any]:
             return await handler(request)
         except DaemonProblem as problem:
             return problem.response()
+        except AgentError as exc:  # a node's agent failed and no handler had more to do about it
+            return agent_problem(exc).response()
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, "request_too_large", "Request body is too large.")
         except web.HTTPException as exc:

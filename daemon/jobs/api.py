@@ -18,7 +18,6 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from agent.api.client import AgentError
 from daemon.api.jobs import BenchmarkRequest, PlanStep, TuneRequest, TuningPlan
 from daemon.errors import error_response, json_response, read_json, validation_message
 from daemon.history import History
@@ -34,7 +33,7 @@ Handler = Callable[["JobsApi", web.Request], Awaitable[web.StreamResponse]]
 
 
 def _answers(handler: Handler) -> Callable[[JobsApi, web.Request], Awaitable[web.StreamResponse]]:
-    """Job errors (and a bad body) become the usual error envelope."""
+    """A bad body becomes the usual error envelope (a node agent's failure is the errors middleware's)."""
     @functools.wraps(handler)
     async def wrapped(self: JobsApi, request: web.Request) -> web.StreamResponse:
         try:
@@ -43,8 +42,6 @@ def _answers(handler: Handler) -> Callable[[JobsApi, web.Request], Awaitable[web
             return error_response(422, "invalid_job", validation_message(exc))
         except ValueError as exc:
             return error_response(400, "invalid_job", str(exc))
-        except AgentError as exc:
-            return error_response(502, exc.code, f"the node's agent failed: {exc.message}")
     return wrapped
 
 

@@ -41,6 +41,7 @@ from daemon.models.maintenance import Maintenance
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
 from daemon.models.rpc import HelperRefused, RpcHelpers
+from daemon.nodes.agent_errors import agent_problem
 from daemon.nodes.links import AgentLink, Links
 
 _LOGGER = logging.getLogger(__name__)
@@ -300,7 +301,7 @@ class Orchestrator:
                         if peers:  # a failed start leaves no rpc-server behind
                             await self.rpc.close(definition)
                         self._start_refused(definition, link.node_id, exc)
-                        raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
+                        raise agent_problem(exc, OrchestratorError) from exc
                     await self._make_room(definition, link, in_flight, shortfall=short)
             await link.refresh()
         self._evicted.pop(model_id, None)
@@ -537,7 +538,7 @@ class Orchestrator:
                 await link.client.stop(model_id)
             except AgentError as exc:
                 if exc.status != 404:
-                    raise OrchestratorError(exc.status or 502, exc.code, exc.message) from exc
+                    raise agent_problem(exc, OrchestratorError) from exc
             await link.refresh()
         finally:
             if definition.rpc_nodes:  # the helpers' rpc-servers stop with it

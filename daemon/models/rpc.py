@@ -34,6 +34,7 @@ from agent.api.rpc import (
 from daemon.api.models import ModelDefinition
 from daemon.api.rpc_split import RpcHelper
 from daemon.errors import DaemonProblem
+from daemon.nodes.agent_errors import agent_problem
 from daemon.nodes.links import AgentLink, Links
 
 _LOGGER = logging.getLogger(__name__)
@@ -122,8 +123,8 @@ class RpcHelpers:
             opened[-1].error = exc.message
             node = opened[-1].node
             await self.close(definition, keep_failed=True)
-            refused = HelperRefused(exc.status or 502, exc.code,
-                                    f"helper node '{self._name(node)}' could not start its rpc-server: {exc.message}")
+            refused = agent_problem(exc, HelperRefused,
+                                    about=f"helper node '{self._name(node)}' could not start its rpc-server")
             details = exc.details or {}
             wanted, free = details.get("wanted_bytes"), details.get("free_bytes")
             if exc.code == "insufficient_memory" and isinstance(wanted, int) and isinstance(free, int) and wanted > free:

@@ -34,6 +34,7 @@ from agent.api.pairing import (
 )
 from core.key_store import load_cert_chain
 from daemon.errors import DaemonProblem
+from daemon.nodes.agent_errors import agent_problem
 from daemon.nodes.store import format_address, issued_by
 from daemon.pki import CertificateAuthority, cert_pem, fingerprint
 
@@ -162,4 +163,4 @@ def _failure(exc: AgentError, host: str, port: int) -> PairingFailed:
                              f"({exc.code}). Is it running, and not paired already?")
     if exc.status == 404:
         return PairingFailed(409, "not_pairing", f"The agent at {where} is not waiting to be paired.")
-    return PairingFailed(exc.status if exc.status in (403, 409, 410, 422) else 502, exc.code, exc.message)
+    return agent_problem(exc, PairingFailed)  # 403 wrong_code, 409 challenge_expired, 410 code_used, ...

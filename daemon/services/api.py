@@ -8,7 +8,8 @@ The agent decides what may be done (its deny list, whitelist and protected names
 (``daemon.services.policy``) and records every action and every refusal, whoever refused it, in the
 audit log (``daemon.audit``: ``service.start|stop|restart``, subject ``NODE/NAME``, the service after).
 Refusals keep the agent's status and code (403 ``service_denied``, ``service_not_whitelisted``,
-``service_confirm_required``; 404 ``service_not_found``; 502 ``service_action_failed``).
+``service_confirm_required``; 404 ``service_not_found``; 502 ``service_action_failed``), as
+``daemon.nodes.agent_errors`` answers every failure of an agent.
 """
 
 from __future__ import annotations
@@ -22,13 +23,8 @@ from agent.api.service_names import valid_service_name
 from agent.api.services import SERVICE_ACTIONS, ServiceActionRequest
 from daemon.api.services import ServiceActionBody
 from daemon.audit.log import Recorder
-from daemon.errors import (
-    DaemonProblem,
-    error_response,
-    json_response,
-    read_json,
-    validated,
-)
+from daemon.errors import DaemonProblem, json_response, read_json, validated
+from daemon.nodes.agent_errors import agent_problem
 from daemon.nodes.links import Links
 from daemon.services.policy import names_for
 
@@ -46,11 +42,7 @@ class ServicesApi:
         client = self._links.online_client(node)
         names = names_for(self._policy_file, node)
         every = request.query.get("all", "0") not in ("0", "", "false")
-        try:
-            listing = await client.services(every, names.allow, names.protect)
-        except AgentError as exc:
-            return error_response(exc.status or 502, exc.code, exc.message)
-        return json_response(listing)
+        return json_response(await client.services(every, names.allow, names.protect))
 
     async def act(self, request: web.Request) -> web.Response:
         node, name, action = request.match_info["id"], request.match_info["name"], request.match_info["action"]
@@ -73,7 +65,7 @@ class ServicesApi:
         except AgentError as exc:
             verdict = "failed" if exc.status in (0, 502) or exc.status >= 500 else "refused"
             await self._audit.record(f"service.{action}", subject, detail=f"{verdict} ({exc.code}): {exc.message}")
-            return error_response(exc.status or 502, exc.code, exc.message)
+            raise agent_problem(exc) from exc
         await self._audit.record(f"service.{action}", subject, after=result.service,
                                  detail=f"ok: {result.service.state.value}")
         return json_response(result)

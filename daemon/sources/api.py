@@ -19,15 +19,13 @@ required; the table is ``daemon.routes``):
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from agent.api.backends import BackendChoice
-from agent.api.client import AgentError
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import (
     FINISHED_TRANSFERS,
@@ -48,7 +46,6 @@ from daemon.api.sources import (
 from daemon.errors import (
     DaemonProblem,
     M,
-    error_response,
     json_response,
     read_json,
     validated,
@@ -60,20 +57,6 @@ from daemon.sources.plan import agent_request, fan_out
 from daemon.sources.transfers import Transfers
 
 MAX_BODY = 256 * 1024
-Handler = Callable[[Any, web.Request], Awaitable[web.StreamResponse]]
-
-
-def _answers(handler: Handler) -> Handler:
-    """Agent failures as the API's own error shape."""
-
-    @functools.wraps(handler)
-    async def wrapped(self: SourcesApi, request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(self, request)
-        except AgentError as exc:
-            return error_response(exc.status or 502, exc.code, exc.message)
-
-    return wrapped
 
 
 async def _body(request: web.Request, model: type[M]) -> M:
@@ -105,7 +88,6 @@ class SourcesApi:
         self._history = history
         self._mirror = mirror  # runs the daemon's own transfers (kind "mirror"), and cancels them
 
-    @_answers
     async def fit_get(self, request: web.Request) -> web.Response:
         try:
             query = fit_query_from(request.query)
@@ -113,7 +95,6 @@ class SourcesApi:
             raise DaemonProblem(422, "invalid_request", f"bad query: {exc}") from exc
         return await self._fit(query)
 
-    @_answers
     async def fit(self, request: web.Request) -> web.Response:
         return await self._fit(await _body(request, FitQuery))
 
@@ -122,7 +103,6 @@ class SourcesApi:
         asked = _as_agent(FitRequest, query).model_copy(update={"backend": self._backend_of(query.node)})
         return json_response(await client.fit(asked))
 
-    @_answers
     async def plan(self, request: web.Request) -> web.Response:
         """How the model runs on the node asked, or on every online node (the others listed as offline)."""
         query = await _body(request, PlanQuery)
@@ -140,28 +120,23 @@ class SourcesApi:
             raise DaemonProblem(503, "node_offline", "no node is online to plan on")
         return json_response(await fan_out(online, agent_request(query), offline, self._backend_of))
 
-    @_answers
     async def download(self, request: web.Request) -> web.Response:
         query = await _body(request, DownloadQuery)
         info = await self._links.online_client(query.node).download(_as_agent(DownloadRequest, query))
         return json_response(await self._transfers.track(query.node, info, query), 202)
 
-    @_answers
     async def ollama_models(self, request: web.Request) -> web.Response:
         client = self._links.online_client(request.query.get("node") or "local")
         return json_response(await client.ollama_models(request.query.get("store") or None))
 
-    @_answers
     async def lmstudio_models(self, request: web.Request) -> web.Response:
         return json_response(await self._links.online_client(request.query.get("node") or "local").lmstudio_models())
 
-    @_answers
     async def import_ollama(self, request: web.Request) -> web.Response:
         query = await _body(request, OllamaImportQuery)
         info = await self._links.online_client(query.node).import_ollama(_as_agent(OllamaImportRequest, query))
         return json_response(await self._transfers.track(query.node, info, query), 202)
 
-    @_answers
     async def import_folder(self, request: web.Request) -> web.Response:
         query = await _body(request, FolderImportQuery)
         info = await self._links.online_client(query.node).import_folder(_as_agent(FolderImportRequest, query))
@@ -176,11 +151,9 @@ class SourcesApi:
             raise DaemonProblem(404, "transfer_not_found", f"no transfer '{request.match_info['id']}'")
         return found
 
-    @_answers
     async def get_transfer(self, request: web.Request) -> web.Response:
         return json_response(self._find(request))
 
-    @_answers
     async def cancel(self, request: web.Request) -> web.Response:
         transfer = self._find(request)
         if transfer.state not in FINISHED_TRANSFERS and transfer.kind == "mirror":
