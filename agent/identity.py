@@ -13,7 +13,6 @@ import datetime as dt
 import hashlib
 import ipaddress
 import logging
-import os
 import socket
 import ssl
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agent.paths import AgentPaths
+from core.json_store import write_atomic
 from core.key_store import KeyStoreError, load_cert_chain, read_key, write_key
 
 _LOGGER = logging.getLogger(__name__)
@@ -60,9 +60,7 @@ class AgentIdentity:
 
 
 def _write_public(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(path, data, 0o644)  # a certificate: public, as a plain write left it
 
 
 def _load_key(path: Path) -> ec.EllipticCurvePrivateKey:

@@ -16,7 +16,6 @@ certificate, so the old node id (and any certificate signed for the old key) is 
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from agent.identity import (
     server_ssl_context,
 )
 from agent.paths import AgentPaths
+from core.json_store import write_atomic
 from core.key_store import forget, load_cert_chain
 
 _LOGGER = logging.getLogger(__name__)
@@ -41,12 +41,6 @@ _LOGGER = logging.getLogger(__name__)
 
 def daemon_pin_file(paths: AgentPaths) -> Path:
     return paths.identity_dir / IDENTITY_DAEMON_FILE
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def is_paired(paths: AgentPaths) -> bool:
@@ -95,7 +89,7 @@ def install_enrollment(paths: AgentPaths, ca_pem: str, agent_cert_pem: str, daem
     """Write what a daemon handed over while pairing; ``ca.crt`` last, as it means "paired"."""
     check_enrollment(ca_pem, agent_cert_pem, daemon_cert_pem)
     install_certificate(paths, agent_cert_pem.encode())  # also checks it is for our own key
-    _write(daemon_pin_file(paths), daemon_cert_pem.encode())
+    write_atomic(daemon_pin_file(paths), daemon_cert_pem.encode(), 0o644)
     pin_ca(paths, ca_pem.encode())
     return load_or_create_identity(paths)
 

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from agent.runtimes.catalog import RuntimeCatalog
 from agent.runtimes.llamacpp import API_KEY_ENV, child_env
 from agent.runtimes.ports import LOOPBACK, find_free_port
 from agent.runtimes.process import RuntimeProcess, describe_exit
+from core.json_store import write_json_atomic
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -305,9 +305,7 @@ class RpcServers:
                  "executable": s.process.executable()}
                 for s in self._servers.values()
                 if s.process is not None and s.state is RpcServerState.READY]
-        tmp = self.records_file.with_name(RECORDS_FILE + ".tmp")
-        tmp.write_text(json.dumps(live))
-        os.replace(tmp, self.records_file)
+        write_json_atomic(self.records_file, live, mode=0o644)
 
     def reap_leftovers(self) -> int:
         """Stop the rpc-servers an earlier agent recorded and left running; how many were."""

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from core.json_store import write_json_atomic
+
 _LOGGER = logging.getLogger(__name__)
 
 LLAMA_SERVER_ENV = "MIRBADLLM_LLAMA_SERVER"
@@ -286,10 +288,7 @@ class PreferredBuild:
 
     def switch(self, name: str, previous: str | None) -> None:
         """Make the build in ``folder/name`` the preferred one (one atomic rename)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f".{self.FILE}.tmp"
-        tmp.write_text(json.dumps({"build": name, "previous": previous}, indent=2) + "\n")
-        os.replace(tmp, self.folder / self.FILE)
+        write_json_atomic(self.folder / self.FILE, {"build": name, "previous": previous}, mode=0o644)
 
 
 class RuntimeCatalog:

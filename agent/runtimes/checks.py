@@ -18,9 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import signal
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Literal
 
 from agent.runtimes.driver import RuntimeUnusable
 from core.hashing import file_sha256
+from core.json_store import write_json_atomic
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -76,12 +75,7 @@ class RuntimeChecks:
             return {}
 
     def _save(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"checks": {k: vars(v) for k, v in sorted(self._records.items())}}
-        fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".runtime-checks-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-        os.replace(tmp, self._path)
+        write_json_atomic(self._path, {"checks": {k: vars(v) for k, v in self._records.items()}}, mode=0o600)
 
     def _file_hash(self, path: Path) -> str:
         st = path.stat()

@@ -69,6 +69,7 @@ from agent.runtimes.docker import (
 from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
 from agent.runtimes.process import describe_exit
 from agent.runtimes.run import FAILURE_LINES, HEALTH_TIMEOUT, RuntimeRun
+from core.json_store import write_json_atomic
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -159,10 +160,7 @@ class VersionCache:
         entries = self._load()
         entries[image_id] = entry
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, entries, mode=0o644)
         except OSError as exc:
             _LOGGER.warning("cannot write %s: %s", self.path, exc)
 

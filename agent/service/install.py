@@ -33,6 +33,7 @@ from agent.service.units import (
     windows_remove_commands,
     windows_service_commands,
 )
+from core.json_store import write_atomic
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -217,12 +218,7 @@ class RealSystem:
         return subprocess.run(list(argv), check=False).returncode
 
     def write(self, path: str, content: bytes, mode: int) -> None:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(content)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        write_atomic(Path(path), content, mode)
 
     def copy(self, source: str, path: str, mode: int, owner: str | None) -> None:
         target = Path(path)

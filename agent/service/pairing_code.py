@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from core.json_store import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,7 @@ class ShownCode:
 
 
 def write_code(path: Path, shown: ShownCode) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(vars(shown), f)
-    os.replace(tmp, path)
+    write_json_atomic(path, vars(shown), mode=0o600)
 
 
 def forget_code(path: Path) -> None:
