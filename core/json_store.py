@@ -1,9 +1,12 @@
 """One JSON file on disk, written atomically and validated by a pydantic model on load.
 
 The daemon's ``models.json``, ``nodes.json`` and ``keys.json`` and the agent's ``processes.json``
-all go through ``JsonStore``; it lives in ``agent.api`` because the agent may import nothing of the
-daemon's, and the daemon may import ``agent.api``. What a store does with a file it cannot read
-(set it aside, refuse to start, ignore it) stays with its owner: ``read`` raises ``UnreadableStore``.
+all go through ``JsonStore``. What a store does with a file it cannot read (set it aside, refuse to
+start, ignore it) stays with its owner: ``read`` raises ``UnreadableStore``.
+
+``write_atomic`` and ``write_json_atomic`` are every program's one way to write a whole file
+(config, tokens, certificates, state and cache files, a saved backup);
+``tests/unit/test_one_implementation.py`` lists the few renames elsewhere and why.
 
 Writes are atomic: a temp file in the same directory (``.{name}.*.tmp``), fsync, then
 ``os.replace``, so a reader (or a process killed mid-write) sees the old file or the new one, never
