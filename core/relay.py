@@ -16,6 +16,13 @@ The policy, the same wherever a request is relayed to a runtime:
   not a second one when the upstream, an agent relaying a runtime, already sent it), then the
   connection is cut without a final chunk so no client takes the answer for complete. The reason
   is recorded and logged.
+- Silence (``Silence``, for SSE answers): until the first ``data:`` event (a long prompt being
+  read; llama-server sends its headers at once) the client gets an SSE comment every
+  ``heartbeat_s``, so its read timeout and any proxy's do not fire; once events flow, an upstream
+  silent for ``stall_after_s`` while the relay waits on it (not while a slow client drains) is cut:
+  one error event (code ``upstream_stalled``) naming the model and the silence, ``Record.stalled``
+  says why, and the connection is cut as for a broken answer. The upstream connection is closed,
+  which frees the runtime's slot.
 - A client that goes away cancels the handler (servers run with ``handler_cancellation``), or
   its write raises ``ConnectionResetError``; either way the upstream answer is closed, which
   makes llama-server free the slot.
@@ -49,7 +56,9 @@ RUNTIME_KEEPALIVE_S = 3.0
 # Pauses before the second and third try of a request that got no answer at all.
 RETRY_PAUSES_S = (0.0, 0.25)
 BROKEN_CODE = "upstream_broken"
+STALLED_CODE = "upstream_stalled"
 _BROKEN_MARK = f'"{BROKEN_CODE}"'.encode()
+HEARTBEAT = b": waiting for the first token\n\n"  # an SSE comment: every client ignores it
 
 Headers = CIMultiDictProxy[str] | CIMultiDict[str]
 
@@ -100,6 +109,44 @@ class Record:
     tail: bytes = b""
     failures: list[str] = field(default_factory=list)
     events: int = 0  # SSE events relayed (llama.cpp and vLLM stream one token in each)
+    heartbeats: int = 0  # SSE comments sent while the first token was awaited
+    stalled: str | None = None  # why the answer was cut for silence (``Silence.stall_after_s``)
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    """How an SSE answer's silences are handled: heartbeats before its first event, a cut after
+    ``stall_after_s`` of silence once events flow. ``name`` is the model the client asked for."""
+
+    heartbeat_s: float
+    stall_after_s: float
+    name: str
+
+
+class _Stalled(Exception):
+    """Set on the upstream's stream by the silence watch: its next read raises it."""
+
+
+class _Watch:
+    """Ticks every quarter of the stall time; cuts the read the relay has waited on for too long."""
+
+    __slots__ = ("content", "handle", "loop", "period", "reading", "since", "stall_after_s")
+
+    def __init__(self, content: aiohttp.StreamReader, stall_after_s: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.content, self.stall_after_s = content, stall_after_s
+        self.period = max(0.05, stall_after_s / 4)
+        self.reading, self.since = False, 0.0
+        self.handle = self.loop.call_later(self.period, self.check)
+
+    def check(self) -> None:
+        if self.reading and self.loop.time() - self.since >= self.stall_after_s:
+            self.content.set_exception(_Stalled())
+            return
+        self.handle = self.loop.call_later(self.period, self.check)
+
+    def cancel(self) -> None:
+        self.handle.cancel()
 
 
 class Rewrite(Protocol):
@@ -124,9 +171,11 @@ def describe(exc: BaseException, secret: str | None = None) -> str:
 
 async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: bytes, *, record: Record,
                 log: logging.Logger, label: str, request_id: str | None = None,
-                sse_rewrite: Rewrite | None = None, tail_bytes: int = 0) -> web.StreamResponse:
+                sse_rewrite: Rewrite | None = None, tail_bytes: int = 0,
+                silence: Silence | None = None) -> web.StreamResponse:
     """Send ``request`` (its method, headers and ``body``) to ``upstream.base + path_qs`` and stream
-    the answer back; ``label`` ("request <id> to <where>") starts each line written to ``log``.
+    the answer back; ``label`` ("request <id> to <where>") starts each line written to ``log``;
+    ``silence``: heartbeats and the stall cut of an SSE answer (none: it may be silent for ever).
     Raises ``Unreachable`` when no try got an answer (nothing has been sent to the client then)."""
     headers = forwardable(request.headers)
     headers.update(upstream.headers)
@@ -135,7 +184,7 @@ async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: by
     answer, retry_session = await _open(request.method, upstream, upstream.base + path_qs, headers, body,
                                         record, log, label)
     try:
-        return await _stream(request, answer, record, log, label, request_id, sse_rewrite, tail_bytes)
+        return await _stream(request, answer, record, log, label, request_id, sse_rewrite, tail_bytes, silence)
     finally:
         answer.close()  # a no-op once fully read; drops the connection (and the generation) if not
         if retry_session is not None:
@@ -181,7 +230,7 @@ async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[
 
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
                   label: str, request_id: str | None, sse_rewrite: Rewrite | None,
-                  tail_bytes: int) -> web.StreamResponse:
+                  tail_bytes: int, silence: Silence | None = None) -> web.StreamResponse:
     record.status, record.headers_at = answer.status, time.perf_counter()
     response = web.StreamResponse(status=answer.status, reason=answer.reason)
     response.headers.extend(forwardable(answer.headers))
@@ -198,35 +247,93 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
     held = relayed = 0
     last = b""
     content = answer.content
-    while True:
-        try:
-            chunk = await content.readany()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            await _broken(request, response, record, log, label, request_id, sse, relayed, last, exc)
-            return response
-        if not chunk:
-            break
-        if record.first_byte is None:
-            record.first_byte = time.perf_counter()
-        size = len(chunk)
-        relayed += size
-        if sse:  # counted before the write: a stream the client cancels still counts what it got
-            record.events += chunk.count(b"data:")
-        if tail_bytes:
-            recent.append(chunk)
-            held += size
-            while held - len(recent[0]) >= tail_bytes:
-                held -= len(recent.pop(0))
-        out = rewrite.feed(chunk) if rewrite is not None else chunk
-        if out:
-            await response.write(out)  # a client that left raises ConnectionResetError
-            last = out
+    silence = silence if sse else None
+    pending: bytes | None = None
+    watch: _Watch | None = None
+    try:
+        if silence is not None:
+            pending = await _first_bytes(response, content, record, silence.heartbeat_s)
+            watch = _Watch(content, silence.stall_after_s)
+        while True:
+            try:
+                if pending is not None:
+                    chunk, pending = pending, None
+                elif watch is None:
+                    chunk = await content.readany()
+                else:
+                    watch.since, watch.reading = watch.loop.time(), True
+                    chunk = await content.readany()
+                    watch.reading = False
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                await _broken(request, response, record, log, label, request_id, sse, relayed, last, exc)
+                return response
+            except _Stalled:
+                assert silence is not None
+                await _stalled(request, response, record, log, label, request_id, relayed, silence)
+                return response
+            if not chunk:
+                break
+            if record.first_byte is None:
+                record.first_byte = time.perf_counter()
+            size = len(chunk)
+            relayed += size
+            if sse:  # counted before the write: a stream the client cancels still counts what it got
+                record.events += chunk.count(b"data:")
+            if tail_bytes:
+                recent.append(chunk)
+                held += size
+                while held - len(recent[0]) >= tail_bytes:
+                    held -= len(recent.pop(0))
+            out = rewrite.feed(chunk) if rewrite is not None else chunk
+            if out:
+                await response.write(out)  # a client that left raises ConnectionResetError
+                last = out
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:  # before the first bytes
+        await _broken(request, response, record, log, label, request_id, sse, relayed, last, exc)
+        return response
+    finally:
+        if watch is not None:
+            watch.cancel()
     if rewrite is not None and (rest := rewrite.rest()):
         await response.write(rest)
     if recent:
         record.tail = (recent[0] if len(recent) == 1 else b"".join(recent))[-tail_bytes:]
     await response.write_eof()
     return response
+
+
+async def _first_bytes(response: web.StreamResponse, content: aiohttp.StreamReader, record: Record,
+                       heartbeat_s: float) -> bytes:
+    """The upstream's first bytes, however long a prompt takes to read: an SSE comment goes to the
+    client every ``heartbeat_s`` meanwhile. A cancelled read loses nothing (the bytes stay buffered)."""
+    while True:
+        try:
+            return await asyncio.wait_for(content.readany(), heartbeat_s)
+        except TimeoutError:
+            await response.write(HEARTBEAT)
+            record.heartbeats += 1
+
+
+async def _stalled(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,
+                   label: str, request_id: str | None, relayed: int, silence: Silence) -> None:
+    """The upstream went silent mid-answer: one error event naming the model and the silence,
+    then the connection is cut (no final chunk) and the upstream closed by the caller."""
+    reason = (f"the runtime of '{silence.name}' went silent for {silence.stall_after_s:g} s in the middle "
+              f"of its answer (after {relayed} bytes)")
+    log.warning("%s: %s; the request was ended", label, reason)
+    record.status, record.stalled = 504, reason
+    record.failures.append(reason)
+    error: dict[str, object] = {"message": f"The model '{silence.name}' went silent for "
+                                f"{silence.stall_after_s:g} s in the middle of its answer; the request was ended.",
+                                "type": "server_error", "code": STALLED_CODE}
+    if request_id is not None:
+        error["request_id"] = request_id
+    try:
+        await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
+    except ConnectionResetError:
+        pass  # the client left as well
+    if request.transport is not None:
+        request.transport.abort()
 
 
 async def _broken(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,

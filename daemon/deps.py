@@ -135,6 +135,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
                     tracing=router_tracing(config.tracing))  # None unless [tracing] enabled
     health = HealthMonitor(orchestrator, links, maintenance, config.health, router.in_flight)
     orchestrator.on_state_change(health.observe)
+    router.on_stall = health.stream_stalled  # an answer cut for silence flags the model; repeated: a crash
     telemetry = TelemetryCollector(links, history, config.history_interval_s)
     nodes = NodeManager(config.nodes, paths.pki, paths.nodes, links, orchestrator, registry, telemetry, events,
                         history, backends)

@@ -101,6 +101,8 @@ def _fmt_model(view_status: object) -> str:
     extra += "  (restart pending)" if getattr(s, "restart_pending", False) else ""
     error = f"\n    {s.error}" if getattr(s, "error", None) else ""  # type: ignore[attr-defined]
     error += f"\n    {s.evicted}" if getattr(s, "evicted", None) else ""  # type: ignore[attr-defined]
+    if getattr(s, "stalled", None):
+        state, error = "stalled", error + f"\n    stalled {s.stalled}"  # type: ignore[attr-defined]
     node = getattr(s, "node_name", "") or s.node  # type: ignore[attr-defined]
     if getattr(s, "busy", None):
         state, extra = s.busy.split(" ", 1)[0], extra + f"  {s.busy}"  # type: ignore[attr-defined]

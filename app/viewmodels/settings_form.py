@@ -238,6 +238,12 @@ def definition_fields(runtime: str = DEFAULT_RUNTIME) -> tuple[FieldSpec, ...]:
         FieldSpec("memory_budget_gib", "Memory budget", "float", "Lifecycle", unit="GiB",
                   placeholder="no limit"),
         FieldSpec("startup_timeout_s", "Startup timeout", "float", "Lifecycle", unit="s", optional=False),
+        FieldSpec("stall_timeout_s", "Cut a silent answer after", "float", "Lifecycle", "Once tokens flow, an "
+                  "answer silent this long is ended with an error and the model flagged Stalled; 3 in 10 "
+                  "minutes restart it.", unit="s", optional=False),
+        FieldSpec("heartbeat_s", "Heartbeat while reading the prompt", "float", "Lifecycle", "Until the first "
+                  "token, a streamed answer gets a keep-alive comment this often (shorter than the cut above).",
+                  unit="s", optional=False),
         FieldSpec("pinned", "Keep loaded", "bool", "Lifecycle", "Never unloaded to make room for another model.",
                   optional=False),
         FieldSpec("model_class", "Class", "choice", "Lifecycle", "When a model loaded on request needs the "

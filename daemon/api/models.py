@@ -76,6 +76,13 @@ class ModelDefinition(BaseModel):
                                  "not loadable, no room, its node offline, its endpoint unreachable; never once an "
                                  "answer started.")
 
+    @model_validator(mode="after")
+    def _stall_outlasts_heartbeat(self) -> ModelDefinition:
+        if self.stall_timeout_s <= self.heartbeat_s:
+            raise ValueError(f"stall_timeout_s ({self.stall_timeout_s:g} s) must be longer than heartbeat_s "
+                             f"({self.heartbeat_s:g} s): a silence shorter than a heartbeat cannot be told from one")
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _external_is_placed_nowhere(cls, data: Any) -> Any:
@@ -94,6 +101,13 @@ class ModelDefinition(BaseModel):
     memory_budget_gib: float | None = Field(default=None, gt=0)
     startup_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     max_queue: int = Field(default=64, ge=0, le=10_000, description="Requests that may wait for a slot or a load.")
+    # A runtime that goes silent mid-answer (core.relay): the stream is cut and the model flagged Stalled.
+    stall_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Once tokens flow, an answer silent "
+                                   "this long is cut with an error event and the model flagged Stalled; "
+                                   "3 stalls in 10 minutes restart it.")
+    heartbeat_s: float = Field(default=10.0, gt=0, le=600, description="Until the first token of a streamed "
+                               "answer (a long prompt being read), an SSE comment this often keeps clients and "
+                               "proxies from timing out.")
     tags: list[str] = Field(default_factory=list)
     description: str = ""
     # Loading on demand by memory (daemon.models.placement): what may be unloaded to make room.
@@ -134,6 +148,8 @@ class ModelStatus(BaseModel):
     running_config_hash: str | None = None
     evicted: str | None = Field(default=None, description="Why the daemon last unloaded it to make room for another "
                                 "model; cleared when it starts again.")
+    stalled: str | None = Field(default=None, description="Its runtime went silent mid-answer and the request was "
+                                "cut (when, and for how long); cleared by the next answer that completes, or a start.")
     rpc_helpers: list[RpcHelper] = Field(default_factory=list, description="One model across nodes: each helper "
                                          "node of ``rpc_nodes`` and its rpc-server (daemon.models.rpc).")
     backend: str | None = Field(default=None, description="llama.cpp: what it computes on (cpu, vulkan, cuda, metal).")
@@ -193,7 +209,7 @@ class Event(BaseModel):
 
     id: int
     ts: float
-    type: str = Field(description="model.state | model.evicted (data: for_model, freed_bytes, reason) | model.added | model.updated | model.removed | keys.changed | settings.changed"
+    type: str = Field(description="model.state | model.flagged (data: stalled, the why or null) | model.evicted (data: for_model, freed_bytes, reason) | model.added | model.updated | model.removed | keys.changed | settings.changed"
                                   " | job.started | job.progress | job.finished (data.job: a JobView)"
                                   " | node.state | node.paired | node.removed | node.discovered | node.vanished"
                                   " (data.node: a node id)")

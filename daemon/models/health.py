@@ -14,6 +14,7 @@ from collections.abc import Callable
 import aiohttp
 from pydantic import BaseModel
 
+from agent.api.runtimes import profile
 from daemon.api.models import ModelState, ModelStatus
 from daemon.models.maintenance import Maintenance
 from daemon.models.orchestrator import Orchestrator
@@ -31,6 +32,8 @@ class HealthPolicy(BaseModel):
     probe_interval_s: float = 30.0
     probe_timeout_s: float = 15.0
     tick_s: float = 1.0
+    stall_limit: int = 3  # answers cut for silence within stall_window_s that restart the model as a crash
+    stall_window_s: float = 600.0
 
     def delay_after(self, crashes: int) -> float:
         return self.backoff_s[min(crashes, len(self.backoff_s)) - 1]
@@ -50,6 +53,8 @@ class HealthMonitor:
         self._last_probe: dict[str, float] = {}
         self._session: aiohttp.ClientSession | None = None
         self._expected_stop: set[str] = set()
+        self._stalls: dict[str, list[float]] = {}  # model id -> when its answers were cut for silence
+        self._stall_restarts: set[asyncio.Task[None]] = set()
 
     @property
     def book(self) -> RestartBook:
@@ -108,6 +113,36 @@ class HealthMonitor:
             await self.orch.start(model_id, by_user=False)
         except Exception as exc:  # noqa: BLE001 - a failed restart is itself a crash to count
             _LOGGER.error("automatic restart of %s failed: %s", model_id, exc)
+
+    def stream_stalled(self, model_id: str, why: str) -> None:
+        """The router cut an answer of the model for silence (``core.relay``): flag it Stalled; the
+        ``stall_limit``-th cut within ``stall_window_s`` restarts it through the crash path."""
+        self.orch.stalled(model_id, why)
+        definition = self.orch.registry.get(model_id)
+        if definition is None or not profile(definition.runtime).on_node:
+            return  # an external endpoint is flagged; there is nothing of ours to restart
+        now = self._clock()
+        cuts = [t for t in self._stalls.get(model_id, []) if now - t < self.policy.stall_window_s] + [now]
+        self._stalls[model_id] = cuts
+        if len(cuts) < self.policy.stall_limit:
+            return
+        self._stalls.pop(model_id, None)
+        reason = f"{len(cuts)} answers cut for silence in {self.policy.stall_window_s:.0f} s; the last: {why}"
+        task = asyncio.get_running_loop().create_task(self._restart_stalled(model_id, reason))
+        self._stall_restarts.add(task)
+        task.add_done_callback(self._stall_restarts.discard)
+
+    async def _restart_stalled(self, model_id: str, reason: str) -> None:
+        if model_id in self.maintenance:
+            return
+        status = self.orch.status_by_id(model_id)
+        if status.state != ModelState.READY:
+            return
+        _LOGGER.error("%s stalls mid-answer (%s); restarting it", model_id, reason)
+        self.orch.events.publish("model.stalled", model_id, reason=reason)
+        self._expected_stop.add(model_id)
+        await self.orch.stop(model_id, keep_wanted=True)
+        self._on_crash(status.model_copy(update={"state": ModelState.FAILED, "error": reason}))
 
     # --- timed rules ---------------------------------------------------------------------------
     async def run(self) -> None:

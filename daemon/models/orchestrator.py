@@ -72,6 +72,7 @@ class Orchestrator:
         self._ready_waits: dict[str, asyncio.Task[ModelStatus]] = {}
         self._last_used: dict[str, float] = {}
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
+        self._stalled: dict[str, str] = {}  # model id -> its last answer cut for silence (core.relay), until one completes
         # model id -> why its node refused its last start (a missing file, a bad argument): shown as
         # failed with that reason until it is started again or changed; never restarted as a crash
         self._refused: dict[str, str] = {}
@@ -91,6 +92,16 @@ class Orchestrator:
 
     def last_used(self, model_id: str, default: float) -> float:
         return self._last_used.get(model_id, default)
+
+    def stalled(self, model_id: str, why: str) -> None:
+        """An answer of the model was cut for silence: it shows as Stalled until one completes."""
+        self._stalled[model_id] = f"{time.strftime('%H:%M:%S')}: {why}"
+        self.events.publish("model.flagged", model_id, stalled=why)
+
+    def answered(self, model_id: str) -> None:
+        """An answer completed: a Stalled flag goes (the hot path: one dict check when none is set)."""
+        if self._stalled and self._stalled.pop(model_id, None) is not None:
+            self.events.publish("model.flagged", model_id, stalled=None)
 
     # --- status --------------------------------------------------------------------------------
     def node_of(self, definition: ModelDefinition) -> str | None:
@@ -170,6 +181,7 @@ class Orchestrator:
         status.crash_count = self.book.crashes.get(status.id, 0)
         status.restarts_paused = status.id in self.book.pauses
         status.evicted = self._evicted.get(status.id)
+        status.stalled = self._stalled.get(status.id)
         if status.restarts_paused and status.state != ModelState.READY:
             pause = self.book.pauses[status.id]
             status.error = (f"Crashed {pause.crashes} times, automatic restarts paused"
@@ -275,6 +287,7 @@ class Orchestrator:
         if by_user:
             self.book.clear(model_id)
         self._refused.pop(model_id, None)
+        self._stalled.pop(model_id, None)
         self.book.want(model_id, True)
         if definition.node == AUTO_NODE and self.status(definition).state not in (ModelState.STARTING,
                                                                                   ModelState.READY):

@@ -30,7 +30,7 @@ from multidict import CIMultiDict
 from agent.api.llamacpp import lora_field
 from agent.api.models import InstanceInfo, InstanceState
 from agent.api.runtimes import profile
-from core.relay import Record, Unreachable, Upstream, relay, runtime_session
+from core.relay import Record, Silence, Unreachable, Upstream, relay, runtime_session
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
@@ -128,6 +128,8 @@ class Router:
         self.gates = Gates()
         self._session: aiohttp.ClientSession | None = None
         self._children: dict[object, Any] = {}  # Prometheus children by model (and status)
+        # A model's runtime went silent mid-answer (model id, why): daemon.deps sends it to the health monitor.
+        self.on_stall: Callable[[str, str], None] = lambda _model, _why: None
 
     def in_flight(self, served_name: str) -> int:
         stats = self.stats.get(served_name)
@@ -475,12 +477,18 @@ class Router:
             target, span = trace.upstream(target, definition, exchange.node)
         relaying = relay(request, target, path_qs, body, record=exchange, log=_LOGGER,
                          label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
-                         sse_rewrite=_UsageFilter() if exchange.strip_usage else None, tail_bytes=USAGE_TAIL_BYTES)
+                         sse_rewrite=_UsageFilter() if exchange.strip_usage else None, tail_bytes=USAGE_TAIL_BYTES,
+                         silence=Silence(definition.heartbeat_s, definition.stall_timeout_s, definition.served_name))
         try:
-            return await (relaying if trace is None else trace.relayed(relaying, span, exchange))
+            response = await (relaying if trace is None else trace.relayed(relaying, span, exchange))
         except Unreachable as exc:
             raise DaemonProblem(502, "upstream_unreachable",
                                 f"The runtime of '{definition.served_name}' could not be reached: {exc}") from None
+        if exchange.stalled is not None:
+            self.on_stall(definition.id, exchange.stalled)
+        elif exchange.status == 200:
+            self.orchestrator.answered(definition.id)
+        return response
 
     def _log(self, request: web.Request, exchange: _Exchange) -> None:
         now = time.perf_counter()

@@ -17,6 +17,10 @@ llama-server does. Fault switches (environment):
     FAKE_DROP_REUSED      hang up, unanswered, on any /v1 request on a reused connection
     FAKE_RESET_FIRST      hang up, unanswered, on the first N connections that carry a chat request
     FAKE_BREAK_AFTER      a stream dies after this many tokens: the connection is cut mid-answer
+    FAKE_SILENT_AFTER     a stream goes silent after this many tokens, its connection held open (a wedged
+                          runtime) until the client hangs up
+    FAKE_PROMPT_DELAY_S   a stream's headers come at once, its first token after this long (a long prompt
+                          being read, as llama-server does)
     FAKE_STARTS_FILE      append one line to this file at every start (tests count spawns)
     FAKE_HEADERS_FILE     append a JSON line per /v1 request: its path and its W3C trace headers
                           (``traceparent``, ``tracestate``; null when absent)
@@ -315,10 +319,15 @@ class FakeServer:
                      "choices": [choice], **extra}
             return f"data: {json.dumps(event)}\n\n".encode()
 
+        if prompt_delay := env_float("FAKE_PROMPT_DELAY_S"):
+            await asyncio.sleep(prompt_delay)  # the prompt is read: the headers went out, no token yet
         if chat:
             await response.write(f"data: {json.dumps({'id': ident, 'object': kind, 'model': self.alias, 'choices': [{'index': 0, 'finish_reason': None, 'delta': {'role': 'assistant', 'content': None}}]})}\n\n".encode())
         break_after = int(env_float("FAKE_BREAK_AFTER", -1))
+        silent_after = int(env_float("FAKE_SILENT_AFTER", -1))
         for i in range(count):
+            if i == silent_after:
+                await asyncio.Future()  # wedged: nothing more, until the client's hang-up cancels this
             if i == break_after and request.transport is not None:
                 request.transport.abort()  # dies mid-answer: no final chunk, no [DONE]
                 raise ConnectionResetError("FAKE_BREAK_AFTER")

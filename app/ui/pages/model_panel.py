@@ -118,7 +118,10 @@ class OverviewTab(QWidget):
     def show_state(self, view: ModelView) -> None:
         self.view = view
         s = view.status
-        self.values["state"].setText(fmt.STATE_TEXT[s.state])
+        stalled = s.stalled if s.stalled and s.state == ModelState.READY else None
+        at = f" · Stalled at {stalled.split(': ', 1)[0]}" if stalled else ""  # "HH:MM:SS: why"
+        self.values["state"].setText(fmt.STATE_TEXT[s.state] + at)
+        self.values["state"].setToolTip(stalled or "")
         self.values["node"].setText(s.node_name or s.node)
         self.values["compute"].setText(placement_text(s.backend, s.offload))
         self._form.setRowVisible(self.values["compute"], s.backend is not None)  # llama.cpp, once it runs

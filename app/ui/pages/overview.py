@@ -32,8 +32,8 @@ from daemon.api.models import HostSnapshot, ModelState, ModelView
 
 
 def attention(snapshot: FleetSnapshot) -> list[tuple[ModelView, str]]:
-    """Models the user should look at, with why: failed, paused restarts, pending restarts, and
-    models the daemon unloaded to make room for another (until they start again)."""
+    """Models the user should look at, with why: failed, paused restarts, stalled answers, pending
+    restarts, and models the daemon unloaded to make room for another (until they start again)."""
     items = []
     for view in snapshot.models:
         s = view.status
@@ -44,6 +44,8 @@ def attention(snapshot: FleetSnapshot) -> list[tuple[ModelView, str]]:
             items.append((view, why))
         elif s.restarts_paused:
             items.append((view, f"automatic restarts paused after {s.crash_count} crashes"))
+        elif s.stalled:
+            items.append((view, f"Stalled — {s.stalled}"))
         elif s.restart_pending:
             items.append((view, "settings changed: restart to apply them"))
         elif s.evicted and s.state == ModelState.STOPPED:

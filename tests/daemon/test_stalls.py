@@ -1,0 +1,146 @@
+"""A runtime that goes silent mid-answer is cut and named; a long prompt is not silence.
+
+The real daemon and agent with the fake llama-server's fault switches: ``silent_after`` wedges a
+stream after some tokens (its connection held open), ``prompt_delay_s`` sends the headers at once
+and the first token later, as llama-server reads a long prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from daemon.api.client import DaemonError
+from daemon.api.models import ModelState
+from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.fakes import write_fake_runtime
+
+STREAM = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+async def _read(session: aiohttp.ClientSession, url: str) -> tuple[list[bytes], str | None]:
+    """Every SSE line the client got (comments too) and how the stream ended (None: complete)."""
+    lines: list[bytes] = []
+    async with session.post(url, json=STREAM) as resp:
+        assert resp.status == 200
+        try:
+            async for line in resp.content:
+                if line.strip():
+                    lines.append(line.strip())
+        except aiohttp.ClientPayloadError as exc:
+            return lines, type(exc).__name__
+    return lines, None
+
+
+async def _until(check, what: str, seconds: float = 15) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not await check():
+        assert loop.time() < deadline, f"waited {seconds} s for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def _stalled(d: RunningDaemon) -> str | None:
+    return (await d.client.get_model("m")).status.stalled
+
+
+async def test_a_silent_stream_is_cut_with_one_error_event_and_the_model_is_flagged_stalled(
+        tmp_path: Path, model_file: Path) -> None:
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=8, silent_after=2)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file), stall_timeout_s=1.0, heartbeat_s=0.5,
+                                          settings={"parallel": 1}))
+        await d.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession() as session:
+            lines, ended = await asyncio.wait_for(_read(session, f"{d.v1}/chat/completions"), 30)
+        assert ended == "ClientPayloadError"  # cut without a final chunk: no client takes it for complete
+        events = [json.loads(line[6:]) for line in lines if line.startswith(b"data: ")]
+        *answer, last = events
+        assert [e["choices"][0]["delta"].get("content") for e in answer] == [None, "Hello", " from"]
+        assert last["error"]["code"] == "upstream_stalled" and last["error"]["type"] == "server_error"
+        assert "'m' went silent for 1 s" in last["error"]["message"]
+        assert not any(line.startswith(b":") for line in lines)  # tokens flowed: no heartbeat needed
+
+        status = (await d.client.get_model("m")).status
+        assert status.state == ModelState.READY and status.stalled and "went silent for 1 s" in status.stalled
+        row = (await d.logged_requests(1))[-1]
+        assert row.status == 504 and "went silent" in (row.error or "")
+
+        # The slot is free again (one slot): a whole answer comes, and clears the flag.
+        oa = openai.AsyncOpenAI(base_url=d.v1, api_key="none", max_retries=0, timeout=20)
+        done = await oa.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert done.choices[0].message.content
+        await _until(lambda: _no(_stalled(d)), "the Stalled flag to go after a completed answer")
+
+
+async def _no(value) -> bool:  # type: ignore[no-untyped-def]
+    return (await value) is None
+
+
+async def test_a_long_prompt_gets_heartbeats_and_is_never_cut(tmp_path: Path, model_file: Path) -> None:
+    """The first token comes after 2 s (a long prompt) with a 1 s stall time: heartbeats keep the
+    client's stream alive, and the answer arrives whole."""
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=3, prompt_delay_s=2.0)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file), stall_timeout_s=1.0, heartbeat_s=0.25))
+        await d.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_read=1.0)) as session:
+            lines, ended = await _read(session, f"{d.v1}/chat/completions")  # a 1 s read timeout holds
+        assert ended is None and lines[-1] == b"data: [DONE]"
+        first_data = next(i for i, line in enumerate(lines) if line.startswith(b"data:"))
+        assert first_data >= 3 and all(line.startswith(b":") for line in lines[:first_data])
+        text = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                       for line in lines if line.startswith(b"data: {"))
+        assert text == "Hello from the"
+        assert await _stalled(d) is None
+
+        # The real openai client reads through the heartbeats as if they were not there.
+        oa = openai.AsyncOpenAI(base_url=d.v1, api_key="none", max_retries=0)
+        pieces = [c.choices[0].delta.content async for c in await oa.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True) if c.choices]
+        assert "".join(p or "" for p in pieces) == "Hello from the"
+
+
+async def test_repeated_stalls_restart_the_model_as_a_crash(tmp_path: Path, model_file: Path) -> None:
+    starts = tmp_path / "starts.txt"
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=8, silent_after=1, starts_file=starts)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        d.daemon.health.policy = d.daemon.health.policy.model_copy(update={"backoff_s": (0.1,)})
+        await d.client.create_model(model("m", str(model_file), stall_timeout_s=0.6, heartbeat_s=0.3))
+        await d.client.start_model("m", wait=True)
+        since = (await d.client.status()).last_event_id
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):
+                _lines, ended = await asyncio.wait_for(_read(session, f"{d.v1}/chat/completions"), 30)
+                assert ended == "ClientPayloadError"
+
+        async def restarted() -> bool:
+            return len(starts.read_text().splitlines()) == 2 and \
+                (await d.client.get_model("m")).status.state == ModelState.READY
+
+        await _until(restarted, "the third stall to restart the model")
+        page = await d.client.events(since)
+        stalled = [e for e in page.events if e.type == "model.stalled"]
+        assert len(stalled) == 1 and "3 answers cut for silence" in stalled[0].data["reason"]
+        assert any(e.type == "model.crashed" for e in page.events)
+
+
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"stall_timeout_s": 0}, "stall_timeout_s"),
+    ({"stall_timeout_s": -5}, "stall_timeout_s"),
+    ({"stall_timeout_s": 5, "heartbeat_s": 10}, "must be longer than heartbeat_s"),
+])
+async def test_a_stall_time_that_cannot_work_is_refused_with_the_reason(
+        tmp_path: Path, model_file: Path, fields: dict[str, float], said: str) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:
+        body = {"id": "m", "served_name": "m", "model_path": str(model_file), **fields}
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{d.url}/api/models", json=body, headers={"Authorization": f"Bearer {d.daemon.admin_token}"}) as r:
+            answer = await r.json()
+        assert r.status == 422 and said in json.dumps(answer)
+        with pytest.raises(DaemonError):
+            await d.client.get_model("m")  # nothing was saved
