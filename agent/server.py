@@ -1,8 +1,9 @@
 """The agent's HTTP app: ``create_app(deps)`` with one route table, the routes of ``AgentClient``.
 
-Every error is ``{"error": {"code", "message"}}``. Background work (adopting recorded runtimes,
-telemetry, the proxy's session) lives in ``cleanup_ctx``. ``start_server`` runs the app with the
-settings the proxy relies on (handler cancellation when a client disconnects).
+Every error is ``{"error": {"code", "message", "details"}}``, answered by the one middleware of
+``agent.problems`` (the parts' own exceptions translated by ``_known``). Background work (adopting
+recorded runtimes, telemetry, the proxy's session) lives in ``cleanup_ctx``. ``start_server`` runs
+the app with the settings the proxy relies on (handler cancellation when a client disconnects).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from agent.api.sources import FitRequest
 from agent.deps import AgentDeps
 from agent.manager import AlreadyRunning, UnknownInstance
 from agent.pairing.enrollment import daemon_pin_file
-from agent.problems import AgentProblem
+from agent.problems import AgentProblem, errors_middleware
 from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
 from agent.rpc import api as rpc_api
 from agent.rpc.peers import PeerPolicy, peer_gate, read_pin
@@ -56,45 +57,19 @@ MAX_LONG_POLL_S = 300.0
 SSE_KEEPALIVE_S = 15.0
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
-
-
-@web.middleware
-async def _errors(request: web.Request,
-                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as exc:
-        return _error(exc.status, exc.code, exc.message)
-    except UnknownInstance as exc:
-        return _error(404, "instance_not_found", f"no instance {exc.args[0]!r} on this agent")
-    except AlreadyRunning as exc:
-        return _error(409, "already_running", str(exc))
-    except SpecRejected as exc:
-        return _error(422, "spec_rejected", str(exc))
-    except AgentProblem as exc:  # admission, downloads, imports: with machine-readable details
-        return web.json_response({"error": {"code": exc.code, "message": exc.message, "details": exc.details}},
-                                 status=exc.status)
-    except NoRuntime as exc:
-        return _error(503, "no_runtime", str(exc))
-    except UpstreamUnreachable as exc:
-        return _error(502, "runtime_unreachable", str(exc))
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.text or exc.reason)
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
-    except Exception:
-        _LOGGER.exception("%s %s failed", request.method, request.path)
-        return _error(500, "internal", "the agent failed on this request; see its log")
+def _known(exc: Exception) -> AgentProblem | None:
+    """The agent's parts' own exceptions, as the problems they answer."""
+    if isinstance(exc, UnknownInstance):
+        return AgentProblem(f"no instance {exc.args[0]!r} on this agent", status=404, code="instance_not_found")
+    if isinstance(exc, AlreadyRunning):
+        return AgentProblem(str(exc), status=409, code="already_running")
+    if isinstance(exc, SpecRejected):
+        return AgentProblem(str(exc), status=422, code="spec_rejected")
+    if isinstance(exc, NoRuntime):
+        return AgentProblem(str(exc), status=503, code="no_runtime")
+    if isinstance(exc, UpstreamUnreachable):
+        return AgentProblem(str(exc), status=502, code="runtime_unreachable")
+    return None
 
 
 def _number(request: web.Request, name: str, default: float, low: float, high: float) -> float:
@@ -104,7 +79,8 @@ def _number(request: web.Request, name: str, default: float, low: float, high: f
     try:
         value = float(raw)
     except ValueError:
-        raise ApiError(400, "bad_request", f"query parameter {name} must be a number, not {raw!r}") from None
+        raise AgentProblem(f"query parameter {name} must be a number, not {raw!r}", status=400,
+                           code="bad_request") from None
     return min(max(value, low), high)
 
 
@@ -140,7 +116,7 @@ async def start_instance(request: web.Request) -> web.Response:
     try:
         spec = LaunchSpec.model_validate(await request.json())
     except (ValidationError, ValueError) as exc:
-        raise ApiError(422, "spec_rejected", f"not a valid launch spec: {exc}") from exc
+        raise AgentProblem(f"not a valid launch spec: {exc}", status=422, code="spec_rejected") from exc
     info = await request.app[DEPS].manager.start(spec)
     return web.json_response(info.model_dump(mode="json"), status=202)
 
@@ -150,7 +126,7 @@ async def plan_model(request: web.Request) -> web.Response:
     try:
         req = FitRequest.model_validate(await request.json())
     except (ValidationError, ValueError) as exc:
-        raise ApiError(422, "invalid_request", f"not a valid FitRequest: {exc}") from exc
+        raise AgentProblem(f"not a valid FitRequest: {exc}", status=422, code="invalid_request") from exc
     return web.json_response((await _sources(request).plan(req)).model_dump(mode="json"))
 
 
@@ -195,7 +171,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     sup = request.app[DEPS].manager.get(request.match_info["id"])
     run = sup.run
     if run is None or sup.state is not InstanceState.READY:
-        raise ApiError(503, "instance_not_ready", f"instance {sup.instance_id} is {sup.state.value}")
+        raise AgentProblem(f"instance {sup.instance_id} is {sup.state.value}", status=503, code="instance_not_ready")
     session = request.app[PROXY_SESSION]
     return await forward(request, run, request.match_info["path"], session)
 
@@ -257,7 +233,7 @@ async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
 def _present(part: T | None, status: int, code: str, message: str) -> T:
     """An optional part of ``AgentDeps``, or the refusal that says this agent runs without it."""
     if part is None:
-        raise ApiError(status, code, message)
+        raise AgentProblem(message, status=status, code=code)
     return part
 
 
@@ -293,7 +269,7 @@ def _peer_gate(deps: AgentDeps) -> Callable[..., Awaitable[web.StreamResponse]]:
 
 
 def create_app(deps: AgentDeps) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors, _peer_gate(deps)])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_middleware(_known), _peer_gate(deps)])
     app[DEPS] = deps
     p = API_PREFIX
     app.router.add_routes([

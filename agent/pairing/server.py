@@ -11,7 +11,7 @@ daemon has proven the code. Route table (``/agent/v1``):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -19,29 +19,18 @@ from pydantic import ValidationError
 from agent.api.models import API_PREFIX
 from agent.api.pairing import PairingComplete, PairingResult
 from agent.pairing.service import PairingRefused, PairingService
+from agent.problems import AgentProblem, errors_middleware
 
 SERVICE = web.AppKey("pairing_service", PairingService)
 MAX_PAIRING_BODY = 64 * 1024
 
 
-def _error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
-
-
-@web.middleware
-async def _errors(request: web.Request,
-                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except PairingRefused as exc:
-        return _error(exc.status, exc.code, exc.message)
-    except web.HTTPNotFound:
-        return _error(404, "not_paired", "This agent is waiting to be paired; only "
-                      f"{API_PREFIX}/pairing answers until then.")
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.text or exc.reason)
+def _not_paired(exc: Exception) -> AgentProblem | None:
+    """Every path but the pairing routes: this agent is not paired yet."""
+    if isinstance(exc, web.HTTPNotFound):
+        return AgentProblem(f"This agent is waiting to be paired; only {API_PREFIX}/pairing answers until then.",
+                            status=404, code="not_paired")
+    return None
 
 
 async def pairing_info(request: web.Request) -> web.Response:
@@ -60,7 +49,7 @@ def create_pairing_app(service: PairingService,
         try:
             body = PairingComplete.model_validate(await request.json())
         except (ValidationError, ValueError) as exc:
-            raise PairingRefused(422, "bad_request", f"not a pairing completion: {exc}") from exc
+            raise PairingRefused(f"not a pairing completion: {exc}", status=422, code="bad_request") from exc
         result = service.complete(body)
         response = web.json_response(result.model_dump(mode="json"))
         await response.prepare(request)
@@ -68,7 +57,7 @@ def create_pairing_app(service: PairingService,
         on_paired(result)
         return response
 
-    app = web.Application(client_max_size=MAX_PAIRING_BODY, middlewares=[_errors])
+    app = web.Application(client_max_size=MAX_PAIRING_BODY, middlewares=[errors_middleware(_not_paired)])
     app[SERVICE] = service
     p = API_PREFIX
     app.router.add_routes([

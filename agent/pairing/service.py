@@ -35,6 +35,7 @@ from agent.api.pairing import (
 )
 from agent.identity import AgentIdentity, IdentityError, make_csr
 from agent.pairing.enrollment import install_enrollment
+from agent.problems import AgentProblem
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -42,12 +43,8 @@ CHALLENGE_TTL_S = 60.0
 MAX_CHALLENGES = 32
 
 
-class PairingRefused(Exception):
+class PairingRefused(AgentProblem):
     """A pairing step was refused; ``status`` and ``code`` go on the wire as the error envelope."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 @dataclass
@@ -139,10 +136,10 @@ class PairingService:
         self._drop_stale(self._clock())
         challenge = self._challenges.pop(request.challenge_id, None)
         if challenge is None:
-            raise PairingRefused(409, "challenge_expired", "That pairing attempt expired; start again.")
+            raise PairingRefused("That pairing attempt expired; start again.", status=409, code="challenge_expired")
         if self.rotate_if_due():
-            raise PairingRefused(410, "code_expired",
-                                 "The pairing code expired; the agent shows a new one.")
+            raise PairingRefused("The pairing code expired; the agent shows a new one.", status=410,
+                                 code="code_expired")
         data = transcript(self.fingerprint, challenge.nonce, request.daemon_nonce, request.ca_pem,
                           request.client_cert_pem, request.agent_cert_pem)
         code = self._code
@@ -152,15 +149,15 @@ class PairingService:
             _LOGGER.warning("wrong pairing code (%d of %d tries)", code.wrong, self._max_wrong)
             if left <= 0:
                 self._issue(f"{self._max_wrong} wrong tries")
-                raise PairingRefused(403, "wrong_code", f"Wrong pairing code, {self._max_wrong} times: the "
-                                     "agent retired it and shows a new code.")
-            raise PairingRefused(403, "wrong_code",
-                                 f"Wrong pairing code ({left} {'try' if left == 1 else 'tries'} left).")
+                raise PairingRefused(f"Wrong pairing code, {self._max_wrong} times: the agent retired it and "
+                                     "shows a new code.", status=403, code="wrong_code")
+            raise PairingRefused(f"Wrong pairing code ({left} {'try' if left == 1 else 'tries'} left).",
+                                 status=403, code="wrong_code")
         try:
             identity = install_enrollment(self.identity.paths, request.ca_pem, request.agent_cert_pem,
                                           request.client_cert_pem)
         except IdentityError as exc:  # the right daemon sent unusable certificates: no try spent
-            raise PairingRefused(422, "bad_certificates", str(exc)) from exc
+            raise PairingRefused(str(exc), status=422, code="bad_certificates") from exc
         code.used = True
         self.paired = PairingResult(node_id=identity.node_id,
                                     confirmation=pairing_proof(code.value, "agent", data))
@@ -169,7 +166,7 @@ class PairingService:
 
     def _refuse_when_closed(self) -> None:
         if self.paired is not None or self._code.used:
-            raise PairingRefused(410, "code_used", "This agent is already paired; its code was used.")
+            raise PairingRefused("This agent is already paired; its code was used.", status=410, code="code_used")
 
     def _drop_stale(self, now: float) -> None:
         for challenge_id, challenge in list(self._challenges.items()):

@@ -29,6 +29,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from agent.problems import AgentProblem
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PEER = web.RequestKey("rpc_peer", object)  # the request's Peer, set by the gate
 
@@ -88,7 +90,7 @@ def peer_certificate(request: web.Request) -> bytes | None:
 
 def refusal(code: str, message: str) -> web.Response:
     """A 403 in the agent's error shape."""
-    return web.json_response({"error": {"code": code, "message": message}}, status=403)
+    return AgentProblem(message, status=403, code=code).response()
 
 
 def peer_gate(policy: PeerPolicy, tunnel_route: str, grant_allows: Callable[[str, str], bool]) -> Callable[
