@@ -72,6 +72,8 @@ class Orchestrator:
         self._ready_waits: dict[str, asyncio.Task[ModelStatus]] = {}
         self._last_used: dict[str, float] = {}
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
+        self._online: dict[str, bool] = {}  # node id -> online at its agent's last report (a return relaunches)
+        self._relaunches: set[asyncio.Task[None]] = set()
         self._stalled: dict[str, str] = {}  # model id -> its last answer cut for silence (core.relay), until one completes
         # model id -> why its node refused its last start (a missing file, a bad argument): shown as
         # failed with that reason until it is started again or changed; never restarted as a crash
@@ -206,7 +208,15 @@ class Orchestrator:
         return status
 
     def on_instances(self, node_id: str, _instances: dict[str, InstanceInfo]) -> None:
-        """An agent reported: publish the state changes of that node's models."""
+        """An agent reported: publish the state changes of that node's models; a node back online
+        (a reboot, an agent restart, the network's return) gets its models started again."""
+        link = self._links.get(node_id)
+        online = link is not None and link.online
+        if online and self._online.get(node_id) is False:
+            task = asyncio.get_running_loop().create_task(self.relaunch_on(node_id))
+            self._relaunches.add(task)
+            task.add_done_callback(self._relaunches.discard)
+        self._online[node_id] = online
         for definition in self.registry.all():
             if not profile(definition.runtime).on_node or (self.node_of(definition) not in (node_id, None)
                                                     and node_id not in definition.rpc_nodes):
@@ -605,7 +615,19 @@ class Orchestrator:
                 by_node.setdefault(definition.node, []).append(definition)
         await asyncio.gather(*(self._auto_start_node(models) for models in by_node.values()))
 
-    async def _auto_start_node(self, definitions: list[ModelDefinition]) -> None:
+    async def relaunch_on(self, node_id: str) -> None:
+        """A node's agent is back: start again, one at a time as at boot, the models meant to run
+        there (running before and not stopped by hand, restarts not paused) and its auto-start ones.
+        Models it kept running (its agent restarted and adopted them) are left as they are."""
+        models = [d for d in self.registry.all()
+                  if (d.node == node_id or (d.node == AUTO_NODE and self._placed.get(d.id) == node_id))
+                  and profile(d.runtime).on_node and d.id not in self.book.pauses
+                  and (d.auto_start or d.id in self.book.wanted)]
+        if models:
+            _LOGGER.info("node %s is back: starting %s again", node_id[:12], ", ".join(d.id for d in models))
+            await self._auto_start_node(models, by_user=False)
+
+    async def _auto_start_node(self, definitions: list[ModelDefinition], *, by_user: bool = True) -> None:
         for definition in definitions:
             link = self._links.get(definition.node)
             if link is None and definition.node != AUTO_NODE:
@@ -615,7 +637,7 @@ class Orchestrator:
             if self.status(definition).state in (ModelState.STOPPED, ModelState.FAILED):
                 try:
                     _LOGGER.info("auto-starting %s", definition.id)
-                    await self.start(definition.id)
+                    await self.start(definition.id, by_user=by_user)
                     await self.wait_settled(definition.id, definition.startup_timeout_s + 5)
                 except (OrchestratorError, RegistryError) as exc:
                     _LOGGER.error("auto-start of %s failed: %s", definition.id, exc)
