@@ -1,5 +1,5 @@
 """Handlers of the daemon-wide admin API under ``/api`` (admin token required): status, events, API keys,
-settings, recent requests and shutdown. The routes are in ``daemon.routes``; models, nodes, sources,
+settings, the access log (recent requests, filtered, and one by its X-Request-Id) and shutdown. The routes are in ``daemon.routes``; models, nodes, sources,
 jobs and upgrades have their own handlers in their folders.
 """
 
@@ -13,12 +13,14 @@ from collections.abc import Callable
 from aiohttp import web
 
 from core.key_store import KeysAtRest
+from daemon.api.access_log import RequestFilters
 from daemon.api.models import (
     ApiKeyCreate,
     ApiKeyInfo,
     ApiKeyLimits,
     DaemonSettings,
     ModelState,
+    RequestRecord,
     RouterStats,
     StatusResponse,
 )
@@ -32,7 +34,7 @@ from daemon.errors import (
     validated,
 )
 from daemon.events import EventBus
-from daemon.history import History
+from daemon.history import REQUESTS_KEEP_S, History
 from daemon.keys import KeyStore
 from daemon.listener import Listener
 from daemon.models.orchestrator import Orchestrator
@@ -136,8 +138,33 @@ class AdminApi:
         return json_response(self._config.settings())
 
     async def recent_requests(self, request: web.Request) -> web.Response:
-        rows = await self._history.recent_requests(min(query_int(request, "limit", 100), 1000))
-        return web.json_response([r.model_dump() for r in rows])
+        """The access log, newest first; a bad filter is 422 ``invalid_filter`` naming it."""
+        query = {name: value for name, value in request.query.items() if value != ""}
+        filters = validated(RequestFilters, query, "invalid_filter")
+        rows = await self._history.recent_requests(filters.limit, filters)
+        names = self._node_names()
+        return json_response([_named(row, names) for row in rows])
+
+    async def get_request(self, request: web.Request) -> web.Response:
+        """One /v1 request by the X-Request-Id its answer carried."""
+        request_id = request.match_info["id"]
+        row = await self._history.request(request_id)
+        if row is None:
+            raise DaemonProblem(404, "request_not_found",
+                                f"No /v1 request with id '{request_id[:128]}' in the access log: it keeps "
+                                f"{REQUESTS_KEEP_S // 86400} days; check the id against the X-Request-Id header.")
+        return json_response(_named(row, self._node_names()))
+
+    def _node_names(self) -> dict[str, str]:
+        known = self._registry.known_nodes
+        return dict(known()) if known is not None else {}
+
+
+def _named(row: RequestRecord, names: dict[str, str]) -> RequestRecord:
+    """``row`` with its node's name (a node removed since: the start of its id, as model statuses show it)."""
+    if row.node is not None:
+        row.node_name = names.get(row.node, row.node if len(row.node) < 20 else row.node[:12])
+    return row
 
 
 def _key_record(info: ApiKeyInfo) -> dict[str, object]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from daemon.api.access_log import RequestFilters
 from daemon.api.models import HistoryPoint, HistoryRange, HistorySeries, RequestRecord
 from daemon.audit.log import Recorder
 from daemon.sqlite_worker import SqliteWorker
@@ -62,6 +63,8 @@ def _migrate_requests(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE requests ADD COLUMN {name} {kind}")
             _LOGGER.info("history: added column requests.%s", name)
     db.execute("CREATE INDEX IF NOT EXISTS requests_key ON requests(key_id, ts)")
+    # GET /api/requests/{id}: a lookup by X-Request-Id, not a scan of 30 days of rows.
+    db.execute("CREATE INDEX IF NOT EXISTS requests_id ON requests(id, ts)")
     db.commit()
 
 
@@ -171,15 +174,30 @@ class History(SqliteWorker):
         points = [HistoryPoint(ts=row[0], values=dict(zip(metrics, row[1:], strict=True))) for row in rows]
         return HistorySeries(subject=subject, range=range_, step_s=step, points=points)
 
-    async def recent_requests(self, limit: int) -> list[RequestRecord]:
+    async def recent_requests(self, limit: int, filters: RequestFilters | None = None) -> list[RequestRecord]:
+        """Up to ``limit`` access-log rows, newest first, those ``filters`` match (its own limit aside)."""
         await self.flush()
-        rows = await self._run(self._recent, limit)
-        return [RequestRecord.model_validate(dict(zip(REQUEST_COLUMNS, row, strict=True))) for row in rows]
+        rows = await self._run(self._recent, limit, filters or RequestFilters())
+        return [_record(row) for row in rows]
 
-    def _recent(self, limit: int) -> list[tuple[Any, ...]]:
+    def _recent(self, limit: int, filters: RequestFilters) -> list[tuple[Any, ...]]:
         assert self._db is not None
-        return self._db.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests ORDER BY ts DESC LIMIT ?",
-                                (limit,)).fetchall()
+        where, args = _where(filters)
+        return self._db.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests{where} ORDER BY ts DESC LIMIT ?",
+                                (*args, limit)).fetchall()
+
+    async def request(self, request_id: str) -> RequestRecord | None:
+        """The row of the request with this X-Request-Id (the latest, should a client reuse an id)."""
+        await self.flush()
+        row = await self._run(self._one, request_id)
+        return None if row is None else _record(row)
+
+    def _one(self, request_id: str) -> tuple[Any, ...] | None:
+        assert self._db is not None
+        row: tuple[Any, ...] | None = self._db.execute(
+            f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE id = ? ORDER BY ts DESC LIMIT 1",
+            (request_id,)).fetchone()
+        return row
 
     async def key_usage(self, since: float) -> dict[str, tuple[int, int]]:
         """Per API key id: (requests, prompt + completion tokens) in the access log since ``since``."""
@@ -192,3 +210,27 @@ class History(SqliteWorker):
         return self._db.execute(
             "SELECT key_id, COUNT(*), COALESCE(SUM(COALESCE(prompt_tokens, 0) + COALESCE(completion_tokens, 0)), 0)"
             " FROM requests WHERE key_id IS NOT NULL AND ts >= ? GROUP BY key_id", (since,)).fetchall()
+
+
+def _record(row: tuple[Any, ...]) -> RequestRecord:
+    return RequestRecord.model_validate(dict(zip(REQUEST_COLUMNS, row, strict=True)))
+
+
+def _where(filters: RequestFilters) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``filters`` (with a leading space, or empty) and its arguments."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    if filters.model is not None:
+        clauses.append("(model = ? OR answered_by = ?)")
+        args += [filters.model, filters.model]
+    if filters.key_id is not None:
+        clauses.append("key_id = ?")
+        args.append(filters.key_id)
+    statuses = filters.status_range()
+    if statuses is not None:
+        clauses.append("status BETWEEN ? AND ?")
+        args += statuses
+    if filters.slower_than_ms is not None:
+        clauses.append("total_ms > ?")
+        args.append(filters.slower_than_ms)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args

@@ -85,7 +85,8 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.delete("/api/keys/{id}", admin.revoke_key),
         web.get("/api/settings", admin.get_settings),
         web.put("/api/settings", admin.put_settings),                        # body: DaemonSettings
-        web.get("/api/requests", admin.recent_requests),                     # ?limit=N
+        web.get("/api/requests", admin.recent_requests),                     # ?model=&key_id=&status=404|5xx&slower_than_ms=&limit=N (daemon.api.access_log)
+        web.get("/api/requests/{id}", admin.get_request),                    # id: the X-Request-Id; else 404 request_not_found
         web.get("/api/audit", h.audit.list_audit),                           # ?since=&until=&actor=&action=&subject=&limit=&before= (daemon.audit.api)
         web.get("/api/prometheus/targets", h.prometheus.targets),            # ?node_exporter_port=N; HTTP SD JSON (daemon.fleet_metrics)
         web.post("/api/shutdown", admin.shutdown),                           # ?stop_models=0|1

@@ -37,7 +37,9 @@ Route table (admin token as ``Authorization: Bearer``):
     DELETE /api/keys/{id}                   -> 204
     GET    /api/settings                    -> DaemonSettings
     PUT    /api/settings                    -> DaemonSettings
-    GET    /api/requests                    -> list[RequestRecord]  # ?limit=N
+    GET    /api/requests                    -> list[RequestRecord]  # ?model=&key_id=&status=404|5xx&slower_than_ms=&limit=N
+                                                                    # (daemon.api.access_log); 422 invalid_filter
+    GET    /api/requests/{id}               -> RequestRecord    # id: a /v1 answer's X-Request-Id; 404 request_not_found
     GET    /api/audit                       -> AuditPage        # ?since=&until=&actor=&action=&subject=&limit=&before=
     POST   /api/shutdown                    -> {"pid", "stopped_models"}  # ?stop_models=0|1; 202
     GET    /api/backups                     -> BackupListing    # the backup directory's files (daemon.api.backup)
@@ -250,8 +252,19 @@ class DaemonClient:
                                     "subject": subject, "limit": limit, "before": before}.items() if v is not None}
         return AuditPage.model_validate(await self._call("GET", "/api/audit", params=params))
 
-    async def requests(self, limit: int = 100) -> list[RequestRecord]:
-        return [RequestRecord.model_validate(r) for r in await self._call("GET", "/api/requests", params={"limit": limit})]
+    async def requests(self, limit: int = 100, *, model: str | None = None, key_id: str | None = None,
+                       status: str | None = None, slower_than_ms: float | None = None) -> list[RequestRecord]:
+        """The access log, newest first: /v1 requests for ``model`` (asked for or answering as a fallback),
+        with the key ``key_id``, a ``status`` (``"404"``) or class (``"5xx"``), slower than ``slower_than_ms``.
+        The daemon judges the filters (422 ``invalid_filter``)."""
+        params = {k: v for k, v in {"model": model, "key_id": key_id, "status": status,
+                                    "slower_than_ms": slower_than_ms, "limit": limit}.items() if v is not None}
+        return [RequestRecord.model_validate(r) for r in await self._call("GET", "/api/requests", params=params)]
+
+    async def request(self, request_id: str) -> RequestRecord:
+        """What happened to one /v1 request, by the X-Request-Id its answer carried (404 ``request_not_found``)."""
+        path = f"/api/requests/{urllib.parse.quote(request_id, safe='')}"
+        return RequestRecord.model_validate(await self._call("GET", path))
 
     async def shutdown(self, stop_models: bool = False) -> dict[str, Any]:
         """Ask the daemon process to exit; it answers first. Its models keep running (and are

@@ -310,20 +310,22 @@ class HistorySeries(BaseModel):
 
 
 class RequestRecord(BaseModel):
-    """One access-log row."""
+    """One access-log row: what happened to one /v1 request (queries: ``daemon.api.access_log``)."""
 
-    id: str
-    ts: float
-    model: str | None
-    node: str | None
+    id: str = Field(description="The request's X-Request-Id (the client's own when it sent a valid one).")
+    ts: float = Field(description="Unix time the request finished.")
+    model: str | None = Field(description="The model asked for (its id); None when refused before one was known.")
+    node: str | None = Field(description="The node that ran it (an id: 'local' or 64 hex digits); None when none did.")
     path: str
     status: int
-    queue_ms: float | None = None
-    ttft_ms: float | None = None
-    total_ms: float | None = None
+    queue_ms: float | None = Field(default=None, description="Time waiting for a free slot of the model.")
+    ttft_ms: float | None = Field(default=None, description="Time to the answer's first byte, after the queue.")
+    total_ms: float | None = Field(default=None, description="Time from arrival to the answer's end.")
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     key_id: str | None = Field(default=None, description="The API key used; None without one.")
     error: str | None = Field(default=None, description="Why it failed (or was retried); None when it went well.")
     answered_by: str | None = Field(default=None, description="The fallback model (id) that answered in the "
                                     "requested model's place; None when the requested model answered or none did.")
+    node_name: str = Field(default="", description="The node's name, for people (not stored: named as the row "
+                           "is read); '' when no node ran it.")
