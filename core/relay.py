@@ -172,10 +172,12 @@ def describe(exc: BaseException, secret: str | None = None) -> str:
 async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: bytes, *, record: Record,
                 log: logging.Logger, label: str, request_id: str | None = None,
                 sse_rewrite: Rewrite | None = None, tail_bytes: int = 0,
-                silence: Silence | None = None) -> web.StreamResponse:
+                silence: Silence | None = None, prepared: web.StreamResponse | None = None) -> web.StreamResponse:
     """Send ``request`` (its method, headers and ``body``) to ``upstream.base + path_qs`` and stream
     the answer back; ``label`` ("request <id> to <where>") starts each line written to ``log``;
-    ``silence``: heartbeats and the stall cut of an SSE answer (none: it may be silent for ever).
+    ``silence``: heartbeats and the stall cut of an SSE answer (none: it may be silent for ever);
+    ``prepared``: a 200 SSE answer the client already has (heartbeats while the model loaded): the
+    runtime's events go on in it, and a refusal becomes one SSE error event there.
     Raises ``Unreachable`` when no try got an answer (nothing has been sent to the client then)."""
     headers = forwardable(request.headers)
     headers.update(upstream.headers)
@@ -184,7 +186,10 @@ async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: by
     answer, retry_session = await _open(request.method, upstream, upstream.base + path_qs, headers, body,
                                         record, log, label)
     try:
-        return await _stream(request, answer, record, log, label, request_id, sse_rewrite, tail_bytes, silence)
+        if prepared is not None and (answer.status != 200 or answer.content_type != "text/event-stream"):
+            return await _refused_in_stream(prepared, answer, record, request_id)
+        return await _stream(request, answer, record, log, label, request_id, sse_rewrite, tail_bytes, silence,
+                             prepared)
     finally:
         answer.close()  # a no-op once fully read; drops the connection (and the generation) if not
         if retry_session is not None:
@@ -230,18 +235,22 @@ async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[
 
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
                   label: str, request_id: str | None, sse_rewrite: Rewrite | None,
-                  tail_bytes: int, silence: Silence | None = None) -> web.StreamResponse:
+                  tail_bytes: int, silence: Silence | None = None,
+                  prepared: web.StreamResponse | None = None) -> web.StreamResponse:
     record.status, record.headers_at = answer.status, time.perf_counter()
-    response = web.StreamResponse(status=answer.status, reason=answer.reason)
-    response.headers.extend(forwardable(answer.headers))
     sse = answer.content_type == "text/event-stream"
     rewrite = sse_rewrite if sse else None
-    if answer.content_length is not None and rewrite is None:
-        response.content_length = answer.content_length
-    if sse:
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
-    await response.prepare(request)
+    if prepared is not None:
+        response = prepared  # the client has had a 200 SSE answer and heartbeats already
+    else:
+        response = web.StreamResponse(status=answer.status, reason=answer.reason)
+        response.headers.extend(forwardable(answer.headers))
+        if answer.content_length is not None and rewrite is None:
+            response.content_length = answer.content_length
+        if sse:
+            response.headers["Cache-Control"] = "no-cache"
+            response.headers["X-Accel-Buffering"] = "no"  # tell any proxy in front not to buffer
+        await response.prepare(request)
     # The last chunks, by reference, just enough to hold tail_bytes: joined once at the end.
     recent: list[bytes] = []
     held = relayed = 0
@@ -298,6 +307,29 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
         await response.write(rest)
     if recent:
         record.tail = (recent[0] if len(recent) == 1 else b"".join(recent))[-tail_bytes:]
+    await response.write_eof()
+    return response
+
+
+async def _refused_in_stream(response: web.StreamResponse, answer: aiohttp.ClientResponse, record: Record,
+                             request_id: str | None) -> web.StreamResponse:
+    """The runtime refused (not a 200 SSE answer) after the client had its 200 and heartbeats: its
+    error, in the OpenAI shape, as the stream's one event."""
+    record.status, record.headers_at = answer.status, time.perf_counter()
+    raw = await answer.content.read(64 * 1024)
+    try:
+        error = json.loads(raw)["error"]
+        if not isinstance(error, dict):
+            raise TypeError(error)
+        error.setdefault("message", f"the runtime answered HTTP {answer.status}")
+    except (ValueError, KeyError, TypeError):
+        error = {"message": f"the runtime answered HTTP {answer.status}: {raw[:300].decode(errors='replace')}",
+                 "type": "server_error" if answer.status >= 500 else "invalid_request_error",
+                 "code": "upstream_error"}
+    if request_id is not None:
+        error.setdefault("request_id", request_id)
+    record.failures.append(f"the runtime answered HTTP {answer.status}: {str(error.get('message'))[:300]}")
+    await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
     await response.write_eof()
     return response
 

@@ -31,14 +31,19 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
 CURRENT_REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 
-def error_response(status: int, code: str, message: str, *, type_: str | None = None,
-                   headers: dict[str, str] | None = None) -> web.Response:
+def error_body(status: int, code: str, message: str, type_: str | None = None) -> dict[str, object]:
+    """The OpenAI-shaped error: ``{"error": {"message", "type", "code", "request_id"}}``."""
     err_type = type_ or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     error: dict[str, object] = {"message": message, "type": err_type, "code": code}
     request_id = CURRENT_REQUEST_ID.get()
     if request_id is not None:
         error["request_id"] = request_id
-    return web.json_response({"error": error}, status=status, headers=headers)
+    return {"error": error}
+
+
+def error_response(status: int, code: str, message: str, *, type_: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(error_body(status, code, message, type_), status=status, headers=headers)
 
 
 class DaemonProblem(Exception):

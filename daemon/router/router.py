@@ -41,6 +41,7 @@ from daemon.models.maintenance import Maintenance
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.nodes.answer import answer_at
 from daemon.nodes.links import Links
+from daemon.router.early import EarlyStream
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.router.metrics import RouterMetrics
 
@@ -93,6 +94,7 @@ class _Exchange(Record):
     strip_usage: bool = False  # we asked the runtime for usage the client did not ask for
     answered_by: str | None = None  # the fallback that answered in the requested model's place
     served: str | None = None  # the requested model's served name: its Prometheus label
+    early: EarlyStream | None = None  # a streamed request's heartbeats while its model queues or loads
 
 
 EXCHANGE = web.RequestKey("exchange", _Exchange)
@@ -250,18 +252,25 @@ class Router:
         stats.total += 1
         stats.in_flight += 1
         in_flight.inc()
+        if payload.get("stream") is True:
+            exchange.early = EarlyStream(request, definition.heartbeat_s)
         try:
             response = await self._forward(request, definition, body, exchange)
         except (asyncio.CancelledError, ConnectionResetError):
             exchange.status = 499  # also over a 200 already relayed: the client left mid-answer
             raise
-        except DaemonProblem as problem:  # a refusal of ours: the errors middleware answers it
+        except DaemonProblem as problem:  # a refusal of ours: the errors middleware answers it...
             exchange.status = problem.status
-            raise
+            if exchange.early is None or (sent := await exchange.early.end_with(problem)) is None:
+                raise
+            exchange.failures.append(f"{problem.code}: {problem.message}"[:500])
+            return sent  # ...unless the client had a 200 and heartbeats: then it is the stream's error event
         except BaseException:
             exchange.status = 500
             raise
         finally:
+            if exchange.early is not None:
+                await exchange.early.stop()
             stats.in_flight -= 1
             in_flight.dec()
             ok = 200 <= exchange.status < 400
@@ -475,7 +484,8 @@ class Router:
         trace = exchange.trace
         if trace is not None:  # the upstream span begins; its traceparent goes along
             target, span = trace.upstream(target, definition, exchange.node)
-        relaying = relay(request, target, path_qs, body, record=exchange, log=_LOGGER,
+        prepared = await exchange.early.stop() if exchange.early is not None else None
+        relaying = relay(request, target, path_qs, body, record=exchange, log=_LOGGER, prepared=prepared,
                          label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
                          sse_rewrite=_UsageFilter() if exchange.strip_usage else None, tail_bytes=USAGE_TAIL_BYTES,
                          silence=Silence(definition.heartbeat_s, definition.stall_timeout_s, definition.served_name))

@@ -144,3 +144,44 @@ async def test_a_stall_time_that_cannot_work_is_refused_with_the_reason(
         assert r.status == 422 and said in json.dumps(answer)
         with pytest.raises(DaemonError):
             await d.client.get_model("m")  # nothing was saved
+
+
+async def test_a_stream_that_waits_for_its_model_to_load_gets_heartbeats(tmp_path: Path, model_file: Path) -> None:
+    """Started on request, the model loads for 2 s: the client (its read timeout 1 s) gets a 200
+    and heartbeats meanwhile, then the answer."""
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=3, load_seconds=2.0)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file), heartbeat_s=0.25))
+        assert (await d.client.get_model("m")).status.state == ModelState.STOPPED
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_read=1.0)) as session:
+            lines, ended = await _read(session, f"{d.v1}/chat/completions")
+        assert ended is None and lines[-1] == b"data: [DONE]"
+        first_data = next(i for i, line in enumerate(lines) if line.startswith(b"data:"))
+        assert first_data >= 3 and all(line.startswith(b":") for line in lines[:first_data])
+        assert (await d.client.get_model("m")).status.state == ModelState.READY
+        row = (await d.logged_requests(1))[-1]
+        assert row.status == 200 and row.model == "m"
+
+
+async def test_a_load_that_fails_after_heartbeats_is_the_streams_error_event(tmp_path: Path,
+                                                                           model_file: Path) -> None:
+    """The model cannot load in its startup time: the client already had a 200 and heartbeats, so
+    the refusal comes as one error event in the OpenAI shape; the access log keeps its 503."""
+    runtime = write_fake_runtime(tmp_path / "bin", load_seconds=30)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file), heartbeat_s=0.25, startup_timeout_s=1.0))
+        async with aiohttp.ClientSession() as session:
+            lines, ended = await asyncio.wait_for(_read(session, f"{d.v1}/chat/completions"), 60)
+        assert ended is None and lines[0].startswith(b":")
+        events = [json.loads(line[6:]) for line in lines if line.startswith(b"data: ")]
+        assert len(events) == 1 and events[0]["error"]["code"] == "model_not_ready"
+        assert "'m'" in events[0]["error"]["message"] and events[0]["error"]["request_id"]
+        row = (await d.logged_requests(1))[-1]
+        assert row.status == 503 and "model_not_ready" in (row.error or "")
+
+        # The real openai client raises on that event: the caller sees the daemon's reason.
+        oa = openai.AsyncOpenAI(base_url=d.v1, api_key="none", max_retries=0)
+        with pytest.raises(openai.APIError, match="'m'"):
+            async for _chunk in await oa.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}], stream=True):
+                pass
