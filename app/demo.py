@@ -4,7 +4,8 @@ It answers every call of ``DaemonClient`` (``tests/app/test_demo_conformance.py`
 like the daemon would: state changes publish events with monotonic ids and a ``boot_id``, so the
 app's ``EventFeed`` runs for real. ``DemoDaemon()`` is the demo's believable fleet (six models in
 every state, one of them a base model without a chat template, one on vLLM, a host with a GPU, keys,
-history with live-looking curves, runtime logs; nodes, model sources and jobs from ``app.demo_services``),
+history with live-looking curves, runtime logs, an access log (``app.demo_requests``); nodes, model
+sources and jobs from ``app.demo_services``),
 so the whole app can be shown and documented on a machine with no models; started models become
 ready after a short delay. ``DemoDaemon(models)`` is a bare daemon holding just those models
 (stopped), one machine without paired nodes, no keys, no jobs and no made-up figures, the state the
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 from app.demo_audit import DemoAudit
 from app.demo_backup import DemoBackups
 from app.demo_host_services import DemoHostServices
+from app.demo_requests import DemoRequests
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
 from daemon.api.contracts import GpuInfo, KeysAtRest, LlamaCppSettings, VllmSettings
@@ -53,7 +55,6 @@ from daemon.api.models import (
     ModelState,
     ModelStatus,
     ModelView,
-    RequestRecord,
     RouterStats,
     StatusResponse,
     TracingSettings,
@@ -112,7 +113,7 @@ def _bare_host() -> HostSnapshot:
 DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan:4318/v1/traces", sample_ratio=0.25)
 
 
-class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups):
+class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
     ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare
@@ -441,10 +442,6 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, 
         self.settings = settings
         self.publish("settings.changed")
         return settings
-
-    async def requests(self, limit: int = 100) -> list[RequestRecord]:
-        self._record("requests", limit)
-        return []
 
     async def mirror(self, query: MirrorQuery) -> Transfer:
         """The version is on the node at once: a finished mirror transfer, nothing registered."""

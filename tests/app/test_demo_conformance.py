@@ -23,7 +23,13 @@ from daemon.api import client as client_module
 from daemon.api.client import DaemonClient
 from daemon.api.jobs import BenchmarkRequest, TuneRequest
 from daemon.api.mirror import MirrorQuery
-from daemon.api.models import ApiKeyLimits, DaemonSettings, ModelDefinition, ModelStatus
+from daemon.api.models import (
+    ApiKeyLimits,
+    DaemonSettings,
+    ModelDefinition,
+    ModelStatus,
+    RequestRecord,
+)
 from daemon.api.plan import PlanQuery
 from daemon.api.services import ServiceNames
 from daemon.api.sources import (
@@ -68,6 +74,8 @@ def _seeded() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
 def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
     bare = DemoDaemon([definition("alpha"), definition("beta", served_name="Beta-7B")])
     waiting = bare.add_waiting_agent("box", "ABCD-EFGH")
+    bare.add_request(RequestRecord(id="r1", ts=1.7e9, model="alpha", node="local", path="/v1/chat/completions",
+                                   status=200))
     return bare, "alpha", (waiting.address, "ABCD-EFGH", waiting.fingerprint)
 
 
@@ -90,7 +98,7 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("set_key_limits", lambda r: (r["create_key"].info.id, ApiKeyLimits(requests_per_minute=60))),
         ("revoke_key", lambda r: (r["create_key"].info.id,)),
         ("get_settings", lambda r: ()), ("put_settings", lambda r: (DaemonSettings(require_api_keys=True),)),
-        ("requests", lambda r: (10,)), ("audit", lambda r: ()), ("shutdown", lambda r: (False,)),
+        ("requests", lambda r: (10,)), ("request", lambda r: (r["requests"][0].id,)), ("audit", lambda r: ()), ("shutdown", lambda r: (False,)),
         ("fit", lambda r: (FitQuery(model_path="/models/x.gguf", settings=LlamaCppSettings(ctx_size=4096)),)),
         ("plan", lambda r: (PlanQuery(model_path="/models/x.gguf", ctx_size=4096),)),
         ("download", lambda r: (DownloadQuery(url="https://example.com/x.gguf", sha256="0" * 64),)),
