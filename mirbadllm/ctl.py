@@ -14,6 +14,7 @@
     mirbadllm ctl services allow|disallow NAME [--node NODE] [--protected] | policy        (ctl_services)
     mirbadllm ctl backup create [--passphrase-file F] [--out FILE] | list | restore FILE [--yes]  (ctl_backup)
     mirbadllm ctl audit [--action A] [--subject S] [--since 1h] [--limit N] [--json]       (ctl_audit)
+    mirbadllm ctl requests list [--model M] [--key K] [--status 5xx] [--slower-than MS] | show ID  (ctl_requests)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from mirbadllm import (
     ctl_keys,
     ctl_nodes,
     ctl_plan,
+    ctl_requests,
     ctl_sources,
 )
 from mirbadllm.ctl_services import add_parser as add_services_parser
@@ -91,6 +93,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_services_parser(groups)
     ctl_backup.add_parser(groups)
     ctl_audit.add_parser(groups)
+    ctl_requests.add_parser(groups)
     return parser.parse_args(argv)
 
 
@@ -103,6 +106,8 @@ def _fmt_model(view_status: object) -> str:
     error += f"\n    {s.evicted}" if getattr(s, "evicted", None) else ""  # type: ignore[attr-defined]
     if getattr(s, "stalled", None):
         state, error = "stalled", error + f"\n    stalled {s.stalled}"  # type: ignore[attr-defined]
+    elif getattr(s, "slow", None) and state == "ready":
+        state, error = "slow", error + f"\n    slow: {s.slow}"  # type: ignore[attr-defined]
     node = getattr(s, "node_name", "") or s.node  # type: ignore[attr-defined]
     if getattr(s, "busy", None):
         state, extra = s.busy.split(" ", 1)[0], extra + f"  {s.busy}"  # type: ignore[attr-defined]
@@ -134,6 +139,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_backup.run(args, client)
     if args.group == "audit":
         return await ctl_audit.run(args, client)
+    if args.group == "requests":
+        return await ctl_requests.run(args, client)
     return await ctl_keys.run(args, client)
 
 

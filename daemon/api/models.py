@@ -150,6 +150,8 @@ class ModelStatus(BaseModel):
                                 "model; cleared when it starts again.")
     stalled: str | None = Field(default=None, description="Its runtime went silent mid-answer and the request was "
                                 "cut (when, and for how long); cleared by the next answer that completes, or a start.")
+    slow: str | None = Field(default=None, description="It answers far slower than its own history (its recent "
+                             "decode speed against its usual, daemon.models.speed); cleared when it is back, or a start.")
     rpc_helpers: list[RpcHelper] = Field(default_factory=list, description="One model across nodes: each helper "
                                          "node of ``rpc_nodes`` and its rpc-server (daemon.models.rpc).")
     backend: str | None = Field(default=None, description="llama.cpp: what it computes on (cpu, vulkan, cuda, metal).")

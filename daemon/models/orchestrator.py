@@ -41,6 +41,7 @@ from daemon.models.maintenance import Maintenance
 from daemon.models.registry import Registry, RegistryError, definition_hash
 from daemon.models.restarts import RestartBook
 from daemon.models.rpc import HelperRefused, RpcHelpers
+from daemon.models.speed import SpeedWatch
 from daemon.nodes.agent_errors import agent_problem
 from daemon.nodes.links import AgentLink, Links
 
@@ -74,6 +75,7 @@ class Orchestrator:
         self._evicted: dict[str, str] = {}  # model id -> why it was last unloaded to make room
         self._online: dict[str, bool] = {}  # node id -> online at its agent's last report (a return relaunches)
         self._relaunches: set[asyncio.Task[None]] = set()
+        self.speed = SpeedWatch()  # the Slow flag, from each model's own decode speeds (daemon.models.speed)
         self._stalled: dict[str, str] = {}  # model id -> its last answer cut for silence (core.relay), until one completes
         # model id -> why its node refused its last start (a missing file, a bad argument): shown as
         # failed with that reason until it is started again or changed; never restarted as a crash
@@ -99,6 +101,11 @@ class Orchestrator:
         """An answer of the model was cut for silence: it shows as Stalled until one completes."""
         self._stalled[model_id] = f"{time.strftime('%H:%M:%S')}: {why}"
         self.events.publish("model.flagged", model_id, stalled=why)
+
+    def decoded(self, model_id: str, tokens: int | None, decode_s: float | None) -> None:
+        """A streamed answer completed with no other request of the model in flight: its speed."""
+        if self.speed.observe(model_id, tokens, decode_s):
+            self.events.publish("model.flagged", model_id, slow=self.speed.slow.get(model_id))
 
     def answered(self, model_id: str) -> None:
         """An answer completed: a Stalled flag goes (the hot path: one dict check when none is set)."""
@@ -184,6 +191,7 @@ class Orchestrator:
         status.restarts_paused = status.id in self.book.pauses
         status.evicted = self._evicted.get(status.id)
         status.stalled = self._stalled.get(status.id)
+        status.slow = self.speed.slow.get(status.id)
         if status.restarts_paused and status.state != ModelState.READY:
             pause = self.book.pauses[status.id]
             status.error = (f"Crashed {pause.crashes} times, automatic restarts paused"
@@ -298,6 +306,8 @@ class Orchestrator:
             self.book.clear(model_id)
         self._refused.pop(model_id, None)
         self._stalled.pop(model_id, None)
+        if self.speed.forget(model_id):
+            self.events.publish("model.flagged", model_id, slow=None)
         self.book.want(model_id, True)
         if definition.node == AUTO_NODE and self.status(definition).state not in (ModelState.STARTING,
                                                                                   ModelState.READY):

@@ -512,6 +512,10 @@ class Router:
             ok = 200 <= exchange.status < 400
             self.metrics.observe(exchange.served, ttft / 1000 if ok and ttft is not None else None,
                                  now - exchange.started if ok else None, prompt, completion)
+            if ok and exchange.events and exchange.first_byte is not None and not self.in_flight(exchange.served):
+                # A stream that ran alone: its decode speed against the model's own (the Slow flag).
+                self.orchestrator.decoded(exchange.answered_by or exchange.model or "", completion,
+                                          now - exchange.first_byte)
         # A RequestRecord's fields in REQUEST_COLUMNS order, without building (and validating) one.
         self.history.record_request_row((
             request.get(REQUEST_ID) or CURRENT_REQUEST_ID.get() or "-", time.time(), exchange.model,

@@ -1,4 +1,4 @@
-"""A model whose answer was cut for silence shows as Stalled: on the Overview's attention list, in
+"""A model whose answer was cut for silence shows as Stalled (one far slower than its history, Slow): on the Overview's attention list, in
 `ctl status`, and its two times are settings the editor shows and checks."""
 
 from __future__ import annotations
@@ -12,10 +12,18 @@ from mirbadllm.ctl import _fmt_model
 WHY = "10:04:05: the runtime of 'm' went silent for 60 s in the middle of its answer (after 812 bytes)"
 
 
-def view(model_id: str, stalled: str | None) -> ModelView:
+def view(model_id: str, stalled: str | None, slow: str | None = None) -> ModelView:
     definition = ModelDefinition(id=model_id, served_name=model_id, model_path=f"/m/{model_id}.gguf")
     return ModelView(definition=definition, status=ModelStatus(id=model_id, served_name=model_id,
-                                                               state=ModelState.READY, stalled=stalled))
+                                                               state=ModelState.READY, stalled=stalled, slow=slow))
+
+
+def test_a_slow_model_needs_attention_and_ctl_says_slow() -> None:
+    why = "answers at 4.0 tokens/s, 0.20x its usual 20.0 (the last 3 answers)"
+    items = attention(FleetSnapshot(models=(view("m", None, why),)))
+    assert [(v.definition.id, text) for v, text in items] == [("m", f"Slow — {why}")]
+    line = _fmt_model(view("m", None, why).status)
+    assert line.split()[1] == "slow" and "0.20x its usual" in line
 
 
 def test_a_stalled_model_needs_attention_and_ctl_says_stalled() -> None:

@@ -185,3 +185,22 @@ async def test_a_load_that_fails_after_heartbeats_is_the_streams_error_event(tmp
             async for _chunk in await oa.chat.completions.create(
                     model="m", messages=[{"role": "user", "content": "hi"}], stream=True):
                 pass
+
+
+async def test_a_model_far_slower_than_its_history_is_flagged_slow(tmp_path: Path, model_file: Path) -> None:
+    """Twelve streams at its usual speed, then the runtime gets ten times slower: Slow, with figures."""
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=12, token_delay_s=0.01, slow_after=12)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(12):
+                assert (await _read(session, f"{d.v1}/chat/completions"))[1] is None
+            assert (await d.client.get_model("m")).status.slow is None
+            for _ in range(3):
+                assert (await _read(session, f"{d.v1}/chat/completions"))[1] is None
+        slow = (await d.client.get_model("m")).status.slow
+        assert slow is not None and "its usual" in slow and "tokens/s" in slow
+        await d.client.stop_model("m")
+        await d.client.start_model("m", wait=True)  # another start: its history no longer applies
+        assert (await d.client.get_model("m")).status.slow is None

@@ -19,6 +19,8 @@ llama-server does. Fault switches (environment):
     FAKE_BREAK_AFTER      a stream dies after this many tokens: the connection is cut mid-answer
     FAKE_SILENT_AFTER     a stream goes silent after this many tokens, its connection held open (a wedged
                           runtime) until the client hangs up
+    FAKE_SLOW_AFTER       after this many generations, generate FAKE_SLOW_FACTOR (default 10) times slower
+                          (a runtime whose host starts swapping)
     FAKE_PROMPT_DELAY_S   a stream's headers come at once, its first token after this long (a long prompt
                           being read, as llama-server does)
     FAKE_STARTS_FILE      append one line to this file at every start (tests count spawns)
@@ -254,7 +256,9 @@ class FakeServer:
 
     async def tick(self) -> None:
         if self.token_delay:
-            await asyncio.sleep(self.token_delay)
+            slow_after = env_float("FAKE_SLOW_AFTER", -1)
+            slower = slow_after >= 0 and self.counters["requests"] > slow_after
+            await asyncio.sleep(self.token_delay * (env_float("FAKE_SLOW_FACTOR", 10.0) if slower else 1.0))
         self.counters["tokens_predicted"] += 1
 
     def whole(self, chat: bool, text: str, prompt_tokens: int, count: int) -> dict[str, Any]:

@@ -119,9 +119,10 @@ class OverviewTab(QWidget):
         self.view = view
         s = view.status
         stalled = s.stalled if s.stalled and s.state == ModelState.READY else None
-        at = f" · Stalled at {stalled.split(': ', 1)[0]}" if stalled else ""  # "HH:MM:SS: why"
-        self.values["state"].setText(fmt.STATE_TEXT[s.state] + at)
-        self.values["state"].setToolTip(stalled or "")
+        slow = s.slow if s.slow and s.state == ModelState.READY else None
+        flag = f" · Stalled at {stalled.split(': ', 1)[0]}" if stalled else " · Slow" if slow else ""  # "HH:MM:SS: why"
+        self.values["state"].setText(fmt.STATE_TEXT[s.state] + flag)
+        self.values["state"].setToolTip(stalled or slow or "")
         self.values["node"].setText(s.node_name or s.node)
         self.values["compute"].setText(placement_text(s.backend, s.offload))
         self._form.setRowVisible(self.values["compute"], s.backend is not None)  # llama.cpp, once it runs

@@ -32,7 +32,7 @@ from daemon.api.models import HostSnapshot, ModelState, ModelView
 
 
 def attention(snapshot: FleetSnapshot) -> list[tuple[ModelView, str]]:
-    """Models the user should look at, with why: failed, paused restarts, stalled answers, pending
+    """Models the user should look at, with why: failed, paused restarts, stalled or slow answers, pending
     restarts, and models the daemon unloaded to make room for another (until they start again)."""
     items = []
     for view in snapshot.models:
@@ -46,6 +46,8 @@ def attention(snapshot: FleetSnapshot) -> list[tuple[ModelView, str]]:
             items.append((view, f"automatic restarts paused after {s.crash_count} crashes"))
         elif s.stalled:
             items.append((view, f"Stalled — {s.stalled}"))
+        elif s.slow and s.state == ModelState.READY:
+            items.append((view, f"Slow — {s.slow}"))
         elif s.restart_pending:
             items.append((view, "settings changed: restart to apply them"))
         elif s.evicted and s.state == ModelState.STOPPED:
