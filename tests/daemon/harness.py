@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiohttp import web
+
 from daemon.api.client import DaemonClient
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus, RequestRecord
 from daemon.config import DaemonConfig
@@ -24,6 +26,14 @@ _LOGGER = logging.getLogger(__name__)
 class RunningDaemon:
     daemon: DaemonDeps
     client: DaemonClient
+    runner: web.AppRunner | None = None
+
+    async def stop_server(self) -> None:
+        """Stop the daemon as ``mirbadllm daemon stop`` does: its models keep running (the next
+        daemon on this home adopts them), and the harness leaves them to it."""
+        if self.runner is not None:
+            runner, self.runner = self.runner, None
+            await runner.cleanup()
 
     @property
     def url(self) -> str:
@@ -71,22 +81,27 @@ async def running_daemon(home: Path, llama_server: Path | str | None, **config: 
     daemon = build_deps(DaemonConfig.model_validate(values), DaemonPaths(home))
     runner = await start_server(daemon)
     client = DaemonClient(f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token)
+    running: RunningDaemon | None = None
     try:
         link = daemon.links.get("local")
         if link is not None:
             import asyncio
 
             await asyncio.wait_for(link.first_sync.wait(), 60)
-        yield RunningDaemon(daemon, client)
+        running = RunningDaemon(daemon, client, runner)
+        yield running
     finally:
-        for definition in daemon.registry.all():  # runtimes outlive the daemon by design: stop ours
-            try:
-                await daemon.orchestrator.stop(definition.id)
-            except Exception as exc:  # noqa: BLE001 - best effort at teardown
-                _LOGGER.warning("could not stop %s: %s", definition.id, exc)
-        await client.close()
-        await runner.cleanup()
-        _kill_leftover_runtimes(home)
+        if running is not None and running.runner is None:  # stopped by the test: its runtimes live on
+            await client.close()
+        else:
+            for definition in daemon.registry.all():  # runtimes outlive the daemon by design: stop ours
+                try:
+                    await daemon.orchestrator.stop(definition.id)
+                except Exception as exc:  # noqa: BLE001 - best effort at teardown
+                    _LOGGER.warning("could not stop %s: %s", definition.id, exc)
+            await client.close()
+            await runner.cleanup()
+            _kill_leftover_runtimes(home)
 
 
 def _kill_leftover_runtimes(home: Path) -> None:

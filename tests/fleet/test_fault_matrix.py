@@ -1,0 +1,230 @@
+"""The fault matrix: a fault injected in the middle of a streamed answer, at a token chosen by a
+seeded random draw, and for each what the client sees and that nothing is lost or left running.
+
+| fault (mid-stream)                        | the client sees                         | afterwards                                   |
+|-------------------------------------------|-----------------------------------------|----------------------------------------------|
+| the local runtime is stopped (SIGSTOP)    | tokens, then one `upstream_stalled`     | it runs again (SIGCONT): the next answer is  |
+|                                           | event, the connection cut               | whole, on the same runtime, its slot free    |
+| the local runtime is killed (SIGKILL)     | tokens, then one `upstream_broken`      | restarted through the crash path; the next   |
+|                                           | event, the connection cut               | answer is whole, on a new runtime            |
+| a remote node's agent is killed           | tokens, then one `upstream_broken`      | its agent starts again and adopts the        |
+|                                           | event, the connection cut               | runtime (same PID); the next answer is whole |
+| the wire to a remote node is cut          | tokens, then one `upstream_stalled`     | the wire is back: the node is online, the    |
+|                                           | event after the model's stall time      | same runtime answers whole                   |
+| the daemon restarts under 64 streams      | every stream ends (cut, never taken for | the new daemon adopts the runtime (same PID) |
+|                                           | complete)                               | and all 64 next answers are whole            |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from daemon.api.models import ModelState
+from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.fakes import write_fake_runtime
+from tests.fleet.agents import eventually, kill_runtimes
+
+pytestmark = [pytest.mark.slow]
+
+TOKENS = 40
+MONITOR = {"interval_s": 0.5, "probe_timeout_s": 1.0, "offline_after": 3}
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+def _fault_token(seed: int) -> int:
+    """The token after which the fault strikes: drawn, but the same for the same seed."""
+    return random.Random(seed).randint(2, 12)
+
+
+class Stream:
+    """One streamed chat read as a client does: its content pieces, its error events, its ending."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.errors: list[dict[str, Any]] = []
+        self.ended: str | None = None  # None: complete ([DONE] and a final chunk)
+        self.done = False
+        self.arrived = asyncio.Event()  # set at each content piece
+
+    async def run(self, session: aiohttp.ClientSession, url: str) -> Stream:
+        try:
+            async with session.post(url, json=BODY) as resp:
+                assert resp.status == 200, await resp.text()
+                async for line in resp.content:
+                    if line.startswith(b"data: [DONE]"):
+                        self.done = True
+                    elif line.startswith(b"data: "):
+                        event = json.loads(line[6:])
+                        if "error" in event:
+                            self.errors.append(event["error"])
+                        elif piece := event["choices"][0]["delta"].get("content"):
+                            self.pieces.append(piece)
+                            self.arrived.set()
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            self.ended = type(exc).__name__
+        return self
+
+    async def until_pieces(self, count: int) -> None:
+        while len(self.pieces) < count:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 30)
+
+
+async def _whole(session: aiohttp.ClientSession, url: str) -> Stream:
+    stream = await asyncio.wait_for(Stream().run(session, url), 60)
+    assert stream.ended is None and stream.done and not stream.errors and len(stream.pieces) == TOKENS
+    return stream
+
+
+async def _status(rd: RunningDaemon):  # type: ignore[no-untyped-def]
+    return (await rd.client.get_model("m")).status
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_a_stopped_runtime_is_cut_as_stalled_and_serves_again_when_it_runs(
+        tmp_path: Path, model_file: Path, seed: int) -> None:
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=TOKENS, token_delay_s=0.05)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file), stall_timeout_s=1.0, heartbeat_s=0.5,
+                                          settings={"parallel": 1}))
+        ready = await d.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession() as session:
+            stream = Stream()
+            reading = asyncio.ensure_future(stream.run(session, f"{d.v1}/chat/completions"))
+            at = _fault_token(seed)
+            await stream.until_pieces(at)
+            assert ready.pid is not None
+            os.kill(ready.pid, signal.SIGSTOP)
+            try:
+                await asyncio.wait_for(reading, 30)
+            finally:
+                os.kill(ready.pid, signal.SIGCONT)
+            assert stream.ended is not None and not stream.done
+            assert [e["code"] for e in stream.errors] == ["upstream_stalled"]
+            assert at <= len(stream.pieces) < TOKENS
+            assert (await _status(d)).stalled
+            # Running again: the slot the cut request held is free (one slot), the same runtime answers.
+            await _whole(session, f"{d.v1}/chat/completions")
+            status = await _status(d)
+            assert status.pid == ready.pid and status.stalled is None
+
+
+@pytest.mark.parametrize("seed", [3])
+async def test_a_killed_runtime_breaks_the_stream_and_is_restarted(tmp_path: Path, model_file: Path,
+                                                                   seed: int) -> None:
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=TOKENS, token_delay_s=0.05)
+    async with running_daemon(tmp_path / "home", runtime, health={"backoff_s": [0.2]}) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        ready = await d.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession() as session:
+            stream = Stream()
+            reading = asyncio.ensure_future(stream.run(session, f"{d.v1}/chat/completions"))
+            await stream.until_pieces(_fault_token(seed))
+            assert ready.pid is not None
+            os.killpg(ready.pid, signal.SIGKILL)  # the runtime leads its own session
+            await asyncio.wait_for(reading, 30)
+            assert stream.ended is not None and not stream.done
+            assert [e["code"] for e in stream.errors] == ["upstream_broken"]
+
+            async def back():  # type: ignore[no-untyped-def]
+                status = await _status(d)
+                return status if status.state == ModelState.READY and status.pid != ready.pid else None
+
+            await eventually(back, timeout=60, what="the crashed runtime restarted")
+            await _whole(session, f"{d.v1}/chat/completions")
+
+
+@pytest.mark.parametrize("seed", [4])
+async def test_a_killed_remote_agent_breaks_the_stream_and_its_successor_adopts_the_runtime(
+        agents: Any, rd: RunningDaemon, tmp_path: Path, model_file: Path, seed: int) -> None:
+    runtime = write_fake_runtime(tmp_path / "slow-bin", tokens=TOKENS, token_delay_s=0.05)
+    where = {"home": tmp_path / "agent-far", "llama_server": runtime, "first_port": 38800}
+    agent = await agents("far", **where)
+    pairing = await agent.wait_event("pairing")
+    node = await rd.client.pair_node(agent.address, pairing["code"], pairing["fingerprint"])
+    await rd.client.create_model(model("m", str(model_file), node=node.id))
+    ready = await rd.client.start_model("m", wait=True)
+    assert ready.state == ModelState.READY and ready.pid in agent.runtime_pids()
+    async with aiohttp.ClientSession() as session:
+        stream = Stream()
+        reading = asyncio.ensure_future(stream.run(session, f"{rd.v1}/chat/completions"))
+        await stream.until_pieces(_fault_token(seed))
+        agent.process.kill()  # the agent dies; its runtime, in a session of its own, lives on
+        await asyncio.wait_for(reading, 30)
+        assert stream.ended is not None and not stream.done
+        assert [e["code"] for e in stream.errors] == ["upstream_broken"]
+
+        await agents("far", **where, port=agent.port)  # started again on its address
+        again = await eventually(lambda: _ready(rd), timeout=60, what="the node back with its model")
+        assert again.pid == ready.pid  # adopted, not restarted
+        await _whole(session, f"{rd.v1}/chat/completions")
+    kill_runtimes([ready.pid or 0])
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("seed", [5])
+async def test_a_cut_wire_is_a_stall_for_the_client_and_the_runtime_serves_again_when_it_is_back(
+        netns: Any, agents: Any, tmp_path: Path, model_file: Path, seed: int) -> None:
+    ns = netns()
+    runtime = write_fake_runtime(tmp_path / "slow-bin", tokens=TOKENS, token_delay_s=0.05)
+    agent = await agents("far", host=ns.ns_ip, port=9443, netns=ns.name, llama_server=runtime)
+    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=MONITOR) as rd:
+        pairing = await agent.wait_event("pairing")
+        node = await rd.client.pair_node(f"{ns.ns_ip}:9443", pairing["code"], pairing["fingerprint"])
+        await rd.client.create_model(model("m", str(model_file), node=node.id, stall_timeout_s=2.0,
+                                          heartbeat_s=0.5))
+        ready = await rd.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession() as session:
+            stream = Stream()
+            reading = asyncio.ensure_future(stream.run(session, f"{rd.v1}/chat/completions"))
+            await stream.until_pieces(_fault_token(seed))
+            ns.cut()
+            try:
+                await asyncio.wait_for(reading, 30)
+            finally:
+                ns.restore()
+            assert stream.ended is not None and not stream.done
+            assert [e["code"] for e in stream.errors] == ["upstream_stalled"]
+            again = await eventually(lambda: _ready(rd), timeout=60, what="the node back with its model")
+            assert again.pid == ready.pid
+            await _whole(session, f"{rd.v1}/chat/completions")
+
+
+async def test_a_daemon_restarted_under_64_streams_adopts_the_runtime_and_serves_them_all_again(
+        tmp_path: Path, model_file: Path) -> None:
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=TOKENS, token_delay_s=0.05)
+    home = tmp_path / "home"
+    definition = model("m", str(model_file), settings={"parallel": 64}, max_queue=128)
+    async with running_daemon(home, runtime) as d:
+        await d.client.create_model(definition)
+        ready = await d.client.start_model("m", wait=True)
+        port = d.daemon.config.port
+        async with aiohttp.ClientSession() as session:
+            streams = [Stream() for _ in range(64)]
+            readings = [asyncio.ensure_future(s.run(session, f"{d.v1}/chat/completions")) for s in streams]
+            await asyncio.gather(*(s.until_pieces(2) for s in streams))
+            await d.stop_server()  # the daemon stops (a restart, an update), the runtime keeps running
+            await asyncio.wait_for(asyncio.gather(*readings), 30)
+        assert all(s.ended is not None and not s.done for s in streams)  # none taken for complete
+
+    async with running_daemon(home, runtime, port=port) as d2:
+        again = await eventually(lambda: _ready(d2), timeout=60, what="the runtime adopted")
+        assert again.pid == ready.pid
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await asyncio.gather(*(_whole(session, f"{d2.v1}/chat/completions") for _ in range(64)))
+
+
+async def _ready(rd: RunningDaemon):  # type: ignore[no-untyped-def]
+    """Ready and reachable: not the last state a node reported before it went quiet."""
+    status = await _status(rd)
+    return status if status.state == ModelState.READY and status.error is None and status.pid else None
