@@ -14,10 +14,12 @@ connection; ``Authorization`` goes only to the origin it was meant for (CVE-2025
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,23 @@ class DownloadFailed(AgentProblem):
 
 class ChecksumMismatch(DownloadFailed):
     code = "checksum_mismatch"
+
+
+class DiskFull(DownloadFailed):
+    status = 507
+    code = "disk_full"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+def _check_room(target: Path, needed: int) -> None:
+    """Refuse before any byte when the file cannot fit where it goes."""
+    free = shutil.disk_usage(target.parent).free
+    if needed > free:
+        raise DiskFull(f"not enough space for {target.name} in {target.parent}: it needs {_mib(needed)}, "
+                       f"the disk has {_mib(free)} free; free some space or choose another folder")
 
 
 @dataclass(frozen=True)
@@ -157,6 +176,8 @@ async def _attempt(session: aiohttp.ClientSession, url: URL, target: Path, expec
                    settings: FetchSettings, resolver: AbstractResolver, progress: Progress) -> Any:
     part = partial_path(target)
     offset = _resume_offset(target, expected)
+    if expected.size is not None:
+        _check_room(target, expected.size - offset)
     part.with_suffix(".partial.json").write_text(json.dumps({"identity": expected.identity}))
     headers = {"Accept-Encoding": "identity"}
     if offset:
@@ -214,6 +235,12 @@ async def fetch_file(url: str | URL, target: Path, expected: Expected, settings:
         os.replace(partial_path(target), target)
         partial_path(target).with_suffix(".partial.json").unlink(missing_ok=True)
         return digest if expected.sha256 is not None or expected.git_sha1 is None else ""
+    except OSError as exc:
+        discard_partial(target)  # the space it took is given back
+        if exc.errno == errno.ENOSPC:
+            raise DiskFull(f"the disk holding {target.parent} filled up while {target.name} was downloaded; "
+                           "nothing was kept: free some space and try again") from exc
+        raise
     except BaseException:
         discard_partial(target)
         raise

@@ -13,6 +13,8 @@ seeded random draw, and for each what the client sees and that nothing is lost o
 |                                           | event after the model's stall time      | same runtime answers whole                   |
 | the daemon restarts under 64 streams      | every stream ends (cut, never taken for | the new daemon adopts the runtime (same PID) |
 |                                           | complete)                               | and all 64 next answers are whole            |
+
+A disk that fills during a download is in ``tests/agent/test_download_disk_full.py``.
 """
 
 from __future__ import annotations
