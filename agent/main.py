@@ -36,6 +36,7 @@ from agent.runtimes.vllm import DEFAULT_IMAGE
 from agent.service.units import EXIT_RESTART
 from agent.telemetry import DEFAULT_INTERVAL_S
 from agent.upgrade import AgentUpgrades, installer_for, reported_version
+from core.limits import raise_open_files_limit
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raise_open_files_limit()  # the daemon's connections, each runtime's, its logs
     home = (args.home or default_home()).expanduser().absolute()
     paths = AgentPaths(home).ensure()
     try:

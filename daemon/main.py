@@ -11,6 +11,7 @@ from collections.abc import Callable
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
+from core.limits import raise_open_files_limit
 from daemon.api.locations import default_home
 from daemon.config import load_config
 from daemon.deps import DaemonDeps, build_deps
@@ -95,6 +96,7 @@ def main(argv: list[str]) -> int:
     paths = DaemonPaths((args.home or default_home()).expanduser().resolve())
     paths.ensure()
     setup_logging(paths, args.verbose)
+    raise_open_files_limit()  # a connection per client, per runtime, per idle keep-alive
     config = load_config(paths.config, host=args.host, port=args.port, llama_server=args.llama_server,
                          require_api_keys=args.require_keys,
                          local_agent=False if args.no_local_agent else None,

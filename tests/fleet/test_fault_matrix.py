@@ -14,7 +14,8 @@ seeded random draw, and for each what the client sees and that nothing is lost o
 | the daemon restarts under 64 streams      | every stream ends (cut, never taken for | the new daemon adopts the runtime (same PID) |
 |                                           | complete)                               | and all 64 next answers are whole            |
 
-A disk that fills during a download is in ``tests/agent/test_download_disk_full.py``.
+5,000 idle keep-alive connections: the daemon still serves /v1 and its admin API, and each of them
+still answers. A disk that fills during a download is in ``tests/agent/test_download_disk_full.py``.
 """
 
 from __future__ import annotations
@@ -230,3 +231,42 @@ async def _ready(rd: RunningDaemon):  # type: ignore[no-untyped-def]
     """Ready and reachable: not the last state a node reported before it went quiet."""
     status = await _status(rd)
     return status if status.state == ModelState.READY and status.error is None and status.pid else None
+
+
+async def test_5000_idle_keep_alive_connections_do_not_stop_the_daemon_serving(tmp_path: Path,
+                                                                               model_file: Path) -> None:
+    """Clients that open a connection, ask once and keep it open: the daemon still answers /v1 and
+    its admin API, and every one of those connections is still usable."""
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=4)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file)))
+        await d.client.start_model("m", wait=True)
+        port = d.daemon.config.port
+        request = f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+        async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head[:200]
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+
+        async def one() -> None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await ask(reader, writer)
+            held.append((reader, writer))
+
+        try:
+            for _ in range(25):  # 200 at a time: the listen backlog
+                await asyncio.gather(*(one() for _ in range(200)))
+            assert len(held) == 5000
+            async with aiohttp.ClientSession() as session:
+                stream = await asyncio.wait_for(Stream().run(session, f"{d.v1}/chat/completions"), 30)
+            assert stream.done and len(stream.pieces) == 4
+            assert (await d.client.status()).models
+            await asyncio.gather(*(ask(r, w) for r, w in held[::50]))  # the idle ones still answer
+        finally:
+            for _reader, writer in held:
+                writer.close()
