@@ -63,8 +63,9 @@ def _one(rng: random.Random, ts: float) -> RequestRecord:
                         path=_EMBED, key="k2", node=_NODE)
     if roll < 0.94:
         return _ok(rng, ts, "llama31-8b", _CHAT, "k2", answered_by="qwen25-coder-7b",
-                   error="llama31-8b: model_not_ready: The model 'llama3.1-8b' is failed: llama-server exited 1: "
-                         "cudaMalloc failed: out of memory (needed 16.0 GiB for the KV cache)")
+                   error="'llama31-8b' did not answer: model_not_ready: The model 'llama3.1-8b' is failed: llama-server "
+                         "exited 1: cudaMalloc failed: out of memory (needed 16.0 GiB for the KV cache); answered by "
+                         "the fallback 'qwen25-coder-7b'")
     return _refused(rng, ts, 401, "invalid_api_key: Invalid API key.", path="/v1/models")
 
 

@@ -45,8 +45,8 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
 # Every page of the main window, a model's tabs, and every dialog, by file name (``{mode}-{name}.png``).
 # tests/app/test_screenshots.py checks these cover main_window.PAGES and every QDialog in app.ui.
 PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
-              "nodes", "services", "playground", "playground-completion", "access", "audit", "backup",
-              "settings")
+              "nodes", "services", "playground", "playground-completion", "access", "requests", "audit",
+              "backup", "settings")
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
                 "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",
                 "KeyLimitsDialog": "key-limits-dialog", "ServiceConfirmDialog": "service-confirm-dialog"}
@@ -87,6 +87,11 @@ async def _pages(window, ctx, save) -> None:  # type: ignore[no-untyped-def]
             await window.services.vm.refresh()
         if name == "backup":
             await window.backup.vm.refresh()
+        if name == "requests":  # the failed Llama answered by its fallback, in full below the list
+            await window.requests.vm.refresh()
+            await window.requests.vm.read_keys()
+            await window.requests.vm.open(next((r.id for r in window.requests.vm.state.value.rows
+                                                if r.answered_by), ""))
         if name == "audit":  # the demo's model edit selected: its change shows below the log
             await window.audit.vm.refresh()
             window.audit.vm.select(next((e.id for e in window.audit.vm.state.value.entries

@@ -1,4 +1,5 @@
-"""The main window: a sidebar of pages (Overview, Models, Nodes, Services, Playground, Access, Settings) and a status bar.
+"""The main window: a sidebar of pages (Overview, Models, Nodes, Services, Playground, Access, Requests, Audit,
+Backup, Settings) and a status bar. Ctrl+1 … Ctrl+9 open the first nine.
 
 Closing the window hides it: the tray stays and the models keep running. Quitting is the tray's
 (or the File menu's) job.
@@ -32,14 +33,15 @@ from app.ui.pages.models import ModelsPage
 from app.ui.pages.nodes import NodesPage
 from app.ui.pages.overview import OverviewPage
 from app.ui.pages.playground import PlaygroundPage
+from app.ui.pages.requests import RequestsPage
 from app.ui.pages.services import ServicesPage
 from app.ui.pages.settings import SettingsPage
 from app.ui.widgets import bind
 from app.viewmodels.fleet import FleetSnapshot, FleetState
 
 PAGES = (("overview", "Overview"), ("models", "Models"), ("nodes", "Nodes"), ("services", "Services"),
-         ("playground", "Playground"), ("access", "Access"), ("audit", "Audit"), ("backup", "Backup"),
-         ("settings", "Settings"))
+         ("playground", "Playground"), ("access", "Access"), ("requests", "Requests"), ("audit", "Audit"),
+         ("backup", "Backup"), ("settings", "Settings"))
 
 
 class MainWindow(QMainWindow):
@@ -67,17 +69,18 @@ class MainWindow(QMainWindow):
         self.services = ServicesPage(ctx)
         self.playground = PlaygroundPage(ctx)
         self.access = AccessPage(ctx)
+        self.requests = RequestsPage(ctx)
         self.audit = AuditPage(ctx)
         self.backup = BackupPage(ctx)
         self.settings = SettingsPage(ctx, apply_theme)
         for widget in (self.overview, self.models, self.nodes, self.services, self.playground, self.access,
-                       self.audit, self.backup, self.settings):
+                       self.requests, self.audit, self.backup, self.settings):
             self.stack.addWidget(widget)
         row.addWidget(self.stack, 1)
         self.setCentralWidget(central)
         self.nav.setCurrentRow(0)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Quit), self).activated.connect(lambda: self.quit_requested())
-        for n, (key, _title) in enumerate(PAGES, 1):
+        for n, (key, _title) in enumerate(PAGES[:9], 1):
             QShortcut(QKeySequence(f"Ctrl+{n}"), self).activated.connect(lambda k=key: self.show_page(k))
         QShortcut(QKeySequence("Ctrl+Shift+N"), self).activated.connect(self.open_add_model)
         ctx.messages.subscribe(self._message)

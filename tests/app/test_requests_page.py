@@ -1,0 +1,183 @@
+"""The Requests page against the in-memory daemon: what happened to a request, at 1024×700. The log
+lists live (a new request shows without a click), filters by model, key, status and time, and one
+request opens in full (model asked and served, node by name, key, status, times, tokens, why it
+failed), picked in the list or found by its X-Request-Id; every column is in view, none scrolls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fake_daemon import FakeDaemonClient, definition
+from helpers import cells
+
+from app.demo import DemoDaemon
+from app.ui.main_window import PAGES, MainWindow
+from app.viewmodels.fleet import FleetViewModel
+from app.viewmodels.requests import RequestsFilters, RequestsViewModel
+from daemon.api.models import ApiKeyInfo, RequestRecord
+from daemon.api.nodes import NodeState, NodeView
+
+BOX = "b" * 64
+LONG = "qwen25-coder-32b-instruct-abliterated-q8"  # as long as a model id may be (40)
+
+
+def _rows(fake: FakeDaemonClient) -> list[RequestRecord]:
+    """Oldest first: an answer on this machine, a fallback's answer on a paired node, a refusal, a failure."""
+    rows = [
+        RequestRecord(id="r-ok", ts=1.7e9, model="alpha", node="local", node_name="workstation",
+                      path="/v1/chat/completions", status=200, queue_ms=1.5, ttft_ms=140.0, total_ms=2400.0,
+                      prompt_tokens=412, completion_tokens=243, key_id="k1"),
+        RequestRecord(id="r-fallback", ts=1.7e9 + 10, model=LONG, node=BOX, node_name="gaming-pc",
+                      path="/v1/chat/completions", status=200, queue_ms=820.0, ttft_ms=300.0, total_ms=9100.0,
+                      prompt_tokens=30, completion_tokens=500, key_id="k2", answered_by="alpha",
+                      error=f"'{LONG}' did not answer: model_not_ready: The model is failed"),
+        RequestRecord(id="r-refused", ts=1.7e9 + 20, model=None, node=None, path="/v1/chat/completions",
+                      status=404, queue_ms=0.0, total_ms=0.4, key_id="k1",
+                      error="model_not_found: The model 'gpt-4o' does not exist."),
+        RequestRecord(id="r-failed", ts=1.7e9 + 30, model="alpha", node="local", node_name="workstation",
+                      path="/v1/chat/completions", status=502, queue_ms=2.0, total_ms=31.0, key_id="k2",
+                      error="upstream_unreachable: The runtime of 'alpha' could not be reached"),
+    ]
+    for row in rows:
+        fake.add_request(row)
+    return rows
+
+
+@pytest.fixture
+def fake() -> FakeDaemonClient:
+    client = FakeDaemonClient([definition("alpha"), definition(LONG)])
+    client.keys = {"k1": ApiKeyInfo(id="k1", name="laptop", prefix="sk-mirbad-3f9a", created_at=1.7e9),
+                   "k2": ApiKeyInfo(id="k2", name="open-webui", prefix="sk-mirbad-77c1", created_at=1.7e9)}
+    client.nodes.append(NodeView(id=BOX, name="gaming-pc", state=NodeState.ONLINE, address="10.0.0.5:9443"))
+    return client
+
+
+async def test_the_view_model_filters_and_opens_one_request(fake: FakeDaemonClient) -> None:
+    _rows(fake)
+    fleet = FleetViewModel(fake, host_refresh_s=3600)
+    await fleet.resync()
+    vm = RequestsViewModel(fleet)
+    await vm.refresh()
+    assert [r.id for r in vm.state.value.rows] == ["r-failed", "r-refused", "r-fallback", "r-ok"]
+    await vm.set_filters(RequestsFilters(status="5xx"))
+    assert [r.id for r in vm.state.value.rows] == ["r-failed"]
+    await vm.set_filters(RequestsFilters(model="alpha", key_id="k2"))  # asked for, or answering as a fallback
+    assert [r.id for r in vm.state.value.rows] == ["r-failed", "r-fallback"]
+    await vm.set_filters(RequestsFilters(slower_than_ms=5000))
+    assert [r.id for r in vm.state.value.rows] == ["r-fallback"]
+    assert fake.called("requests")[-1] == (200, None, None, None, 5000.0)
+    with pytest.raises(ValueError):
+        await vm.set_filters(RequestsFilters(status="teapot"))
+
+    await vm.open("r-refused")  # not in the filtered list: asked of the daemon
+    assert vm.state.value.detail is not None and vm.state.value.detail.status == 404
+    await vm.open("no-such-id")
+    assert vm.state.value.detail is None and "no-such-id" in (vm.state.value.detail_error or "")
+    await vm.read_keys()
+    assert vm.state.value.key_name("k2") == "open-webui" and vm.state.value.key_name("gone") == "gone"
+
+
+@pytest.mark.gui
+def test_the_requests_page_at_1024_by_700(open_main_window: Callable[..., MainWindow], fake: FakeDaemonClient,
+                                          qtbot: Any) -> None:
+    assert ("requests", "Requests") in PAGES
+    _rows(fake)
+    window = open_main_window(fake, size=(1024, 700))
+    page = window.requests
+    page.vm.refresh_s = 0.05  # live: a modest timer while the page is in view
+    window.show_page("requests")
+    qtbot.waitUntil(lambda: page.table.rowCount() == 4)
+    table = page.table
+    rows = cells(table)
+    assert [r[1:4] for r in rows] == [
+        ["502", "alpha", "workstation"], ["404", "—", "—"], ["200", f"{LONG} → alpha", "gaming-pc"],
+        ["200", "alpha", "workstation"]]
+    assert rows[3][4:] == ["140 ms", "2.4 s", "412 + 243"]
+    assert all(BOX not in " ".join(r) for r in rows)  # a node by its name, never its 64 hex digits
+
+    # Every column in view, none a sliver; the long model name is elided, never scrolled to.
+    qtbot.waitUntil(lambda: table.viewport().width() > 0)
+    last = table.columnCount() - 1
+    assert table.columnViewportPosition(last) + table.columnWidth(last) <= table.viewport().width()
+    assert table.horizontalScrollBar().maximum() == 0
+    metrics = table.horizontalHeader().fontMetrics()
+    for col in range(table.columnCount()):
+        header = table.horizontalHeaderItem(col).text()
+        assert table.columnWidth(col) >= metrics.horizontalAdvance(header), header
+    assert table.columnWidth(2) >= 150 and table.item(2, 2).toolTip() == f"{LONG} → alpha"
+    assert window.width() <= 1024 and window.height() <= 700
+
+    # A new request shows by itself.
+    fake.add_request(RequestRecord(id="r-new", ts=1.7e9 + 40, model="alpha", node="local", node_name="workstation",
+                                   path="/v1/completions", status=200, total_ms=90.0))
+    qtbot.waitUntil(lambda: table.rowCount() == 5)
+    assert table.item(0, 0).data(0x0100) == "r-new"  # Qt.UserRole: the request id
+
+    # One request in full: the fallback that answered on the paired node.
+    table.selectRow(3)
+    field = {key: value for key, (_name, value) in page.fields.items()}
+    qtbot.waitUntil(lambda: field["request"].value == "r-fallback")
+    assert field["model"].value == LONG and field["served"].value == "alpha (a fallback)"
+    assert field["node"].value == "gaming-pc" and field["key"].value == "open-webui (k2)"
+    assert field["status"].value == "200 OK" and field["tokens"].value == "30 prompt + 500 completion"
+    assert (field["queue"].value, field["ttft"].value, field["total"].value) == ("820 ms", "300 ms", "9.1 s")
+    assert page.failure.text().startswith("On the way: ") and "model_not_ready" in page.failure.text()
+    for key, label in field.items():  # in view at this size, each a whole line high, none cut off
+        assert label.isVisible() and label.height() >= label.fontMetrics().height(), key
+        assert label.visibleRegion().boundingRect().height() >= label.fontMetrics().height(), key
+    assert field["model"].text() == LONG  # room for a model id as long as they come
+    assert fake.called("request")[-1] == ("r-fallback",)
+
+    table.selectRow(2)  # refused: no model, no node, and why
+    qtbot.waitUntil(lambda: field["request"].value == "r-refused")
+    assert field["node"].value == "— (no node ran it)" and field["status"].value == "404 Not Found"
+    assert page.failure.text() == "Failed: model_not_found — The model 'gpt-4o' does not exist."
+
+    # Found by the id a client got in X-Request-Id; an unknown one is said so.
+    page.find_id.setText("r-ok")
+    page.find_id.returnPressed.emit()
+    qtbot.waitUntil(lambda: field["request"].value == "r-ok")
+    page.find_id.setText("no-such-id")
+    page.find_id.returnPressed.emit()
+    qtbot.waitUntil(lambda: "no-such-id" in page.heading.text() and page.heading.isVisible())
+    assert field["request"].value == ""
+
+    # Filters: status, then model and key, then slower than.
+    page.status.setCurrentIndex(page.status.findData("5xx"))
+    qtbot.waitUntil(lambda: table.rowCount() == 1)
+    assert cells(table)[0][1] == "502"
+    page.status.setCurrentIndex(page.status.findData(""))
+    page.model.setCurrentIndex(page.model.findData("alpha"))
+    page.key.setCurrentIndex(page.key.findData("k1"))
+    qtbot.waitUntil(lambda: [r[1] for r in cells(table)] == ["200"])
+    assert fake.called("requests")[-1][1:3] == ("alpha", "k1")
+    page.model.setCurrentIndex(0)
+    page.key.setCurrentIndex(0)
+    page.slower.setValue(5000)
+    page.slower.editingFinished.emit()
+    qtbot.waitUntil(lambda: [r[2] for r in cells(table)] == [f"{LONG} → alpha"])
+    page.slower.setValue(600_000)
+    page.slower.editingFinished.emit()
+    qtbot.waitUntil(lambda: table.rowCount() == 0 and page.note.text() == "No requests match.")
+
+    # Out of view, the page stops reading.
+    window.show_page("audit")
+    qtbot.waitUntil(lambda: page.vm._watching is None)
+    asyncio.set_event_loop(None)
+
+
+@pytest.mark.gui
+def test_the_demo_daemons_traffic_reads_on_the_page(open_main_window: Callable[..., MainWindow], qtbot: Any) -> None:
+    demo = DemoDaemon()
+    demo.ready_after = None
+    win = open_main_window(demo, size=(1024, 700))
+    win.show_page("requests")
+    qtbot.waitUntil(lambda: win.requests.table.rowCount() >= 60)
+    statuses = {r[1] for r in cells(win.requests.table)}
+    assert {"200", "404", "429", "503"} <= statuses
+    assert any("→" in r[2] for r in cells(win.requests.table))  # a fallback answered
+    asyncio.set_event_loop(None)
+
