@@ -15,7 +15,7 @@ OutputBaseFilename=MirbadLLM-0.1.0-x64-setup
 Compression=lzma2/max
 SolidCompression=yes
 WizardStyle=modern
-UninstallDisplayIcon={app}\mirbadllm.exe
+UninstallDisplayIcon={app}\mirbadllmw.exe
 SignedUninstaller=yes
 SignTool=signtool
 
@@ -26,12 +26,12 @@ Name: "agentservice"; Description: "Run this PC as a node agent for another Mirb
 Source: "dist\mirbadllm\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs createallsubdirs
 
 [Icons]
-Name: "{group}\MirbadLLM"; Filename: "{app}\mirbadllm.exe"
+Name: "{group}\MirbadLLM"; Filename: "{app}\mirbadllmw.exe"
 Name: "{group}\Uninstall MirbadLLM"; Filename: "{uninstallexe}"
 
 [Run]
 Filename: "{app}\mirbadllm.exe"; Parameters: "agent install-service"; Tasks: agentservice; Flags: runhidden waituntilterminated
-Filename: "{app}\mirbadllm.exe"; Description: "Open MirbadLLM"; Flags: nowait postinstall skipifsilent
+Filename: "{app}\mirbadllmw.exe"; Description: "Open MirbadLLM"; Flags: nowait postinstall skipifsilent
 
 [UninstallRun]
 Filename: "{app}\mirbadllm.exe"; Parameters: "agent uninstall-service"; Flags: runhidden waituntilterminated; RunOnceId: "RemoveAgentService"
