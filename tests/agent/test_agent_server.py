@@ -198,7 +198,7 @@ async def test_proxy_client_disconnect_frees_the_slot(start_agent, fake_runtime,
 
 async def test_proxy_client_disconnect_while_the_runtime_thinks(start_agent, fake_runtime, model_file) -> None:  # type: ignore[no-untyped-def]
     """No byte has come back yet (a long prompt, a stalled runtime): leaving must still cancel."""
-    agent = await start_agent(fake_runtime(stall=True))
+    agent = await start_agent(fake_runtime(stall_after=1))  # answers the agent's build check, then wedges
     client: AgentClient = agent.client
     await client.start(make_spec(model_file))
     info = await _until_state(client, "m", InstanceState.READY)

@@ -68,7 +68,8 @@ async def test_a_stop_by_hand_is_not_a_crash(tmp_path: Path, fake_runtime: Path,
 
 
 async def test_a_stalled_runtime_is_found_by_the_work_path_probe(tmp_path: Path, model_file: Path) -> None:
-    stalled = write_fake_runtime(tmp_path / "bin", stall=True)
+    # Past the agent's first-sight check of the build (else the start waits out its 15 s), then wedged.
+    stalled = write_fake_runtime(tmp_path / "bin", stall_after=1)
     policy = {"health": {**FAST["health"], "probe_interval_s": 0.2, "probe_timeout_s": 0.5}}
     async with running_daemon(tmp_path / "home", stalled, **policy) as d:
         await d.client.create_model(model("m", str(model_file)))

@@ -22,6 +22,7 @@ SWITCHES |= {"version"}  # what --version prints
 SWITCHES |= {"log_bodies"}  # a line with each generation request's JSON body
 SWITCHES |= {"headers_file"}  # a JSON line with each /v1 request's trace headers
 SWITCHES |= {"silent_after", "prompt_delay_s", "slow_after", "slow_factor"}  # a wedged stream; a long prompt read before the first token
+SWITCHES |= {"stall_after"}  # a runtime that passes the agent's first-sight check, then wedges
 
 
 def fake_runtime_script(switches: dict[str, object], platform: str = sys.platform,

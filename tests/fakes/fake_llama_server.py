@@ -10,6 +10,8 @@ llama-server does. Fault switches (environment):
     FAKE_EXIT_CODE        print an error line and exit with this code at start
     FAKE_CRASH_AFTER_S    exit with FAKE_CRASH_EXIT_CODE (default 1) this long after being ready
     FAKE_STALL            answer /health, never answer a completion
+    FAKE_STALL_AFTER      answer this many completions, then stall as FAKE_STALL (1: the agent's
+                          first-sight check of the build is answered, what follows it is not)
     FAKE_IGNORE_SIGTERM   ignore SIGTERM (only SIGKILL ends it)
     FAKE_TOKEN_DELAY_S    pause between generated tokens
     FAKE_TOKENS           tokens generated per answer (default 8; max_tokens caps it)
@@ -109,6 +111,7 @@ class FakeServer:
         self.api_key = os.environ.get("LLAMA_API_KEY") or None
         self.loading = True
         self.stall = bool(os.environ.get("FAKE_STALL"))
+        self.stall_after = int(env_float("FAKE_STALL_AFTER", -1))
         self.token_delay = env_float("FAKE_TOKEN_DELAY_S")
         if planted_fast(args.argv):
             self.token_delay /= env_float("FAKE_FAST_FACTOR", 10.0)
@@ -241,7 +244,7 @@ class FakeServer:
             call = tool_call(body) if chat else None
             if call is not None:
                 return await self.answer_tool_call(request, body, call, prompt_tokens)
-            if self.stall:
+            if self.stall or 0 <= self.stall_after < self.counters["requests"]:
                 await asyncio.Future()  # never answers; a disconnect cancels this handler
             if body.get("stream"):
                 return await self.stream(request, chat, prompt_tokens, count, slot)
