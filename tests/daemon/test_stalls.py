@@ -165,9 +165,10 @@ async def test_a_stream_that_waits_for_its_model_to_load_gets_heartbeats(tmp_pat
 
 async def test_a_load_that_fails_after_heartbeats_is_the_streams_error_event(tmp_path: Path,
                                                                            model_file: Path) -> None:
-    """The model cannot load in its startup time: the client already had a 200 and heartbeats, so
-    the refusal comes as one error event in the OpenAI shape; the access log keeps its 503."""
-    runtime = write_fake_runtime(tmp_path / "bin", load_seconds=30)
+    """The model cannot load in its startup time (it loads silently for 30 s; the agent gives up
+    after 1 s without a line): the client already had a 200 and heartbeats, so the refusal comes as
+    one error event in the OpenAI shape; the access log keeps its 503."""
+    runtime = write_fake_runtime(tmp_path / "bin", load_seconds=30, load_quiet=True)
     async with running_daemon(tmp_path / "home", runtime) as d:
         await d.client.create_model(model("m", str(model_file), heartbeat_s=0.25, startup_timeout_s=1.0))
         async with aiohttp.ClientSession() as session:
