@@ -103,7 +103,7 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     # Apple silicon's unified memory is telemetry's GPU entry only: admission and placement treat that
     # memory as the system's (agent.admission.is_unified), not as a GPU's own
     seen = UnifiedMemoryProbe() if gpu_probe is None and apple_silicon() else probe
-    telemetry = TelemetryCollector(manager, seen, telemetry_interval_s)
+    telemetry = TelemetryCollector(manager, seen, telemetry_interval_s, models_dir=paths.models_dir)
     services = HostServices(service_manager or platform_manager(),
                             ServicePolicy(read_policy_file(paths.services_policy_file), own_service_names()))
     rpc = RpcServers(paths, catalog, memory_probe or PsutilMemoryProbe(), probe,

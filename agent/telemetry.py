@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -65,14 +67,18 @@ class _Host:
     cpu_percent: float
     memory_total: int
     memory_available: int
+    disk_total: int | None = None
+    disk_free: int | None = None
 
 
 class TelemetryCollector:
     """Samples the host and its instances into a ring; ``page(since)`` reads it."""
 
     def __init__(self, manager: InstanceManager, gpu_probe: GpuProbe,
-                 interval_s: float = DEFAULT_INTERVAL_S, capacity: int = RING_SAMPLES) -> None:
+                 interval_s: float = DEFAULT_INTERVAL_S, capacity: int = RING_SAMPLES,
+                 models_dir: Path | None = None) -> None:
         self.manager = manager
+        self.models_dir = models_dir  # its disk's free space goes in each sample (the fleet's alerts)
         self.gpu_probe = gpu_probe
         self.interval_s = interval_s
         self._ring: deque[TelemetrySample] = deque(maxlen=capacity)
@@ -118,7 +124,8 @@ class TelemetryCollector:
         sample = TelemetrySample(seq=self._next_seq, ts=ts, gpus=list(gpus), instances=instances,
                                  cpu_percent=host.cpu_percent, memory_total=host.memory_total,
                                  memory_used=host.memory_total - host.memory_available,
-                                 memory_available=host.memory_available)
+                                 memory_available=host.memory_available, disk_total=host.disk_total,
+                                 disk_free=host.disk_free)
         self._next_seq += 1
         self._ring.append(sample)
         return sample
@@ -141,7 +148,9 @@ class TelemetryCollector:
                 continue
         for key in set(self._processes) - alive:
             del self._processes[key]
-        return _Host(psutil.cpu_percent(None), memory.total, memory.available), instances
+        disk = _disk(self.models_dir)
+        return _Host(psutil.cpu_percent(None), memory.total, memory.available,
+                     disk.total if disk else None, disk.free if disk else None), instances
 
     async def _scrape(self, run: RuntimeRun) -> Figures:
         return await self.manager.driver_for(run).scrape(run, self.manager.session())
@@ -163,3 +172,12 @@ def gpu_summary(gpus: list[GpuInfo]) -> str:
     """'2 GPUs, 48.0 GiB' for log lines."""
     total = sum(g.memory_total for g in gpus) / 2**30
     return f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}, {total:.1f} GiB"
+
+
+def _disk(folder: Path | None) -> shutil._ntuple_diskusage | None:
+    if folder is None:
+        return None
+    try:
+        return shutil.disk_usage(folder)
+    except OSError:
+        return None

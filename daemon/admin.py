@@ -63,8 +63,10 @@ class AdminApi:
 
     # --- status and events ---------------------------------------------------------------------
     async def status(self, request: web.Request) -> web.Response:
+        names = self._registry.known_nodes() if self._registry.known_nodes is not None else {}
+        hosts = [h.model_copy(update={"node_name": names.get(h.node, h.node[:12])}) for h in self._telemetry.hosts()]
         return json_response(StatusResponse(daemon=self._listener.info(), models=self._orchestrator.all_statuses(),
-                                            router=self._router_stats(), hosts=self._telemetry.hosts(),
+                                            router=self._router_stats(), hosts=hosts,
                                             last_event_id=self._events.last_id, keys_at_rest=self._keys_at_rest()))
 
     async def events(self, request: web.Request) -> web.Response:

@@ -66,7 +66,8 @@ class TelemetryCollector:
                 cpu_percent=sample.cpu_percent if sample else None,
                 memory_total=sample.memory_total if sample else None,
                 memory_used=sample.memory_used if sample else None,
-                gpus=sample.gpus if sample else []))
+                gpus=sample.gpus if sample else [],
+                disk_total=sample.disk_total if sample else None, disk_free=sample.disk_free if sample else None))
         return out
 
     async def collect_once(self) -> None:

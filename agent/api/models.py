@@ -196,6 +196,8 @@ class TelemetrySample(BaseModel):
     memory_available: int
     gpus: list[GpuInfo] = Field(default_factory=list)
     instances: dict[str, InstanceSample] = Field(default_factory=dict)
+    disk_total: int | None = Field(default=None, description="Bytes of the disk holding the agent's models folder.")
+    disk_free: int | None = Field(default=None, description="Bytes free there (None: could not be read).")
 
 
 class TelemetryPage(BaseModel):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from app import format as fmt
 from app.viewmodels.events import EventFeed
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
@@ -278,9 +279,68 @@ class FleetViewModel:
         self._drop(model_id)
 
 
+LOW_DISK = 0.10  # a node's models disk with less free than this is an alert
+
+# The GPU's XID codes people meet, what they mean and what to do (NVIDIA's XID catalogue).
+_XIDS = {13: "a graphics engine exception (often a driver or application fault)",
+         31: "a memory page fault (often a driver or application fault)",
+         43: "a GPU stopped processing (a kernel that hung)",
+         48: "a double-bit ECC error (the memory lost data)",
+         63: "an ECC page retirement", 64: "an ECC page retirement that failed",
+         74: "an NVLink error", 79: "the GPU has fallen off the bus",
+         92: "a high single-bit ECC error rate", 94: "a contained ECC error", 95: "an uncontained ECC error"}
+
+
+@dataclass(frozen=True)
+class HostAlert:
+    """Something wrong with a node (not a model), for the attention list and the tray."""
+
+    key: str  # stable while the fault lasts: a notification is sent once per key
+    node_name: str
+    title: str
+    what_to_do: str
+
+
+def host_alerts(hosts: tuple[HostSnapshot, ...]) -> list[HostAlert]:
+    """Nodes offline, GPUs that reported XID or uncorrected ECC errors, disks nearly full."""
+    alerts = []
+    for host in hosts:
+        name = host.node_name or host.node[:12]
+        if not host.online:
+            alerts.append(HostAlert(f"offline:{host.node}", name, f"{name} is offline",
+                                    "Its models do not answer. Check that the machine is on and its agent runs "
+                                    "(`mirbadllm agent`); the Nodes page says what the daemon last heard."))
+            continue
+        for gpu in host.gpus:
+            if gpu.last_xid is not None and gpu.xid_events:
+                meaning = _XIDS.get(gpu.last_xid, "a GPU error")
+                alerts.append(HostAlert(f"xid:{host.node}:{gpu.index}:{gpu.xid_events}", name,
+                                        f"GPU {gpu.index} on {name} reported XID {gpu.last_xid}: {meaning}",
+                                        f"{gpu.xid_events} since its agent started. Restart the models on it; if it "
+                                        "comes back, update the driver and check the GPU's power and cooling."))
+            uncorrected = gpu.ecc.volatile_uncorrected if gpu.ecc is not None else None
+            if uncorrected:
+                alerts.append(HostAlert(f"ecc:{host.node}:{gpu.index}", name,
+                                        f"GPU {gpu.index} on {name} has {uncorrected} uncorrected ECC errors",
+                                        "Its memory lost data: answers computed there may be wrong. Restart its "
+                                        "models (a reboot clears the volatile count); if they return, have the GPU "
+                                        "checked."))
+        if host.disk_total and host.disk_free is not None and host.disk_free < LOW_DISK * host.disk_total:
+            percent = 100 * host.disk_free / host.disk_total
+            alerts.append(HostAlert(f"disk:{host.node}", name,
+                                    f"{name}'s models disk is {100 - percent:.0f}% full",
+                                    f"{fmt.size(host.disk_free)} free of {fmt.size(host.disk_total)}: a download or "
+                                    "a model's logs may fail. Remove models you no longer use, or free space there."))
+    return alerts
+
+
 def _transitions(old: FleetSnapshot, new: FleetSnapshot) -> list[Notice]:
     before = {m.definition.id: m.status.state for m in old.models}
     notices = []
+    if old.hosts or new.hosts:
+        known = {a.key for a in host_alerts(old.hosts)}
+        notices += [Notice(a.key, a.title, a.what_to_do, failed=True) for a in host_alerts(new.hosts)
+                    if a.key not in known and old.hosts]  # not at the first figures: what was already so
     for view in new.models:
         state, was = view.status.state, before.get(view.definition.id)
         if state == was or was is None:

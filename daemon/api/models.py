@@ -176,11 +176,14 @@ class HostSnapshot(BaseModel):
     """A node's latest host figures."""
 
     node: str = LOCAL_NODE
+    node_name: str = Field(default="", description="The node's name, for people.")
     online: bool = True
     cpu_percent: float | None = None
     memory_total: int | None = None
     memory_used: int | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
+    disk_total: int | None = Field(default=None, description="The disk holding the node's models folder.")
+    disk_free: int | None = None
 
 
 class DaemonInfo(BaseModel):

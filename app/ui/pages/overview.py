@@ -27,7 +27,7 @@ from app.ui.widgets import (
     page,
     page_header,
 )
-from app.viewmodels.fleet import FLEET_STATE_TEXT, FleetSnapshot
+from app.viewmodels.fleet import FLEET_STATE_TEXT, FleetSnapshot, HostAlert, host_alerts
 from daemon.api.models import HostSnapshot, ModelState, ModelView
 
 
@@ -159,7 +159,7 @@ class OverviewPage(QScrollArea):
         self._render_host(snap.local_host)
         down = snap.loaded and not snap.connected or bool(snap.error)
         self._render_daemon_down(snap, down)
-        self._render_attention([] if down else attention(snap), down)
+        self._render_attention([] if down else attention(snap), down, [] if down else host_alerts(snap.hosts))
         self._render_fleet(snap)
 
     def _render_fleet(self, snap: FleetSnapshot) -> None:
@@ -242,12 +242,23 @@ class OverviewPage(QScrollArea):
         if self.ctx.start_daemon is not None:
             self.ctx.act(self.ctx.start_daemon(), "The daemon is running again")
 
-    def _render_attention(self, items: list[tuple[ModelView, str]], daemon_down: bool = False) -> None:
+    def _render_attention(self, items: list[tuple[ModelView, str]], daemon_down: bool = False,
+                          hosts: list[HostAlert] | None = None) -> None:
         _clear(self.attention_rows)
-        if not items:
+        if not items and not hosts:
             if not daemon_down:
                 self.attention_rows.addWidget(label("Nothing needs your attention.", muted=True))
             return
+        for alert in hosts or []:  # the machines first: a node down explains its models
+            row = QWidget()
+            row.setObjectName(f"attention-host-{alert.key.split(':')[0]}")
+            box = QVBoxLayout(row)
+            box.setContentsMargins(0, 4, 0, 4)
+            title = label(f"⚠ {alert.title}", wrap=True)
+            title.setStyleSheet("font-weight: 600;")
+            box.addWidget(title)
+            box.addWidget(label(alert.what_to_do, muted=True, wrap=True, selectable=True))
+            self.attention_rows.addWidget(row)
         for view, why in items:
             row = QWidget()
             row.setObjectName(f"attention-{view.definition.id}")
