@@ -18,18 +18,28 @@ from core.json_store import write_atomic
 from daemon.api.backup import BackupSettings
 from daemon.api.models import DEFAULT_PORT, DaemonSettings, TracingSettings
 from daemon.models.health import HealthPolicy
+from daemon.nodes.links import RETRY_MAX_S
 from daemon.nodes.monitor import NodePolicy
 from daemon.upgrades.rollout import UpgradePolicy
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+OLLAMA_PORT = 11434  # Ollama's own: tools that speak only its API look there
 
 
 class DaemonConfig(BaseModel):
     host: str = Field(default="127.0.0.1", description="Address /v1 and /api listen on.")
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port of /v1 and /api.")
     lan_access: bool = Field(default=False, description="Listen on every interface (requires API keys).")
+    ollama_port: int | None = Field(default=OLLAMA_PORT, ge=0, le=65535,
+                                    description="Port of the Ollama API (daemon.ollama), on /v1's host and behind its "
+                                                "keys; 0 or none: off. Taken at start (Ollama itself runs): off, "
+                                                "with a log line saying so.")
     require_api_keys: bool = Field(default=False, description="Require an API key on /v1 even on loopback.")
     local_agent: bool = Field(default=True, description="Run this machine's agent as a supervised child.")
+    local_agent_retry_max_s: float = Field(default=RETRY_MAX_S, gt=0, le=60,
+                                           description="Longest wait between attempts to reach the local agent "
+                                                       "(doubling from 0.2 s); the spawned agent listens after "
+                                                       "about a second.")
     llama_server: str | None = Field(default=None, description="llama-server binary for the local agent.")
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, description="Largest /v1 request body.")
     event_ring: int = Field(default=2000, ge=10, description="Events kept for the long-poll feed.")

@@ -230,7 +230,7 @@ async def _start_local_agent(d: DaemonDeps) -> None:
     await d.local_agent.spawn()
     d.background.spawn(d.local_agent.supervise())
     client = AgentClient(d.local_agent.url, client_ssl_context(d.paths.pki / "ca.crt", key, cert))
-    link = AgentLink("local", client, d.orchestrator.on_instances)
+    link = AgentLink("local", client, d.orchestrator.on_instances, d.config.local_agent_retry_max_s)
     d.links.add(link)
     d.background.spawn(link.run())
 

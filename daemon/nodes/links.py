@@ -21,14 +21,16 @@ from daemon.errors import DaemonProblem
 _LOGGER = logging.getLogger(__name__)
 
 LONG_POLL_S = 20.0
+RETRY_MAX_S = 5.0  # the longest wait between attempts to reach an agent (doubling from 0.2 s)
 
 
 class AgentLink:
     """One node's agent: its client and the latest instances it reported."""
 
     def __init__(self, node_id: str, client: AgentClient,
-                 on_change: Callable[[str, dict[str, InstanceInfo]], None]) -> None:
+                 on_change: Callable[[str, dict[str, InstanceInfo]], None], retry_max_s: float = RETRY_MAX_S) -> None:
         self.node_id = node_id
+        self.retry_max_s = retry_max_s
         self.client = client
         self.instances: dict[str, InstanceInfo] = {}
         self.latest_sample: TelemetrySample | None = None
@@ -53,13 +55,13 @@ class AgentLink:
 
     async def run(self) -> None:
         """Long-poll the agent for instance changes until cancelled; reconnect on failure."""
-        backoff = 0.2
+        backoff = min(0.2, self.retry_max_s)
         while True:
             try:
                 page = await self.client.instances(since=self._version if self._version is not None else -1,
                                                    timeout=LONG_POLL_S)
                 self._apply(page.version, page.instances)
-                backoff = 0.2
+                backoff = min(0.2, self.retry_max_s)
             except AgentError as exc:
                 # Before the first answer the agent may simply not be listening yet.
                 level = logging.WARNING if self.first_sync.is_set() else logging.DEBUG
@@ -69,7 +71,7 @@ class AgentLink:
                 self._version = None
                 self._on_change(self.node_id, self.instances)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, self.retry_max_s)
 
 
 class NodeLink(AgentLink):

@@ -74,9 +74,11 @@ class RunningDaemon:
 @asynccontextmanager
 async def running_daemon(home: Path, llama_server: Path | str | None, **config: object) -> AsyncIterator[RunningDaemon]:
     # Runtimes on a block of their own: never 18080, where `make run` (or another test) may be.
+    # The local agent listens about a second after its spawn: the link asks every 0.1 s rather than
+    # on the default doubling schedule, which would first ask again at 1.4 s.
     values: dict[str, object] = {"port": 0, "seed_demo_model": False, "telemetry_interval_s": 0.5,
                                  "history_interval_s": 0.5, "llama_server": str(llama_server) if llama_server else None,
-                                 "runtime_first_port": free_port_block(20)}
+                                 "runtime_first_port": free_port_block(20), "local_agent_retry_max_s": 0.1}
     values.update(config)
     daemon = build_deps(DaemonConfig.model_validate(values), DaemonPaths(home))
     runner = await start_server(daemon)
