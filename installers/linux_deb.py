@@ -108,13 +108,35 @@ exit 0
 """
 
 
-def prerm_text() -> str:
+def prerm_text(install_dir: str = INSTALL_DIR) -> str:
+    """Stop the agent's service; on removal (not on an upgrade, whose new files adopt what runs) also
+    every process running from the package's files: the app, its daemon, agents and the llama-server
+    runtimes they started, which would otherwise run on from deleted files."""
     return f"""#!/bin/sh
 set -e
 if [ -d /run/systemd/system ] && systemctl is-active --quiet {LINUX_AGENT_UNIT}; then
     systemctl stop {LINUX_AGENT_UNIT} || true
 fi
 if [ -d /run/systemd/system ]; then systemctl disable {LINUX_AGENT_UNIT} >/dev/null 2>&1 || true; fi
+if [ "$1" = "remove" ]; then
+    ours() {{
+        for link in /proc/[0-9]*/exe; do
+            case "$(readlink "$link" 2>/dev/null)" in
+                {install_dir}/*) pid=${{link#/proc/}}; echo "${{pid%/exe}}" ;;
+            esac
+        done
+    }}
+    pids=$(ours)
+    if [ -n "$pids" ]; then
+        kill -TERM $pids 2>/dev/null || true
+        for _ in 1 2 3 4 5 6 7 8 9 10; do
+            [ -z "$(ours)" ] && break
+            sleep 0.5
+        done
+        pids=$(ours)
+        if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
+    fi
+fi
 exit 0
 """
 

@@ -108,3 +108,32 @@ def test_a_build_trusts_the_key_make_package_signed_it_with(tmp_path: Path) -> N
     assert written.name == "release-keys.json"
     assert bundled_release_keys(str(written.parent)) == (public_key_b64(key),)
     assert bundled_release_keys(str(tmp_path / "nowhere")) == ()
+
+
+def test_removing_the_package_stops_what_runs_from_its_files_and_an_upgrade_does_not(tmp_path: Path) -> None:
+    """The prerm script, run for real against a program started from a copy of the package's
+    folder (here a runtime that is just `sleep`): an upgrade leaves it running to be adopted; a
+    removal stops it before its files go."""
+    import subprocess
+
+    install = tmp_path / "opt" / "mirbadllm"
+    (install / "runtimes").mkdir(parents=True)
+    runtime = install / "runtimes" / "llama-server"
+    shutil.copy2(shutil.which("sleep") or "/bin/sleep", runtime)
+    elsewhere = tmp_path / "sleep"
+    shutil.copy2(shutil.which("sleep") or "/bin/sleep", elsewhere)  # not ours: never touched
+    script = tmp_path / "prerm"
+    script.write_text(linux_deb.prerm_text(str(install)))
+    script.chmod(0o755)
+    ours = subprocess.Popen([str(runtime), "300"], start_new_session=True)
+    theirs = subprocess.Popen([str(elsewhere), "300"])
+    try:
+        subprocess.run([str(script), "upgrade", "0.2.0"], check=True, timeout=30)
+        assert ours.poll() is None and theirs.poll() is None
+        subprocess.run([str(script), "remove"], check=True, timeout=30)
+        assert ours.wait(timeout=10) == -15  # SIGTERM
+        assert theirs.poll() is None
+    finally:
+        for proc in (ours, theirs):
+            proc.kill()
+            proc.wait()
