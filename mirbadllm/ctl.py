@@ -15,6 +15,7 @@
     mirbadllm ctl backup create [--passphrase-file F] [--out FILE] | list | restore FILE [--yes]  (ctl_backup)
     mirbadllm ctl audit [--action A] [--subject S] [--since 1h] [--limit N] [--json]       (ctl_audit)
     mirbadllm ctl requests list [--model M] [--key K] [--status 5xx] [--slower-than MS] | show ID  (ctl_requests)
+    mirbadllm ctl connect [TOOL [--model M] [--key-name NAME | --key SECRET] [--lan]]   (ctl_connect)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from daemon.api.models import ModelDefinition
 from mirbadllm import (
     ctl_audit,
     ctl_backup,
+    ctl_connect,
     ctl_daemon,
     ctl_jobs,
     ctl_keys,
@@ -94,6 +96,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_backup.add_parser(groups)
     ctl_audit.add_parser(groups)
     ctl_requests.add_parser(groups)
+    ctl_connect.add_parser(groups)
     return parser.parse_args(argv)
 
 
@@ -141,6 +144,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_audit.run(args, client)
     if args.group == "requests":
         return await ctl_requests.run(args, client)
+    if args.group == "connect":
+        return await ctl_connect.run(args, client)
     return await ctl_keys.run(args, client)
 
 
@@ -181,7 +186,10 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
 
 
 def main(argv: list[str]) -> int:
-    return run_with_client(parse_args(argv), run)
+    args = parse_args(argv)
+    if args.group == "connect" and (code := ctl_connect.without_daemon(args)) is not None:
+        return code  # the list of tools, or an unknown one: no daemon needed to say so
+    return run_with_client(args, run)
 
 
 def run_with_client(args: argparse.Namespace,
