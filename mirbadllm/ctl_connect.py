@@ -42,7 +42,7 @@ def add_parser(groups: Any) -> None:
 
 
 def tools_text() -> str:
-    return "\n".join(f"{tool:<14} {what}" for tool, (what, _build) in TOOLS.items())
+    return "\n".join(f"{tool:<14} {entry.title}: {entry.about}" for tool, entry in TOOLS.items())
 
 
 def without_daemon(args: argparse.Namespace) -> int | None:

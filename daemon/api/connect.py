@@ -36,6 +36,22 @@ class Snippet:
     where_it_goes: str = ""
 
 
+@dataclass(frozen=True)
+class Piece:
+    """A template's output; ``config_for`` adds the tool's title."""
+
+    language: str
+    text: str
+    where_it_goes: str
+
+
+@dataclass(frozen=True)
+class Tool:
+    title: str
+    about: str
+    build: Callable[[str, str, str], Piece]  # (url, key, model)
+
+
 class UnknownTool(ValueError):
     """A tool ``config_for`` has no template for; the message lists the ones it has."""
 
@@ -49,17 +65,17 @@ def _sh(value: str) -> str:
     return shlex.quote(value)
 
 
-def _curl(url: str, key: str, model: str) -> Snippet:
+def _curl(url: str, key: str, model: str) -> Piece:
     body = json.dumps({"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": "Hello!"}]})
     auth = "" if key == NO_KEY else f" \\\n  -H {_sh(f'Authorization: Bearer {key}')}"
-    return Snippet("curl", "shell",
+    return Piece("shell",
                    f"curl {_sh(url + '/chat/completions')} \\\n  -H 'Content-Type: application/json'{auth} \\\n"
                    f"  -d {_sh(body)}\n",
                    "A terminal: one chat completion, to check the endpoint answers.")
 
 
-def _openai_python(url: str, key: str, model: str) -> Snippet:
-    return Snippet("OpenAI Python", "python",
+def _openai_python(url: str, key: str, model: str) -> Piece:
+    return Piece("python",
                    "from openai import OpenAI\n\n"
                    f"client = OpenAI(base_url={_q(url)}, api_key={_q(key)})\n"
                    "reply = client.chat.completions.create(\n"
@@ -70,8 +86,8 @@ def _openai_python(url: str, key: str, model: str) -> Snippet:
                    "A Python file, after `pip install openai`.")
 
 
-def _openai_js(url: str, key: str, model: str) -> Snippet:
-    return Snippet("OpenAI JavaScript", "javascript",
+def _openai_js(url: str, key: str, model: str) -> Piece:
+    return Piece("javascript",
                    'import OpenAI from "openai";\n\n'
                    f"const client = new OpenAI({{ baseURL: {_q(url)}, apiKey: {_q(key)} }});\n"
                    "const reply = await client.chat.completions.create({\n"
@@ -82,16 +98,16 @@ def _openai_js(url: str, key: str, model: str) -> Snippet:
                    "An ES module (.mjs, or TypeScript), after `npm install openai`.")
 
 
-def _langchain(url: str, key: str, model: str) -> Snippet:
-    return Snippet("LangChain", "python",
+def _langchain(url: str, key: str, model: str) -> Piece:
+    return Piece("python",
                    "from langchain_openai import ChatOpenAI\n\n"
                    f"llm = ChatOpenAI(base_url={_q(url)}, api_key={_q(key)}, model={_q(model)})\n"
                    'print(llm.invoke("Hello!").content)\n',
                    "A Python file, after `pip install langchain-openai`.")
 
 
-def _continue(url: str, key: str, model: str) -> Snippet:
-    return Snippet("Continue", "yaml",
+def _continue(url: str, key: str, model: str) -> Piece:
+    return Piece("yaml",
                    "models:\n"
                    f"  - name: {_q(model + ' (MirbadLLM)')}\n"
                    "    provider: openai\n"
@@ -103,8 +119,8 @@ def _continue(url: str, key: str, model: str) -> Snippet:
                    "the entry to its models: list. A new file also needs name:, version: and schema: v1 at the top.")
 
 
-def _cline(url: str, key: str, model: str) -> Snippet:
-    return Snippet("Cline", "text",
+def _cline(url: str, key: str, model: str) -> Piece:
+    return Piece("text",
                    "API Provider: OpenAI Compatible\n"
                    f"Base URL: {url}\n"
                    f"API Key: {key}\n"
@@ -119,7 +135,7 @@ def _docker_network(url: str) -> str:
     return "--network=host" if urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1") else "-p 3000:8080"
 
 
-def _open_webui(url: str, key: str, model: str) -> Snippet:
+def _open_webui(url: str, key: str, model: str) -> Piece:
     network = _docker_network(url)
     text = ("# Installed with pip:\n"
             f"OPENAI_API_BASE_URL={_sh(url)} OPENAI_API_KEY={_sh(key)} open-webui serve\n\n"
@@ -130,14 +146,14 @@ def _open_webui(url: str, key: str, model: str) -> Snippet:
             "  -v open-webui:/app/backend/data --name open-webui --restart always \\\n"
             "  ghcr.io/open-webui/open-webui:main\n")
     at = "http://localhost:8080" if network == "--network=host" else "http://localhost:3000"
-    return Snippet("Open WebUI", "shell", text,
+    return Piece("shell", text,
                    f"A terminal, the first time Open WebUI starts (later: Admin Settings \u2192 Connections "
                    f"\u2192 OpenAI API, same URL and key). Then open {at} and pick {model} in the model list. "
                    "Docker Desktop (macOS, Windows): use -p 3000:8080 and host.docker.internal in place of "
                    "127.0.0.1.")
 
 
-def _zed(url: str, key: str, model: str) -> Snippet:
+def _zed(url: str, key: str, model: str) -> Piece:
     settings = {"language_models": {"openai_compatible": {ZED_PROVIDER: {
         "api_url": url,
         "available_models": [{"name": model, "display_name": f"{model} (MirbadLLM)", "max_tokens": 8192,
@@ -145,15 +161,15 @@ def _zed(url: str, key: str, model: str) -> Snippet:
                                                "prompt_cache_key": False}}],
     }}}}
     env = f"{ZED_PROVIDER.upper()}_API_KEY"
-    return Snippet("Zed", "json", json.dumps(settings, indent=2) + "\n",
+    return Piece("json", json.dumps(settings, indent=2) + "\n",
                    "Zed's settings.json (zed: open settings): merge language_models into it; set max_tokens to "
                    f"the model's context size. Zed keeps keys out of settings.json: enter {key} in the Agent "
                    f"panel's settings under LLM Providers \u2192 {ZED_PROVIDER}, or start Zed with {env}={key}.")
 
 
-def _aider(url: str, key: str, model: str) -> Snippet:
+def _aider(url: str, key: str, model: str) -> Piece:
     name = _sh(f"openai/{model}")
-    return Snippet("aider", "shell",
+    return Piece("shell",
                    f"aider --model {name} --openai-api-base {_sh(url)} --openai-api-key {_sh(key)}\n\n"
                    "# or from the environment (a shell profile, say):\n"
                    f"export OPENAI_API_BASE={_sh(url)}\n"
@@ -162,17 +178,17 @@ def _aider(url: str, key: str, model: str) -> Snippet:
                    "A terminal in your project's folder (aider is `pip install aider-install && aider-install`).")
 
 
-#: tool id -> (what it is, its template), in the order the page and ``ctl connect`` list them.
-TOOLS: dict[str, tuple[str, Callable[[str, str, str], Snippet]]] = {
-    "continue": ("Continue: the VS Code and JetBrains assistant", _continue),
-    "cline": ("Cline: the VS Code coding agent", _cline),
-    "open-webui": ("Open WebUI: a chat page in the browser", _open_webui),
-    "zed": ("Zed: the editor's Agent panel", _zed),
-    "aider": ("aider: pair programming in the terminal", _aider),
-    "openai-python": ("the OpenAI Python client", _openai_python),
-    "openai-js": ("the OpenAI JavaScript client", _openai_js),
-    "langchain": ("LangChain's ChatOpenAI", _langchain),
-    "curl": ("curl: one request from a terminal", _curl),
+#: tool id -> its template, in the order the page and ``ctl connect`` list them.
+TOOLS: dict[str, Tool] = {
+    "continue": Tool("Continue", "the VS Code and JetBrains assistant", _continue),
+    "cline": Tool("Cline", "the VS Code coding agent", _cline),
+    "open-webui": Tool("Open WebUI", "a chat page in the browser", _open_webui),
+    "zed": Tool("Zed", "the editor's Agent panel", _zed),
+    "aider": Tool("aider", "pair programming in the terminal", _aider),
+    "openai-python": Tool("OpenAI Python", "the openai package", _openai_python),
+    "openai-js": Tool("OpenAI JavaScript", "the openai npm package", _openai_js),
+    "langchain": Tool("LangChain", "ChatOpenAI from langchain-openai", _langchain),
+    "curl": Tool("curl", "one request from a terminal", _curl),
 }
 
 
@@ -182,7 +198,8 @@ def config_for(tool: str, url: str, key: str, model: str) -> Snippet:
     entry = TOOLS.get(tool.strip().lower())
     if entry is None:
         raise UnknownTool(f"no configuration for '{tool}'; the tools: {', '.join(TOOLS)}")
-    return entry[1](url.rstrip("/"), key or KEY_PLACEHOLDER, model or MODEL_PLACEHOLDER)
+    piece = entry.build(url.rstrip("/"), key or KEY_PLACEHOLDER, model or MODEL_PLACEHOLDER)
+    return Snippet(entry.title, piece.language, piece.text, piece.where_it_goes)
 
 
 def key_text(secret: str | None, keys_required: bool) -> str:
