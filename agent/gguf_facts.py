@@ -7,6 +7,7 @@ a model family's sliding-window pattern in code instead of the file, ``SWA_PERIO
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -85,6 +86,7 @@ def summarize(header: GgufHeader, extra_shard_bytes: int = 0) -> GgufSummary:
     return GgufSummary(
         architecture=arch, name=str(meta.get("general.name") or "")[:200], file_size=file_size,
         tensor_bytes=tensor_bytes, tensor_count=len(header.tensors), block_count=layers,
+        parameter_count=None if (_int(meta.get("split.count")) or 1) > 1 else sum(math.prod(t.dims) for t in header.tensors),
         context_length=_int(meta.get(f"{arch}.context_length")), embedding_length=embd,
         feed_forward_length=_first(meta.get(f"{arch}.feed_forward_length")),
         head_count=heads, head_count_kv=kv or ([heads] * layers if heads else []),

@@ -52,6 +52,8 @@ from daemon.nodes.backends import NodeBackends
 from daemon.nodes.links import AgentLink, Links
 from daemon.nodes.local_agent import LocalAgentProcess
 from daemon.nodes.manager import NodeManager
+from daemon.ollama.api import OllamaApi
+from daemon.ollama.facts import ModelFacts
 from daemon.paths import DaemonPaths
 from daemon.pki import CertificateAuthority
 from daemon.probes import Probes
@@ -191,6 +193,12 @@ def handlers(d: DaemonDeps) -> Handlers:
         backup=BackupApi(d.backups),
         audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views))
+
+
+def ollama(d: DaemonDeps) -> OllamaApi:
+    """The Ollama API's handlers (``daemon.ollama``): they call /v1 where this machine reaches it."""
+    return OllamaApi(d.registry, d.orchestrator, ModelFacts(d.links, d.orchestrator, d.paths.models),
+                     lambda: d.listener.local_url)
 
 
 # --- lifecycle -------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 asked for port 0 (tests), writes ``daemon.json`` (the admin and API URLs and the pid, read by
 ``mirbadllm ctl`` and the app), and moves to the new address when the LAN setting changes. With
 /v1 open to the network it listens on every interface, and names the URLs other devices can use
-(``lan_hosts``: this machine's LAN addresses), never ``0.0.0.0``.
+(``lan_hosts``: this machine's LAN addresses), never ``0.0.0.0``. The Ollama API (``daemon.ollama``)
+listens on a port of its own on the same host, and moves with it; a port already taken (Ollama
+itself runs there) leaves it off, with one log line saying so.
 """
 
 from __future__ import annotations
@@ -66,11 +68,24 @@ class Listener:
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
+        self._ollama_runner: web.AppRunner | None = None
+        self._ollama_site: web.TCPSite | None = None
 
     def _public_host(self) -> str:
         """The host this machine's own clients reach the daemon at (``daemon.json``)."""
         bind = self._config.bind_host
         return "127.0.0.1" if self._config.loopback_only or bind in WILDCARDS else bind
+
+    @property
+    def local_url(self) -> str:
+        """Where this machine reaches /v1 and /api: ``http://127.0.0.1:8484`` (the Ollama API's
+        calls go through /v1 here)."""
+        return f"http://{_url_host(self._public_host())}:{self._config.port}"
+
+    @property
+    def ollama_port(self) -> int | None:
+        """The port the Ollama API listens on now; None while it is off."""
+        return self._config.ollama_port if self._ollama_site is not None else None
 
     def info(self) -> DaemonInfo:
         port, bind = self._config.port, self._config.bind_host
@@ -91,6 +106,35 @@ class Listener:
             if sockets:
                 self._config.port = sockets[0].getsockname()[1]
         self.write_info()
+
+    async def start_ollama(self, runner: web.AppRunner) -> bool:
+        """Listen for the Ollama API on ``ollama_port`` at /v1's host; False (and one log line saying
+        why) when it is off or the port is taken."""
+        self._ollama_runner = runner
+        return await self._listen_ollama()
+
+    async def _listen_ollama(self) -> bool:
+        port, host = self._config.ollama_port, self._config.bind_host
+        if self._ollama_runner is None or not port:
+            _LOGGER.info("Ollama API off: ollama_port is %s in config.toml", port)
+            return False
+        site = web.TCPSite(self._ollama_runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            _LOGGER.warning("Ollama API off: cannot listen on %s:%d (%s); Ollama itself may run there. "
+                            "Set ollama_port in config.toml to a free port, or 0 to keep it off.",
+                            host, port, exc.strerror or exc)
+            return False
+        self._ollama_site = site
+        _LOGGER.info("Ollama API listening on %s:%d", host, port)
+        return True
+
+    async def stop_ollama(self) -> None:
+        """Stop the Ollama API's port and its app (its requests in flight end first)."""
+        runner, self._ollama_runner, self._ollama_site = self._ollama_runner, None, None
+        if runner is not None:
+            await runner.cleanup()
 
     async def apply(self, settings: DaemonSettings) -> None:
         """Save the run-time settings; listen on the new address when LAN access changed it."""
@@ -113,6 +157,10 @@ class Listener:
             await self._site.start()
             self.write_info()
             _LOGGER.info("now listening on %s:%s", self._config.bind_host, self._config.port)
+            if self._ollama_site is not None:  # the Ollama API follows /v1 onto (or off) the LAN
+                await self._ollama_site.stop()
+                self._ollama_site = None
+                await self._listen_ollama()
 
     def write_info(self) -> None:
         host, port = self._public_host(), self._config.port

@@ -1,4 +1,5 @@
-"""The daemon's one route table: every route of ``/healthz``, ``/metrics``, ``/v1`` and ``/api``.
+"""The daemon's route tables: every route of ``/healthz``, ``/metrics``, ``/v1`` and ``/api``, and of the
+Ollama API on its own port (``ollama_route_table``, ``daemon.ollama``).
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
 handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.sources.api``,
@@ -24,6 +25,7 @@ from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.jobs.api import JobsApi
 from daemon.models.api import ModelsApi
 from daemon.nodes.api import NodesApi
+from daemon.ollama.api import OllamaApi
 from daemon.probes import Probes
 from daemon.router.router import Router
 from daemon.runtimes.api import RuntimeUpgradesApi
@@ -135,4 +137,19 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.put("/api/nodes/{id}/services/policy", h.services_policy.put_policy),  # body: ServiceNames (this node's)
         web.get("/api/services/policy", h.services_policy.get_policy),       # the daemon's services.json
         web.put("/api/services/policy", h.services_policy.put_policy),       # body: ServiceNames (every node's)
+    ]
+
+
+def ollama_route_table(o: OllamaApi) -> list[web.RouteDef]:
+    """The Ollama API's port (11434 by default): each call becomes a /v1 call, with the caller's key."""
+    return [
+        web.get("/api/version", o.version),                                  # no key
+        web.get("/api/tags", o.tags),                                        # what /v1/models lists
+        web.post("/api/show", o.show),                                       # body: {"model"}
+        web.get("/api/ps", o.ps),                                            # the loaded models
+        web.post("/api/chat", o.chat),                                       # body: {"model", "messages", "stream", "options", "format", "tools"}
+        web.post("/api/generate", o.generate),                               # body: {"model", "prompt", "system", "images", "raw", "stream", "options", "format"}
+        web.post("/api/embed", o.embed),                                     # body: {"model", "input", "dimensions"}
+        web.post("/api/embeddings", o.embeddings),                           # body: {"model", "prompt"} (Ollama's older call)
+        web.get("/", o.root),                                                # and HEAD: "Ollama is running"
     ]

@@ -3,7 +3,8 @@
 The parts come from the composition root (``daemon.deps``); ``create_app`` installs the middlewares
 (request id, the /v1 access log, errors in the API's shape, a node agent's failure among them
 through ``daemon.nodes.agent_errors``, the DNS-rebinding host check, the admin token) and the route
-table of ``daemon.routes``, and ties the parts' start and stop to the app's.
+table of ``daemon.routes``, and ties the parts' start and stop to the app's. ``start_server`` also
+starts the Ollama API's app (``daemon.ollama.app``) on its own port, which stops with this one.
 Only the entry point (``daemon.main``) and tests import this module.
 """
 
@@ -24,21 +25,16 @@ from daemon.errors import (
     error_response,
     internal_error,
 )
+from daemon.host_check import refusal as host_check_refusal
 from daemon.nodes.agent_errors import agent_problem
+from daemon.ollama.app import create_ollama_app
 from daemon.router.router import REQUEST_ID, note_failure, request_id_for
 from daemon.routes import route_table
 
-LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
 SHUTDOWN_GRACE_S = 0.5
 
 
 # --- middlewares -------------------------------------------------------------------------------
-def _host_of(header: str) -> str:
-    if header.startswith("["):
-        return header[: header.find("]") + 1]
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
-
-
 def _middlewares(d: DaemonDeps) -> list[Any]:
     @web.middleware
     async def request_id(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -51,15 +47,9 @@ def _middlewares(d: DaemonDeps) -> list[Any]:
 
     @web.middleware
     async def host_check(request: web.Request, handler: Any) -> web.StreamResponse:
-        # DNS rebinding: a page on evil.example that resolves to 127.0.0.1 must not drive us.
-        if d.config.loopback_only:
-            if _host_of(request.headers.get("Host", "")).lower() not in LOOPBACK_HOSTS:
-                return error_response(403, "host_not_allowed",
-                                      "Host header not allowed: use localhost, 127.0.0.1 or [::1].")
-            origin = request.headers.get("Origin")
-            if origin is not None and _host_of(origin.split("://", 1)[-1]).lower() not in LOOPBACK_HOSTS:
-                # A browser page from another site: no CORS, and no answer either.
-                return error_response(403, "origin_not_allowed", "Cross-origin requests are not allowed.")
+        refused = host_check_refusal(d.config, request)  # DNS rebinding, another site's page (daemon.host_check)
+        if refused is not None:
+            return error_response(*refused)
         return await handler(request)
 
     @web.middleware
@@ -106,6 +96,11 @@ def create_app(d: DaemonDeps) -> web.Application:
 
     app.on_response_prepare.append(on_prepare)
 
+    async def stop_ollama(_app: web.Application) -> None:
+        await d.listener.stop_ollama()  # its calls go through /v1: it stops with it
+
+    app.on_shutdown.append(stop_ollama)
+
     async def lifecycle(_app: web.Application) -> AsyncIterator[None]:
         await deps.start(d)
         yield
@@ -128,4 +123,9 @@ async def start_server(d: DaemonDeps) -> web.AppRunner:
     except OSError:
         await runner.cleanup()
         raise
+    ollama = web.AppRunner(create_ollama_app(deps.ollama(d), d.config), handler_cancellation=True,
+                           access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+    await ollama.setup()
+    if not await d.listener.start_ollama(ollama):  # off, or its port taken: /v1 serves on regardless
+        await d.listener.stop_ollama()
     return runner

@@ -51,6 +51,8 @@ class GgufSummary(BaseModel):
     file_size: int
     tensor_bytes: int = Field(description="Bytes of all tensors of the model (every shard).")
     tensor_count: int
+    parameter_count: int | None = Field(default=None, description="Weights of the model, counted from its tensors "
+                                        "(None: a split model, or an older agent).")
     block_count: int = 0
     context_length: int | None = None
     embedding_length: int | None = None

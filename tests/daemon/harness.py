@@ -78,7 +78,8 @@ async def running_daemon(home: Path, llama_server: Path | str | None, **config: 
     # on the default doubling schedule, which would first ask again at 1.4 s.
     values: dict[str, object] = {"port": 0, "seed_demo_model": False, "telemetry_interval_s": 0.5,
                                  "history_interval_s": 0.5, "llama_server": str(llama_server) if llama_server else None,
-                                 "runtime_first_port": free_port_block(20), "local_agent_retry_max_s": 0.1}
+                                 "runtime_first_port": free_port_block(20), "local_agent_retry_max_s": 0.1,
+                                 "ollama_port": None}  # off: the Ollama API's tests give it a free port
     values.update(config)
     daemon = build_deps(DaemonConfig.model_validate(values), DaemonPaths(home))
     runner = await start_server(daemon)

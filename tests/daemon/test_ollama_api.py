@@ -1,0 +1,93 @@
+"""The Ollama API with the real ``ollama`` client from PyPI against a real daemon, its agent child and
+the fake runtime: every call a tool that speaks only Ollama makes, behind /v1's keys and access log."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import aiohttp
+import ollama
+import pytest
+
+from tests.daemon.harness import model, running_daemon
+from tests.fakes.ports import free_port_block
+
+ANSWER = "Hello from the fake llama server. It"  # the fake runtime's 8 tokens
+
+
+def _client(port: int, key: str | None = None) -> ollama.AsyncClient:
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    return ollama.AsyncClient(host=f"http://127.0.0.1:{port}", headers=headers, trust_env=False)
+
+
+async def test_an_ollama_client_lists_shows_chats_generates_and_embeds(
+        tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    port = free_port_block(1)
+    async with running_daemon(tmp_path / "home", fake_runtime, ollama_port=port) as d:
+        assert d.daemon.listener.ollama_port == port
+        await d.client.create_model(model("chat-model", str(model_file), served_name="tiny:270m"))
+        await d.client.create_model(model("embedder", str(model_file), settings={"embeddings": True}))
+        client = _client(port)
+
+        listed = {m.model: m for m in (await client.list()).models}
+        assert set(listed) == {"tiny:270m", "embedder"}
+        tiny = listed["tiny:270m"]
+        assert tiny.size == model_file.stat().st_size and tiny.modified_at is not None and tiny.digest
+        assert tiny.details is not None and (tiny.details.format, tiny.details.family) == ("gguf", "llama")
+        assert tiny.details.parameter_size  # counted from the header's tensors
+
+        shown = await client.show("tiny:270m")
+        assert shown.details is not None and shown.details.family == "llama"
+        assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] == 2048
+        assert shown.capabilities == ["completion", "tools"]
+        assert (await client.show("embedder:latest")).capabilities == ["embedding"]  # name:latest is the name
+
+        whole = await client.chat("tiny:270m", messages=[{"role": "user", "content": "hi"}], stream=False)
+        assert whole.message.role == "assistant" and whole.message.content == ANSWER
+        assert whole.done and whole.done_reason == "length" and whole.eval_count == 8
+        assert whole.prompt_eval_count == 1 and whole.total_duration and whole.total_duration > 0
+
+        parts = [p async for p in await client.chat("tiny:270m", messages=[{"role": "user", "content": "hi there"}],
+                                                      stream=True, options={"num_predict": 3, "temperature": 0.2})]
+        assert "".join(p.message.content or "" for p in parts) == "Hello from the"
+        assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
+        last = parts[-1]
+        assert (last.done_reason, last.eval_count, last.prompt_eval_count) == ("stop", 3, 2)
+        for counter in ("total_duration", "load_duration", "eval_duration"):
+            assert isinstance(getattr(last, counter), int), counter
+
+        generated = await client.generate("tiny:270m", prompt="Why?", system="Be brief.", stream=False)
+        assert generated.response == ANSWER and generated.done and generated.eval_count == 8
+        streamed = [p async for p in await client.generate("tiny:270m", prompt="Why?", stream=True)]
+        assert "".join(p.response or "" for p in streamed) == ANSWER and streamed[-1].done
+
+        embedded = await client.embed("embedder:latest", input=["a cat", "a dog"])
+        assert len(embedded.embeddings) == 2 and len(embedded.embeddings[0]) == 8
+        assert embedded.embeddings[0] != embedded.embeddings[1]
+        assert len((await client.embeddings("embedder", prompt="a cat")).embedding) == 8
+
+        loaded = {m.model: m for m in (await client.ps()).models}
+        assert set(loaded) == {"tiny:270m", "embedder"}  # both were started on request
+        assert loaded["tiny:270m"].size and loaded["tiny:270m"].expires_at is not None
+
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/api/version") as r:
+            assert r.status == 200 and (await r.json())["version"]
+
+        with pytest.raises(ollama.ResponseError) as missing:
+            await client.chat("no-such-model", messages=[{"role": "user", "content": "hi"}])
+        assert (missing.value.status_code, missing.value.error) == (404, "model 'no-such-model' not found")
+        with pytest.raises(ollama.ResponseError) as missing:
+            await client.show("no-such-model:latest")
+        assert (missing.value.status_code, missing.value.error) == (404, "model 'no-such-model:latest' not found")
+
+        # One access-log row per call (version is a probe, as /healthz is), as the /v1 call it became.
+        rows = await d.logged_requests(12)
+        assert sorted((r.path, r.status) for r in rows) == sorted(
+            [("/v1/models", 200)] * 2 + [("/v1/models/tiny:270m", 200), ("/v1/models/embedder", 200)]
+            + [("/v1/chat/completions", 200)] * 4 + [("/v1/embeddings", 200)] * 2
+            + [("/v1/chat/completions", 404), ("/v1/models/no-such-model:latest", 404)])
+        chats = [r for r in rows if r.path == "/v1/chat/completions" and r.status == 200]
+        assert all(r.model == "chat-model" and r.completion_tokens for r in chats)
+        await client._client.aclose()
