@@ -5,6 +5,10 @@ A created key's secret is handed to the caller once and never kept here: the lis
 because the daemon refuses an open LAN endpoint without them. Each key shows its use (requests
 and tokens, last 24 hours and in total), read again whenever the page asks for a refresh, and its
 limits (requests per minute, tokens per UTC day) with its use against them; ``set_limits`` changes them.
+
+"Connect your apps": ``connection`` is a tool's configuration (``daemon.api.connect``, the text
+``mirbadllm ctl connect`` prints) for the URL of this machine or, open to the LAN, of another device,
+the served model picked, and a key: a secret only when the page was just handed one.
 """
 
 from __future__ import annotations
@@ -12,17 +16,23 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
-from app.snippets import Snippet, snippets
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
+from daemon.api.connect import (
+    Snippet,
+    config_for,
+    connect_url,
+    key_note,
+    key_text,
+    served_models,
+)
 from daemon.api.models import (
     ApiKeyCreated,
     ApiKeyInfo,
     ApiKeyLimits,
     DaemonSettings,
     Event,
-    ModelState,
 )
 from daemon.api.protocol import DaemonApi
 
@@ -58,16 +68,26 @@ class AccessState:
     settings: DaemonSettings | None = None
     api_url: str = ""
     lan_urls: tuple[str, ...] = ()  # every /v1 URL other devices can use, while open to the LAN
-    model: str = ""
+    local_url: str = ""  # the /v1 URL a tool on this machine uses (loopback when the daemon listens on all)
+    models: tuple[str, ...] = ()  # served names, the ones a request reaches soonest first
     error: str | None = None
+
+    @property
+    def model(self) -> str:
+        """The model a configuration names unless another is picked."""
+        return self.models[0] if self.models else ""
 
     @property
     def keys_required(self) -> bool:
         return bool(self.settings and (self.settings.require_api_keys or self.settings.lan_access))
 
-    @property
-    def snippets(self) -> tuple[Snippet, ...]:
-        return snippets(self.api_url, self.model, self.keys_required)
+    def connection(self, tool: str, model: str = "", *, from_lan: bool = False,
+                   secret: str | None = None) -> tuple[Snippet, str]:
+        """``tool``'s configuration and what to know about its key. ``from_lan`` takes the first LAN
+        URL (this machine's URL while /v1 is not open to the LAN); ``secret`` fills the key in."""
+        url = self.lan_urls[0] if from_lan and self.lan_urls else self.local_url or self.api_url
+        key = key_text(secret, self.keys_required or bool(from_lan and self.lan_urls))
+        return config_for(tool, url, key, model or self.model), key_note(key)
 
 
 class AccessViewModel:
@@ -85,13 +105,12 @@ class AccessViewModel:
             asyncio.ensure_future(self.refresh())
         elif not snapshot.connected:
             self._loaded = False
-        ready = [m.definition.served_name for m in snapshot.models if m.status.state == ModelState.READY]
-        names = ready or [m.definition.served_name for m in snapshot.models]
-        model = names[0] if names else ""
+        models = tuple(served_models(snapshot.models))
         s = self.state.value
         lan = tuple(snapshot.daemon.lan_urls) if snapshot.daemon else ()
-        if s.api_url != snapshot.api_url or s.model != model or s.lan_urls != lan:
-            self.state.set(replace(s, api_url=snapshot.api_url, lan_urls=lan, model=model))
+        local = connect_url(snapshot.daemon, from_lan=False) if snapshot.daemon else snapshot.api_url
+        if (s.api_url, s.models, s.lan_urls, s.local_url) != (snapshot.api_url, models, lan, local):
+            self.state.set(replace(s, api_url=snapshot.api_url, lan_urls=lan, local_url=local, models=models))
 
     def _on_event(self, event: Event) -> None:
         if event.type in ("keys.changed", "settings.changed"):

@@ -19,10 +19,10 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 
-from app.snippets import Snippet
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
+from daemon.api.connect import Snippet
 from daemon.api.locations import ADMIN_TOKEN_FILE
 from daemon.api.models import Event, TracingSettings
 from daemon.api.protocol import DaemonApi

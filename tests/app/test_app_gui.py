@@ -85,7 +85,7 @@ def test_every_page_renders_with_data(window: MainWindow, fake: FakeDaemonClient
     window.show_page("playground")
     assert window.playground.model.currentText() == "alpha"
     window.show_page("access")
-    qtbot.waitUntil(lambda: window.access.snippet_tabs.count() == 6)
+    qtbot.waitUntil(lambda: "http://127.0.0.1:8484/v1" in window.access.connect_card.text.toPlainText())
     window.show_page("settings")
     assert window.settings.theme_buttons["system"].isChecked()
     for key in ("overview", "models", "playground", "access", "settings"):
@@ -247,7 +247,7 @@ def test_lan_access_says_keys_are_needed_and_sets_them(window: MainWindow, fake:
     qtbot.waitUntil(lambda: fake.settings.lan_access)
     assert fake.settings.require_api_keys
     qtbot.waitUntil(lambda: page.require.isChecked() and not page.require.isEnabled())
-    assert "Bearer YOUR_API_KEY" in texts(page.snippet_tabs)
+    qtbot.waitUntil(lambda: 'apiKey: "YOUR_API_KEY"' in page.connect_card.text.toPlainText())
 
 
 def test_logs_follow_and_search(window: MainWindow, fake: FakeDaemonClient, qtbot: Any) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
 from helpers import until
 
 from agent.api.llamacpp import LlamaCppSettings
-from app.snippets import snippets
-from app.viewmodels.access import AccessViewModel
+from app.viewmodels.access import AccessState, AccessViewModel
 from app.viewmodels.charts import CHARTS, ChartsViewModel
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.logs import LogsViewModel
@@ -148,13 +148,21 @@ async def test_lan_access_turns_on_required_keys(fake: FakeDaemonClient) -> None
     assert access.state.value.settings == DaemonSettings(lan_access=False, require_api_keys=True)
 
 
-def test_snippets_carry_the_real_url_model_and_key_hint() -> None:
-    open_ = {s.title: s.text for s in snippets("http://192.168.1.5:8484/v1", "gemma3", False)}
-    assert set(open_) == {"curl", "Python (openai)", "JavaScript (openai)", "Continue", "aider", "Open WebUI"}
-    assert all("http://192.168.1.5:8484/v1" in text for text in open_.values())
-    assert "Authorization" not in open_["curl"] and '"gemma3"' in open_["curl"]
-    keyed = {s.title: s.text for s in snippets("http://127.0.0.1:8484/v1", "gemma3", True)}
-    assert "Bearer YOUR_API_KEY" in keyed["curl"] and 'api_key="YOUR_API_KEY"' in keyed["Python (openai)"]
+def test_connections_carry_the_real_url_model_and_key_hint() -> None:
+    here = AccessState(api_url="http://127.0.0.1:8484/v1", local_url="http://127.0.0.1:8484/v1",
+                       models=("gemma3", "qwen"))
+    curl, note = here.connection("curl")
+    assert "http://127.0.0.1:8484/v1/chat/completions" in curl.text and '"gemma3"' in curl.text
+    assert "Authorization" not in curl.text and "needs no key" in note  # keys off: nothing to paste
+    keyed = replace(here, settings=DaemonSettings(require_api_keys=True))
+    python, note = keyed.connection("openai-python", "qwen")
+    assert 'api_key="YOUR_API_KEY"' in python.text and 'model="qwen"' in python.text and "shown once" in note
+    python, note = keyed.connection("openai-python", secret="sk-mirbad-new")
+    assert 'api_key="sk-mirbad-new"' in python.text and "private" in note
+    lan = replace(here, lan_urls=("http://192.168.1.5:8484/v1",))
+    assert 'apiBase: "http://192.168.1.5:8484/v1"' in lan.connection("continue", from_lan=True)[0].text
+    assert "YOUR_API_KEY" in lan.connection("continue", from_lan=True)[0].text  # the LAN always needs a key
+    assert "127.0.0.1" in lan.connection("continue")[0].text
 
 
 async def test_ready_models_feed_the_snippets(fake: FakeDaemonClient) -> None:
@@ -163,3 +171,4 @@ async def test_ready_models_feed_the_snippets(fake: FakeDaemonClient) -> None:
     await fleet.resync()
     access = AccessViewModel(fleet)
     assert access.state.value.model == "Beta-7B"
+    assert access.state.value.models == ("Beta-7B", "alpha")  # ready first, then loaded on request

@@ -1,11 +1,11 @@
-"""Access: who may use /v1 — API keys and their limits, LAN access — and how to connect tools to it."""
+"""Access: who may use /v1 — API keys and their limits, LAN access — and how to connect apps to it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication, QShowEvent
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -15,12 +15,10 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QInputDialog,
-    QPlainTextEdit,
     QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -28,6 +26,7 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.context import AppContext
 from app.ui.dialogs import NewKeyDialog
+from app.ui.pages.connect_card import ConnectCard
 from app.ui.widgets import (
     Card,
     CopyField,
@@ -160,18 +159,18 @@ class AccessPage(QScrollArea):
         top.addWidget(keys)
         layout.addLayout(top)
 
-        connect = Card("Connect your tools")
-        self.snippet_tabs = QTabWidget()
-        self.snippet_tabs.setObjectName("Snippets")
-        connect.body.addWidget(self.snippet_tabs)
-        layout.addWidget(connect, 1)
-        self._snippet_key: tuple[str, str, bool] | None = None
+        self.connect_card = ConnectCard(self.vm, ctx.act, lambda parent: self.ask_name(parent))
+        layout.addWidget(self.connect_card, 1)
         self.vm.state.subscribe(self.show_state, now=True)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         if self.vm.state.value.settings is not None:  # loaded once: read the keys' use again
             self.ctx.act(self.vm.refresh())
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self.connect_card.forget_secret()
 
     def _require_clicked(self, on: bool) -> None:
         self.ctx.act(self.vm.set_require_keys(on), "Keys required" if on else "Keys no longer required")
@@ -192,10 +191,6 @@ class AccessPage(QScrollArea):
         else:
             self.keys_note.setText("Keys are not required on this machine yet; create them before opening to the LAN.")
         self._render_keys(s)
-        key = (s.api_url, s.model, s.keys_required)
-        if key != self._snippet_key:
-            self._snippet_key = key
-            self._render_snippets(s)
 
     def _render_keys(self, s: AccessState) -> None:
         self.table.setRowCount(len(s.keys))
@@ -218,25 +213,6 @@ class AccessPage(QScrollArea):
         wanted = self.ask_limits(self, info)
         if wanted is not None:
             self.ctx.act(self.vm.set_limits(info.id, *wanted), f"Limits of “{info.name}” saved")
-
-    def _render_snippets(self, s: AccessState) -> None:
-        while self.snippet_tabs.count():
-            self.snippet_tabs.removeTab(0)
-        for snippet in s.snippets:
-            tab = QWidget()
-            box = QVBoxLayout(tab)
-            text = QPlainTextEdit(snippet.text)
-            text.setReadOnly(True)
-            text.setProperty("role", "code")
-            text.setMinimumHeight(150)
-            copy = button("Copy", icon="action-copy")
-            copy.clicked.connect(lambda _=False, t=snippet.text: QGuiApplication.clipboard().setText(t))
-            box.addWidget(text, 1)
-            row = QHBoxLayout()
-            row.addStretch(1)
-            row.addWidget(copy)
-            box.addLayout(row)
-            self.snippet_tabs.addTab(tab, snippet.title)
 
     def create_key(self) -> None:
         name = self.ask_name(self)
