@@ -91,3 +91,73 @@ async def test_an_ollama_client_lists_shows_chats_generates_and_embeds(
         chats = [r for r in rows if r.path == "/v1/chat/completions" and r.status == 200]
         assert all(r.model == "chat-model" and r.completion_tokens for r in chats)
         await client._client.aclose()
+
+
+async def _post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    async with aiohttp.ClientSession() as session, \
+            session.post(f"http://127.0.0.1:{port}{path}", data=body, headers=headers) as r:
+        return r.status, await r.json(content_type=None)
+
+
+async def test_keys_the_host_check_and_bad_bodies_as_on_v1(tmp_path: Path, fake_runtime: Path, model_file: Path) -> None:
+    port = free_port_block(1)
+    async with running_daemon(tmp_path / "home", fake_runtime, ollama_port=port, require_api_keys=True) as d:
+        await d.client.create_model(model("chat-model", str(model_file), served_name="tiny"))
+        key = (await d.client.create_key("ollama-tool")).key
+        without, wrong, keyed = _client(port), _client(port, "not-a-key"), _client(port, key)
+
+        for client in (without, wrong):
+            with pytest.raises(ollama.ResponseError) as refused:
+                await client.list()
+            assert refused.value.status_code == 401
+            with pytest.raises(ollama.ResponseError) as refused:
+                await client.chat("tiny", messages=[{"role": "user", "content": "hi"}], stream=False)
+            assert refused.value.status_code == 401 and "API key" in refused.value.error
+        with pytest.raises(ollama.ResponseError) as refused:  # no key: not even whether a model exists
+            await without.show("no-such-model")
+        assert refused.value.status_code == 401
+
+        assert [m.model for m in (await keyed.list()).models] == ["tiny"]
+        answer = await keyed.chat("tiny:latest", messages=[{"role": "user", "content": "hi"}], stream=False)
+        assert answer.message.content == ANSWER
+
+        rows = await d.logged_requests(7)
+        assert sorted((r.status, r.key_id is not None) for r in rows) == [(200, True)] * 2 + [(401, False)] * 5
+
+        auth = {"Authorization": f"Bearer {key}"}
+        for body, words in ((b"{not json", "not valid JSON"), (b"[1]", "JSON object"),
+                            (b'{"messages": []}', "model is required"),
+                            (b'{"model": "tiny", "messages": "hi"}', "messages must be a list"),
+                            (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "format": "xml"}',
+                             "format must be"),
+                            ((b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
+                             b'"options": {"temperature": "hot"}}'), "options.temperature must be a number"),
+                            (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi", "images": ["%%%"]}]}',
+                             "is not base64")):
+            status, error = await _post(port, "/api/chat", body, auth)
+            assert status == 400 and words in error["error"], (body, error)
+
+        status, error = await _post(port, "/api/chat", b"{}", {**auth, "Host": "evil.example"})
+        assert status == 403 and "Host header not allowed" in error["error"]
+        status, error = await _post(port, "/api/chat", b"{}", {**auth, "Origin": "http://evil.example"})
+        assert status == 403 and "Cross-origin" in error["error"]
+        status, error = await _post(port, "/api/pull", b"{}", auth)
+        assert status == 404 and "/api/chat" in error["error"]  # says what this port answers
+        for client in (without, wrong, keyed):
+            await client._client.aclose()
+
+
+async def test_a_taken_port_leaves_the_ollama_api_off_and_v1_serving(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="daemon.listener")
+    with socket.socket() as taken:  # Ollama itself, say
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with running_daemon(tmp_path / "home", None, ollama_port=port, local_agent=False) as d:
+            assert d.daemon.listener.ollama_port is None
+            said = [r.getMessage() for r in caplog.records if "Ollama API" in r.getMessage()]
+            assert len(said) == 1 and said[0].startswith(f"Ollama API off: cannot listen on 127.0.0.1:{port}")
+            assert "ollama_port" in said[0]  # and what to do about it
+            async with aiohttp.ClientSession() as session, session.get(f"{d.v1}/models") as r:
+                assert r.status == 200 and (await r.json())["data"] == []
