@@ -42,6 +42,7 @@ from mirbadllm import (
     ctl_keys,
     ctl_nodes,
     ctl_plan,
+    ctl_presets,
     ctl_requests,
     ctl_sources,
 )
@@ -87,6 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     logs.add_argument("--follow", "-f", action="store_true")
     ctl_sources.add_parsers(models)
     ctl_plan.add_parser(models)
+    ctl_presets.add_parser(models)
 
     ctl_nodes.add_parser(groups)
     ctl_daemon.add_parser(groups)
@@ -157,6 +159,8 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_sources.run(args, client)
     elif args.action == "plan":
         return await ctl_plan.run(args, client)
+    elif args.action == "preset":
+        return await ctl_presets.run(args, client)
     elif args.action == "add":
         node = await ctl_nodes.resolve_id(client, args.node)
         settings = LlamaCppSettings(ctx_size=args.ctx_size, parallel=args.parallel,

@@ -48,16 +48,25 @@ class RuntimeProfile:
     flags_lifted: bool = False  # typed flags in extra_args are moved into its settings' fields
     settings_field: str | None = None  # the model definition's field holding its settings
     executable: str = ""  # what runs it, as people know it
+    # A preset's sampling fields (daemon.api.models.Preset) and the request field it sets on this runtime;
+    # a field it does not know is left out (an external OpenAI server refuses unknown ones).
+    sampling: tuple[tuple[str, str], ...] = (("temperature", "temperature"), ("top_p", "top_p"),
+                                             ("max_tokens", "max_tokens"))
 
 
+_SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("max_tokens", "max_tokens"))
 PROFILES: dict[RuntimeId, RuntimeProfile] = {p.id: p for p in (
     RuntimeProfile("llamacpp", "llama.cpp", reads_gguf=True, spreads_over_nodes=True, takes_adapters=True,
                    gpu_backends=True, tunable=True, flags_lifted=True, settings_field="settings",
-                   context_setting="ctx_size", executable="llama-server"),
-    RuntimeProfile("vllm", "vLLM", takes_folder=True, container=True, reserves_gpu_share=True, tunable=True, settings_field="vllm",
-                   context_setting="max_model_len", executable="vllm serve"),
+                   context_setting="ctx_size", executable="llama-server", sampling=_SAMPLING + (
+                       ("top_k", "top_k"), ("min_p", "min_p"), ("repeat_penalty", "repeat_penalty"))),
+    RuntimeProfile("vllm", "vLLM", takes_folder=True, container=True, reserves_gpu_share=True, tunable=True,
+                   settings_field="vllm", context_setting="max_model_len", executable="vllm serve",
+                   sampling=_SAMPLING + (("top_k", "top_k"), ("min_p", "min_p"),
+                                         ("repeat_penalty", "repetition_penalty"))),
     RuntimeProfile("mlx", "MLX", takes_folder=True, unified_memory=True, settings_field="mlx",
-                   executable="mlx_lm.server"),
+                   executable="mlx_lm.server", sampling=_SAMPLING + (("top_k", "top_k"), ("min_p", "min_p"),
+                                                                     ("repeat_penalty", "repetition_penalty"))),
     RuntimeProfile("external", "external endpoint", on_node=False),
 )}
 RUNTIME_LABELS: dict[str, str] = {p.id: p.label for p in PROFILES.values()}

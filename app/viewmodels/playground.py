@@ -154,8 +154,20 @@ class PlaygroundViewModel:
         if model and model not in ready:
             ready = (*ready, model)
         if ready != s.models or model != s.model or snapshot.keys_required != s.keys_required:
-            self.state.set(replace(s, models=ready, model=model, keys_required=snapshot.keys_required))
+            starts = self._preset_of(model) if model != s.model else {}
+            self.state.set(replace(s, models=ready, model=model, keys_required=snapshot.keys_required, **starts))
         self._pick_mode()
+
+    def _preset_of(self, served_name: str) -> dict[str, Any]:
+        """What the model's preset says the Playground starts from: its system prompt, temperature
+        and reply length (each only where the preset sets it)."""
+        definition = self._definition(served_name)
+        if definition is None:
+            return {}
+        preset = definition.preset
+        starts = {"system_prompt": preset.system_prompt, "temperature": preset.temperature,
+                  "max_tokens": preset.max_tokens}
+        return {k: v for k, v in starts.items() if v is not None}
 
     def configure(self, **changes: Any) -> None:
         """Set model, system_prompt, temperature, max_tokens, api_key or mode (chat | completion)."""
@@ -169,6 +181,8 @@ class PlaygroundViewModel:
             model = changes.get("model", self.state.value.model)
             if model:
                 self._chosen[model] = changes["mode"]
+        if "model" in changes and changes["model"] != self.state.value.model:
+            changes = {**self._preset_of(changes["model"]), **changes}  # what the caller sets wins
         self.state.set(replace(self.state.value, **changes))
         if "model" in changes:
             self._pick_mode()

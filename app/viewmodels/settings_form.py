@@ -41,7 +41,7 @@ from daemon.api.contracts import (
     VllmSettings,
     profile,
 )
-from daemon.api.models import ModelDefinition
+from daemon.api.models import ModelDefinition, Preset
 
 SETTINGS_PREFIX = "settings."
 MODEL_CLASSES = typing.get_args(ModelDefinition.model_fields["model_class"].annotation)
@@ -258,15 +258,37 @@ def definition_fields(runtime: str = DEFAULT_RUNTIME) -> tuple[FieldSpec, ...]:
     )
 
 
+PRESET_GROUP = "Preset"
+PRESET_SECTION = "preset"
+_PRESET_LABELS = {"system_prompt": "System prompt", "temperature": "Temperature", "top_p": "Top-p",
+                  "top_k": "Top-k", "min_p": "Min-p", "repeat_penalty": "Repeat penalty",
+                  "max_tokens": "Max tokens"}
+
+
+def preset_fields(runtime: str = DEFAULT_RUNTIME) -> tuple[FieldSpec, ...]:
+    """The model's defaults for requests that do not set them: the fields its runtime reads."""
+    reads = {field for field, _sent_as in profile(runtime).sampling} | {"system_prompt"}
+    specs = []
+    for name, info in Preset.model_fields.items():
+        if name not in reads:
+            continue
+        kind, _values = _kind_of(info.annotation)
+        specs.append(FieldSpec(key=f"{PRESET_SECTION}.{name}", label=_PRESET_LABELS.get(name, _label(name)),
+                               kind=kind, group=PRESET_GROUP, help=info.description or "",
+                               placeholder="the runtime's default" if name != "system_prompt" else "none",
+                               section=PRESET_SECTION))
+    return tuple(specs)
+
+
 def all_fields(runtime: str = DEFAULT_RUNTIME) -> tuple[FieldSpec, ...]:
-    return definition_fields(runtime) + runtime_fields(runtime)
+    return definition_fields(runtime) + preset_fields(runtime) + runtime_fields(runtime)
 
 
 def groups(runtime: str) -> tuple[str, ...]:
     """The editor's cards, in order."""
     if not profile(runtime).on_node:
-        return ("Model", ENDPOINT_GROUP)
-    return ("Model", runtime_group(runtime), "Lifecycle", "Advanced")
+        return ("Model", ENDPOINT_GROUP, PRESET_GROUP)
+    return ("Model", runtime_group(runtime), PRESET_GROUP, "Lifecycle", "Advanced")
 
 
 def _every_field() -> tuple[FieldSpec, ...]:
@@ -339,6 +361,9 @@ class SettingsForm:
         if self.runtime in RUNTIME_SECTIONS:
             section = RUNTIME_SECTIONS[self.runtime][0]
             data[section] = {}  # the shown runtime's settings are rebuilt: blank means the runtime's default
+        shown_preset = {spec.name for spec in self.specs if spec.section == PRESET_SECTION}
+        data[PRESET_SECTION] = {k: v for k, v in (data.get(PRESET_SECTION) or {}).items()
+                                if k not in shown_preset}  # blank: the runtime's default
         for spec in self.specs:
             try:
                 value = _parse(spec, self.values.get(spec.key))

@@ -42,6 +42,27 @@ class ModelSource(BaseModel):
     package: str | None = Field(default=None, description="Python package that ships the file.")
 
 
+class Preset(BaseModel):
+    """A model's defaults for the requests that do not set them (daemon.models.presets): a system
+    prompt for chats without one, and sampling. None: the runtime's own default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str | None = Field(default=None, max_length=20_000, description="Put first in a chat that "
+                                      "has no system message.")
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=0, le=1000, description="0: off.")
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repeat_penalty: float | None = Field(default=None, gt=0, le=2, description="1: off.")
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, description="The reply's length when a "
+                                   "request does not say.")
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in self.__dict__.values())
+
+
 class ModelDefinition(BaseModel):
     """A model the user registered: what to run, where, and how."""
 
@@ -108,6 +129,8 @@ class ModelDefinition(BaseModel):
     heartbeat_s: float = Field(default=10.0, gt=0, le=600, description="Until the first token of a streamed "
                                "answer (a long prompt being read), an SSE comment this often keeps clients and "
                                "proxies from timing out.")
+    preset: Preset = Field(default_factory=Preset, description="Defaults for requests that do not set them: a "
+                           "system prompt and sampling (applied by the daemon's router; no restart needed).")
     tags: list[str] = Field(default_factory=list)
     description: str = ""
     # Loading on demand by memory (daemon.models.placement): what may be unloaded to make room.

@@ -39,6 +39,7 @@ from daemon.keys import KeyStore
 from daemon.models.external import KeyUnreadable
 from daemon.models.maintenance import Maintenance
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
+from daemon.models.presets import apply_preset
 from daemon.nodes.answer import answer_at
 from daemon.nodes.links import Links
 from daemon.router.early import EarlyStream
@@ -237,7 +238,7 @@ class Router:
         except BodyTooLarge:
             limit_mib = self.config.max_body_bytes // (1024 * 1024)
             raise DaemonProblem(413, "request_too_large", f"Request body is larger than {limit_mib} MiB.") from None
-        definition, payload, body = self._resolve(body, request.method)
+        definition, payload, body = self._resolve(body, request.method, request.path)
         exchange = _exchange(request)
         exchange.model, exchange.node = definition.id, definition.node
         exchange.served = definition.served_name
@@ -294,7 +295,7 @@ class Router:
             found = self._children[(served, status)] = self.metrics.requests.labels(served, str(status))
         return found
 
-    def _resolve(self, body: bytes, method: str) -> tuple[ModelDefinition, dict[str, Any], bytes]:
+    def _resolve(self, body: bytes, method: str, path: str = "") -> tuple[ModelDefinition, dict[str, Any], bytes]:
         """The model a request names, its parsed body and the body to send: a request for a LoRA
         adapter goes to its base model with ``lora`` applying only that adapter; one for a model
         with adapters applies none (every adapter at scale 0, whatever the client sent)."""
@@ -315,6 +316,8 @@ class Router:
         if definition is None:
             raise DaemonProblem(404, "model_not_found", f"The model '{name}' does not exist.")
         _check_limits(payload)
+        if apply_preset(definition, path, payload):  # the model's defaults for what the request does not set
+            body = _dumps(payload)
         if definition.adapters:
             payload["model"] = definition.served_name
             payload["lora"] = lora_field(definition.adapters, chosen)

@@ -135,3 +135,21 @@ async def test_a_model_stopped_mid_answer_shows_the_daemons_message_and_keeps_mo
     assert vm.fleet.snapshot.value.model("beta").status.state == ModelState.STOPPED  # type: ignore[union-attr]
     assert (vm.state.value.model, vm.state.value.mode) == ("Beta-7B", "chat"), "no silent switch"
     await vm.close()
+
+
+async def test_the_playground_starts_from_the_models_preset() -> None:
+    from fake_daemon import definition
+
+    from daemon.api.models import Preset
+
+    fake = FakeDaemonClient([definition("alpha"), definition("beta", served_name="Beta-7B", preset=Preset(
+        system_prompt="You answer in French.", temperature=0.2, max_tokens=64))])
+    fake.set_state("beta", ModelState.READY)
+    vm = await playground_at(fake, "http://127.0.0.1:9/v1")
+    s = vm.state.value
+    assert (s.model, s.system_prompt, s.temperature, s.max_tokens) == ("Beta-7B", "You answer in French.", 0.2, 64)
+    vm.configure(model="alpha")  # no preset: what was there stays
+    assert vm.state.value.system_prompt == "You answer in French."
+    vm.configure(model="Beta-7B", temperature=1.0)  # what the user sets wins over the preset
+    s = vm.state.value
+    assert (s.system_prompt, s.temperature, s.max_tokens) == ("You answer in French.", 1.0, 64)

@@ -83,9 +83,11 @@ async def test_an_external_model_may_send_no_key(fake: FakeDaemonClient) -> None
 def test_an_external_models_form_has_its_endpoint_rows_and_no_runtime_settings() -> None:
     keys = [s.key for s in all_fields("external")]
     assert {"base_url", "provider_model", "api_key_file", "fallbacks"} <= set(keys)
-    assert not [k for k in keys if "." in k], "no llama.cpp, vLLM or MLX settings"
+    assert not [k for k in keys if "." in k and not k.startswith("preset.")], "no llama.cpp, vLLM or MLX settings"
+    assert {k for k in keys if k.startswith("preset.")} == {  # what an OpenAI server takes, and a system prompt
+        "preset.system_prompt", "preset.temperature", "preset.top_p", "preset.max_tokens"}
     assert not {"node", "model_path", "extra_args", "env", "adapters", "image"} & set(keys)
-    assert groups("external") == ("Model", "Endpoint")
+    assert groups("external") == ("Model", "Endpoint", "Preset")
     runtime = next(s for s in all_fields("external") if s.key == "runtime")
     assert runtime.choices == ("external",)
     agent_runtime = next(s for s in all_fields("llamacpp") if s.key == "runtime")

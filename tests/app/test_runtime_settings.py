@@ -30,10 +30,11 @@ def vllm_model(model_id: str = "vl", **kw: Any) -> ModelDefinition:
 def test_every_field_of_the_runtimes_settings_model_has_a_row(runtime: str) -> None:
     section, model = RUNTIME_SECTIONS[runtime]
     form = SettingsForm(definition("m", runtime=runtime))
-    shown = {s.key for s in form.specs if s.section}
+    shown = {s.key for s in form.specs if s.section == section}
     assert shown == {f"{section}.{name}" for name in model.model_fields}, "a field in the model is a row in the form"
+    assert {s.section for s in form.specs if s.section} == {section, "preset"}  # and the model's preset
     for spec in form.specs:
-        if spec.section:
+        if spec.section == section:
             extra = model.model_fields[spec.name].json_schema_extra
             assert isinstance(extra, dict) and spec.flag == extra["flag"] and spec.unit == str(extra.get("unit") or "")
 
