@@ -99,24 +99,7 @@ def _cycles(package: str) -> list[list[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 graph[_module_name(path)] |= {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
-    found: list[list[str]] = []
-    state: dict[str, int] = {}  # 1 on the stack, 2 done
-
-    def visit(name: str, stack: list[str]) -> None:
-        state[name] = 1
-        stack.append(name)
-        for dep in sorted(graph[name] - {name}):
-            if state.get(dep) == 1:
-                found.append(stack[stack.index(dep):] + [dep])
-            elif dep not in state:
-                visit(dep, stack)
-        stack.pop()
-        state[name] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
-    return found
+    return _cycles_in({name: deps - {name} for name, deps in graph.items()})
 
 
 @pytest.mark.parametrize("package", ["agent", "daemon", "core"])
@@ -137,8 +120,13 @@ def _folder_cycles(package: str) -> list[list[str]]:
         graph.setdefault(here, set())
         if there != here and (ROOT / package / there).is_dir():
             graph[here].add(there)
+    return _cycles_in(graph)
+
+
+def _cycles_in(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each cycle of ``graph`` found by a depth-first walk, as the path that closes it."""
     found: list[list[str]] = []
-    state: dict[str, int] = {}
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
 
     def visit(name: str, stack: list[str]) -> None:
         state[name] = 1
