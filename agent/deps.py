@@ -42,7 +42,7 @@ from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
 from agent.upgrade import AgentUpgrades
 
 FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade",
-            "runtime-builds", "services"]
+            "runtime-builds", "services", "files"]
 # Admission and getting models (agent.sources.service).
 SOURCES_FEATURES = ["admission", "fit", "gguf-inspect", "downloads-hf", "downloads-url", "imports-ollama",
                     "imports-folder", "transfers-long-poll"]

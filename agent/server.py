@@ -26,6 +26,8 @@ from pydantic import ValidationError
 from agent.api.models import API_PREFIX, AgentStatus, InstanceState, LaunchSpec
 from agent.api.sources import FitRequest
 from agent.deps import AgentDeps
+from agent.files.api import routes as files_routes
+from agent.files.folder import ModelFolder, read_by_instances
 from agent.manager import AlreadyRunning, UnknownInstance
 from agent.pairing.enrollment import daemon_pin_file
 from agent.problems import AgentProblem, errors_middleware
@@ -287,6 +289,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
         *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
         *mirror_routes(p, MirrorReceiver(deps.paths.models_dir)),   # GET|PUT|DELETE /mirror/{name}, POST /mirror: agent.sources.mirror
+        *files_routes(p, ModelFolder(deps.paths.models_dir, lambda: read_by_instances(deps.manager))),  # GET|DELETE /files: agent.files
         *services_routes(p, _services),                             # GET /services, POST /services/{name}/{action}: agent.services
         *rpc_api.routes(p, _rpc),                                   # /rpc/servers, /rpc/{grant}/tunnel: agent.rpc.api
     ])

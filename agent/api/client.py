@@ -23,6 +23,8 @@ Route table (``/agent/v1``):
     GET  /transfers                       -> TransfersPage   # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}                  -> TransferInfo
     POST /transfers/{id}/cancel           -> TransferInfo
+    GET    /files                         -> NodeFiles       # the models folder's files, the disk's space (agent.api.files)
+    DELETE /files                         -> FileRemoved     # ?path=P; a file under the models folder, not in use
     GET  /services                        -> ServicesList    # ?all=0|1&allow=NAME&protect=NAME (agent.api.services)
     POST /services/{name}/{action}        -> ServiceActionResult  # start|stop|restart; body: ServiceActionRequest
     POST   /rpc/servers                   -> RpcServerInfo   # body: RpcServerRequest; 201 (agent.api.rpc)
@@ -46,6 +48,7 @@ from typing import Any
 import aiohttp
 from multidict import MultiDict
 
+from agent.api.files import FILES_PATH, FileRemoved, NodeFiles
 from agent.api.models import (
     API_PREFIX,
     AgentStatus,
@@ -231,6 +234,14 @@ class AgentClient:
 
     async def cancel_transfer(self, transfer_id: str) -> TransferInfo:
         return TransferInfo.model_validate(await self._call("POST", f"/transfers/{transfer_id}/cancel"))
+
+    async def files(self) -> NodeFiles:
+        """Every file under the node's models folder, and the free and total bytes of its disk."""
+        return NodeFiles.model_validate(await self._call("GET", FILES_PATH))
+
+    async def remove_file(self, path: str) -> FileRemoved:
+        """Remove one file under the models folder (refused: outside it, a link out, a folder, in use)."""
+        return FileRemoved.model_validate(await self._call("DELETE", FILES_PATH, params={"path": path}))
 
     async def start_rpc_server(self, request: RpcServerRequest) -> RpcServerInfo:
         """Start ggml-rpc-server on this (helper) node for a grant; answers once it listens on loopback."""
