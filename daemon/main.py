@@ -27,6 +27,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "or the platform's user data directory)")
     parser.add_argument("--host", default=None, help="address of /v1 and /api (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port of /v1 and /api (default 8484)")
+    parser.add_argument("--ollama-port", type=int, default=None,
+                        help="port of the Ollama API (default 11434; 0: off; off too when taken)")
     parser.add_argument("--no-local-agent", action="store_true", help="run as a master only")
     parser.add_argument("--llama-server", default=None, help="llama-server binary for the local agent")
     parser.add_argument("--require-keys", action="store_true", default=None,
@@ -97,7 +99,8 @@ def main(argv: list[str]) -> int:
     paths.ensure()
     setup_logging(paths, args.verbose)
     raise_open_files_limit()  # a connection per client, per runtime, per idle keep-alive
-    config = load_config(paths.config, host=args.host, port=args.port, llama_server=args.llama_server,
+    config = load_config(paths.config, host=args.host, port=args.port, ollama_port=args.ollama_port,
+                         llama_server=args.llama_server,
                          require_api_keys=args.require_keys,
                          local_agent=False if args.no_local_agent else None,
                          seed_demo_model=False if args.no_demo else None,

@@ -5,7 +5,7 @@ file on disk is not what this writes now. ``tests/unit/test_docs_reference.py`` 
 comparison, so the reference cannot drift from the code.
 
 Routes come from the route tables as the servers build them: the daemon's ``route_table``
-(``daemon/routes.py``) called with its handler classes, and the agent's ``create_app`` and
+(``daemon/routes.py``) and its ``ollama_route_table`` called with their handler classes, and the agent's ``create_app`` and
 ``create_pairing_app`` called with a stand-in for their dependencies (nothing is started, no file
 is read). Each row is the method, the path, the handler, its docstring's first paragraph and the
 trailing comment of the route's line (query parameters, body).
@@ -75,6 +75,14 @@ def daemon_routes() -> list[Route]:
     hints = typing.get_type_hints(routes.Handlers)
     handlers = routes.Handlers(**{f.name: hints[f.name] for f in dataclasses.fields(routes.Handlers)})
     return [Route(r.method, _canonical(r.path), r.handler) for r in routes.route_table(handlers)]
+
+
+def ollama_routes() -> list[Route]:
+    """``daemon.routes.ollama_route_table`` with the handler class in place of the built handlers."""
+    from daemon import routes
+    from daemon.ollama.api import OllamaApi
+
+    return [Route(r.method, _canonical(r.path), r.handler) for r in routes.ollama_route_table(OllamaApi)]  # type: ignore[arg-type]
 
 
 def _app_routes(app: typing.Any) -> list[Route]:
@@ -474,7 +482,7 @@ class Codes:
 
 # --- the document ----------------------------------------------------------------------------------
 def render() -> str:
-    daemon, agent, pairing = daemon_routes(), agent_routes(), pairing_routes()
+    daemon, ollama, agent, pairing = daemon_routes(), ollama_routes(), agent_routes(), pairing_routes()
     codes = Codes()
     codes.scan()
     out = [
@@ -495,6 +503,15 @@ def render() -> str:
         "The handlers live with their features:",
         "",
         *handler_modules(daemon),
+        "",
+        "## Ollama API routes",
+        "",
+        f"{len(ollama)} routes on the Ollama API's own port (`ollama_port`, 11434 by default; off when taken), from",
+        "`ollama_route_table` in `daemon/routes.py`. Each call becomes its /v1 call with the caller's key (`daemon/ollama/`),",
+        "so /v1's keys, limits and access log apply; `/api/version` and `/` need none. Errors use Ollama's shape,",
+        "`{\"error\": \"...\"}`, with /v1's status (an unknown model: 404 `model 'x' not found`; a bad body: 400).",
+        "",
+        *route_table(ollama, "daemon.routes"),
         "",
         "## Agent routes",
         "",

@@ -8,7 +8,7 @@ is made here and goes along, so the caller's ``X-Request-Id`` finds the call's a
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +23,8 @@ from daemon.routes import ollama_route_table
 
 _LOGGER = logging.getLogger(__name__)
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers)
@@ -30,16 +32,16 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> w
 
 def _middlewares(config: DaemonConfig) -> list[Any]:
     @web.middleware
-    async def request_id(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def request_id(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[REQUEST_ID] = request_id_for(request)
         CURRENT_REQUEST_ID.set(request[REQUEST_ID])
-        response: web.StreamResponse = await handler(request)
+        response = await handler(request)
         if not response.prepared:  # a streamed one got it in on_response_prepare
             response.headers["X-Request-Id"] = request[REQUEST_ID]
         return response
 
     @web.middleware
-    async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except OllamaProblem as problem:
@@ -62,7 +64,7 @@ def _middlewares(config: DaemonConfig) -> list[Any]:
                               f"{request.get(REQUEST_ID)}")
 
     @web.middleware
-    async def host_check(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def host_check(request: web.Request, handler: Handler) -> web.StreamResponse:
         refused = host_check_refusal(config, request)
         if refused is not None:
             return error(refused[0], refused[2])
