@@ -87,6 +87,13 @@ class AppContext:
     def start(self) -> None:
         self.fleet.start()
 
+    def start_update_checks(self) -> asyncio.Task[None] | None:
+        """The daily check of the release feed, unless the user turned it off (the app's main starts
+        it; tests call it with their own checker)."""
+        if not self.settings.state.value.prefs.check_updates_daily:
+            return None
+        return asyncio.ensure_future(self.settings.updates.check_daily())
+
     async def close(self) -> None:
         self.logs.stop()
         self.first_run.close()

@@ -229,7 +229,10 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
         window.show()
         _mark_shown()
     ctx.start()
+    daily_updates = None if args.demo else ctx.start_update_checks()
     code = await quit_code
+    if daily_updates is not None:
+        daily_updates.cancel()
     # A fixed order: nothing that ticks or listens outlives what it points at.
     wake.stop()
     wake.deleteLater()

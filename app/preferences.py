@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from core.json_store import write_atomic
+from core.releases.feed import DEFAULT_FEED_URL
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -27,8 +28,10 @@ class AppPreferences(BaseModel):
     theme: Theme = Field(default="system", description="light, dark, or follow the system.")
     daemon_url: str = Field(default="", description="Admin URL of the daemon; empty: the one in {home}/daemon.json.")
     notifications: bool = Field(default=True, description="Tell me when a model becomes ready or fails.")
-    update_feed_url: str = Field(default="", description="URL of the signed release feed (feed.json); empty: "
-                                                          "updates are off.")
+    update_feed_url: str = Field(default=DEFAULT_FEED_URL, description="URL of the signed release feed "
+                                 "(feed.json): the project's releases unless set; empty: updates are off.")
+    check_updates_daily: bool = Field(default=True, description="Check the feed a minute after the app starts "
+                                      "and then once a day; off: only when asked.")
     dismissed_keys_warning: str = Field(default="", description=(
         "The keys-at-rest warning the user dismissed; a different warning is shown again."))
 

@@ -17,6 +17,7 @@ from app.context import AppContext, Message
 from app.ui import theme
 from app.ui.icons import state_dot, tray_icon
 from app.viewmodels.fleet import FleetSnapshot, FleetState, Notice
+from app.viewmodels.updates import UpdatesState
 from daemon.api.models import ModelState
 
 RUNNING = (ModelState.READY, ModelState.STARTING)
@@ -37,8 +38,10 @@ class TrayController(QObject):
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._activated)
         self.state: FleetState | None = None
+        self._told_update: str | None = None  # the staged version already told of
         self._unsubscribe = [ctx.fleet.snapshot.subscribe(self.show_state, now=True),
-                             ctx.fleet.notices.subscribe(self.notify)]
+                             ctx.fleet.notices.subscribe(self.notify),
+                             ctx.settings.updates.state.subscribe(self._update_staged)]
         self.rebuild_menu()
 
     @property
@@ -66,6 +69,13 @@ class TrayController(QObject):
             self.state = snap.state
             self.icon.setIcon(tray_icon(snap.state))
         self.icon.setToolTip(snap.summary)
+
+    def _update_staged(self, state: UpdatesState) -> None:
+        """A check (the daily one too) staged a new version: say so once, with where to restart."""
+        if state.ready is not None and state.ready.version != self._told_update:
+            self._told_update = state.ready.version
+            self.notify(Notice("update", f"MirbadLLM {state.ready.version} is ready",
+                               "Restart to update: Settings → Updates.", failed=False))
 
     def notify(self, notice: Notice) -> None:
         if not self.ctx.settings.state.value.prefs.notifications:

@@ -52,6 +52,10 @@ class AppSettingsViewModel:
     def set_notifications(self, enabled: bool) -> None:
         self._save(self.state.value.prefs.model_copy(update={"notifications": enabled}))
 
+    def set_check_updates_daily(self, enabled: bool) -> None:
+        """On: the feed is checked a minute after the app starts, then daily (from the next start)."""
+        self._save(self.state.value.prefs.model_copy(update={"check_updates_daily": enabled}))
+
     def set_daemon_url(self, url: str) -> str | None:
         """Save the daemon's admin URL ('' for the local one); returns an error text or None."""
         url = url.strip().rstrip("/")

@@ -1,7 +1,8 @@
 """The Settings page's updates: check the signed release feed, stage the new build, restart into it.
 
 The checking, verifying and staging are ``app.updates`` (Qt-free, shared with the daemon);
-this holds the page's state. The feed URL is an app preference; empty means updates are off.
+this holds the page's state. The feed URL is an app preference (the project's releases by
+default; empty means updates are off), checked daily while ``check_updates_daily`` is on.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -88,6 +89,17 @@ class UpdatesViewModel:
             return
         ready = result.staged if isinstance(result, UpdateReady) else None
         self.state.set(replace(self.state.value, line=result.message, checking=False, ready=ready))
+
+    async def check_daily(self, *, first_after_s: float = 60.0, every_s: float = 86_400.0,
+                          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """Check a while after the app starts, then once a day, until cancelled. A failure only
+        says so on the Settings page (an offline machine is normal); a staged update offers
+        "Restart to update" there and in the tray's notice."""
+        await sleep(first_after_s)
+        while True:
+            if self.state.value.enabled and self.state.value.ready is None:
+                await self.check()
+            await sleep(every_s)
 
     async def restart_command(self) -> list[str] | None:
         """Install the staged update; the command that starts the new program once this app quits."""

@@ -24,6 +24,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from core.hashing import file_sha256
 
 FEED_NAME = "feed.json"
+# Where each release's signed feed is published (the release workflow's publish job attaches it to
+# the GitHub release); the app checks it daily unless the user turns that off or sets another.
+DEFAULT_FEED_URL = "https://github.com/mirbadllm/mirbadllm/releases/latest/download/feed.json"
 SIGNATURE_SUFFIX = ".sig"
 SUMS_NAME = "SHA256SUMS"
 

@@ -150,3 +150,61 @@ def test_a_refusal_is_shown_as_an_error_with_no_restart(page: SettingsPage, chec
     qtbot.waitUntil(lambda: page.update_line.text() == message)
     assert page.update_line.property("role") == "error" and page.restart_update.isHidden()
     assert installer.applied == []
+
+
+def test_the_default_feed_is_the_projects_releases_checked_daily() -> None:
+    from app.preferences import AppPreferences
+    from core.releases.feed import DEFAULT_FEED_URL
+
+    prefs = AppPreferences()
+    assert prefs.update_feed_url == DEFAULT_FEED_URL and prefs.check_updates_daily
+    assert DEFAULT_FEED_URL.startswith("https://") and DEFAULT_FEED_URL.endswith("/feed.json")
+
+
+async def test_the_daily_check_runs_a_minute_after_start_then_each_day_and_stops_once_staged(
+        checker: FakeChecker, installer: FakeInstaller, tmp_path: Path) -> None:
+    vm = UpdatesViewModel(FEED, tmp_path / "updates", installer=installer,  # type: ignore[arg-type]
+                          checker_factory=checker)
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:
+            checker.answer = UpdateReady(staged(tmp_path))  # a release comes out on day two
+        if len(waits) == 4:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await vm.check_daily(sleep=sleep)
+    assert waits == [60.0, 86_400.0, 86_400.0, 86_400.0]
+    assert checker.feeds == [FEED, FEED]  # day three: staged already, nothing fetched again
+    assert vm.state.value.ready is not None and vm.state.value.ready.version == "0.2.0"
+
+
+def test_the_tray_tells_once_of_an_update_a_check_staged(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop,
+                                                         qapp: QApplication, tmp_path: Path, checker: FakeChecker,
+                                                         installer: FakeInstaller, qtbot: Any) -> None:
+    from app.ui.tray import TrayController
+
+    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx.settings.updates = UpdatesViewModel(FEED, tmp_path / "updates", installer=installer,  # type: ignore[arg-type]
+                                            checker_factory=checker)
+    tray = TrayController(ctx, open_window=lambda: None, quit_app=lambda: None, stop_all_and_quit=lambda: None)
+    try:
+        checker.answer = UpdateReady(staged(tmp_path))
+        for _ in range(2):  # a second check of the same release says nothing more
+            task = asyncio.ensure_future(ctx.settings.updates.check())
+            qtbot.waitUntil(task.done)
+        assert [(n.title, n.failed) for n in tray.notified] == [("MirbadLLM 0.2.0 is ready", False)]
+        assert "Restart to update" in tray.notified[0].message
+    finally:
+        tray.close()
+
+
+def test_the_daily_check_is_one_setting_that_is_kept(page: SettingsPage, fake: FakeDaemonClient,
+                                                     tmp_path: Path) -> None:
+    assert page.daily_updates.isChecked()  # on by default
+    page.daily_updates.click()
+    assert json.loads((tmp_path / "app.json").read_text())["check_updates_daily"] is False
+    again = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux")
+    assert again.start_update_checks() is None  # off: the next start begins no daily check

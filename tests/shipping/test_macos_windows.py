@@ -128,3 +128,13 @@ def test_the_desktop_app_has_no_console_window_and_the_command_line_has_one(monk
     golden = (HERE / "golden" / "mirbadllm-0.1.0.iss").read_text()
     assert 'Name: "{group}\\MirbadLLM"; Filename: "{app}\\mirbadllmw.exe"' in golden  # the Start menu opens the app
     assert 'Filename: "{app}\\mirbadllm.exe"; Parameters: "agent install-service"' in golden  # the service: the CLI
+
+
+def test_a_tagged_release_publishes_the_feed_where_the_app_looks_by_default() -> None:
+    from core.releases.feed import DEFAULT_FEED_URL
+
+    publish = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())["jobs"]["publish"]
+    attach = next(step for step in publish["steps"] if "gh release" in step.get("run", ""))
+    assert attach["if"] == "startsWith(github.ref, 'refs/tags/v')" and "release/*" in attach["run"]
+    assert publish["permissions"] == {"contents": "write"}
+    assert DEFAULT_FEED_URL.endswith("/releases/latest/download/feed.json")  # the latest release's asset

@@ -96,8 +96,8 @@ class SettingsPage(QScrollArea):
     def _updates_card(self) -> Card:
         card = Card("Updates")
         card.body.addWidget(label("Address of the signed release feed (feed.json) MirbadLLM checks for new versions. "
-                                  "Leave it empty to turn updates off. Only releases signed with the key built "
-                                  "into this app are installed.", muted=True, wrap=True))
+                                  "It is this project's releases unless you set another; empty turns updates off. "
+                                  "Only releases signed with the key built into this app are installed.", muted=True, wrap=True))
         row = QHBoxLayout()
         self.feed_url = QLineEdit()
         self.feed_url.setObjectName("UpdateFeedUrl")
@@ -108,6 +108,10 @@ class SettingsPage(QScrollArea):
         row.addWidget(self.feed_url, 1)
         row.addWidget(self.apply_feed)
         card.body.addLayout(row)
+        self.daily_updates = QCheckBox("Check for updates once a day")
+        self.daily_updates.setObjectName("UpdateDaily")
+        self.daily_updates.clicked.connect(self.vm.set_check_updates_daily)
+        card.body.addWidget(self.daily_updates)
         actions = QHBoxLayout()
         self.check_updates = button("Check for updates")
         self.check_updates.setObjectName("UpdateCheck")
@@ -162,6 +166,7 @@ class SettingsPage(QScrollArea):
         self.autostart_error.setText(s.autostart_error or "")
         self.autostart_error.setVisible(bool(s.autostart_error))
         self.notifications.setChecked(s.prefs.notifications)
+        self.daily_updates.setChecked(s.prefs.check_updates_daily)
         if not self.daemon_url.hasFocus():
             self.daemon_url.setText(s.prefs.daemon_url)
         if s.restart_needed:
