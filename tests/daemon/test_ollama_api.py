@@ -125,6 +125,17 @@ async def test_keys_the_host_check_and_bad_bodies_as_on_v1(tmp_path: Path, fake_
         assert sorted((r.status, r.key_id is not None) for r in rows) == [(200, True)] * 2 + [(401, False)] * 5
 
         auth = {"Authorization": f"Bearer {key}"}
+        chat = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": false}'
+        async with aiohttp.ClientSession() as session, session.post(
+                f"http://127.0.0.1:{port}/api/chat", data=chat, headers={**auth, "X-Request-Id": "ollama-call-1"}) as r:
+            assert r.status == 200 and r.headers["X-Request-Id"] == "ollama-call-1"
+        row = await d.client.request("ollama-call-1")  # the caller's id finds the call's access-log row
+        assert (row.path, row.model, row.status, row.completion_tokens) == ("/v1/chat/completions", "chat-model", 200, 8)
+
+        await d.client.create_model(model("stopped-model", str(model_file), start_on_request=False))
+        with pytest.raises(ollama.ResponseError) as refused:  # /v1's refusal, its status and reason
+            await keyed.chat("stopped-model", messages=[{"role": "user", "content": "hi"}])
+        assert refused.value.status_code == 503 and "is stopped" in refused.value.error
         for body, words in ((b"{not json", "not valid JSON"), (b"[1]", "JSON object"),
                             (b'{"messages": []}', "model is required"),
                             (b'{"model": "tiny", "messages": "hi"}', "messages must be a list"),
