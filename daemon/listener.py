@@ -116,7 +116,7 @@ class Listener:
     async def _listen_ollama(self) -> bool:
         port, host = self._config.ollama_port, self._config.bind_host
         if self._ollama_runner is None or not port:
-            _LOGGER.info("Ollama API off: ollama_port is %s in config.toml", port)
+            _LOGGER.info("Ollama API off: ollama_port is 0 or unset in config.toml")
             return False
         site = web.TCPSite(self._ollama_runner, host, port)
         try:
