@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from app.demo_audit import DemoAudit
 from app.demo_backup import DemoBackups
+from app.demo_disk import DEMO_MODELS_DIR, DemoDisk
 from app.demo_host_services import DemoHostServices
 from app.demo_requests import DemoRequests
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
@@ -76,7 +77,7 @@ def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
                                settings=LlamaCppSettings(**settings), auto_start=mid == "gemma3-270m",
                                sources=ModelSource(hf_repo=f"example/{name}-GGUF"))
     return [
-        (d("gemma3-270m", "gemma3-270m", "~/.mirbadllm/models/gemma-3-270m-Q4_K_M.gguf", ["demo", "small"],
+        (d("gemma3-270m", "gemma3-270m", f"{DEMO_MODELS_DIR}/gemma-3-270m-Q4_K_M.gguf", ["demo", "small"],
            ctx_size=8192, parallel=2), ModelState.READY, None),  # a base model: no chat template
         (d("qwen25-coder-7b", "qwen2.5-coder-7b", "~/models/qwen2.5-coder-7b-instruct-q4_k_m.gguf", ["code", "chat"],
            ctx_size=32768, n_gpu_layers=-1, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0"),
@@ -113,7 +114,8 @@ def _bare_host() -> HostSnapshot:
 DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan:4318/v1/traces", sample_ratio=0.25)
 
 
-class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests):
+class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
+                 DemoDisk):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
     ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare
@@ -147,6 +149,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, 
         self._changed = asyncio.Event()
         self._logged = asyncio.Event()
         self._seed_nodes(seeded)
+        self._seed_disk(seeded)
         for d in models or []:
             self.definitions[d.id] = d
             self.statuses[d.id] = ModelStatus(id=d.id, served_name=d.served_name, state=ModelState.STOPPED)

@@ -122,6 +122,23 @@ def lexically_inside(folder: str, path: str) -> bool:
     return len(target) > len(base) and target[: len(base)] == base
 
 
+def lexically_same(a: str, b: str) -> bool:
+    """Whether two absolute node paths name one file, judged by text alone (``lexically_inside``'s
+    rules: Windows paths case-insensitively, with either separator; repeated separators ignored)."""
+    try:
+        check_node_path(a, "path")
+        check_node_path(b, "path")
+    except UnsafeName:
+        return False
+    windows = is_windows_path(a)
+    if windows != is_windows_path(b):
+        return False
+    left, right = _node_parts(a), _node_parts(b)
+    if windows:
+        left, right = [p.casefold() for p in left], [p.casefold() for p in right]
+    return left == right
+
+
 def commonpath_inside(folder: str | os.PathLike[str], path: str | os.PathLike[str],
                       pathmod: ModuleType = os.path) -> bool:
     """Whether ``path`` is ``folder`` or lies under it, by ``pathmod.commonpath`` (``os.path`` here,

@@ -34,6 +34,8 @@ from daemon.backup.schedule import BackupScheduler
 from daemon.backup.service import BackupService
 from daemon.config import DaemonConfig
 from daemon.events import EventBus
+from daemon.files.api import NodeFilesApi
+from daemon.files.disk import NodeDisk
 from daemon.fleet_metrics.collector import FleetCollector
 from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.history import History
@@ -174,6 +176,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
 
 def handlers(d: DaemonDeps) -> Handlers:
     """The API handlers of the route table, each given only the parts it answers from."""
+    disk = NodeDisk(d.links, d.registry.all, d.nodes.names)  # a node's model files (daemon.files)
     return Handlers(
         probes=Probes(d.registry, d.orchestrator, d.metrics),
         router=d.router,
@@ -181,7 +184,7 @@ def handlers(d: DaemonDeps) -> Handlers:
                        d.events, d.keys, d.history, d.shutdown_requested,
                        lambda: keys_at_rest(d.paths.pki, d.paths.local_agent_home / "identity"
                                             if d.config.local_agent else None)),
-        models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history),
+        models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history, disk),
         sources=SourcesApi(d.links, d.transfers, d.history, d.mirror, d.nodes.backends.choice),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
         nodes=NodesApi(d.nodes, d.history, d.audit),
@@ -192,7 +195,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         services_policy=ServicesPolicyApi(d.links, d.audit, d.paths.home / "services.json"),
         backup=BackupApi(d.backups),
         audit=AuditApi(d.audit),
-        prometheus=PrometheusTargets(d.nodes.views))
+        prometheus=PrometheusTargets(d.nodes.views),
+        files=NodeFilesApi(disk, d.history))
 
 
 def ollama(d: DaemonDeps) -> OllamaApi:

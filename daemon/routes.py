@@ -2,7 +2,7 @@
 Ollama API on its own port (``ollama_route_table``, ``daemon.ollama``).
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
-handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.sources.api``,
+handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.files.api``, ``daemon.sources.api``,
 ``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
 ``daemon.probes``) and are built by the composition root (``daemon.deps.handlers``); errors they
 raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``,
@@ -21,6 +21,7 @@ from aiohttp import web
 from daemon.admin import AdminApi
 from daemon.audit.api import AuditApi
 from daemon.backup.api import BackupApi
+from daemon.files.api import NodeFilesApi
 from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.jobs.api import JobsApi
 from daemon.models.api import ModelsApi
@@ -53,6 +54,7 @@ class Handlers:
     backup: BackupApi
     audit: AuditApi
     prometheus: PrometheusTargets
+    files: NodeFilesApi
 
 
 def route_table(h: Handlers) -> list[web.RouteDef]:
@@ -74,7 +76,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.post("/api/models", models.create_model),                        # body: ModelDefinition
         web.get("/api/models/{id}", models.get_model),
         web.put("/api/models/{id}", models.update_model),                    # body: ModelDefinition
-        web.delete("/api/models/{id}", models.delete_model),
+        web.delete("/api/models/{id}", models.delete_model),                 # ?files=0|1: and its files no other model uses (daemon.files)
         web.post("/api/models/{id}/start", models.start_model),              # ?wait=0|1&force=0|1
         web.post("/api/models/{id}/stop", models.stop_model),
         web.post("/api/models/{id}/restart", models.restart_model),
@@ -130,6 +132,8 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/nodes/{id}", nodes.get_node),
         web.delete("/api/nodes/{id}", nodes.remove),
         web.get("/api/nodes/{id}/gpus/{gpu}/history", nodes.gpu_history),    # ?range=5m|1h|24h|7d
+        web.get("/api/nodes/{id}/files", h.files.node_files),                # the models folder's files, each with its models; the disk
+        web.delete("/api/nodes/{id}/files", h.files.remove_file),            # ?path=P; a file no model uses (409 file_in_use)
         web.put("/api/nodes/{id}/backend", nodes.put_backend),               # body: BackendSetting; daemon.nodes.backends
         web.get("/api/nodes/{id}/services", h.services.list_services),       # ?all=0|1; daemon.services.api
         web.post("/api/nodes/{id}/services/{name}/{action}", h.services.act),  # start|stop|restart; body: ServiceActionBody

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from agent.api.launch_policy import PATH_FLAGS
 
 FILES_PATH = "/files"
+FileRole = Literal["model", "adapter", "projector", "draft", "file"]
 
 # llama-server's flags that name a file, by what the file is to the model (the rest: "file").
 PROJECTOR_FLAGS = frozenset({"-mm", "--mmproj"})
@@ -70,7 +72,7 @@ class FileRemoved(BaseModel):
     folders_removed: list[str] = Field(default_factory=list)
 
 
-def role_of(flag: str) -> str:
+def role_of(flag: str) -> FileRole:
     """What a file named by ``flag`` is to its model: model, adapter, projector, draft or file."""
     if flag in MODEL_FLAGS:
         return "model"
@@ -81,10 +83,10 @@ def role_of(flag: str) -> str:
     return "draft" if flag in DRAFT_FLAGS else "file"
 
 
-def files_in_args(args: Iterable[str]) -> list[tuple[str, str]]:
+def files_in_args(args: Iterable[str]) -> list[tuple[str, FileRole]]:
     """Each file llama-server's arguments name (``--mmproj P``, ``--lora=A,B``, ``-m P``...), with
     its role (``role_of``): what a running instance or a definition's ``extra_args`` reads."""
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, FileRole]] = []
     items = list(args)
     i = 0
     while i < len(items):

@@ -8,7 +8,7 @@ Route table (admin token as ``Authorization: Bearer``):
     POST   /api/models                      -> ModelView        # body: ModelDefinition; 201, 409 on clash
     GET    /api/models/{id}                 -> ModelView
     PUT    /api/models/{id}                 -> ModelView        # body: ModelDefinition
-    DELETE /api/models/{id}                 -> 204              # stops it first
+    DELETE /api/models/{id}                 -> 204              # stops it first; ?files=1: -> ModelRemoval (daemon.api.files)
     POST   /api/models/{id}/start           -> ModelStatus      # ?wait=0|1&force=0|1 (force: past admission)
     POST   /api/models/{id}/stop            -> ModelStatus
     POST   /api/models/{id}/restart         -> ModelStatus
@@ -22,6 +22,8 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/nodes/{id}                  -> NodeView
     DELETE /api/nodes/{id}                  -> 204              # stops its models, unpairs the agent
     GET    /api/nodes/{id}/gpus/{gpu}/history -> HistorySeries  # ?range=5m|1h|24h|7d; gpu: UUID or index
+    GET    /api/nodes/{id}/files            -> NodeFilesView    # the models folder's files, their models, the disk
+    DELETE /api/nodes/{id}/files            -> FileRemoved      # ?path=P; a file no model uses (409 file_in_use)
     GET    /api/nodes/{id}/services         -> ServicesList     # ?all=0|1 (daemon.api.services)
     POST   /api/nodes/{id}/services/{name}/{action} -> ServiceActionResult  # start|stop|restart; body: ServiceActionBody
     GET    /api/nodes/{id}/services/policy  -> ServicesPolicy   # PUT too, body: ServiceNames (this node's)
@@ -82,6 +84,7 @@ from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
 from core.http import ErrorMap, JsonHttp, error_envelope
 from daemon.api.audit import CLIENT_HEADER, AuditPage
 from daemon.api.backup import BackupFile, BackupListing, RestorePreview, RestoreResult
+from daemon.api.files import FileRemoved, ModelRemoval, NodeFilesView
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
@@ -193,6 +196,13 @@ class DaemonClient:
 
     async def delete_model(self, model_id: str) -> None:
         await self._call("DELETE", f"/api/models/{model_id}")
+
+    async def delete_model_with_files(self, model_id: str) -> ModelRemoval:
+        """Remove a model, then its files no other model uses in its node's models folder: what was
+        deleted and freed, and what was kept and why."""
+        data = await self._call("DELETE", f"/api/models/{model_id}", params={"files": 1},
+                                timeout=aiohttp.ClientTimeout(total=180, connect=5))
+        return ModelRemoval.model_validate(data)
 
     async def start_model(self, model_id: str, wait: bool = False, force: bool = False) -> ModelStatus:
         """Start a model; ``force`` starts it even when memory admission says it will not fit."""
@@ -371,6 +381,15 @@ class DaemonClient:
         return HistorySeries.model_validate(data)
 
     # --- host services of a node (daemon.services.api) ------------------------------------------
+    async def node_files(self, node_id: str = "local") -> NodeFilesView:
+        """The node's model files (its models folder), each with the models that use it, and its disk."""
+        return NodeFilesView.model_validate(await self._call("GET", f"/api/nodes/{node_id}/files"))
+
+    async def remove_node_file(self, node_id: str, path: str) -> FileRemoved:
+        """Remove one file no model uses from the node's models folder."""
+        data = await self._call("DELETE", f"/api/nodes/{node_id}/files", params={"path": path})
+        return FileRemoved.model_validate(data)
+
     async def list_services(self, node_id: str, every: bool = False) -> ServicesList:
         """The node's whitelisted services with their state; ``every``: all its service manager knows."""
         data = await self._call("GET", f"/api/nodes/{node_id}/services", params={"all": int(every)})

@@ -15,7 +15,7 @@ from aiohttp import web
 from agent.api.client import AgentClient, AgentError
 from agent.api.runtimes import profile
 from agent.api.sources import FitRequest, GgufSummary, lora_problem
-from daemon.api.models import ModelDefinition, ModelState, ModelView
+from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelView
 from daemon.errors import (
     DaemonProblem,
     error_response,
@@ -26,6 +26,7 @@ from daemon.errors import (
     validated,
 )
 from daemon.events import EventBus
+from daemon.files.disk import NodeDisk
 from daemon.history import History
 from daemon.models.orchestrator import Orchestrator
 from daemon.models.registry import Registry, RegistryError, checked
@@ -37,7 +38,8 @@ MAX_BODY = 1024 * 1024
 
 class ModelsApi:
     def __init__(self, registry: Registry, orchestrator: Orchestrator, links: Links, events: EventBus,
-                 history: History) -> None:
+                 history: History, disk: NodeDisk | None = None) -> None:
+        self._disk = disk  # a node's model files (daemon.files): DELETE ?files=1
         self._registry = registry
         self._orchestrator = orchestrator
         self._links = links
@@ -124,15 +126,30 @@ class ModelsApi:
         return json_response(self._view(definition))
 
     async def delete_model(self, request: web.Request) -> web.Response:
+        """Stop and remove a model; with ``?files=1`` then delete its files that no other model uses and
+        that lie in its node's models folder (``daemon.files.disk``), answering what went and what stayed."""
         model_id = request.match_info["id"]
         definition = self._registry.require(model_id)
+        with_files = request.query.get("files") in ("1", "true")
+        node, listing = self._orchestrator.placed(definition).node, None
+        if with_files:  # the node's folder is read first: offline, nothing is removed at all
+            if node == AUTO_NODE or self._disk is None:
+                raise DaemonProblem(409, "files_unknown", f"model '{model_id}' has not run on any node yet, so "
+                                    "which node's files are its own is unknown; remove it without its files")
+            listing = await self._disk.listing(node)
         if self._orchestrator.status(definition).state not in (ModelState.STOPPED, ModelState.FAILED) \
                 or self._orchestrator.instance(definition) is not None:
             await self._orchestrator.stop(model_id)
         await self._registry.remove(model_id)
         self._events.publish("model.removed", model_id)
-        await self._history.audit("admin", "model.remove", model_id, before=definition)
-        return web.Response(status=204)
+        if self._disk is None or listing is None:
+            await self._history.audit("admin", "model.remove", model_id, before=definition)
+            return web.Response(status=204)
+        removal = await self._disk.remove_files_of(definition, node, listing)
+        await self._history.audit("admin", "model.remove", model_id, before=definition,
+                                  detail=f"with its files: {len(removal.deleted)} deleted ({removal.freed} bytes "
+                                         f"freed), {len(removal.kept)} kept")
+        return json_response(removal)
 
     async def start_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]

@@ -74,6 +74,8 @@ def _seeded() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
 def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
     bare = DemoDaemon([definition("alpha"), definition("beta", served_name="Beta-7B")])
     waiting = bare.add_waiting_agent("box", "ABCD-EFGH")
+    bare.add_node_file("local", "/models/alpha.gguf", 4_000_000)
+    bare.add_node_file("local", "/models/old/unused.gguf", 2_000_000)
     bare.add_request(RequestRecord(id="r1", ts=1.7e9, model="alpha", node="local", path="/v1/chat/completions",
                                    status=200))
     return bare, "alpha", (waiting.address, "ABCD-EFGH", waiting.fingerprint)
@@ -126,6 +128,9 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("download_backup", lambda r: (r["save_backup"].name,)), ("create_backup", lambda r: (None,)),
         ("preview_restore", lambda r: (r["download_backup"], "demo passphrase", False)),
         ("restore_backup", lambda r: (r["create_backup"], None, False)),
+        ("node_files", lambda r: ("local",)),
+        ("remove_node_file", lambda r: ("local", next(f.path for f in r["node_files"].files if f.unused))),
+        ("delete_model_with_files", lambda r: (model,)),
         ("close", lambda r: ()),
     ]
 
