@@ -11,6 +11,8 @@ import aiohttp
 import ollama
 import pytest
 
+from daemon.api.models import DaemonSettings
+from daemon.listener import lan_hosts
 from tests.daemon.harness import model, running_daemon
 from tests.fakes.ports import free_port_block
 
@@ -172,3 +174,24 @@ async def test_a_taken_port_leaves_the_ollama_api_off_and_v1_serving(
             assert "ollama_port" in said[0]  # and what to do about it
             async with aiohttp.ClientSession() as session, session.get(f"{d.v1}/models") as r:
                 assert r.status == 200 and (await r.json())["data"] == []
+
+
+async def test_opened_to_the_lan_the_ollama_api_moves_with_v1_and_wants_a_key(tmp_path: Path) -> None:
+    port = free_port_block(1)
+    async with running_daemon(tmp_path / "home", None, ollama_port=port, local_agent=False) as d:
+        async with _client(port) as local:
+            assert (await local.list()).models == []  # on loopback: no key needed
+        key = (await d.client.create_key("tablet")).key
+        await d.client.put_settings(DaemonSettings(lan_access=True))
+        assert d.daemon.listener.ollama_port == port
+        hosts = ["127.0.0.1", *lan_hosts()[:1]]  # every interface now, this machine's LAN address too
+        for host in hosts:
+            keyless = ollama.AsyncClient(host=f"http://{host}:{port}", trust_env=False)
+            with pytest.raises(ollama.ResponseError) as refused:
+                await keyless.list()
+            assert refused.value.status_code == 401  # beyond loopback, /v1's keys are required
+            keyed = ollama.AsyncClient(host=f"http://{host}:{port}", headers={"Authorization": f"Bearer {key}"},
+                                       trust_env=False)
+            assert (await keyed.list()).models == []
+            for client in (keyless, keyed):
+                await client._client.aclose()
