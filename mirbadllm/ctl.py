@@ -3,6 +3,7 @@
     mirbadllm ctl status
     mirbadllm ctl models list | add ID PATH [--served-name N] [--ctx-size N] ... | start ID [--wait]
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
+    mirbadllm ctl models rm MODEL [--files] [--yes] | du [--node N]                     (ctl_disk)
     mirbadllm ctl models pull REPO[:QUANT] | import ollama NAME | import folder PATH      (ctl_sources)
                          | mirror MODEL --to NODE                                        (ctl_sources)
                          | plan FILE|REPO[:QUANT] [--node N] [--ctx N]                   (ctl_plan)
@@ -38,6 +39,7 @@ from mirbadllm import (
     ctl_backup,
     ctl_connect,
     ctl_daemon,
+    ctl_disk,
     ctl_jobs,
     ctl_keys,
     ctl_nodes,
@@ -87,6 +89,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     logs.add_argument("--tail", type=int, default=100)
     logs.add_argument("--follow", "-f", action="store_true")
     ctl_sources.add_parsers(models)
+    ctl_disk.add_parsers(models)
     ctl_plan.add_parser(models)
     ctl_presets.add_parser(models)
 
@@ -157,6 +160,8 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
             print(_fmt_model(view.status))
     elif args.action in ("pull", "import", "mirror"):
         return await ctl_sources.run(args, client)
+    elif args.action in ("rm", "du"):
+        return await ctl_disk.run(args, client)
     elif args.action == "plan":
         return await ctl_plan.run(args, client)
     elif args.action == "preset":
