@@ -1,6 +1,6 @@
 """``mirbadllm ctl bench`` and ``ctl tune``: benchmark or tune a model from a terminal.
 
-    mirbadllm ctl bench MODEL [--preset P] [--levels 1,4,8,16] [--repetitions N] [--max-tokens N]
+    mirbadllm ctl bench MODEL [--preset P] [--levels 1,4,8,16] [--repetitions N] [--max-tokens N] [--overhead [N]]
     mirbadllm ctl tune MODEL [--preset P] [--full] [--dimension D ...] [--apply [--restart]]
     mirbadllm ctl jobs [MODEL]
 
@@ -21,6 +21,7 @@ from daemon.api.jobs import (
     BenchmarkRequest,
     BenchmarkResult,
     JobView,
+    OverheadResult,
     SuiteOptions,
     TuneRequest,
     TuningResult,
@@ -40,6 +41,10 @@ def add_parser(groups: Any) -> None:
         sub.add_argument("--max-tokens", type=int, default=None, help="output tokens per request")
         sub.add_argument("--long-prompt", type=int, default=None, help="long-prompt tokens (0 skips)")
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
+        if name == "bench":
+            sub.add_argument("--overhead", type=int, nargs="?", const=10, default=None, metavar="ROUNDS",
+                             help="also send the same request straight to the runtime (or its node's agent) "
+                                  "and through the router, ROUNDS times each, interleaved (default 10)")
         if name == "tune":
             sub.add_argument("--full", action="store_true", help="search every dimension (default: quick)")
             sub.add_argument("--dimension", action="append", default=None, help="search only these steps")
@@ -59,7 +64,7 @@ def _levels(text: str) -> list[int]:
 
 def suite_from(args: argparse.Namespace, base: SuiteOptions) -> SuiteOptions:
     given = {"levels": args.levels, "repetitions": args.repetitions, "max_tokens": args.max_tokens,
-             "long_prompt_tokens": args.long_prompt}
+             "long_prompt_tokens": args.long_prompt, "overhead_rounds": getattr(args, "overhead", None)}
     return base.model_copy(update={k: v for k, v in given.items() if v is not None})
 
 
@@ -96,7 +101,21 @@ def format_benchmark(result: BenchmarkResult) -> list[str]:
     for name, check in (("tool calls", result.tool_calls), ("objective answers", result.objective)):
         if check is not None:
             lines.append(f"{name}: {check.passed}/{check.total}")
+    if result.overhead is not None:
+        lines += format_overhead(result.overhead)
     lines += [f"! {reason}" for reason in result.noisy]
+    return lines
+
+
+def format_overhead(overhead: OverheadResult) -> list[str]:
+    """``router ÷ runtime: TTFT 1.04x, tokens/s 0.99x`` and each path's medians."""
+    ratio = (f"router ÷ {overhead.baseline}: TTFT {_figure(overhead.ttft_ratio, 2)}x, tokens/s "
+             f"{_figure(overhead.tps_ratio, 2)}x ({overhead.rounds} rounds of {overhead.max_tokens} tokens each)")
+    lines = [f"overhead: {ratio}"]
+    for path in overhead.paths:
+        errors = f", {path.errors} failed" if path.errors else ""
+        lines.append(f"  {path.path:<8} TTFT p50 {_figure(path.ttft_p50_ms)} ms, {_figure(path.tokens_per_s_p50)} "
+                     f"tokens/s{errors}")
     return lines
 
 

@@ -218,11 +218,15 @@ class BenchmarksViewModel:
         if self.state.value.model_id == model_id:
             self._update(last_tuning=full.result if isinstance(full.result, TuningResult) else None)
 
-    async def run_benchmark(self, preset: PresetId = "interactive") -> JobView | None:
+    async def run_benchmark(self, preset: PresetId = "interactive", *, overhead: bool = False) -> JobView | None:
+        """``overhead``: also measure what the router adds (10 interleaved rounds each way)."""
         model_id = self.state.value.model_id
         if model_id is None:
             return None
-        view: JobView = await self.client.start_benchmark(BenchmarkRequest(model=model_id, preset=preset))
+        request = BenchmarkRequest(model=model_id, preset=preset)
+        if overhead:
+            request.suite.overhead_rounds = 10
+        view: JobView = await self.client.start_benchmark(request)
         self._update(active=view, error=None)
         return view
 

@@ -75,6 +75,9 @@ class SuiteOptions(BaseModel):
     drain_timeout_s: float = Field(default=120.0, ge=0, le=3600,
                                    description="How long to wait for in-flight requests before measuring.")
     request_timeout_s: float = Field(default=600.0, gt=0, description="Read timeout of one benchmark request.")
+    overhead_rounds: int = Field(default=0, ge=0, le=50, description="Rounds of the same request sent straight "
+                                 "to the runtime (or through the node's agent), and through the router, "
+                                 "interleaved: what MirbadLLM adds (0 skips).")
 
 
 class BenchmarkRequest(BaseModel):
@@ -124,6 +127,31 @@ class CheckResult(BaseModel):
     details: list[str] = Field(default_factory=list)
 
 
+OverheadPathName = Literal["runtime", "agent", "router"]
+
+
+class OverheadPath(BaseModel):
+    """One way to the model: straight to its runtime, through its node's agent, through the router."""
+
+    path: OverheadPathName
+    requests: int
+    errors: int = 0
+    ttft_p50_ms: float | None = None
+    tokens_per_s_p50: float | None = None
+
+
+class OverheadResult(BaseModel):
+    """What each hop adds, measured with the same requests interleaved (daemon.jobs.overhead)."""
+
+    rounds: int
+    max_tokens: int
+    baseline: OverheadPathName = Field(description="The nearest path to the runtime this daemon can reach: "
+                                       "runtime (this machine) or agent (another node).")
+    paths: list[OverheadPath]
+    ttft_ratio: float | None = Field(default=None, description="Router ÷ baseline, TTFT p50 (1.0: nothing added).")
+    tps_ratio: float | None = Field(default=None, description="Router ÷ baseline, tokens per second p50.")
+
+
 class BenchmarkResult(BaseModel):
     schema_version: int = JOB_SCHEMA_VERSION
     kind: Literal["benchmark"] = "benchmark"
@@ -152,6 +180,7 @@ class BenchmarkResult(BaseModel):
     repetitions: list[dict[str, float]] = Field(default_factory=list)
     noisy: list[str] = Field(default_factory=list)
     request_errors: list[str] = Field(default_factory=list, description="The first distinct request failures.")
+    overhead: OverheadResult | None = Field(default=None, description="What the router (and the agent) add.")
     duration_s: float | None = None
     error: str | None = None
 

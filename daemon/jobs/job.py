@@ -73,7 +73,11 @@ _BENCH_HEADLINES = ("single_tps", "top_agg_tps", "single_ttft_p50_ms", "top_ttft
 def summarize(result: BenchmarkResult | TuningResult) -> dict[str, float]:
     """The few figures a history table shows for a stored result."""
     if isinstance(result, BenchmarkResult):
-        return {k: result.metrics[k] for k in _BENCH_HEADLINES if k in result.metrics}
+        out = {k: result.metrics[k] for k in _BENCH_HEADLINES if k in result.metrics}
+        if result.overhead is not None:  # what the router adds: router ÷ runtime (or agent)
+            ratios = {"overhead_ttft_ratio": result.overhead.ttft_ratio, "overhead_tps_ratio": result.overhead.tps_ratio}
+            out.update({k: v for k, v in ratios.items() if v is not None})
+        return out
     out: dict[str, float] = {"candidates": float(sum(1 for c in result.candidates if c.status != "duplicate"))}
     if result.gain is not None:
         out["gain"] = result.gain

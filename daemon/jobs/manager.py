@@ -66,6 +66,9 @@ class JobManager:
         self._active: dict[str, Job] = {}  # node -> its one job
         self._jobs: dict[str, Job] = {}  # this daemon run's jobs, by id
         self._session: aiohttp.ClientSession | None = None
+        # Where this machine reaches the daemon's own /v1 (``http://127.0.0.1:8484``): a benchmark's
+        # overhead rounds go through it (daemon.jobs.overhead); set by daemon.deps from the listener.
+        self.router_url: Callable[[], str] = lambda: ""
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -112,7 +115,8 @@ class JobManager:
         return JobContext(orchestrator=self.orch, access=NodeAccess(link, self.session),
                           window=self._window(definition.id), in_flight=self.in_flight,
                           latest=lambda: self.telemetry.latest.get(definition.node),
-                          publish=lambda: self._publish("job.progress", job), store=self.store)
+                          publish=lambda: self._publish("job.progress", job), store=self.store,
+                          router_url=self.router_url())
 
     async def start_benchmark(self, request: BenchmarkRequest) -> JobView:
         definition = self.registry.require(request.model)

@@ -22,20 +22,25 @@ from daemon.api.jobs import (
     BenchmarkRequest,
     BenchmarkResult,
     JobState,
+    OverheadPathName,
+    OverheadResult,
+    SuiteOptions,
     TuneRequest,
     TuningResult,
 )
-from daemon.api.models import ModelDefinition, ModelState
+from daemon.api.models import LOCAL_NODE, ModelDefinition, ModelState
 from daemon.jobs.benchmark import measure
+from daemon.jobs.calls import RuntimeTarget
 from daemon.jobs.instances import NodeAccess, NodeTrouble, job_instances
 from daemon.jobs.job import Job
 from daemon.jobs.load import drain, other_models_busy, outside_load
+from daemon.jobs.overhead import measure_overhead
 from daemon.jobs.planner import CONFIRM_SLOTS
 from daemon.jobs.presets import preset_for_model
 from daemon.jobs.spaces import embedding_model, outline, space_for
 from daemon.jobs.store import JobStore
 from daemon.jobs.tuning import TuningFailed, TuningRun
-from daemon.models.maintenance import MaintenanceWindow
+from daemon.models.maintenance import JOB_PASS_HEADER, MaintenanceWindow
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.models.registry import RegistryError
 
@@ -54,6 +59,7 @@ class JobContext:
     publish: Callable[[], None]
     store: JobStore
     cpu_count: int = 1
+    router_url: str = ""  # the daemon's own /v1 on this machine (overhead rounds)
 
     def watch(self, job: Job, model_id: str) -> Callable[[], None]:
         """A check to call between workloads: other models serving make the figures noisy."""
@@ -141,6 +147,9 @@ async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
         else definition.settings.parallel
     outcome, _plan, slots = await measure(target, preset, request.suite, fallback_slots=fallback, progress=progress)
     ctx.watch(job, definition.id)()
+    overhead = None
+    if request.suite.overhead_rounds:
+        overhead = await _overhead(ctx, job, definition, target, request.suite, progress)
     argv = list(instance.argv)
     ran = read_back(definition, argv)
     return BenchmarkResult(
@@ -151,7 +160,22 @@ async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
         config_hash=instance.config_hash, slots=slots, levels=outcome.levels, prefill=outcome.prefill,
         tool_calls=outcome.tool_calls, objective=outcome.objective, metrics=outcome.metrics,
         repetitions=outcome.repetitions, noisy=list(job.noisy), request_errors=outcome.errors,
-        duration_s=time.monotonic() - began)
+        overhead=overhead, duration_s=time.monotonic() - began)
+
+
+async def _overhead(ctx: JobContext, job: Job, definition: ModelDefinition, target: RuntimeTarget,
+                    suite: SuiteOptions, progress: Callable[[str, float], None]) -> OverheadResult:
+    """The same chat straight to the runtime (or through its node's agent) and through the router,
+    interleaved; the router lets them through this job's window with its pass token."""
+    if not ctx.router_url:
+        raise JobFailed("the daemon does not know its own /v1 address; run the benchmark without --overhead")
+    baseline: OverheadPathName = "runtime" if definition.node == LOCAL_NODE else "agent"
+    router = RuntimeTarget(ctx.router_url, {JOB_PASS_HEADER: ctx.window.pass_token}, ctx.access.session,
+                           definition.served_name, suite.request_timeout_s)
+    return await measure_overhead(baseline, {baseline: target, "router": router}, suite.overhead_rounds,
+                                  min(suite.max_tokens, 64),
+                                  lambda f: progress(f"overhead: round {max(1, round(f * suite.overhead_rounds))} "
+                                                     f"of {suite.overhead_rounds}", 0.99))
 
 
 async def run_tune(ctx: JobContext, job: Job, definition: ModelDefinition, request: TuneRequest,

@@ -8,13 +8,16 @@ from the job's estimate, and the health monitor neither probes nor unloads it me
 
 from __future__ import annotations
 
+import hmac
 import math
+import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from daemon.api.jobs import JobKind
 from daemon.errors import DaemonProblem
 
+JOB_PASS_HEADER = "X-MirbadLLM-Job"  # a job's own /v1 requests (its overhead rounds) carry its window's token
 _VERB = {"benchmark": "benchmarked", "tune": "tuned"}
 _DOING = {"benchmark": "benchmarking", "tune": "tuning"}
 
@@ -27,6 +30,12 @@ class MaintenanceWindow:
     kind: JobKind
     model: str
     until: float
+    pass_token: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+
+    def lets_through(self, token: str | None) -> bool:
+        """A request carrying this window's token is the job's own: it passes the window (and needs
+        no key); the token lives only while the job holds the model and is never shown."""
+        return bool(token) and hmac.compare_digest(token or "", self.pass_token)
 
     def retry_after_s(self, now: float | None = None) -> int:
         left = self.until - (time.monotonic() if now is None else now)
@@ -65,6 +74,11 @@ class Maintenance:
 
     def get(self, model_id: str) -> MaintenanceWindow | None:
         return self._windows.get(model_id)
+
+    def lets_through(self, token: str | None) -> bool:
+        """Some open window's token: a job's own request (it needs no key; its model's window is
+        checked again when the model is known)."""
+        return any(w.lets_through(token) for w in self._windows.values())
 
     def __contains__(self, model_id: object) -> bool:
         return model_id in self._windows

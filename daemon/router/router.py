@@ -37,7 +37,7 @@ from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
 from daemon.history import History
 from daemon.keys import KeyStore
 from daemon.models.external import KeyUnreadable
-from daemon.models.maintenance import Maintenance
+from daemon.models.maintenance import JOB_PASS_HEADER, Maintenance
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.models.presets import apply_preset
 from daemon.nodes.answer import answer_at
@@ -95,6 +95,7 @@ class _Exchange(Record):
     strip_usage: bool = False  # we asked the runtime for usage the client did not ask for
     answered_by: str | None = None  # the fallback that answered in the requested model's place
     served: str | None = None  # the requested model's served name: its Prometheus label
+    job_pass: str | None = None  # a job's window token (X-MirbadLLM-Job): its own requests pass its window
     early: EarlyStream | None = None  # a streamed request's heartbeats while its model queues or loads
 
 
@@ -220,7 +221,12 @@ class Router:
         header = request.headers.get("Authorization", "")
         secret = header[7:].strip() if header.startswith("Bearer ") else request.headers.get("x-api-key")
         key_id = self.keys.verify(secret)
-        _exchange(request).key_id = key_id
+        exchange = _exchange(request)
+        exchange.key_id = key_id
+        if (token := request.headers.get(JOB_PASS_HEADER)) is not None:
+            exchange.job_pass = token  # a job's own request (daemon.jobs.overhead): checked against its window
+            if key_id is None and self.maintenance.lets_through(token):
+                return
         if key_id is None and self.config.keys_required:
             message = "Missing API key: send 'Authorization: Bearer <key>'." if not secret else "Invalid API key."
             raise DaemonProblem(401, "invalid_api_key", message)
@@ -240,6 +246,10 @@ class Router:
             raise DaemonProblem(413, "request_too_large", f"Request body is larger than {limit_mib} MiB.") from None
         definition, payload, body = self._resolve(body, request.method, request.path)
         exchange = _exchange(request)
+        if exchange.job_pass is not None and exchange.key_id is None and self.config.keys_required:
+            window = self.maintenance.get(definition.id)  # a job's token passes for its own model only
+            if window is None or not window.lets_through(exchange.job_pass):
+                raise DaemonProblem(401, "invalid_api_key", "Invalid API key.")
         exchange.model, exchange.node = definition.id, definition.node
         exchange.served = definition.served_name
         if exchange.trace is not None:
@@ -354,7 +364,7 @@ class Router:
         waited = time.perf_counter()
         try:
             async with gate.queued():
-                target = await self._ready_target(definition)
+                target = await self._ready_target(definition, exchange.job_pass)
                 await gate.acquire_slot()
         except QueueFull:
             raise DaemonProblem(503, "queue_full",
@@ -364,11 +374,11 @@ class Router:
             exchange.queue_s = time.perf_counter() - waited
         return target
 
-    async def _ready_target(self, definition: ModelDefinition) -> Upstream:
+    async def _ready_target(self, definition: ModelDefinition, job_pass: str | None = None) -> Upstream:
         """Where to send the request, starting the model first when it allows that."""
         orch = self.orchestrator
         window = self.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
-        if window is not None:
+        if window is not None and not window.lets_through(job_pass):  # the job's own requests pass
             raise window.refusal()  # 503 maintenance, Retry-After from the job's estimate
         placed = orch.placed(definition)  # node "auto": the node it runs on now
         instance = orch.instance(placed)
@@ -482,7 +492,8 @@ class Router:
         path_qs = request.path_qs
         if not profile(definition.runtime).on_node:  # an endpoint's base_url ends where /v1 does
             path_qs = path_qs.removeprefix("/v1")
-        if "x-api-key" in request.headers or "cookie" in request.headers:  # the client's own key stays here
+        if "x-api-key" in request.headers or "cookie" in request.headers or exchange.job_pass is not None:
+            # the client's own key, cookies and a job's window token stay here
             request = request.clone(headers=_without_ours(request.headers))
         trace = exchange.trace
         if trace is not None:  # the upstream span begins; its traceparent goes along
@@ -529,7 +540,7 @@ class Router:
 
 
 MAX_CANDIDATES = 16  # a model and the fallbacks tried for it, at most
-_NOT_FORWARDED = frozenset({"x-api-key", "cookie"})  # the daemon's key and cookies go to no upstream
+_NOT_FORWARDED = frozenset({"x-api-key", "cookie", JOB_PASS_HEADER.lower()})  # ours go to no upstream
 
 
 def _without_ours(headers: Any) -> CIMultiDict[str]:

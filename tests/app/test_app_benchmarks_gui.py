@@ -57,6 +57,11 @@ def test_the_benchmarks_tab_lists_runs_compares_them_and_follows_a_new_one(
     fake.finish(job_id, single_tps=60.0)
     qtbot.waitUntil(lambda: tab.table.rowCount() == 3)
     assert tab.run_button.isEnabled() and not tab.progress.isVisible()
+    assert fake.called("start_benchmark")[0][0].suite.overhead_rounds == 0  # not asked: not measured
+    tab.overhead.setChecked(True)  # what the router adds, measured with the run
+    tab.run_button.click()
+    qtbot.waitUntil(lambda: len(fake.called("start_benchmark")) == 2)
+    assert fake.called("start_benchmark")[1][0].suite.overhead_rounds == 10
 
 
 def test_the_tuning_wizard_plans_shows_progress_and_applies_the_winner(

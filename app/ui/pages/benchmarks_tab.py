@@ -6,6 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QHBoxLayout,
     QHeaderView,
     QProgressBar,
@@ -29,7 +30,8 @@ from daemon.api.jobs import PRESETS, JobView
 
 HISTORY_COLUMNS = (("When", None), ("Preset", None), ("Tok/s, one", "single_tps"),
                    ("Tok/s, all", "top_agg_tps"), ("First token ms", "single_ttft_p50_ms"),
-                   ("Long prompt ms", "long_ttft_ms"), ("Objective", "objective_score"), ("Notes", None))
+                   ("Long prompt ms", "long_ttft_ms"), ("Objective", "objective_score"),
+                   ("Router TTFT ×", "overhead_ttft_ratio"), ("Notes", None))
 
 
 def figure(value: float | None, unit: str = "") -> str:
@@ -98,11 +100,15 @@ class BenchmarksTab(QWidget):
         self.cancel_button = button("Cancel")
         self.cancel_button.setObjectName("CancelJob")
         self.cancel_button.clicked.connect(lambda: self.ctx.act(self.vm.cancel(), "Cancelled"))
+        self.overhead = QCheckBox("Measure the router's overhead")
+        self.overhead.setObjectName("MeasureOverhead")
+        self.overhead.setToolTip("Also send the same request straight to the runtime (or through its node's agent) "
+                                 "and through MirbadLLM's router, 10 times each, interleaved: what it adds.")
         self.tune_button = button("Tune…")
         self.tune_button.setObjectName("OpenTuning")
         self.tune_button.clicked.connect(self.open_wizard)
         self.status = label("", muted=True)
-        for w in (label("Preset"), self.preset, self.run_button, self.cancel_button, self.tune_button):
+        for w in (label("Preset"), self.preset, self.overhead, self.run_button, self.cancel_button, self.tune_button):
             bar.addWidget(w)
         bar.addStretch(1)
         bar.addWidget(self.status)
@@ -135,7 +141,8 @@ class BenchmarksTab(QWidget):
                 self.vm.show(model_id)
 
     def _run(self) -> None:
-        self.ctx.act(self.vm.run_benchmark(self.preset.currentData()), "Benchmark started")
+        self.ctx.act(self.vm.run_benchmark(self.preset.currentData(), overhead=self.overhead.isChecked()),
+                     "Benchmark started")
 
     def open_wizard(self) -> None:
         if self.model_id is None:
@@ -186,6 +193,9 @@ class BenchmarksTab(QWidget):
                     cells.append("; ".join(run.noisy) or (run.error or ""))
                 elif key == "objective_score":
                     cells.append(fmt.percent(run.summary[key] * 100) if key in run.summary else "—")
+                elif key == "overhead_ttft_ratio":  # what the router adds, when measured (router ÷ runtime)
+                    ratio, tps = run.summary.get(key), run.summary.get("overhead_tps_ratio")
+                    cells.append("—" if ratio is None else f"{ratio:.2f}" + (f" · tok/s {tps:.2f}" if tps else ""))
                 else:
                     cells.append(figure(run.summary.get(key or "")))
             for col, text in enumerate(cells):
