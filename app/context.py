@@ -15,6 +15,7 @@ from typing import Any
 from app.viewmodels.access import AccessViewModel
 from app.viewmodels.app_settings import AppSettingsViewModel
 from app.viewmodels.charts import ChartsViewModel
+from app.viewmodels.disk import DiskViewModel
 from app.viewmodels.first_run import FirstRunViewModel
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.logs import LogsViewModel
@@ -50,6 +51,7 @@ class AppContext:
     node_charts: NodeChartsViewModel
     pairing: PairingWizard
     first_run: FirstRunViewModel
+    disk: DiskViewModel  # a node's model files (the Nodes page's Disk card)
     # Starts this machine's daemon again when it is down (app.bootstrap.connect_daemon); None where the
     # app may not start one (--no-daemon-start, a daemon on another machine, the demo)
     start_daemon: Callable[[], Awaitable[Any]] | None = None
@@ -64,7 +66,7 @@ class AppContext:
                    settings=AppSettingsViewModel(home, prefs_path, platform), messages=Emitter(),
                    nodes=NodesViewModel(client, fleet, refresh_s=host_refresh_s),
                    node_charts=NodeChartsViewModel(client), pairing=PairingWizard(client),
-                   first_run=FirstRunViewModel(client, fleet))
+                   first_run=FirstRunViewModel(client, fleet), disk=DiskViewModel(client, fleet))
 
     def act(self, action: Awaitable[Any], done: str | None = None) -> asyncio.Future[Any]:
         """Run a user's action; report its failure (or ``done``) as a message."""

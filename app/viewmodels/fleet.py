@@ -17,6 +17,7 @@ from app import format as fmt
 from app.viewmodels.events import EventFeed
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
+from daemon.api.files import ModelRemoval
 from daemon.api.models import (
     DaemonInfo,
     Event,
@@ -277,6 +278,12 @@ class FleetViewModel:
     async def delete_model(self, model_id: str) -> None:
         await self.client.delete_model(model_id)
         self._drop(model_id)
+
+    async def delete_model_with_files(self, model_id: str) -> ModelRemoval:
+        """Delete the model, then its files no other model uses in its node's models folder."""
+        removal = await self.client.delete_model_with_files(model_id)
+        self._drop(model_id)
+        return removal
 
 
 LOW_DISK = 0.10  # a node's models disk with less free than this is an alert

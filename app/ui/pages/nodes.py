@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.context import AppContext
 from app.ui.charts import LiveChart
+from app.ui.pages.disk_card import DiskCard
 from app.ui.pages.pair_dialog import PairDialog
 from app.ui.widgets import (
     Card,
@@ -212,6 +213,8 @@ class NodePanel(QScrollArea):
         self.models.setObjectName("NodeModels")
         self.models_card.body.addWidget(self.models)
         col.addWidget(self.models_card)
+        self.disk = DiskCard(ctx, lambda parent, text: self.confirm(parent, text))  # its model files, free space
+        col.addWidget(self.disk)
         col.addWidget(self._charts_card())
         col.addStretch(1)
         self.setWidget(inner)
@@ -276,6 +279,7 @@ class NodePanel(QScrollArea):
             self.backend_choice.setCurrentIndex(index)
         self.backend_note.setText(backend_summary(node))
         self._render_gpus(node)
+        self.disk.show_node(node.id)
         self.show_charts(self.ctx.node_charts.state.value)  # a node without a GPU: its GPU charts say so
         names = {m.definition.id: m for m in self.ctx.fleet.snapshot.value.models}
         self.models.setText("\n".join(

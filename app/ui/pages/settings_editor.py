@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -29,8 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.context import AppContext
+from app.context import AppContext, Message
 from app.ui.widgets import Card, StillComboBox, bind, button, label, set_prop
+from app.viewmodels.disk import RemovalPreview
 from app.viewmodels.nodes import node_choices
 from app.viewmodels.settings_form import (
     FieldSpec,
@@ -78,12 +79,18 @@ class SettingsEditor(QWidget):
         bar.addWidget(self.summary, 1)
         self.duplicate_button = button("Duplicate")
         self.delete_button = button("Delete", kind="danger")
+        self.delete_files_button = button("Delete + files", kind="danger")
+        self.delete_files_button.setObjectName("DeleteWithFiles")
+        self.delete_files_button.setToolTip("Delete the model and its files no other model uses, in its node's "
+                                            "models folder (asked first, with the space it frees)")
         self.revert_button = button("Revert")
         self.save_button = button("Save", kind="primary")
-        for b in (self.duplicate_button, self.delete_button, self.revert_button, self.save_button):
+        for b in (self.duplicate_button, self.delete_button, self.delete_files_button, self.revert_button,
+                  self.save_button):
             bar.addWidget(b)
         self.duplicate_button.clicked.connect(self._duplicate)
         self.delete_button.clicked.connect(self._delete)
+        self.delete_files_button.clicked.connect(self._delete_with_files)
         self.revert_button.clicked.connect(self._revert)
         self.save_button.clicked.connect(self.save)
         layout.addLayout(bar)
@@ -241,6 +248,7 @@ class SettingsEditor(QWidget):
             self._loading = False
         self.duplicate_button.setEnabled(not form.is_new)
         self.delete_button.setEnabled(not form.is_new)
+        self.delete_files_button.setEnabled(not form.is_new and profile(form.runtime).on_node)  # an endpoint has none
         self._validate()
 
     # --- state out ------------------------------------------------------------------------------
@@ -296,6 +304,25 @@ class SettingsEditor(QWidget):
         d = self.form.original
         if self.confirm(self, f"Delete “{d.served_name}”? It is stopped first; the model file stays on disk."):
             self.ctx.act(self.ctx.fleet.delete_model(d.id), f"Deleted {d.served_name}")
+
+    def _delete_with_files(self) -> None:
+        if self.form is None or self.form.is_new:
+            return
+        model_id = self.form.original.id
+
+        async def preview() -> None:
+            found = await self.ctx.disk.removal_preview(model_id)
+            # Asked from Qt's own event, not inside this task: a modal question runs a loop of its own.
+            QTimer.singleShot(0, lambda: self._confirm_removal(model_id, found))
+
+        self.ctx.act(preview())
+
+    def _confirm_removal(self, model_id: str, preview: RemovalPreview) -> None:
+        if self.confirm(self, preview.question):
+            async def remove() -> None:
+                self.ctx.messages.emit(Message(await self.ctx.disk.remove_model_with_files(model_id)))
+
+            self.ctx.act(remove())
 
     def _restart(self) -> None:
         if self.view is not None:
