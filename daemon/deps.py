@@ -68,6 +68,8 @@ from daemon.runtimes.packs import RuntimePacks
 from daemon.services.api import ServicesApi
 from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
+from daemon.sources.hub import Hub
+from daemon.sources.hub_api import HubApi
 from daemon.sources.mirror import Mirror, MirrorApi
 from daemon.sources.registration import Registered, register_models
 from daemon.sources.transfers import Transfers
@@ -197,7 +199,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         backup=BackupApi(d.backups),
         audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views),
-        files=NodeFilesApi(disk, d.history))
+        files=NodeFilesApi(disk, d.history),
+        hub=HubApi(Hub(), d.telemetry.hosts))
 
 
 def ollama(d: DaemonDeps) -> OllamaApi:

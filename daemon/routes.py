@@ -3,7 +3,7 @@ Ollama API on its own port (``ollama_route_table``, ``daemon.ollama``).
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
 handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.files.api``, ``daemon.sources.api``,
-``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
+``daemon.sources.hub_api``, ``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
 ``daemon.probes``) and are built by the composition root (``daemon.deps.handlers``); errors they
 raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``,
 which answers a node agent's ``AgentError`` too (``daemon.nodes.agent_errors``).
@@ -33,6 +33,7 @@ from daemon.runtimes.api import RuntimeUpgradesApi
 from daemon.services.api import ServicesApi
 from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
+from daemon.sources.hub_api import HubApi
 from daemon.sources.mirror import MirrorApi
 from daemon.upgrades.api import UpgradesApi
 
@@ -55,6 +56,7 @@ class Handlers:
     audit: AuditApi
     prometheus: PrometheusTargets
     files: NodeFilesApi
+    hub: HubApi
 
 
 def route_table(h: Handlers) -> list[web.RouteDef]:
@@ -112,6 +114,9 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/transfers/{id}", sources.get_transfer),
         web.post("/api/transfers/{id}/cancel", sources.cancel),
         web.post("/api/mirror", h.mirror.start),                             # body: MirrorQuery; daemon.sources.mirror
+        web.get("/api/hub/search", h.hub.search),                            # ?q=TEXT&format=gguf|mlx|safetensors&limit=N (daemon.sources.hub_api)
+        web.get("/api/hub/repos/{owner}/{name}/files", h.hub.repo_files),    # the GGUF models by quant, sizes, projectors
+        web.get("/api/hub/catalog", h.hub.catalog),                          # the curated catalog, each with its fit here
 
         web.post("/api/jobs/benchmark", jobs.start_benchmark),               # body: BenchmarkRequest
         web.post("/api/jobs/tune", jobs.start_tune),                         # body: TuneRequest

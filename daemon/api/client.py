@@ -61,6 +61,9 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/transfers/{id}              -> Transfer
     POST   /api/transfers/{id}/cancel       -> Transfer
     POST   /api/mirror                      -> Transfer         # body: MirrorQuery; 202 (daemon.api.mirror)
+    GET    /api/hub/search                  -> HubSearchResult  # ?q=TEXT&format=gguf|mlx|safetensors&limit=N (daemon.api.hub)
+    GET    /api/hub/repos/{owner}/{name}/files -> HubRepoFiles  # GGUF models by quant; 404 no_gguf_files, 403 repo_gated
+    GET    /api/hub/catalog                 -> CatalogView      # the curated catalog, each entry's fit on this machine
     POST   /api/jobs/benchmark              -> JobView          # body: BenchmarkRequest; 202, 409 job_conflict
     POST   /api/jobs/tune                   -> JobView          # body: TuneRequest; 202, 409 job_conflict
     POST   /api/jobs/tune/plan              -> TuningPlan       # body: TuneRequest
@@ -85,6 +88,7 @@ from core.http import ErrorMap, JsonHttp, error_envelope
 from daemon.api.audit import CLIENT_HEADER, AuditPage
 from daemon.api.backup import BackupFile, BackupListing, RestorePreview, RestoreResult
 from daemon.api.files import FileRemoved, ModelRemoval, NodeFilesView
+from daemon.api.hub import CatalogView, HubFormat, HubRepoFiles, HubSearchResult
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
@@ -379,6 +383,24 @@ class DaemonClient:
     async def gpu_history(self, node_id: str, gpu: str, range_: HistoryRange = "5m") -> HistorySeries:
         data = await self._call("GET", f"/api/nodes/{node_id}/gpus/{gpu}/history", params={"range": range_})
         return HistorySeries.model_validate(data)
+
+    # --- Discover: the hub's models and the curated catalog (daemon.api.hub) -----------------------
+    async def hub_search(self, query: str, fmt: HubFormat = "gguf", limit: int = 20) -> HubSearchResult:
+        """Repositories on the Hugging Face hub matching ``query``, most downloaded first."""
+        data = await self._call("GET", "/api/hub/search", params={"q": query, "format": fmt, "limit": limit})
+        return HubSearchResult.model_validate(data)
+
+    async def hub_repo_files(self, repo: str) -> HubRepoFiles:
+        """A repository's GGUF models by quant, with their sizes and its vision projectors."""
+        owner, _, name = repo.partition("/")
+        if not owner or not name or "/" in name:
+            raise DaemonError(422, "invalid_request", f"'{repo}' is not a repository: owner/name")
+        path = f"/api/hub/repos/{urllib.parse.quote(owner, safe='')}/{urllib.parse.quote(name, safe='')}/files"
+        return HubRepoFiles.model_validate(await self._call("GET", path))
+
+    async def hub_catalog(self) -> CatalogView:
+        """The curated catalog (short names such as gemma3:1b), each entry with whether it fits here."""
+        return CatalogView.model_validate(await self._call("GET", "/api/hub/catalog"))
 
     # --- host services of a node (daemon.services.api) ------------------------------------------
     async def node_files(self, node_id: str = "local") -> NodeFilesView:

@@ -3,7 +3,11 @@
 The hub answers ``HEAD/GET /{repo}/resolve/{revision}/{path}``: an LFS file is a 302 to the CDN
 with ``X-Linked-Etag`` (its SHA-256), ``X-Linked-Size`` and ``X-Repo-Commit``, as the real hub
 does; a small file is served directly with its git SHA-1 as ``ETag``. ``GET /api/models/{repo}/
-tree/{revision}`` lists the files. The CDN is a second server on another origin (``localhost``
+tree/{revision}`` lists the files; ``GET /api/models?search=&filter=&sort=downloads&limit=`` searches
+(``HfApi.list_models``: a repo matches when its id holds the words, its tags hold the filter) and
+``GET /api/models/{repo}?blobs=true`` describes one with its files' sizes (``HfApi.model_info``);
+``describe`` sets a repo's downloads, likes, date, tags and ``gated``, ``private`` repos answer 401
+``RepoNotFound`` and ``refuse`` makes a repo answer 403 ``GatedRepo``, as the real hub does. The CDN is a second server on another origin (``localhost``
 rather than ``127.0.0.1``): it serves ``Range`` requests and records every request's headers,
 so a test sees whether a token leaked there. Per-file switches make it lie or fail:
 
@@ -65,12 +69,22 @@ class FakeHub:
     auth_realm: str | None = None  # a 401 carries WWW-Authenticate with this realm
     hub_url: str = ""
     cdn_url: str = ""
+    about: dict[str, dict[str, object]] = field(default_factory=dict)  # repo -> downloads, likes, tags...
+    private: set[str] = field(default_factory=set)  # 401 RepoNotFound without the token, as the hub says it
+    refused: set[str] = field(default_factory=set)  # 403 GatedRepo: a gated repo whose license is not accepted
     _runners: list[web.AppRunner] = field(default_factory=list)
 
     def add(self, repo: str, path: str, data: bytes, **switches: object) -> HubFile:
         item = HubFile(data, **switches)  # type: ignore[arg-type]
         self.repos.setdefault(repo, {})[path] = item
         return item
+
+    def describe(self, repo: str, *, downloads: int = 0, likes: int = 0, updated: str = "2025-05-01T12:00:00.000Z",
+                 tags: tuple[str, ...] = (), gated: bool | str = False) -> None:
+        """The repo's figures in a search and its description (its files are added with ``add``)."""
+        self.repos.setdefault(repo, {})
+        self.about[repo] = {"downloads": downloads, "likes": likes, "lastModified": updated, "tags": list(tags),
+                            "gated": gated}
 
     def requests(self, server: str, method: str | None = None) -> list[Seen]:
         return [s for s in self.seen if s.server == server and (method is None or s.method == method)]
@@ -91,6 +105,11 @@ class FakeHub:
         if denied is not None:
             return denied
         repo = f"{request.match_info['owner']}/{request.match_info['name']}"
+        if repo in self.private or repo in self.refused:
+            private = repo in self.private
+            return web.json_response({"error": "Repository not found" if private else "Access restricted"},
+                                     status=401 if private else 403,
+                                     headers={"X-Error-Code": "RepoNotFound" if private else "GatedRepo"})
         item = self.repos.get(repo, {}).get(request.match_info["path"])
         if item is None:
             return web.json_response({"error": "Entry not found"}, status=404,
@@ -118,6 +137,47 @@ class FakeHub:
                   **({"lfs": {"oid": item.sha256, "size": len(item.data), "pointerSize": 134}} if item.lfs else {})}
                  for path, item in self.repos[repo].items()]
         return web.json_response(files)
+
+    def _tags(self, repo: str) -> list[str]:
+        tags = [str(t) for t in self.about.get(repo, {}).get("tags", [])]  # type: ignore[attr-defined]
+        kinds = {p.rsplit(".", 1)[-1].lower() for p in self.repos.get(repo, {})}
+        return tags + [k for k in ("gguf", "safetensors") if k in kinds and k not in tags]
+
+    def _summary(self, repo: str, fields: list[str] | None) -> dict[str, object]:
+        about = {"downloads": 0, "likes": 0, "lastModified": "2025-01-01T00:00:00.000Z", "gated": False,
+                 "pipeline_tag": "text-generation", **self.about.get(repo, {}), "tags": self._tags(repo)}
+        shown = {k: v for k, v in about.items() if not fields or k in fields}
+        return {"_id": hashlib.sha1(repo.encode()).hexdigest()[:24], "id": repo, "modelId": repo, **shown}
+
+    async def search(self, request: web.Request) -> web.Response:
+        self._record("hub", request)
+        words = request.query.get("search", "").lower().split()
+        wanted = request.query.getall("filter", [])
+        found = [r for r in self.repos if r not in self.private and all(w in r.lower() for w in words)
+                 and all(f in self._tags(r) for f in wanted)]
+        if request.query.get("sort") == "downloads":
+            found.sort(key=lambda r: -int(self.about.get(r, {}).get("downloads", 0)))  # type: ignore[call-overload]
+        limit = int(request.query.get("limit", "1000"))
+        return web.json_response([self._summary(r, request.query.getall("expand", [])) for r in found[:limit]])
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        self._record("hub", request)
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
+        repo = f"{request.match_info['owner']}/{request.match_info['name']}"
+        if repo not in self.repos or repo in self.private:
+            return web.json_response({"error": "Repository not found"}, status=401 if repo in self.private else 404,
+                                     headers={"X-Error-Code": "RepoNotFound"})
+        if repo in self.refused:
+            return web.json_response({"error": f"Access to model {repo} is restricted."}, status=403,
+                                     headers={"X-Error-Code": "GatedRepo"})
+        blobs = request.query.get("blobs") in ("true", "True", "1")
+        siblings = [{"rfilename": path, **({"blobId": item.git_sha1, "size": len(item.data)} if blobs else {}),
+                     **({"lfs": {"sha256": item.sha256, "size": len(item.data), "pointerSize": 134}}
+                        if blobs and item.lfs else {})}
+                    for path, item in self.repos[repo].items()]
+        return web.json_response({**self._summary(repo, None), "sha": COMMIT, "siblings": siblings})
 
     # --- the CDN -------------------------------------------------------------------------------
     async def cdn(self, request: web.Request) -> web.StreamResponse:
@@ -163,6 +223,8 @@ class FakeHub:
     async def start(self) -> FakeHub:
         hub = web.Application()
         hub.router.add_route("*", "/{owner}/{name}/resolve/{revision}/{path:.+}", self.resolve)
+        hub.router.add_get("/api/models", self.search)
+        hub.router.add_get("/api/models/{owner}/{name}", self.model_info)
         hub.router.add_get("/api/models/{owner}/{name}/tree/{revision}", self.tree)
         hub.router.add_get("/api/models/{owner}/{name}/tree/{revision}/{sub:.*}", self.tree)
         cdn = web.Application()
