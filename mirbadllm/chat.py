@@ -1,11 +1,13 @@
 """``mirbadllm run MODEL``: chat with a model in the terminal, the answer streamed token by token.
 
-    mirbadllm run MODEL [--home DIR] [--url URL] [--api-key KEY] [--system TEXT]
+    mirbadllm run MODEL|NAME [--yes] [--home DIR] [--url URL] [--api-key KEY] [--system TEXT]
 
 Reads one message per line from stdin and streams the answer through the daemon's ``/v1`` (chat
 completions; text completions for a base model without a chat template), keeping the whole
 conversation. ``/bye`` or end of input leaves; Ctrl-C stops the current answer and stays. A model
-that is not running is started first, with a spinner until it is ready.
+that is not running is started first, with a spinner until it is ready. A catalog's short NAME
+(``gemma3:1b``) not registered yet is offered for download first (y/N on a terminal; ``--yes``
+downloads without asking), through the same path as ``ctl models pull NAME``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import aiohttp
 
 from agent.api.client import iter_sse_data
 from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.hub import is_short_name
 from daemon.api.models import ModelState, ModelView
 from daemon.api.sources import FitQuery
+from mirbadllm import ctl_discover, ctl_sources
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -48,6 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"API key for /v1 when the daemon requires one (default: ${API_KEY_ENV})")
     parser.add_argument("--system", default=None, help="a system message to start the conversation with")
     parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--yes", "-y", action="store_true",
+                        help="download a catalog model (e.g. gemma3:1b) that is not here yet without asking")
     return parser.parse_args(argv)
 
 
@@ -235,6 +241,32 @@ async def find_model(client: DaemonClient, wanted: str) -> ModelView:
     return found
 
 
+async def find_or_pull(client: DaemonClient, wanted: str, yes: bool, err: TextIO) -> ModelView:
+    """The model ``wanted``; a catalog short name not registered yet is downloaded first, once the
+    person says yes (``yes``: without asking; no terminal to ask on: the command that would)."""
+    try:
+        return await find_model(client, wanted)
+    except DaemonError as missing:
+        if missing.code != "model_not_found" or not is_short_name(wanted):
+            raise
+        try:
+            entry = await ctl_discover.catalog_entry(client, wanted)
+        except DaemonError:
+            raise missing from None
+    what = f"{entry.repo} {entry.file} (about {ctl_discover.size_text(entry.size)})"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise DaemonError(404, "model_not_found", f"{entry.name} is not here yet: `mirbadllm run {entry.name} "
+                              f"--yes` downloads {what} first, or `mirbadllm ctl models pull {entry.name}`")
+        answer = await asyncio.to_thread(input, f"{entry.name} is not here yet. Download {what}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            raise DaemonError(404, "model_not_found", f"{entry.name} was not downloaded")
+    if await ctl_sources.pull_catalog_model(client, entry.name, {"node": "local"}) != 0:
+        raise DaemonError(502, "download_failed", f"{entry.name} could not be downloaded (the reason is above)")
+    err.flush()
+    return await find_model(client, wanted)
+
+
 async def ensure_running(client: DaemonClient, view: ModelView, err: TextIO) -> ModelView:
     """Start the model when it is not running and wait until it is ready, with a spinner."""
     model_id = view.definition.id
@@ -268,7 +300,7 @@ async def ensure_running(client: DaemonClient, view: ModelView, err: TextIO) -> 
 
 
 async def chat(args: argparse.Namespace, client: DaemonClient) -> int:
-    view = await find_model(client, args.model)
+    view = await find_or_pull(client, args.model, args.yes, sys.stderr)
     status = await client.status()
     if status.daemon.keys_required and not args.api_key:
         raise DaemonError(401, "invalid_api_key", f"this daemon requires an API key on /v1: pass --api-key KEY or "

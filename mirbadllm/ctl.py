@@ -4,7 +4,8 @@
     mirbadllm ctl models list | add ID PATH [--served-name N] [--ctx-size N] ... | start ID [--wait]
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
     mirbadllm ctl models rm MODEL [--files] [--yes] | du [--node N]                     (ctl_disk)
-    mirbadllm ctl models pull REPO[:QUANT] | import ollama NAME | import folder PATH      (ctl_sources)
+    mirbadllm ctl models pull REPO[:QUANT]|NAME | import ollama NAME | import folder PATH (ctl_sources)
+                         | search WORDS | files REPO | catalog                            (ctl_discover)
                          | mirror MODEL --to NODE                                        (ctl_sources)
                          | plan FILE|REPO[:QUANT] [--node N] [--ctx N]                   (ctl_plan)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
@@ -39,6 +40,7 @@ from mirbadllm import (
     ctl_backup,
     ctl_connect,
     ctl_daemon,
+    ctl_discover,
     ctl_disk,
     ctl_jobs,
     ctl_keys,
@@ -89,6 +91,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     logs.add_argument("--tail", type=int, default=100)
     logs.add_argument("--follow", "-f", action="store_true")
     ctl_sources.add_parsers(models)
+    ctl_discover.add_parsers(models)
     ctl_disk.add_parsers(models)
     ctl_plan.add_parser(models)
     ctl_presets.add_parser(models)
@@ -160,6 +163,8 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
             print(_fmt_model(view.status))
     elif args.action in ("pull", "import", "mirror"):
         return await ctl_sources.run(args, client)
+    elif args.action in ("search", "files", "catalog"):
+        return await ctl_discover.run(args, client)
     elif args.action in ("rm", "du"):
         return await ctl_disk.run(args, client)
     elif args.action == "plan":

@@ -1,12 +1,13 @@
 """``mirbadllm ctl models pull|import``: get a model onto a node from a terminal, with a progress bar.
 
-    mirbadllm ctl models pull REPO[:QUANT] [--id ID] [--node NODE] [--no-register]
+    mirbadllm ctl models pull REPO[:QUANT] | NAME [--id ID] [--node NODE] [--no-register]
     mirbadllm ctl models import ollama NAME [--store DIR] [--copy] [--id ID] [--node NODE]
     mirbadllm ctl models import folder PATH [--node NODE]
     mirbadllm ctl models mirror MODEL|FILE --to NODE [--mmproj FILE] [--id ID] [--no-register]
 
 The daemon's admin API does the work (``/api/downloads``, ``/api/imports/*``), exactly as the app's
-add-model wizard does (``mirror``: ``/api/mirror``, the daemon pushes a model this machine has to
+add-model wizard does (a catalog's short NAME such as ``gemma3:1b`` is its repository and file,
+``mirbadllm.ctl_discover``; ``mirror``: ``/api/mirror``, the daemon pushes a model this machine has to
 another node, checked there, ``daemon.sources.mirror``); this module starts the transfer, draws its progress from the event feed,
 and says which models were registered and how to start them. Ctrl-C cancels the transfer.
 """
@@ -22,6 +23,7 @@ from typing import Any, TextIO
 
 from agent.api.sources import FINISHED_TRANSFERS, HfFileRef, TransferState
 from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.hub import is_short_name
 from daemon.api.mirror import MirrorQuery
 from daemon.api.sources import (
     DownloadQuery,
@@ -29,7 +31,7 @@ from daemon.api.sources import (
     OllamaImportQuery,
     Transfer,
 )
-from mirbadllm import ctl_nodes
+from mirbadllm import ctl_discover, ctl_nodes
 
 BAR_WIDTH = 28
 ANY_GGUF = "*.gguf"
@@ -38,8 +40,9 @@ _SEVERAL = re.compile(r"matches several models in (?P<repo>\S+): (?P<files>.*); 
 
 def add_parsers(models: Any) -> None:
     """``pull`` and ``import`` under ``ctl models``."""
-    pull = models.add_parser("pull", help="download a GGUF from Hugging Face: REPO[:QUANT]")
-    pull.add_argument("ref", metavar="REPO[:QUANT]", help="e.g. ggml-org/gemma-3-270m-GGUF:Q4_K_M")
+    pull = models.add_parser("pull", help="download a GGUF from Hugging Face: REPO[:QUANT], or a catalog NAME")
+    pull.add_argument("ref", metavar="REPO[:QUANT]|NAME",
+                      help="e.g. ggml-org/gemma-3-270m-GGUF:Q4_K_M, or gemma3:1b (`ctl models catalog`)")
     pull.add_argument("--revision", default="main")
     _registration_args(pull)
     imp = models.add_parser("import", help="register models from Ollama's store or a folder of GGUF files")
@@ -153,6 +156,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
                                     "model_id": getattr(args, "model_id", None),
                                     "served_name": getattr(args, "served_name", None)}
     ref: HfFileRef | None = None
+    if args.action == "pull" and is_short_name(args.ref):
+        return await pull_catalog_model(client, args.ref, registration)
     if args.action == "pull":
         ref = hf_ref(args.ref, args.revision)
         transfer = await client.download(DownloadQuery(hf=ref, **registration))
@@ -162,14 +167,37 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
     else:
         folder = str(Path(args.path).expanduser().resolve()) if node == "local" else args.path
         transfer = await client.import_folder(FolderImportQuery(folder=folder, **registration))
+    return report(await follow_or_cancel(client, transfer), ref)
+
+
+async def follow_or_cancel(client: DaemonClient, transfer: Transfer) -> Transfer:
+    """Follow a transfer to its end; Ctrl-C (the task cancelled) cancels it on the daemon too."""
     print(f"{transfer.label}: {transfer.state.value} (Ctrl-C cancels)", file=sys.stderr, flush=True)
     try:
-        done = await follow(client, transfer)
+        return await follow(client, transfer)
     except asyncio.CancelledError:
         cancelled = await client.cancel_transfer(transfer.id)
         print(f"\ncancelled {transfer.label}: {cancelled.state.value}", file=sys.stderr, flush=True)
         raise
-    return report(done, ref)
+
+
+async def pull_catalog_model(client: DaemonClient, name: str, registration: dict[str, Any] | None = None) -> int:
+    """Download a catalog model by its short name, registered as that name (``gemma3:1b`` is served as
+    itself, id ``gemma3-1b``), unless a model for it is already on the node."""
+    registration = dict(registration or {})
+    node = registration.get("node") or "local"
+    entry = await ctl_discover.catalog_entry(client, name)
+    existing = ctl_discover.registered_as(await client.list_models(), entry, node)
+    if existing is not None:
+        print(f"{entry.name} is already here as model '{existing.definition.id}'; chat with it: "
+              f"`mirbadllm run {entry.name}`")
+        return 0
+    registration.update(node=node, model_id=registration.get("model_id") or ctl_discover.model_id_of(entry.name),
+                        served_name=registration.get("served_name") or entry.name)
+    print(f"{entry.name}: {entry.repo} {entry.file} (about {ctl_discover.size_text(entry.size)})",
+          file=sys.stderr, flush=True)
+    transfer = await client.download(DownloadQuery(hf=entry.ref(), **registration))
+    return report(await follow_or_cancel(client, transfer), entry.ref())
 
 
 def report(done: Transfer, ref: HfFileRef | None = None) -> int:
