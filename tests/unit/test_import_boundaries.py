@@ -155,7 +155,7 @@ def test_the_folder_cycle_check_sees_one() -> None:
     probe = ROOT / "daemon" / "nodes" / "_folder_probe.py"
     probe.write_text("def later():\n    from daemon.router import router\n")
     try:
-        assert ["nodes", "router", "nodes"] in [c[-3:] for c in _folder_cycles("daemon")]
+        assert any({"nodes", "router"} <= set(cycle) for cycle in _folder_cycles("daemon"))
     finally:
         probe.unlink()
 
