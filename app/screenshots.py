@@ -45,7 +45,7 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
 # Every page of the main window, a model's tabs, and every dialog, by file name (``{mode}-{name}.png``).
 # tests/app/test_screenshots.py checks these cover main_window.PAGES and every QDialog in app.ui.
 PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
-              "nodes", "services", "playground", "playground-completion", "access", "requests", "audit",
+              "discover", "nodes", "services", "playground", "playground-completion", "access", "requests", "audit",
               "backup", "settings")
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
                 "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from datetime import datetime
 from typing import Any
@@ -55,11 +54,6 @@ def _day(when: datetime | None) -> str:
     return when.strftime("%Y-%m-%d") if when else "-"
 
 
-def model_id_of(short_name: str) -> str:
-    """The model id a short name is registered as: ``llama3.2:3b`` -> ``llama3-2-3b``."""
-    return re.sub(r"[^a-z0-9-]+", "-", short_name.lower()).strip("-")[:40]
-
-
 async def catalog_entry(client: DaemonClient, name: str) -> CatalogEntry:
     """The catalog's entry of a short name, else the error that lists how to find one."""
     entry = resolve_short_name((await client.hub_catalog()).entries, name)
@@ -76,7 +70,7 @@ def registered_as(views: list[ModelView], entry: CatalogEntry, node: str | None 
         d = view.definition
         if node is not None and d.node != node:
             continue
-        if d.served_name == entry.name or d.id == model_id_of(entry.name):
+        if d.served_name == entry.name or d.id == entry.model_id:
             return view
         if d.sources is not None and d.sources.hf_repo == entry.repo and d.model_path.endswith(entry.file):
             return view

@@ -192,7 +192,7 @@ async def pull_catalog_model(client: DaemonClient, name: str, registration: dict
         print(f"{entry.name} is already here as model '{existing.definition.id}'; chat with it: "
               f"`mirbadllm run {entry.name}`")
         return 0
-    registration.update(node=node, model_id=registration.get("model_id") or ctl_discover.model_id_of(entry.name),
+    registration.update(node=node, model_id=registration.get("model_id") or entry.model_id,
                         served_name=registration.get("served_name") or entry.name)
     print(f"{entry.name}: {entry.repo} {entry.file} (about {ctl_discover.size_text(entry.size)})",
           file=sys.stderr, flush=True)

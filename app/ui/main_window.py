@@ -1,4 +1,4 @@
-"""The main window: a sidebar of pages (Overview, Models, Nodes, Services, Playground, Access, Requests, Audit,
+"""The main window: a sidebar of pages (Overview, Models, Discover, Nodes, Services, Playground, Access, Requests, Audit,
 Backup, Settings) and a status bar. Ctrl+1 … Ctrl+9 open the first nine.
 
 Closing the window hides it: the tray stays and the models keep running. Quitting is the tray's
@@ -29,6 +29,7 @@ from app.ui.icons import app_icon, svg_icon
 from app.ui.pages.access import AccessPage
 from app.ui.pages.audit import AuditPage
 from app.ui.pages.backup import BackupPage
+from app.ui.pages.discover import DiscoverPage
 from app.ui.pages.models import ModelsPage
 from app.ui.pages.nodes import NodesPage
 from app.ui.pages.overview import OverviewPage
@@ -39,7 +40,7 @@ from app.ui.pages.settings import SettingsPage
 from app.ui.widgets import bind
 from app.viewmodels.fleet import FleetSnapshot, FleetState
 
-PAGES = (("overview", "Overview"), ("models", "Models"), ("nodes", "Nodes"), ("services", "Services"),
+PAGES = (("overview", "Overview"), ("models", "Models"), ("discover", "Discover"), ("nodes", "Nodes"), ("services", "Services"),
          ("playground", "Playground"), ("access", "Access"), ("requests", "Requests"), ("audit", "Audit"),
          ("backup", "Backup"), ("settings", "Settings"))
 
@@ -65,6 +66,7 @@ class MainWindow(QMainWindow):
         self.overview = OverviewPage(ctx, open_model=self.open_model)
         self.models = ModelsPage(ctx)
         self.models.open_wizard = self.open_add_model
+        self.discover = DiscoverPage(ctx)
         self.nodes = NodesPage(ctx)
         self.services = ServicesPage(ctx)
         self.playground = PlaygroundPage(ctx)
@@ -73,7 +75,7 @@ class MainWindow(QMainWindow):
         self.audit = AuditPage(ctx)
         self.backup = BackupPage(ctx)
         self.settings = SettingsPage(ctx, apply_theme)
-        for widget in (self.overview, self.models, self.nodes, self.services, self.playground, self.access,
+        for widget in (self.overview, self.models, self.discover, self.nodes, self.services, self.playground, self.access,
                        self.requests, self.audit, self.backup, self.settings):
             self.stack.addWidget(widget)
         row.addWidget(self.stack, 1)

@@ -92,6 +92,11 @@ class CatalogEntry(BaseModel):
     def ref(self) -> HfFileRef:
         return HfFileRef(repo=self.repo, file=self.file)
 
+    @property
+    def model_id(self) -> str:
+        """The id it is registered as (served as its short name): ``llama3.2:3b`` -> ``llama3-2-3b``."""
+        return model_id_of(self.name)
+
 
 CatalogFitState = Literal["fits", "tight", "too_big", "unknown"]
 
@@ -110,6 +115,11 @@ class CatalogView(BaseModel):
     memory_kind: Literal["gpu", "system", "unknown"] = "unknown"
 
 
+def model_id_of(short_name: str) -> str:
+    """A short name as a model id: ``llama3.2:3b`` -> ``llama3-2-3b``."""
+    return re.sub(r"[^a-z0-9-]+", "-", short_name.lower()).strip("-")[:40]
+
+
 def is_short_name(text: str) -> bool:
     """``gemma3:1b``: no '/', a family and a tag (``owner/repo:QUANT`` has a '/')."""
     return bool(_SHORT_NAME.match(text.lower()))
@@ -123,4 +133,4 @@ def resolve_short_name(entries: list[CatalogItem] | list[CatalogEntry], name: st
 
 __all__ = ["HUB_FORMATS", "MACHINE_CLASSES", "MAX_SEARCH_LIMIT", "SHORT_NAME_PATTERN", "CatalogEntry",
            "CatalogFitState", "CatalogItem", "CatalogView", "HubFile", "HubFormat", "HubRepo", "HubRepoFiles",
-           "HubSearchResult", "MachineClass", "QuantVariant", "is_short_name", "resolve_short_name"]
+           "HubSearchResult", "MachineClass", "QuantVariant", "is_short_name", "model_id_of", "resolve_short_name"]

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from daemon.api.client import DaemonError
-from daemon.api.hub import is_short_name
+from daemon.api.hub import is_short_name, model_id_of
 from mirbadllm import ctl
-from mirbadllm.ctl_discover import model_id_of
 from tests.cli.test_run_chat import ANSWER, TEMPLATE, Terminal
 from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.daemon.test_hub_api import add_bartowski
