@@ -233,6 +233,13 @@ async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[
         raise
 
 
+class _Coalesced(web.StreamResponse):
+    """A relayed answer whose first bytes were already here when it was prepared: its headers wait
+    for them (microseconds) and both go out in one write, as ``web.Response`` does with its body."""
+
+    _send_headers_immediately = False  # aiohttp's own switch (web.Response turns it off too)
+
+
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
                   label: str, request_id: str | None, sse_rewrite: Rewrite | None,
                   tail_bytes: int, silence: Silence | None = None,
@@ -240,10 +247,18 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
     record.status, record.headers_at = answer.status, time.perf_counter()
     sse = answer.content_type == "text/event-stream"
     rewrite = sse_rewrite if sse else None
+    content = answer.content
+    try:
+        ready = content.read_nowait()  # what came with the headers: sent with them, no wait
+    except Exception:  # noqa: BLE001 - the answer's error: the first read below meets it again
+        ready = b""
     if prepared is not None:
         response = prepared  # the client has had a 200 SSE answer and heartbeats already
     else:
-        response = web.StreamResponse(status=answer.status, reason=answer.reason)
+        # Held headers must not wait on a partial event the usage filter keeps back.
+        hold = ready and (rewrite is None or ready.endswith(b"\n\n"))
+        response = _Coalesced(status=answer.status, reason=answer.reason) if hold else \
+            web.StreamResponse(status=answer.status, reason=answer.reason)
         response.headers.extend(forwardable(answer.headers))
         if answer.content_length is not None and rewrite is None:
             response.content_length = answer.content_length
@@ -254,14 +269,14 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
     # The last chunks, by reference, just enough to hold tail_bytes: joined once at the end.
     recent: list[bytes] = []
     held = relayed = 0
-    last = b""
-    content = answer.content
+    last = final = b""
     silence = silence if sse else None
-    pending: bytes | None = None
+    pending: bytes | None = ready or None
     watch: _Watch | None = None
     try:
         if silence is not None:
-            pending = await _first_bytes(response, content, record, silence.heartbeat_s)
+            if pending is None:
+                pending = await _first_bytes(response, content, record, silence.heartbeat_s)
             watch = _Watch(content, silence.stall_after_s)
         while True:
             try:
@@ -294,6 +309,9 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
                 while held - len(recent[0]) >= tail_bytes:
                     held -= len(recent.pop(0))
             out = rewrite.feed(chunk) if rewrite is not None else chunk
+            if content.is_eof():  # the answer's last bytes: they go out with its end, in one write
+                final = out
+                break
             if out:
                 await response.write(out)  # a client that left raises ConnectionResetError
                 last = out
@@ -304,10 +322,10 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
         if watch is not None:
             watch.cancel()
     if rewrite is not None and (rest := rewrite.rest()):
-        await response.write(rest)
+        final += rest
     if recent:
         record.tail = (recent[0] if len(recent) == 1 else b"".join(recent))[-tail_bytes:]
-    await response.write_eof()
+    await response.write_eof(final)
     return response
 
 
@@ -340,7 +358,8 @@ async def _first_bytes(response: web.StreamResponse, content: aiohttp.StreamRead
     client every ``heartbeat_s`` meanwhile. A cancelled read loses nothing (the bytes stay buffered)."""
     while True:
         try:
-            return await asyncio.wait_for(content.readany(), heartbeat_s)
+            async with asyncio.timeout(heartbeat_s):  # no task of its own, unlike wait_for
+                return await content.readany()
         except TimeoutError:
             await response.write(HEARTBEAT)
             record.heartbeats += 1
