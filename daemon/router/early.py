@@ -27,14 +27,19 @@ class EarlyStream:
         self.response: web.StreamResponse | None = None
         self.beats = 0
         self._sending: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        # A timer, not a task, until the first beat: most streams never wait that long.
+        self._timer = asyncio.get_running_loop().call_later(heartbeat_s, self._start)
+
+    def _start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._beat())
 
     async def _beat(self) -> None:
         while True:
-            await asyncio.sleep(self.heartbeat_s)
             # Shielded: a stop while the headers or a comment are being written waits for it whole.
             self._sending = asyncio.ensure_future(self._send())
             await asyncio.shield(self._sending)
+            await asyncio.sleep(self.heartbeat_s)
 
     async def _send(self) -> None:
         if self.response is None:
@@ -47,6 +52,9 @@ class EarlyStream:
 
     async def stop(self) -> web.StreamResponse | None:
         """No more heartbeats; the answer the client already has (None: nothing was sent yet)."""
+        self._timer.cancel()
+        if self._task is None:
+            return self.response
         if not self._task.done():
             self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
