@@ -75,6 +75,7 @@ docs: $(VENV)/.run-installed
 
 bench: $(VENV)/.test-installed runtime
 	$(PY) bench/router_overhead.py
+	$(PY) bench/router_scale.py
 	$(PY) bench/admission_estimate.py
 	$(PY) bench/jit_eviction.py
 	$(PY) bench/rpc_split.py

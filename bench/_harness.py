@@ -63,19 +63,21 @@ class BenchDaemon:
         self.process.wait(30)
 
 
-def _spawn_daemon(argv: list[str], home: Path) -> subprocess.Popen[bytes]:
+def _spawn_daemon(argv: list[str], home: Path, root: Path) -> subprocess.Popen[bytes]:
     """The daemon process, its output in ``home/bench-daemon.log`` (a quick, blocking start)."""
     log = open(home / "bench-daemon.log", "wb")  # noqa: SIM115 - lives as long as the daemon
-    return subprocess.Popen(argv, stdout=log, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.Popen(argv, stdout=log, stderr=log, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
 
 
-async def start_daemon(*extra: str, seed_demo: bool = True) -> BenchDaemon:
+async def start_daemon(*extra: str, seed_demo: bool = True, root: Path = ROOT) -> BenchDaemon:
+    """A daemon on a free port with its own home; ``root``: the source tree it runs from (another
+    tree, e.g. ``git archive HEAD~1 | tar -x -C /tmp/old``, puts an older daemon beside this one)."""
     home = Path(tempfile.mkdtemp(prefix="mirbadllm-bench-"))
     port = free_port()
     argv = [sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home), "--port", str(port), *extra]
     if not seed_demo:
         argv.append("--no-demo")
-    proc = _spawn_daemon(argv, home)
+    proc = _spawn_daemon(argv, home, root)
     deadline = time.monotonic() + 120
     token = None
     while time.monotonic() < deadline:
@@ -89,6 +91,27 @@ async def start_daemon(*extra: str, seed_demo: bool = True) -> BenchDaemon:
             break
         await asyncio.sleep(0.2)
     raise SystemExit(f"daemon did not start; see {home / 'bench-daemon.log'}")
+
+
+async def start_fake_daemon(tokens: int, *, root: Path = ROOT, parallel: int | None = None,
+                            max_queue: int | None = None) -> BenchDaemon:
+    """A daemon whose one model, ``fake``, is the fake llama-server with no token delay (``tokens``
+    per answer): the router's own cost stands out. ``parallel``/``max_queue``: its slots and queue."""
+    from agent.api.llamacpp import LlamaCppSettings
+    from tests.fakes import write_fake_runtime
+    from tests.fakes.gguf_files import gguf_bytes
+
+    fake = write_fake_runtime(Path(tempfile.mkdtemp()), token_delay_s=0, tokens=tokens)
+    d = await start_daemon("--llama-server", str(fake), seed_demo=False, root=root)
+    model_file = d.home / "fake.gguf"
+    model_file.write_bytes(gguf_bytes())  # a tiny valid header: the agent refuses malformed ones
+    definition = ModelDefinition(id="fake", served_name="fake", model_path=str(model_file))
+    if parallel is not None:
+        definition.settings = LlamaCppSettings(parallel=parallel)
+    if max_queue is not None:
+        definition.max_queue = max_queue
+    await ensure_ready(d, definition, "fake")
+    return d
 
 
 async def ensure_ready(d: BenchDaemon, definition: ModelDefinition | None, model_id: str) -> None:
@@ -117,12 +140,13 @@ async def stream_chat(session: aiohttp.ClientSession, base: str, headers: dict[s
     async with session.post(f"{base}/v1/chat/completions", json=body, headers=headers) as resp:
         if resp.status != 200:
             raise RuntimeError(f"{resp.status}: {await resp.text()}")
+        # Read to the end, as the openai SDK does: the connection then goes back to the pool (one
+        # left after [DONE] is closed, and a new one per request would be the bench's own cost).
         async for line in resp.content:
-            if not line.startswith(b"data: "):
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                events += line.startswith(b"data: ")
                 continue
             events += 1
-            if line.startswith(b"data: [DONE]"):
-                break
             chunk = json.loads(line[6:])
             if ttft is None and chunk.get("choices") and chunk["choices"][0].get("delta", {}).get("content"):
                 ttft = time.perf_counter() - start

@@ -5,7 +5,10 @@ with the Gemma 3 270M demo model (64 output tokens, 1 and 8 concurrent streams).
 fake runtime with no token delay, so the proxy's own cost stands out: added latency per request
 and the daemon's CPU time per forwarded SSE event.
 
-    .venv/bin/python bench/router_overhead.py [--rounds N] [--proxy-requests N] [--part 1|2]
+    .venv/bin/python bench/router_overhead.py [--rounds N] [--proxy-requests N] [--part 1|2] [--baseline TREE]
+
+With ``--baseline TREE``, part 2 runs a second daemon from another source tree beside this one,
+the pairs of both interleaved: old and new measured on the same noisy machine at the same time.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,14 +28,12 @@ from _harness import (
     median,
     percentile,
     start_daemon,
+    start_fake_daemon,
     stream_chat,
 )
 
 sys.path.insert(0, str(ROOT))
-from daemon.api.models import ModelDefinition
 from daemon.models.registry import DEMO_MODEL_ID
-from tests.fakes import write_fake_runtime
-from tests.fakes.gguf_files import gguf_bytes
 
 TOKENS = 64
 
@@ -73,31 +73,38 @@ async def compare(d: BenchDaemon, model: str, concurrency: int, rounds: int) -> 
     }
 
 
-async def proxy_cost(d: BenchDaemon, model: str, requests: int) -> dict[str, float]:
-    """Fast fake upstream: added latency per request, and daemon CPU per forwarded SSE event."""
-    endpoint, key = d.runtime(model)
-    direct = (endpoint, {"Authorization": f"Bearer {key}"})
-    routed = (f"http://127.0.0.1:{d.port}", {})
-    daemon_proc = psutil.Process(d.process.pid)
-    lat: dict[str, list[float]] = {"direct": [], "routed": []}
-    events = 0
-    cpu = 0.0
+async def proxy_cost(daemons: list[BenchDaemon], model: str, requests: int) -> list[dict[str, float]]:
+    """Fast fake upstream: added latency per request, and daemon CPU per forwarded SSE event, for
+    each daemon; their pairs (direct, routed) interleave, so all see the same machine state."""
+    paths = []
+    for d in daemons:
+        endpoint, key = d.runtime(model)
+        paths.append(((endpoint, {"Authorization": f"Bearer {key}"}), (f"http://127.0.0.1:{d.port}", {}),
+                      psutil.Process(d.process.pid)))
+    lat = [{"direct": [], "routed": []} for _ in daemons]
+    events, cpu = [0] * len(daemons), [0.0] * len(daemons)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         for _ in range(20):  # warm-up
-            await stream_chat(session, *direct, model, "warm", TOKENS)
-            await stream_chat(session, *routed, model, "warm", TOKENS)
+            for direct, routed, _proc in paths:
+                await stream_chat(session, *direct, model, "warm", TOKENS)
+                await stream_chat(session, *routed, model, "warm", TOKENS)
         for i in range(requests):
-            result = await stream_chat(session, *direct, model, f"d{i}", TOKENS)
-            lat["direct"].append(result.total_s)
-            before = daemon_proc.cpu_times()
-            result = await stream_chat(session, *routed, model, f"r{i}", TOKENS)
-            after = daemon_proc.cpu_times()
-            lat["routed"].append(result.total_s)
-            cpu += (after.user - before.user) + (after.system - before.system)
-            events += result.events
-    added = sorted(r - dd for r, dd in zip(lat["routed"], lat["direct"], strict=True))
-    return {"added_p50_ms": percentile(added, 50) * 1000, "added_p99_ms": percentile(added, 99) * 1000,
-            "cpu_us_per_event": cpu / events * 1e6, "events": events}
+            for n in (range(len(paths)) if i % 2 == 0 else reversed(range(len(paths)))):
+                direct, routed, proc = paths[n]
+                result = await stream_chat(session, *direct, model, f"d{i}", TOKENS)
+                lat[n]["direct"].append(result.total_s)
+                before = proc.cpu_times()
+                result = await stream_chat(session, *routed, model, f"r{i}", TOKENS)
+                after = proc.cpu_times()
+                lat[n]["routed"].append(result.total_s)
+                cpu[n] += (after.user - before.user) + (after.system - before.system)
+                events[n] += result.events
+    figures = []
+    for n in range(len(paths)):
+        added = sorted(r - dd for r, dd in zip(lat[n]["routed"], lat[n]["direct"], strict=True))
+        figures.append({"added_p50_ms": percentile(added, 50) * 1000, "added_p99_ms": percentile(added, 99) * 1000,
+                        "cpu_us_per_event": cpu[n] / events[n] * 1e6, "events": events[n]})
+    return figures
 
 
 async def main() -> None:
@@ -105,12 +112,15 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--proxy-requests", type=int, default=300)
     parser.add_argument("--part", type=int, choices=(1, 2), help="run only this part (default: both)")
+    parser.add_argument("--baseline", type=Path, metavar="TREE",
+                        help="part 2 also runs a daemon from this source tree, interleaved with this one "
+                             "(e.g. git archive HEAD~1 | tar -x -C /tmp/old), and prints both")
     args = parser.parse_args()
 
     if args.part != 2:
         await real_runtime(args.rounds)
     if args.part != 1:
-        await fake_runtime(args.proxy_requests)
+        await fake_runtime(args.proxy_requests, args.baseline)
 
 
 async def real_runtime(rounds: int) -> None:
@@ -127,19 +137,26 @@ async def real_runtime(rounds: int) -> None:
         await d.stop()
 
 
-async def fake_runtime(proxy_requests: int) -> None:
+async def fake_runtime(proxy_requests: int, baseline: Path | None) -> None:
     print("Part 2: fast fake upstream (no token delay), sequential pairs")
-    fake = write_fake_runtime(Path(tempfile.mkdtemp()), token_delay_s=0, tokens=TOKENS)
-    d = await start_daemon("--llama-server", str(fake), seed_demo=False)
+    trees = [("this tree", ROOT)] + ([("baseline", baseline.resolve())] if baseline is not None else [])
+    daemons: list[BenchDaemon] = []
     try:
-        model_file = d.home / "fake.gguf"
-        model_file.write_bytes(gguf_bytes())  # a tiny valid header: the agent refuses malformed ones
-        await ensure_ready(d, ModelDefinition(id="fake", served_name="fake", model_path=str(model_file)), "fake")
-        r = await proxy_cost(d, "fake", proxy_requests)
-        print(f"  added latency per request: p50 {r['added_p50_ms']:.2f} ms, p99 {r['added_p99_ms']:.2f} ms")
-        print(f"  daemon CPU per forwarded SSE event: {r['cpu_us_per_event']:.1f} µs ({r['events']} events)")
+        for _name, root in trees:
+            daemons.append(await start_fake_daemon(TOKENS, root=root))
+        figures = await proxy_cost(daemons, "fake", proxy_requests)
+        for (name, root), r in zip(trees, figures, strict=True):
+            print(f"  {name} ({root}):")
+            print(f"    added latency per request: p50 {r['added_p50_ms']:.2f} ms, p99 {r['added_p99_ms']:.2f} ms")
+            print(f"    daemon CPU per forwarded SSE event: {r['cpu_us_per_event']:.1f} µs ({r['events']} events)")
+        if len(figures) == 2:
+            new, old = figures
+            print(f"  this tree / baseline: p50 {new['added_p50_ms'] / old['added_p50_ms']:.2f}, "
+                  f"p99 {new['added_p99_ms'] / old['added_p99_ms']:.2f}, "
+                  f"CPU per event {new['cpu_us_per_event'] / old['cpu_us_per_event']:.2f}")
     finally:
-        await d.stop()
+        for d in daemons:
+            await d.stop()
 
 
 if __name__ == "__main__":
