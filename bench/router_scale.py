@@ -28,6 +28,8 @@ import aiohttp
 import psutil
 from _harness import ROOT, BenchDaemon, percentile, start_fake_daemon, stream_chat
 
+from core.relay import RUNTIME_KEEPALIVE_S
+
 TOKENS = 64
 SLOTS = 256  # the most --parallel a model's settings allow
 ADMIN_POLL_S = 0.05
@@ -159,7 +161,8 @@ async def soak(seconds: float, streams: int, tree: Path) -> None:
                         errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
 
             await asyncio.gather(*[worker(n) for n in range(streams)])
-        await asyncio.sleep(1)  # connections the client closed are closed on the daemon's side too
+        # The client's connections are closed, and the router's idle ones to the runtime expire.
+        await asyncio.sleep(RUNTIME_KEEPALIVE_S + 1)
         print(f"  end:   {_daemon_figures(proc)}")
         print(f"  streams done {done}, failed {failed}" + (f" ({errors})" if errors else ""))
     finally:
