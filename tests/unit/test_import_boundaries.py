@@ -12,10 +12,21 @@ GUI = ("PySide6", "qasync", "pyqtgraph", "shiboken6")
 OURS = ("core", "agent", "daemon", "app", "mirbadllm", "installers", "tests", "bench")
 
 
-def _imports(package: str) -> list[tuple[Path, int, str]]:
+Probes = dict[Path, str] | None  # modules that are not on disk, each a path under the package and its source
+
+
+def _sources(package: str, probes: Probes = None) -> dict[Path, str]:
+    """The package's modules and their text, plus ``probes``: the checks below are shown to see a
+    violation with probes in memory, never files written into the tree (which another test reading
+    the tree at the same moment would trip over)."""
+    found = {path: path.read_text(encoding="utf-8") for path in (ROOT / package).rglob("*.py")}
+    return {**found, **(probes or {})}
+
+
+def _imports(package: str, probes: Probes = None) -> list[tuple[Path, int, str]]:
     found = []
-    for path in (ROOT / package).rglob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for path, text in _sources(package, probes).items():
+        tree = ast.parse(text, str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found += [(path, node.lineno, alias.name) for alias in node.names]
@@ -24,8 +35,8 @@ def _imports(package: str) -> list[tuple[Path, int, str]]:
     return found
 
 
-def _violations(package: str, allowed: callable) -> list[str]:
-    return [f"{p.relative_to(ROOT)}:{line} imports {name}" for p, line, name in _imports(package)
+def _violations(package: str, allowed: callable, probes: Probes = None) -> list[str]:
+    return [f"{p.relative_to(ROOT)}:{line} imports {name}" for p, line, name in _imports(package, probes)
             if not allowed(name)]
 
 
@@ -89,14 +100,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _cycles(package: str) -> list[list[str]]:
+def _cycles(package: str, probes: Probes = None) -> list[list[str]]:
     """Import cycles among ``package``'s modules (function-level imports count: they run too)."""
-    modules = {_module_name(p): p for p in (ROOT / package).rglob("*.py")}
+    sources = _sources(package, probes)
+    modules = {_module_name(p): p for p in sources}
     graph: dict[str, set[str]] = {name: set() for name in modules}
-    for path, _line, name in _imports(package):
+    for path, _line, name in _imports(package, probes):
         graph[_module_name(path)] |= {n for n in (name,) if n in modules}
     for path in modules.values():  # ``from agent.api import models`` names a module too
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(sources[path])):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 graph[_module_name(path)] |= {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
     return _cycles_in({name: deps - {name} for name, deps in graph.items()})
@@ -107,11 +119,11 @@ def test_no_import_cycle(package: str) -> None:
     assert _cycles(package) == []
 
 
-def _folder_cycles(package: str) -> list[list[str]]:
+def _folder_cycles(package: str, probes: Probes = None) -> list[list[str]]:
     """Import cycles among ``package``'s feature folders (``daemon.models`` -> ``daemon.nodes`` -> ...),
     every import counted (function-level too); modules at the package's top are left out."""
     graph: dict[str, set[str]] = {}
-    for path, _line, name in _imports(package):
+    for path, _line, name in _imports(package, probes):
         parts = path.relative_to(ROOT / package).parts
         target = name.split(".")
         if len(parts) < 2 or target[0] != package or len(target) < 2:
@@ -152,12 +164,8 @@ def test_no_cycle_between_daemon_feature_folders() -> None:
 
 
 def test_the_folder_cycle_check_sees_one() -> None:
-    probe = ROOT / "daemon" / "nodes" / "_folder_probe.py"
-    probe.write_text("def later():\n    from daemon.router import router\n")
-    try:
-        assert any({"nodes", "router"} <= set(cycle) for cycle in _folder_cycles("daemon"))
-    finally:
-        probe.unlink()
+    probe = {ROOT / "daemon" / "nodes" / "_folder_probe.py": "def later():\n    from daemon.router import router\n"}
+    assert any({"nodes", "router"} <= set(cycle) for cycle in _folder_cycles("daemon", probe))
 
 
 def test_only_the_entry_point_imports_the_daemon_server() -> None:
@@ -171,27 +179,19 @@ def test_only_the_entry_point_imports_the_daemon_server() -> None:
 
 
 def test_the_cycle_check_sees_a_cycle() -> None:
-    first, second = ROOT / "agent" / "_cycle_probe_a.py", ROOT / "agent" / "_cycle_probe_b.py"
-    first.write_text("import agent._cycle_probe_b\n")
-    second.write_text("def later():\n    from agent import _cycle_probe_a\n")
-    try:
-        assert _cycles("agent") == [["agent._cycle_probe_a", "agent._cycle_probe_b", "agent._cycle_probe_a"]]
-    finally:
-        first.unlink()
-        second.unlink()
+    probes = {ROOT / "agent" / "_cycle_probe_a.py": "import agent._cycle_probe_b\n",
+              ROOT / "agent" / "_cycle_probe_b.py": "def later():\n    from agent import _cycle_probe_a\n"}
+    assert _cycles("agent", probes) == [["agent._cycle_probe_a", "agent._cycle_probe_b", "agent._cycle_probe_a"]]
 
 
-def test_the_check_sees_a_violation(tmp_path: Path) -> None:
+def test_the_check_sees_a_violation() -> None:
     """The checker itself must catch a forbidden import, or the tests above prove nothing: one at
     the top of a module and one inside a function, as the app imports Qt lazily."""
-    bad = ROOT / "agent" / "_boundary_probe.py"
-    bad.write_text("import daemon.models.registry\n\n\ndef later():\n    from daemon.keys import KeyStore\n")
-    try:
-        assert sorted(_violations("agent", lambda n: _top(n) != "daemon")) == [
-            "agent/_boundary_probe.py:1 imports daemon.models.registry",
-            "agent/_boundary_probe.py:5 imports daemon.keys"]
-    finally:
-        bad.unlink()
+    probe = {ROOT / "agent" / "_boundary_probe.py":
+             "import daemon.models.registry\n\n\ndef later():\n    from daemon.keys import KeyStore\n"}
+    assert sorted(_violations("agent", lambda n: _top(n) != "daemon", probe)) == [
+        "agent/_boundary_probe.py:1 imports daemon.models.registry",
+        "agent/_boundary_probe.py:5 imports daemon.keys"]
 
 
 # --- a runtime is a value: what it can do is asked of its profile (agent/api/runtimes.py) ---------
