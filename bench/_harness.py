@@ -115,8 +115,8 @@ async def start_fake_daemon(tokens: int, *, root: Path = ROOT, parallel: int | N
 
 
 async def ensure_ready(d: BenchDaemon, definition: ModelDefinition | None, model_id: str) -> None:
-    if definition is not None:
-        await d.client.create_model(definition)
+    if definition is not None:  # only what is set: a daemon from an older tree (--baseline) knows no newer field
+        await d.client._call("POST", "/api/models", body=definition.model_dump(mode="json", exclude_defaults=True))
     status = await d.client.start_model(model_id, wait=True)
     if status.state != ModelState.READY:
         raise SystemExit(f"{model_id} did not become ready: {status.error}")
