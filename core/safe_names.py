@@ -109,34 +109,35 @@ def lexically_inside(folder: str, path: str) -> bool:
     Used where the files are on another machine (the daemon judging a definition). Windows paths
     compare case-insensitively with either separator. Symlinks are the agent's to judge.
     """
-    try:
-        check_node_path(path, "path")
-    except UnsafeName:
+    parts = _comparable(folder, path, check=(path,))
+    if parts is None:
         return False
-    windows = is_windows_path(folder)
-    if windows != is_windows_path(path):
-        return False
-    base, target = _node_parts(folder), _node_parts(path)
-    if windows:
-        base, target = [p.casefold() for p in base], [p.casefold() for p in target]
+    base, target = parts
     return len(target) > len(base) and target[: len(base)] == base
 
 
 def lexically_same(a: str, b: str) -> bool:
     """Whether two absolute node paths name one file, judged by text alone (``lexically_inside``'s
     rules: Windows paths case-insensitively, with either separator; repeated separators ignored)."""
+    parts = _comparable(a, b, check=(a, b))
+    return parts is not None and parts[0] == parts[1]
+
+
+def _comparable(a: str, b: str, check: tuple[str, ...]) -> tuple[list[str], list[str]] | None:
+    """Both paths' parts, ready to compare (Windows ones case-folded); None when a path in ``check``
+    is not a safe node path or only one of them is a Windows path."""
     try:
-        check_node_path(a, "path")
-        check_node_path(b, "path")
+        for path in check:
+            check_node_path(path, "path")
     except UnsafeName:
-        return False
+        return None
     windows = is_windows_path(a)
     if windows != is_windows_path(b):
-        return False
+        return None
     left, right = _node_parts(a), _node_parts(b)
     if windows:
         left, right = [p.casefold() for p in left], [p.casefold() for p in right]
-    return left == right
+    return left, right
 
 
 def commonpath_inside(folder: str | os.PathLike[str], path: str | os.PathLike[str],

@@ -344,10 +344,10 @@ def host_alerts(hosts: tuple[HostSnapshot, ...]) -> list[HostAlert]:
 def _transitions(old: FleetSnapshot, new: FleetSnapshot) -> list[Notice]:
     before = {m.definition.id: m.status.state for m in old.models}
     notices = []
-    if old.hosts or new.hosts:
+    if old.hosts and new.hosts is not old.hosts:  # a model's change keeps the hosts: nothing to compare
         known = {a.key for a in host_alerts(old.hosts)}
         notices += [Notice(a.key, a.title, a.what_to_do, failed=True) for a in host_alerts(new.hosts)
-                    if a.key not in known and old.hosts]  # not at the first figures: what was already so
+                    if a.key not in known]  # not at the first figures (no old hosts): what was already so
     for view in new.models:
         state, was = view.status.state, before.get(view.definition.id)
         if state == was or was is None:
