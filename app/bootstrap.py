@@ -4,6 +4,8 @@
 answers it starts ``mirbadllm daemon --home HOME`` detached (its own session, output appended to
 ``{home}/logs/daemon-launch.log``) under a lock file, so two apps launched together start one
 daemon, and waits for ``/healthz`` up to a deadline. A failure carries the daemon's last log lines.
+``wait_gone`` is the other half (``mirbadllm ctl daemon stop``, the app's restart after an update):
+after ``POST /api/shutdown``, until the daemon stopped answering and its process has exited.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import IO, Any
 from urllib.parse import urlparse
 
 import aiohttp
+import psutil
 
+from daemon.api.client import DaemonClient
 from daemon.api.locations import LAUNCH_LOG, read_admin_token, read_daemon_url
 from daemon.api.program import program_argv
 
@@ -95,6 +99,26 @@ def log_tail(path: Path, lines: int = 40) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+async def wait_gone(client: DaemonClient, pid: int | None, timeout: float) -> bool:
+    """True once the daemon stopped answering and its process (when it runs here) has exited, so a
+    following start never finds the old one still holding the port or the home."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while time.monotonic() < deadline:
+        if not await client.healthz() and not (pid and _alive(pid)):
+            return True
+        await asyncio.sleep(delay)  # a foreign process: nothing to wait on but its exit
+        delay = min(delay * 2, 0.5)
+    return False
 
 
 class StartLock:

@@ -8,12 +8,9 @@ this waits until that process has exited (not only until the port is closed), so
 from __future__ import annotations
 
 import argparse
-import asyncio
-import time
 from typing import Any
 
-import psutil
-
+from app.bootstrap import wait_gone
 from daemon.api.client import DaemonClient, DaemonError
 
 STOP_WAIT_S = 120.0  # closing waits for open requests (long-polls end within a minute)
@@ -25,25 +22,6 @@ def add_parser(groups: Any) -> None:
     stop = actions.add_parser("stop", help="stop the daemon; its models keep running and are adopted next time")
     stop.add_argument("--stop-models", action="store_true", help="stop every model first")
     stop.add_argument("--timeout", type=float, default=STOP_WAIT_S, help="seconds to wait for it to exit")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
-
-
-async def wait_gone(client: DaemonClient, pid: int | None, timeout: float) -> bool:
-    """True once the daemon stopped answering and its process (when it runs here) has exited."""
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while time.monotonic() < deadline:
-        if not await client.healthz() and not (pid and _alive(pid)):
-            return True
-        await asyncio.sleep(delay)  # a foreign process: nothing to wait on but its exit
-        delay = min(delay * 2, 0.5)
-    return False
 
 
 async def run(args: argparse.Namespace, client: DaemonClient) -> int:
