@@ -35,6 +35,7 @@ from app.demo_backup import DemoBackups
 from app.demo_disk import DEMO_MODELS_DIR, DemoDisk
 from app.demo_host_services import DemoHostServices
 from app.demo_hub import DemoHub
+from app.demo_model_updates import DemoModelUpdates
 from app.demo_requests import DemoRequests
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
@@ -116,7 +117,7 @@ DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan
 
 
 class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
-                 DemoDisk, DemoHub):
+                 DemoDisk, DemoHub, DemoModelUpdates):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
     ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare
@@ -156,6 +157,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, 
             self.statuses[d.id] = ModelStatus(id=d.id, served_name=d.served_name, state=ModelState.STOPPED)
         if seeded:
             self._seed_fleet()
+        self._seed_model_updates(seeded)  # after the fleet: it gives two of its models a hub origin
         self._key_count = len(self.keys)
 
     def _seed_fleet(self) -> None:

@@ -73,6 +73,8 @@ from daemon.sources.hub_api import HubApi
 from daemon.sources.mirror import Mirror, MirrorApi
 from daemon.sources.registration import Registered, register_models
 from daemon.sources.transfers import Transfers
+from daemon.sources.updates import ModelUpdates
+from daemon.sources.updates_api import ModelUpdatesApi
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import (
     client_ssl_context,
@@ -115,6 +117,7 @@ class DaemonDeps:
     mirror: Mirror
     backups: BackupService
     backup_scheduler: BackupScheduler
+    model_updates: ModelUpdates  # hub models' newer revisions, update and roll back (daemon.sources.updates)
     shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)  # `mirbadllm daemon` exits on it
     local_agent: LocalAgentProcess | None = None  # this machine's agent, once started
 
@@ -135,8 +138,8 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     audit = AuditLog(paths.history)
     history.recorder = audit  # History.audit's callers record through it
     backends = NodeBackends(paths.node_backends)  # each node's backend choice, sent with every launch
-    orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links, backends.choice)
-    orchestrator.maintenance = maintenance  # a model a job holds shows it, and refuses a Start
+    # a model a job holds shows it, and refuses a Start
+    orchestrator = Orchestrator(registry, events, RestartBook(paths.home), links, backends.choice, maintenance)
     router = Router(orchestrator, links, maintenance, keys, config, history, metrics,
                     tracing=router_tracing(config.tracing))  # None unless [tracing] enabled
     health = HealthMonitor(orchestrator, links, maintenance, config.health, router.in_flight)
@@ -174,7 +177,8 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
                       router=router, health=health, telemetry=telemetry, nodes=nodes, upgrades=upgrades,
                       runtime_upgrades=runtime_upgrades, runtime_packs=packs, jobs=jobs,
                       transfers=transfers, mirror=mirror,
-                      backups=backups, backup_scheduler=BackupScheduler(backups, config, events))
+                      backups=backups, backup_scheduler=BackupScheduler(backups, config, events),
+                      model_updates=ModelUpdates(registry, orchestrator, links, transfers, events, history, Hub()))
 
 
 def handlers(d: DaemonDeps) -> Handlers:
@@ -200,7 +204,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         audit=AuditApi(d.audit),
         prometheus=PrometheusTargets(d.nodes.views),
         files=NodeFilesApi(disk, d.history),
-        hub=HubApi(Hub(), d.telemetry.hosts))
+        hub=HubApi(Hub(), d.telemetry.hosts),
+        model_updates=ModelUpdatesApi(d.model_updates, d.orchestrator))
 
 
 def ollama(d: DaemonDeps) -> OllamaApi:
@@ -234,6 +239,7 @@ async def start(d: DaemonDeps) -> None:
     await d.nodes.start()
     d.background.spawn(d.jobs.recover())
     d.background.spawn(d.backup_scheduler.run())
+    d.background.spawn(d.model_updates.run())  # daily: has the hub a newer revision of a model's files
 
 
 async def _start_local_agent(d: DaemonDeps) -> None:

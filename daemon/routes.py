@@ -3,7 +3,7 @@ Ollama API on its own port (``ollama_route_table``, ``daemon.ollama``).
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
 handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.files.api``, ``daemon.sources.api``,
-``daemon.sources.hub_api``, ``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
+``daemon.sources.hub_api``, ``daemon.sources.updates_api``, ``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
 ``daemon.probes``) and are built by the composition root (``daemon.deps.handlers``); errors they
 raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``,
 which answers a node agent's ``AgentError`` too (``daemon.nodes.agent_errors``).
@@ -35,6 +35,7 @@ from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
 from daemon.sources.hub_api import HubApi
 from daemon.sources.mirror import MirrorApi
+from daemon.sources.updates_api import ModelUpdatesApi
 from daemon.upgrades.api import UpgradesApi
 
 
@@ -57,6 +58,7 @@ class Handlers:
     prometheus: PrometheusTargets
     files: NodeFilesApi
     hub: HubApi
+    model_updates: ModelUpdatesApi
 
 
 def route_table(h: Handlers) -> list[web.RouteDef]:
@@ -82,6 +84,10 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.post("/api/models/{id}/start", models.start_model),              # ?wait=0|1&force=0|1
         web.post("/api/models/{id}/stop", models.stop_model),
         web.post("/api/models/{id}/restart", models.restart_model),
+        web.post("/api/models/{id}/update", h.model_updates.update),         # the hub's newest revision, beside the old files; 202 Transfer
+        web.post("/api/models/{id}/rollback", h.model_updates.rollback),     # back to the kept files (daemon.sources.updates)
+        web.get("/api/model-updates", h.model_updates.list_updates),         # the last check per hub model
+        web.post("/api/model-updates/check", h.model_updates.check),         # ask the hub now
         web.get("/api/models/{id}/logs", models.model_logs),                 # ?tail=N&follow=0|1
         web.get("/api/models/{id}/history", models.model_history),           # ?range=5m|1h|24h|7d
         web.get("/api/nodes/{id}/history", nodes.node_history),              # ?range=5m|1h|24h|7d

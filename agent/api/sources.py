@@ -190,6 +190,14 @@ class LmStudioModelInfo(BaseModel):
     projector_path: str | None = Field(default=None, description="The folder's one vision projector.")
 
 
+class SourceFile(BaseModel):
+    """One file a model was fetched as (its model file, shards and projector), as the hub listed it."""
+
+    path: str = Field(max_length=1024, description="The file's path in its repository.")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="None: not an LFS file.")
+    size: int = Field(default=0, ge=0)
+
+
 class ImportedModel(BaseModel):
     """A model file now on the node, ready to register."""
 
@@ -202,6 +210,8 @@ class ImportedModel(BaseModel):
     hf_file: str | None = None
     revision: str | None = None
     origin: str = ""
+    files: list[SourceFile] = Field(default_factory=list, description="From the hub: each file fetched, with "
+                                    "the SHA-256 it was verified against.")
 
 
 class TransferState(str, Enum):

@@ -18,7 +18,7 @@ from huggingface_hub import get_token
 from yarl import URL
 
 from agent.admission import inspect_file
-from agent.api.sources import DownloadRequest, HfFileRef, ImportedModel
+from agent.api.sources import DownloadRequest, HfFileRef, ImportedModel, SourceFile
 from agent.gguf_facts import shard_names
 from agent.problems import InvalidModelFile
 from agent.sources.fetch import Expected, FetchSettings, fetch_file
@@ -137,7 +137,8 @@ async def run_hf(req: DownloadRequest, handle: TransferHandle, ctx: DownloadCont
         name=slug(stem), model_path=str(paths[0]), projector_path=str(paths[-1]) if projector else None,
         size=sum(i.size for i in infos[: len(model_files)]), sha256=infos[0].expected.sha256,
         hf_repo=ref.repo, hf_file=model_files[0], revision=infos[0].commit or ref.revision,
-        origin=f"hf:{ref.repo}/{model_files[0]}")]
+        origin=f"hf:{ref.repo}/{model_files[0]}",
+        files=[SourceFile(path=i.path, sha256=i.expected.sha256, size=i.size) for i in infos])]
 
 
 async def run_url(req: DownloadRequest, handle: TransferHandle, ctx: DownloadContext) -> list[ImportedModel]:

@@ -64,6 +64,10 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/hub/search                  -> HubSearchResult  # ?q=TEXT&format=gguf|mlx|safetensors&limit=N (daemon.api.hub)
     GET    /api/hub/repos/{owner}/{name}/files -> HubRepoFiles  # GGUF models by quant; 404 no_gguf_files, 403 repo_gated
     GET    /api/hub/catalog                 -> CatalogView      # the curated catalog, each entry's fit on this machine
+    GET    /api/model-updates               -> list[ModelUpdate]  # the last check per hub model (daemon.api.model_updates)
+    POST   /api/model-updates/check         -> list[ModelUpdate]  # ask the hub now
+    POST   /api/models/{id}/update          -> Transfer         # 202; 409 no_hub_origin | update_refused | no_update
+    POST   /api/models/{id}/rollback        -> ModelView        # 409 nothing_to_roll_back
     POST   /api/jobs/benchmark              -> JobView          # body: BenchmarkRequest; 202, 409 job_conflict
     POST   /api/jobs/tune                   -> JobView          # body: TuneRequest; 202, 409 job_conflict
     POST   /api/jobs/tune/plan              -> TuningPlan       # body: TuneRequest
@@ -91,6 +95,7 @@ from daemon.api.files import FileRemoved, ModelRemoval, NodeFilesView
 from daemon.api.hub import CatalogView, HubFormat, HubRepoFiles, HubSearchResult
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
 from daemon.api.mirror import MirrorQuery
+from daemon.api.model_updates import ModelUpdate
 from daemon.api.models import (
     ApiKeyCreate,
     ApiKeyCreated,
@@ -401,6 +406,21 @@ class DaemonClient:
     async def hub_catalog(self) -> CatalogView:
         """The curated catalog (short names such as gemma3:1b), each entry with whether it fits here."""
         return CatalogView.model_validate(await self._call("GET", "/api/hub/catalog"))
+
+    # --- model updates from the hub (daemon.sources.updates) -------------------------------------
+    async def model_updates(self, check: bool = False) -> list[ModelUpdate]:
+        """Each hub model's update state: the last check's (daily), or the hub's answer now with ``check``."""
+        answer = await self._call("POST", "/api/model-updates/check") if check else \
+            await self._call("GET", "/api/model-updates")
+        return [ModelUpdate.model_validate(u) for u in answer]
+
+    async def update_model_files(self, model_id: str) -> Transfer:
+        """Fetch the hub's newest revision of the model beside its files; swapped in (and restarted) when done."""
+        return Transfer.model_validate(await self._call("POST", f"/api/models/{model_id}/update"))
+
+    async def rollback_model(self, model_id: str) -> ModelView:
+        """Back to the files (and revision) kept by the last update."""
+        return ModelView.model_validate(await self._call("POST", f"/api/models/{model_id}/rollback"))
 
     # --- host services of a node (daemon.services.api) ------------------------------------------
     async def node_files(self, node_id: str = "local") -> NodeFilesView:

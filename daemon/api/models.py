@@ -12,6 +12,7 @@ from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
 from agent.api.runtimes import RuntimeId
+from agent.api.sources import SourceFile
 from agent.api.vllm import VllmSettings
 from core.key_store import KeysAtRest
 from daemon.api.backup import BackupSettings
@@ -31,15 +32,32 @@ class ModelState(str, Enum):
     FAILED = "failed"
 
 
+class KeptRevision(BaseModel):
+    """The files a model ran before an update (daemon.sources.updates), kept on its node for a roll back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    revision: str | None = None
+    hf_file: str | None = None
+    files: list[SourceFile] = Field(default_factory=list)
+    model_path: str
+    projector_path: str | None = None
+    replaced_at: float = 0.0
+
+
 class ModelSource(BaseModel):
-    """Where a model file came from, so it can be fetched again."""
+    """Where a model file came from, so it can be fetched again (and updated: daemon.sources.updates)."""
 
     model_config = ConfigDict(extra="forbid")
 
     hf_repo: str | None = None
     hf_file: str | None = None
-    revision: str | None = None
+    revision: str | None = Field(default=None, description="The hub's commit the files are of.")
     package: str | None = Field(default=None, description="Python package that ships the file.")
+    files: list[SourceFile] = Field(default_factory=list, description="Each file fetched from the hub with its "
+                                    "SHA-256 and size, as the hub listed them at ``revision``.")
+    previous: KeptRevision | None = Field(default=None, description="The files before the last update, kept "
+                                          "for `models rollback`.")
 
 
 class Preset(BaseModel):

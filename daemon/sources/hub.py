@@ -6,6 +6,7 @@ loop and each has a timeout (the hub client retries for most of a minute, with n
 
     GET {hub}/api/models?search=Q&filter=gguf&sort=downloads&limit=N&expand=downloads&expand=likes...
     GET {hub}/api/models/{owner}/{name}?blobs=true       -> siblings with their sizes
+    GET {hub}/api/models/{owner}/{name}/revision/{rev}?blobs=true -> its commit (sha), each file's sha256
 
 ``HF_ENDPOINT`` is read on each call (a mirror, or a test's fake hub), and ``HF_TOKEN``, when set, is
 sent to the hub (a private repository's files). Downloads stay the agent's (``/api/downloads``): a
@@ -20,9 +21,11 @@ import logging
 import os
 from collections.abc import Callable
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import aiohttp
 
+from agent.api.sources import SourceFile
 from core.safe_names import UnsafeName, check_hf_repo
 from daemon.api.hub import HubFile, HubFormat, HubRepo, HubRepoFiles, HubSearchResult
 from daemon.errors import DaemonProblem
@@ -98,6 +101,22 @@ class Hub:
                     "downloads it a token (HF_TOKEN in its environment)")
         return HubRepoFiles(repo=repo, downloads=about.downloads, likes=about.likes, updated=about.updated,
                             gated=about.gated, quants=quants, projectors=projectors, note=note)
+
+    async def files_at(self, repo: str, revision: str = "main") -> tuple[str, dict[str, SourceFile]]:
+        """The commit ``revision`` names in ``repo`` and its files, each with its SHA-256 (LFS) and size
+        (model updates, ``daemon.sources.updates``)."""
+        info = await self._get(f"/api/models/{repo}/revision/{quote(revision, safe='')}", [("blobs", "true")],
+                               subject=repo)
+        sha = info.get("sha") if isinstance(info, dict) else None
+        if not isinstance(sha, str) or not sha:
+            raise DaemonProblem(502, "hub_error", f"the hub's answer about {repo}@{revision} names no commit")
+        files: dict[str, SourceFile] = {}
+        for s in info.get("siblings") or []:
+            if isinstance(s, dict) and s.get("rfilename"):
+                lfs = s.get("lfs") or {}
+                files[str(s["rfilename"])] = SourceFile(path=str(s["rfilename"]), sha256=lfs.get("sha256") or None,
+                                                        size=int(lfs.get("size") or s.get("size") or 0))
+        return sha, files
 
     async def _get(self, path: str, params: list[tuple[str, str]], subject: str | None) -> Any:
         hub = self._endpoint()

@@ -5,8 +5,9 @@ a served name, and ``--mmproj`` when it came with a vision projector; with ``pre
 first model gets the demo model's definition (``daemon.api.demo_model``); with ``settings`` (and
 ``rpc_nodes``) the first model gets those llama.cpp settings and helpers: the plan option the
 add-model wizard picked before the download. A file a model on the same node already uses is not
-registered again: the transfer names that model instead (``Transfer.existing``). The registry checks
-every definition as it would one typed by the user (``daemon.validation``).
+registered again: the transfer names that model instead (``Transfer.existing``). A model from the
+hub records its origin: repository, commit, each file's SHA-256 and size (``daemon.sources.updates``
+asks the hub whether they changed). The registry checks every definition as it would one typed by the user (``daemon.validation``).
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ async def register_models(registry: Registry, events: EventBus, history: History
         served = query.served_name if n == 0 and query.served_name else model_id
         if registry.by_served_name(served) is not None:
             served = model_id
-        source = ModelSource(hf_repo=imported.hf_repo, hf_file=imported.hf_file, revision=imported.revision) \
-            if imported.hf_repo else None
+        source = ModelSource(hf_repo=imported.hf_repo, hf_file=imported.hf_file, revision=imported.revision,
+                             files=imported.files) if imported.hf_repo else None
         definition = ModelDefinition(
             id=model_id, served_name=served, node=transfer.node, model_path=imported.model_path, sources=source,
             extra_args=["--mmproj", imported.projector_path] if imported.projector_path else [],

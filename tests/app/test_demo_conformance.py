@@ -27,6 +27,7 @@ from daemon.api.models import (
     ApiKeyLimits,
     DaemonSettings,
     ModelDefinition,
+    ModelSource,
     ModelStatus,
     RequestRecord,
 )
@@ -72,7 +73,10 @@ def _seeded() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
 
 
 def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
-    bare = DemoDaemon([definition("alpha"), definition("beta", served_name="Beta-7B")])
+    pulled = ModelSource(hf_repo="acme/gamma-GGUF", hf_file="gamma.gguf", revision="a" * 40)
+    bare = DemoDaemon([definition("alpha"), definition("beta", served_name="Beta-7B"),
+                       definition("gamma", sources=pulled)])
+    bare.publish_revision("acme/gamma-GGUF")  # an update waits (app.demo_model_updates)
     waiting = bare.add_waiting_agent("box", "ABCD-EFGH")
     bare.add_node_file("local", "/models/alpha.gguf", 4_000_000)
     bare.add_node_file("local", "/models/old/unused.gguf", 2_000_000)
@@ -131,6 +135,9 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("hub_search", lambda r: ("qwen3", "gguf", 5)),
         ("hub_repo_files", lambda r: (r["hub_search"].repos[0].id if r["hub_search"].repos else "acme/x-GGUF",)),
         ("hub_catalog", lambda r: ()),
+        ("model_updates", lambda r: (True,)),
+        ("update_model_files", lambda r: (next(u.model for u in r["model_updates"] if u.state == "available"),)),
+        ("rollback_model", lambda r: (r["update_model_files"].registered[0],)),
         ("node_files", lambda r: ("local",)),
         ("remove_node_file", lambda r: ("local", next(f.path for f in r["node_files"].files if f.unused))),
         ("delete_model_with_files", lambda r: (model,)),

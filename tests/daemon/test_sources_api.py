@@ -158,8 +158,11 @@ async def test_a_hub_download_becomes_a_registered_model(
             assert any(e.type == "model.added" and e.model == "tiny" for e in page.events)
             view = await d.client.get_model("tiny")
             assert view.definition.extra_args[0] == "--mmproj" and view.definition.tags == ["downloaded"]
-            assert view.definition.sources == ModelSource(hf_repo="acme/tiny-GGUF", hf_file="tiny-Q4_K_M.gguf",
-                                                          revision="0123456789abcdef0123456789abcdef01234567")
+            source = view.definition.sources  # its origin: what a model update checks (daemon.sources.updates)
+            assert source is not None and source.model_dump(exclude={"files"}) == ModelSource(
+                hf_repo="acme/tiny-GGUF", hf_file="tiny-Q4_K_M.gguf",
+                revision="0123456789abcdef0123456789abcdef01234567").model_dump(exclude={"files"})
+            assert sorted(f.path for f in source.files) == ["mmproj-tiny-f16.gguf", "tiny-Q4_K_M.gguf"]
             assert (await d.client.transfer(started.id)).registered == ["tiny"]
             assert (await d.client.start_model("tiny", wait=True)).state == ModelState.READY
     finally:

@@ -6,7 +6,9 @@ does; a small file is served directly with its git SHA-1 as ``ETag``. ``GET /api
 tree/{revision}`` lists the files; ``GET /api/models?search=&filter=&sort=downloads&limit=`` searches
 (``HfApi.list_models``: a repo matches when its id holds the words, its tags hold the filter) and
 ``GET /api/models/{repo}?blobs=true`` describes one with its files' sizes (``HfApi.model_info``);
-``describe`` sets a repo's downloads, likes, date, tags and ``gated``, ``private`` repos answer 401
+``publish`` makes a new commit (new files or new bytes for old names; ``GET /api/models/{repo}/revision/{rev}``
+and ``resolve/{rev}`` answer each commit's own files, ``main`` the newest), while ``add`` changes
+a file in place without a new commit (what the hub must never do); ``describe`` sets a repo's downloads, likes, date, tags and ``gated``, ``private`` repos answer 401
 ``RepoNotFound`` and ``refuse`` makes a repo answer 403 ``GatedRepo``, as the real hub does. The CDN is a second server on another origin (``localhost``
 rather than ``127.0.0.1``): it serves ``Range`` requests and records every request's headers,
 so a test sees whether a token leaked there. Per-file switches make it lie or fail:
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiohttp import web
 
@@ -72,12 +75,34 @@ class FakeHub:
     about: dict[str, dict[str, object]] = field(default_factory=dict)  # repo -> downloads, likes, tags...
     private: set[str] = field(default_factory=set)  # 401 RepoNotFound without the token, as the hub says it
     refused: set[str] = field(default_factory=set)  # 403 GatedRepo: a gated repo whose license is not accepted
+    commits: dict[str, str] = field(default_factory=dict)  # repo -> its newest commit (COMMIT until a publish)
+    history: dict[str, dict[str, dict[str, HubFile]]] = field(default_factory=dict)  # repo -> commit -> files
     _runners: list[web.AppRunner] = field(default_factory=list)
+    _serial: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def add(self, repo: str, path: str, data: bytes, **switches: object) -> HubFile:
         item = HubFile(data, **switches)  # type: ignore[arg-type]
         self.repos.setdefault(repo, {})[path] = item
         return item
+
+    def publish(self, repo: str, files: dict[str, bytes], **switches: object) -> str:
+        """A new commit of ``repo`` with these files' new bytes (the others as they were): its sha."""
+        old = self.commit_of(repo)
+        self.history.setdefault(repo, {})[old] = {p: replace(f) for p, f in self.repos.get(repo, {}).items()}
+        for path, data in files.items():
+            self.add(repo, path, data, **switches)
+        self.commits[repo] = hashlib.sha1(f"{repo}:{next(self._serial)}".encode()).hexdigest()
+        return self.commits[repo]
+
+    def commit_of(self, repo: str) -> str:
+        return self.commits.get(repo, COMMIT)
+
+    def _at(self, repo: str, revision: str) -> tuple[str, dict[str, HubFile]]:
+        """The commit ``revision`` names and its files: an older commit's own, else the newest."""
+        older = self.history.get(repo, {})
+        if revision in older and revision != self.commit_of(repo):
+            return revision, older[revision]
+        return self.commit_of(repo), self.repos.get(repo, {})
 
     def describe(self, repo: str, *, downloads: int = 0, likes: int = 0, updated: str = "2025-05-01T12:00:00.000Z",
                  tags: tuple[str, ...] = (), gated: bool | str = False) -> None:
@@ -110,18 +135,20 @@ class FakeHub:
             return web.json_response({"error": "Repository not found" if private else "Access restricted"},
                                      status=401 if private else 403,
                                      headers={"X-Error-Code": "RepoNotFound" if private else "GatedRepo"})
-        item = self.repos.get(repo, {}).get(request.match_info["path"])
+        commit, files = self._at(repo, request.match_info["revision"])
+        item = files.get(request.match_info["path"])
         if item is None:
             return web.json_response({"error": "Entry not found"}, status=404,
                                      headers={"X-Error-Code": "EntryNotFound"})
-        headers = {"X-Repo-Commit": COMMIT}
+        headers = {"X-Repo-Commit": commit}
         if not item.lfs:
             headers["ETag"] = f'"{item.etag or item.git_sha1}"'
             return await self._send(request, item, headers)
         etag = item.etag if item.etag is not None else item.sha256
         headers.update({"X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(len(item.data)),
                         "ETag": f'"{etag}"', "Content-Length": "0",
-                        "Location": item.location or f"{self.cdn_url}/cdn/{repo}/{request.match_info['path']}"})
+                        "Location": item.location or f"{self.cdn_url}/cdn/{repo}/{request.match_info['path']}"
+                        + ("" if commit == self.commit_of(repo) else f"?rev={commit}")})
         return web.Response(status=302, headers=headers)
 
     async def tree(self, request: web.Request) -> web.Response:
@@ -133,9 +160,10 @@ class FakeHub:
         if repo not in self.repos:
             return web.json_response({"error": "Repository not found"}, status=404,
                                      headers={"X-Error-Code": "RepoNotFound"})
+        _commit, at = self._at(repo, request.match_info["revision"])
         files = [{"type": "file", "path": path, "size": len(item.data), "oid": item.git_sha1,
                   **({"lfs": {"oid": item.sha256, "size": len(item.data), "pointerSize": 134}} if item.lfs else {})}
-                 for path, item in self.repos[repo].items()]
+                 for path, item in at.items()]
         return web.json_response(files)
 
     def _tags(self, repo: str) -> list[str]:
@@ -173,17 +201,18 @@ class FakeHub:
             return web.json_response({"error": f"Access to model {repo} is restricted."}, status=403,
                                      headers={"X-Error-Code": "GatedRepo"})
         blobs = request.query.get("blobs") in ("true", "True", "1")
+        commit, at = self._at(repo, request.match_info.get("revision", "main"))
         siblings = [{"rfilename": path, **({"blobId": item.git_sha1, "size": len(item.data)} if blobs else {}),
                      **({"lfs": {"sha256": item.sha256, "size": len(item.data), "pointerSize": 134}}
                         if blobs and item.lfs else {})}
-                    for path, item in self.repos[repo].items()]
-        return web.json_response({**self._summary(repo, None), "sha": COMMIT, "siblings": siblings})
+                    for path, item in at.items()]
+        return web.json_response({**self._summary(repo, None), "sha": commit, "siblings": siblings})
 
     # --- the CDN -------------------------------------------------------------------------------
     async def cdn(self, request: web.Request) -> web.StreamResponse:
         self._record("cdn", request)
         repo = f"{request.match_info['owner']}/{request.match_info['name']}"
-        item = self.repos.get(repo, {}).get(request.match_info["path"])
+        item = self._at(repo, request.query.get("rev", "main"))[1].get(request.match_info["path"])
         if item is None:
             return web.Response(status=404)
         return await self._send(request, item, {"ETag": f'"{item.sha256}"'})
@@ -225,6 +254,7 @@ class FakeHub:
         hub.router.add_route("*", "/{owner}/{name}/resolve/{revision}/{path:.+}", self.resolve)
         hub.router.add_get("/api/models", self.search)
         hub.router.add_get("/api/models/{owner}/{name}", self.model_info)
+        hub.router.add_get("/api/models/{owner}/{name}/revision/{revision}", self.model_info)
         hub.router.add_get("/api/models/{owner}/{name}/tree/{revision}", self.tree)
         hub.router.add_get("/api/models/{owner}/{name}/tree/{revision}/{sub:.*}", self.tree)
         cdn = web.Application()
@@ -242,5 +272,5 @@ class FakeHub:
         return self
 
     async def close(self) -> None:
-        for runner in self._runners:
-            await runner.cleanup()
+        while self._runners:
+            await self._runners.pop().cleanup()
