@@ -8,7 +8,9 @@
                          | search WORDS | files REPO | catalog                            (ctl_discover)
                          | mirror MODEL --to NODE                                        (ctl_sources)
                          | plan FILE|REPO[:QUANT] [--node N] [--ctx N]                   (ctl_plan)
+                         | updates [--cached] [--all] | update MODEL | rollback MODEL      (ctl_model_updates)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
+    mirbadllm ctl upgrade | upgrade nodes [--folder F]                                   (ctl_upgrade)
     mirbadllm ctl keys list | create NAME | limit NAME|ID [--rpm N] [--tokens-per-day N] | revoke NAME|ID (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
@@ -44,11 +46,13 @@ from mirbadllm import (
     ctl_disk,
     ctl_jobs,
     ctl_keys,
+    ctl_model_updates,
     ctl_nodes,
     ctl_plan,
     ctl_presets,
     ctl_requests,
     ctl_sources,
+    ctl_upgrade,
 )
 from mirbadllm.ctl_services import add_parser as add_services_parser
 from mirbadllm.ctl_services import run as run_services
@@ -95,9 +99,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_disk.add_parsers(models)
     ctl_plan.add_parser(models)
     ctl_presets.add_parser(models)
+    ctl_model_updates.add_parsers(models)
 
     ctl_nodes.add_parser(groups)
     ctl_daemon.add_parser(groups)
+    ctl_upgrade.add_parser(groups)
     ctl_jobs.add_parser(groups)
     ctl_keys.add_parser(groups)
     add_services_parser(groups)
@@ -142,6 +148,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_nodes.run(args, client)
     if args.group == "daemon":
         return await ctl_daemon.run(args, client)
+    if args.group == "upgrade":
+        return await ctl_upgrade.run(args, client)
     if args.group in ("bench", "tune", "jobs"):
         return await ctl_jobs.run(args, client)
     if args.group == "services":
@@ -169,6 +177,8 @@ async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_disk.run(args, client)
     elif args.action == "plan":
         return await ctl_plan.run(args, client)
+    elif args.action in ("updates", "update", "rollback"):
+        return await ctl_model_updates.run(args, client)
     elif args.action == "preset":
         return await ctl_presets.run(args, client)
     elif args.action == "add":

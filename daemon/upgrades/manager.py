@@ -2,7 +2,9 @@
 
 Every paired node takes part (this machine's own agent is the daemon's child and is upgraded with
 the daemon), in the order of ``/api/nodes``. Events: ``upgrade.started``, ``upgrade.node``
-(node, state, reason), ``upgrade.finished``.
+(node, state, reason), ``upgrade.finished``. A release whose signature does not verify, or older
+than this daemon or than any node's agent (a downgrade or a replayed feed), is refused
+(``422 release_refused``, with the check that failed) before any node is told.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from core.releases.fetch import UpdateError
 from core.releases.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.nodes import NodeView
+from daemon.api.program import program_version
 from daemon.api.upgrades import RolloutState, RolloutView, UpgradeRequest
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
@@ -31,7 +36,8 @@ _LOGGER = logging.getLogger(__name__)
 
 class UpgradeManager:
     def __init__(self, home: Path, policy: UpgradePolicy, nodes: Callable[[], list[NodeView]], links: Links,
-                 events: EventBus, history: History, trusted_keys: Sequence[str] = RELEASE_PUBLIC_KEYS) -> None:
+                 events: EventBus, history: History, trusted_keys: Sequence[str] = RELEASE_PUBLIC_KEYS,
+                 daemon_version: str | None = None) -> None:
         self._home = home
         self._policy = policy
         self._nodes = nodes  # the paired nodes in the order of /api/nodes
@@ -39,6 +45,7 @@ class UpgradeManager:
         self._events = events
         self._history = history
         self.trusted_keys = trusted_keys  # the release keys; tests hand in their own
+        self.daemon_version = daemon_version or program_version()
         self.rollout: Rollout | None = None
         self._task: asyncio.Task[RolloutView] | None = None
 
@@ -64,11 +71,25 @@ class UpgradeManager:
             release = await load_release_async(folder, self.trusted_keys)
         except UpdateError as exc:
             raise DaemonProblem(422, "release_refused", exc.message) from None
+        why = self._downgrade(release.version, targets)
+        if why is not None:
+            raise DaemonProblem(422, "release_refused", f"Version check failed: the release {release.version} is "
+                                f"older than {why} (a downgrade or a replayed old feed); no node was told.")
         self.rollout = Rollout(release, targets, self._policy, self._publish)
         self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name="agent-rollout")
         _LOGGER.info("rolling out agent %s to %d node(s)", release.version, len(targets))
         await self._history.audit("admin", "nodes.upgrade", "", f"agent {release.version}")
         return self.view()
+
+    def _downgrade(self, version: str, targets: list[NodeTarget]) -> str | None:
+        """What already runs a newer version than ``version`` (this daemon, or a node), or None."""
+        names = {t.node_id for t in targets}
+        running = [("this daemon", self.daemon_version)]
+        running += [(f"node {n.name}", n.version) for n in self._nodes() if n.id in names and n.version]
+        for who, theirs in running:
+            if _older(version, theirs):
+                return f"{who}, which runs {theirs}"
+        return None
 
     def _publish(self, type_: str, **data: Any) -> None:
         self._events.publish(type_, None, **data)
@@ -81,3 +102,10 @@ class UpgradeManager:
                 await task
         if self.rollout is not None and self.rollout.view.state == RolloutState.RUNNING:
             _LOGGER.warning("the daemon stopped during the rollout of %s", self.rollout.release.version)
+
+
+def _older(version: str, than: str) -> bool:
+    try:
+        return Version(version) < Version(than)
+    except InvalidVersion:
+        return False  # an unreadable version is not taken for a newer one

@@ -1,0 +1,106 @@
+"""``mirbadllm ctl upgrade``: which version the daemon and every node's agent run, and the agent rollout.
+
+    mirbadllm ctl upgrade                    the daemon's version, each node's agent version, the last rollout
+    mirbadllm ctl upgrade nodes [--folder F] roll the staged agent release out, one node at a time
+
+``nodes`` is ``POST /api/nodes/upgrade`` (``daemon.upgrades``): the daemon checks the staged
+release's signature and refuses a downgrade before any node is told, then upgrades one node at a
+time and stops at the first that fails. This waits, printing each node's state as the daemon's
+``upgrade.node`` events report it, then every node's outcome; it exits 1 when the rollout failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from daemon.api.client import DaemonClient
+from daemon.api.nodes import NodeView
+from daemon.api.upgrades import RolloutState, RolloutView
+from mirbadllm.ctl_nodes import fmt_upgrade_node
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def add_parser(groups: Any) -> None:
+    upgrade = groups.add_parser("upgrade", help="the daemon's and every agent's version; `upgrade nodes` rolls "
+                                "the agent release out one node at a time")
+    actions = upgrade.add_subparsers(dest="action")
+    nodes = actions.add_parser("nodes", help="roll the staged agent release out, one node at a time, stopping "
+                               "at the first that fails")
+    nodes.add_argument("--folder", help="where the release is staged (feed.json, feed.json.sig, the agent "
+                       "builds); default: the daemon's {home}/agent-release")
+
+
+def _older(version: str, than: str) -> bool:
+    try:
+        return Version(version) < Version(than)
+    except InvalidVersion:
+        return False
+
+
+def fmt_versions(daemon_version: str, nodes: list[NodeView]) -> list[str]:
+    """One line per node: its agent's version, and whether it is behind the daemon."""
+    lines = []
+    for node in nodes:
+        where = "this machine" if node.local else node.name
+        behind = "  older than the daemon" if node.version and _older(node.version, daemon_version) else ""
+        lines.append(f"  {where:<20} {node.version or 'not reported':<14}{behind}")
+    return lines
+
+
+def fmt_rollout(view: RolloutView) -> str:
+    """The last rollout's outcome, then one line per node in rollout order."""
+    version = view.version or "no release"
+    if view.state == RolloutState.DONE:
+        head = f"agent {version}: done on {len(view.nodes)} node(s)"
+    elif view.state == RolloutState.FAILED:
+        head = f"agent {version}: failed: {view.reason or 'no reason given'}"
+    elif view.state == RolloutState.RUNNING:
+        head = f"agent {version}: running"
+    else:
+        head = "no agent rollout since the daemon started"
+    return "\n".join([head, *(fmt_upgrade_node(n) for n in view.nodes)])
+
+
+async def _status(client: DaemonClient) -> int:
+    daemon_version = (await client.status()).daemon.version
+    nodes = await client.list_nodes()
+    print(f"daemon {daemon_version}")
+    print("agents:")
+    for line in fmt_versions(daemon_version, nodes):
+        print(line)
+    print(fmt_rollout(await client.upgrade_status()))
+    if any(not n.local and n.version and _older(n.version, daemon_version) for n in nodes):
+        print(f"`mirbadllm ctl upgrade nodes` rolls {daemon_version} out to them, one node at a time")
+    return 0
+
+
+async def roll_out(client: DaemonClient, folder: str | None) -> int:
+    since = (await client.events(0, timeout=0)).last_id
+    started = await client.start_upgrade(folder)
+    names = {n.node: n.name for n in started.nodes}
+    print(f"rolling agent {started.version} out to {len(started.nodes)} node(s), one at a time")
+    view = started
+    while view.state == RolloutState.RUNNING:
+        page = await client.events(since, timeout=10)
+        since = page.last_id
+        for event in page.events:
+            if event.type == "upgrade.node":
+                node = str(event.data.get("node", ""))
+                name = names.get(node) or str(event.data.get("name") or node[:12])
+                reason = f"  {event.data['reason']}" if event.data.get("reason") else ""
+                print(f"  {name:<20} {event.data.get('state')}{reason}", flush=True)
+        if page.reset or not page.events or any(e.type == "upgrade.finished" for e in page.events):
+            view = await client.upgrade_status()
+    print(fmt_rollout(view))
+    return 0 if view.state == RolloutState.DONE else 1
+
+
+async def run(args: argparse.Namespace, client: DaemonClient) -> int:
+    if args.action == "nodes":
+        return await roll_out(client, args.folder)
+    return await _status(client)
