@@ -229,6 +229,7 @@ class ModelUpdates:
             "model_path": fetched.model_path, "sources": new_source,
             "extra_args": with_projector(definition.extra_args, fetched.projector_path)})
         error = await self._save(definition, new, "model.update")
+        self._known(new, "current", None, query.revision, fetched.files)
         return Registered(ids=[query.model_id], error=error)
 
     async def rollback(self, model_id: str) -> ModelDefinition:
@@ -243,10 +244,22 @@ class ModelUpdates:
         new = definition.model_copy(update={"model_path": kept.model_path, "sources": new_source,
                                             "extra_args": with_projector(definition.extra_args, kept.projector_path)})
         error = await self._save(definition, new, "model.rollback")
+        newer = self._found.get(model_id)
+        if newer is not None and newer.latest and newer.latest != kept.revision:  # what it was updated to
+            self._known(new, "available", f"revision {newer.latest[:12]} changes its files (rolled back from it)",
+                        newer.latest, newer.files)
         if error is not None:
             raise DaemonProblem(502, "restart_failed", f"model '{model_id}' is back on revision "
                                 f"{(kept.revision or '?')[:12]}, but {error}")
         return self._registry.require(model_id)
+
+    def _known(self, definition: ModelDefinition, state: str, reason: str | None, latest: str,
+               files: list[SourceFile]) -> None:
+        """What an update or a roll back tells of the hub without asking it again."""
+        before = self._found.get(definition.id)
+        self._found[definition.id] = self.view(definition).model_copy(update={
+            "state": state, "reason": reason, "latest": latest, "files": files,
+            "checked_at": before.checked_at if before else self._clock()})
 
     async def _save(self, before: ModelDefinition, after: ModelDefinition, action: str) -> str | None:
         """Store ``after``, and restart the model if it ran: what went wrong with the restart, if anything."""
