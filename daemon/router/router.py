@@ -28,7 +28,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from agent.api.llamacpp import lora_field
-from agent.api.models import InstanceInfo, InstanceState
+from agent.api.models import InstanceState
 from agent.api.runtimes import profile
 from core.relay import Record, Silence, Unreachable, Upstream, relay, runtime_session
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
@@ -40,6 +40,7 @@ from daemon.models.external import KeyUnreadable
 from daemon.models.maintenance import JOB_PASS_HEADER, Maintenance
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.models.presets import apply_preset
+from daemon.models.states import Where
 from daemon.nodes.answer import answer_at
 from daemon.nodes.links import Links
 from daemon.router.early import EarlyStream
@@ -349,22 +350,21 @@ class Router:
         exchange.strip_usage = True
         return _dumps(payload)
 
-    def _gate(self, definition: ModelDefinition) -> ModelGate:
+    def _gate(self, definition: ModelDefinition, where: Where | None) -> ModelGate:
         slots = definition.settings.parallel
         if slots is None:  # the runtime chose: use what its /slots reported, if anything yet
-            link = self.links.get(definition.node)
-            latest = link.latest_sample if link is not None else None
+            latest = where.link.latest_sample if where is not None else None
             sample = latest.instances.get(definition.id) if latest is not None else None
             slots = (sample.slots_total if sample is not None else None) or DEFAULT_SLOTS
         return self.gates.for_model(definition.id, slots, definition.max_queue)
 
     async def _admit(self, definition: ModelDefinition, gate: ModelGate,
-                     exchange: _Exchange) -> Upstream:
+                     exchange: _Exchange, where: Where | None) -> Upstream:
         """Queue for the model (loading it when it allows that), then for a free slot."""
         waited = time.perf_counter()
         try:
             async with gate.queued():
-                target = await self._ready_target(definition, exchange.job_pass)
+                target = await self._ready_target(definition, exchange.job_pass, where)
                 await gate.acquire_slot()
         except QueueFull:
             raise DaemonProblem(503, "queue_full",
@@ -374,17 +374,16 @@ class Router:
             exchange.queue_s = time.perf_counter() - waited
         return target
 
-    async def _ready_target(self, definition: ModelDefinition, job_pass: str | None = None) -> Upstream:
-        """Where to send the request, starting the model first when it allows that."""
+    async def _ready_target(self, definition: ModelDefinition, job_pass: str | None = None,
+                            where: Where | None = None) -> Upstream:
+        """Where to send the request (``where``: the request's one lookup), starting the model first
+        when it allows that."""
         orch = self.orchestrator
         window = self.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
         if window is not None and not window.lets_through(job_pass):  # the job's own requests pass
             raise window.refusal()  # 503 maintenance, Retry-After from the job's estimate
-        placed = orch.placed(definition)  # node "auto": the node it runs on now
-        instance = orch.instance(placed)
-        link = self.links.get(placed.node)
-        if instance is not None and instance.state == InstanceState.READY and link is not None and link.online:
-            return self._target(placed, instance)  # the hot path: no status to derive
+        if where is not None and where.instance.state == InstanceState.READY and where.link.online:
+            return self._target(definition.id, where)  # the hot path: one lookup, no status to derive
         status = orch.status(definition)
         if status.state != ModelState.READY and definition.start_on_request:
             try:
@@ -401,17 +400,14 @@ class Router:
             raise DaemonProblem(503, "model_not_ready",
                                 f"The model '{definition.served_name}' is {status.state.value}{detail}",
                                 retry_after=retry)
-        instance = orch.instance(definition)
-        assert instance is not None
-        return self._target(orch.placed(definition), instance)
+        where = orch.where(definition)
+        assert where is not None
+        return self._target(definition.id, where)
 
-    def _target(self, definition: ModelDefinition,
-                instance: InstanceInfo) -> Upstream:
-        orch = self.orchestrator
-        orch.touch(definition.id)
-        link = self.links.get(definition.node)
+    def _target(self, model_id: str, where: Where) -> Upstream:
+        self.orchestrator.touch(model_id)
         assert self._session is not None
-        return answer_at(definition.node, instance, link.client if link is not None else None, self._session)
+        return answer_at(where.node, where.instance, where.link.client, self._session)
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:
@@ -461,8 +457,9 @@ class Router:
             target = await self._external_target(definition)
             return await self._send(request, definition, _with_model(body, definition.provider_model or ""),
                                     exchange, target)
-        gate = self._gate(definition)
-        admitting = self._admit(definition, gate, exchange)
+        where = self.orchestrator.where(definition)  # its node ("auto": the one it runs on now), link, instance
+        gate = self._gate(definition, where)
+        admitting = self._admit(definition, gate, exchange, where)
         target = await (admitting if exchange.trace is None else exchange.trace.queue(admitting, definition))
         try:
             return await self._send(request, definition, body, exchange, target)
