@@ -85,7 +85,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(args: argparse.Namespace, home: Path) -> int:
+AttachStop = Callable[[asyncio.AbstractEventLoop, Callable[[], None]], None]
+
+
+async def serve(args: argparse.Namespace, home: Path, attach_stop: AttachStop | None = None) -> int:
+    """Serve until stopped: by SIGINT/SIGTERM, or through ``attach_stop``, which is handed the loop and
+    the stop callback (the Windows service calls it from the SCM's thread; see ``agent.service.windows``)."""
     version = reported_version(agent_version())
     stop, upgraded = asyncio.Event(), asyncio.Event()
 
@@ -109,7 +114,7 @@ async def serve(args: argparse.Namespace, home: Path) -> int:
         name=args.name or socket.gethostname() or "mirbadllm-agent", version=version,
         allow_pairing=not args.no_pairing, mdns=not (args.no_mdns or mdns_disabled_by_env()),
         mdns_interfaces=args.mdns_interface)
-    install_stop_handlers(asyncio.get_running_loop(), stop.set)
+    (attach_stop or install_stop_handlers)(asyncio.get_running_loop(), stop.set)
     code = await lifecycle.run(stop)
     if upgraded.is_set():
         _LOGGER.warning("exiting with %d so the service manager starts the upgraded agent", EXIT_RESTART)
@@ -170,16 +175,16 @@ def service_command(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in SERVICE_COMMANDS:
-        return service_command(argv)
-    if argv[:2] == ["services", "polkit-rule"]:  # prints the polkit rule for the whitelist (agent.services.polkit)
-        from agent.services.polkit import main as polkit_rule
-        return polkit_rule(argv[2:])
-    args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+class StartRefused(Exception):
+    """The agent cannot start on this home; ``str()`` says why and what to do, ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def prepare_home(args: argparse.Namespace) -> Path:
+    """The home, its identity made or checked, before serving; StartRefused when it cannot serve."""
     raise_open_files_limit()  # the daemon's connections, each runtime's, its logs
     home = (args.home or default_home()).expanduser().absolute()
     paths = AgentPaths(home).ensure()
@@ -193,11 +198,41 @@ def main(argv: list[str] | None = None) -> int:
         if is_paired(paths):
             paired_ssl_context(identity)  # a broken identity fails here, with what to do
         elif args.no_pairing:
-            print(f"mirbadllm agent: not paired. No CA is pinned in {paths.ca_file}, so no daemon could "
-                  "connect. Pair this agent with a daemon, or start it with --ca FILE (the daemon's CA "
-                  "certificate).", file=sys.stderr)
-            return 2
+            raise StartRefused(f"not paired. No CA is pinned in {paths.ca_file}, so no daemon could "
+                               "connect. Pair this agent with a daemon, or start it with --ca FILE (the daemon's "
+                               "CA certificate).")
     except (IdentityError, OSError) as exc:
+        raise StartRefused(str(exc)) from exc
+    return home
+
+
+def run_in_service(args: argparse.Namespace, attach_stop: AttachStop) -> int:
+    """The agent inside the Windows service (``agent.service.windows``): on an event loop of its own in
+    the SCM's service thread, stopped through ``attach_stop``; a refused start is logged (no console)."""
+    try:
+        home = prepare_home(args)
+    except StartRefused as exc:
+        _LOGGER.error("the agent cannot start: %s", exc)
+        return exc.code
+    return asyncio.run(serve(args, home, attach_stop))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SERVICE_COMMANDS:
+        return service_command(argv)
+    if argv and argv[0] == "service":  # started by Windows' Service Control Manager (install-service)
+        from agent.service.windows import run_service
+        return run_service(argv[1:], parse_args, run_in_service)
+    if argv[:2] == ["services", "polkit-rule"]:  # prints the polkit rule for the whitelist (agent.services.polkit)
+        from agent.services.polkit import main as polkit_rule
+        return polkit_rule(argv[2:])
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        home = prepare_home(args)
+    except StartRefused as exc:
         print(f"mirbadllm agent: {exc}", file=sys.stderr)
-        return 2
+        return exc.code
     return asyncio.run(serve(args, home))

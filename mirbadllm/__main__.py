@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     rest = args[1:] if command else args
     if command == "daemon":
         from daemon.main import main as run
+    elif command == "agent" and rest[:1] == ["ctrl-break"]:  # the frozen program's Ctrl-Break helper
+        from agent.runtimes.process import ctrl_break_main
+        return ctrl_break_main(rest[1:])
     elif command == "agent":
         from agent.main import main as run
     elif command == "ctl":

@@ -120,8 +120,23 @@ def stop_plan(platform: str = sys.platform) -> StopPlan:
     return StopPlan(polite=StopStep("signal_group", SIGTERM), force=StopStep("signal_group", SIGKILL))
 
 
-def ctrl_break_helper_argv(pid: int, python: str = sys.executable) -> list[str]:
+def ctrl_break_helper_argv(pid: int, python: str = sys.executable, frozen: bool | None = None) -> list[str]:
+    """The helper's command line: ``python -c``, or the frozen program's own ``agent ctrl-break``
+    entry (``mirbadllm.exe`` takes no ``-c``)."""
+    if bool(getattr(sys, "frozen", False)) if frozen is None else frozen:
+        return [python, "agent", "ctrl-break", str(pid)]
     return [python, "-c", CTRL_BREAK_HELPER, str(pid)]
+
+
+def ctrl_break_main(argv: list[str]) -> int:
+    """``mirbadllm agent ctrl-break PID``: CTRL_BREAK_HELPER's steps, in the frozen program (Windows)."""
+    import ctypes
+
+    pid = int(argv[0])
+    kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined,unused-ignore]
+    ok = (kernel32.AttachConsole(pid) and kernel32.SetConsoleCtrlHandler(None, True)
+          and kernel32.GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, pid))
+    return 0 if ok else 1
 
 
 class ProcessOps:

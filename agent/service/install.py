@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Protocol
 
+from agent.service.pywin32_seam import event_message_file
 from agent.service.units import (
     LINUX_AGENT_HOME,
     LINUX_AGENT_UNIT,
@@ -30,6 +31,8 @@ from agent.service.units import (
     AgentCommand,
     launchd_agent_plist,
     systemd_agent_unit,
+    windows_event_source_commands,
+    windows_event_source_remove_command,
     windows_remove_commands,
     windows_service_commands,
 )
@@ -156,12 +159,16 @@ def macos_uninstall_plan() -> Plan:
                 [f"Removed {MACOS_LABEL}. Its identity and models stay in {MACOS_AGENT_HOME}."])
 
 
-def windows_install_plan(executable: str) -> Plan:
+def windows_install_plan(executable: str, event_message_file: str | None = None) -> Plan:
+    """``event_message_file``: servicemanager's message texts, registered for the Event Log source
+    (without it the events still carry the agent's text, under a "description not found" note)."""
     command = AgentCommand(executable, WINDOWS_AGENT_HOME)
     create, *rest = windows_service_commands(command)
     grant = ("icacls", WINDOWS_AGENT_HOME, "/inheritance:r", "/grant:r", f"{WINDOWS_ACCOUNT}:(OI)(CI)F",
              "/grant:r", "*S-1-5-32-544:(OI)(CI)F", "/grant:r", "*S-1-5-18:(OI)(CI)F")
     steps: list[Step] = [MakeDir(WINDOWS_AGENT_HOME), Run(tuple(create)), Run(grant)]
+    if event_message_file:
+        steps += [Run(tuple(argv)) for argv in windows_event_source_commands(event_message_file)]
     steps += [Run(tuple(argv)) for argv in rest]
     return Plan(steps, ["The agent runs as the Windows service MirbadLLMAgent under its own virtual account."]
                 + _pairing_hint(executable, "win32"))
@@ -169,7 +176,8 @@ def windows_install_plan(executable: str) -> Plan:
 
 def windows_uninstall_plan() -> Plan:
     stop, delete = windows_remove_commands()
-    return Plan([Run(tuple(stop), ok_codes=(0, 1062)), Run(tuple(delete))],
+    return Plan([Run(tuple(stop), ok_codes=(0, 1062)), Run(tuple(delete)),
+                 Run(tuple(windows_event_source_remove_command()), ok_codes=(0, 1))],
                 [f"Removed the service. Its identity and models stay in {WINDOWS_AGENT_HOME}."])
 
 
@@ -236,14 +244,25 @@ class RealSystem:
         Path(path).mkdir(parents=True, exist_ok=True, mode=mode)
 
 
-def program_executable() -> str:
-    """The command a service should run: the frozen program, or this environment's ``mirbadllm``."""
+def program_executable(platform: str = sys.platform, frozen: bool | None = None) -> str:
+    """The command a service should run: the frozen program, or this environment's ``mirbadllm``.
+
+    On Windows only the frozen ``mirbadllm.exe`` will do: a Python environment's ``mirbadllm.exe``
+    (and a venv's ``python.exe``) is a launcher that runs the program as a second process, and the
+    Service Control Manager talks only to the process it started.
+    """
+    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
     appimage = os.environ.get("APPIMAGE")  # set by the AppImage runtime: the file, not its unpacked copy
     if appimage:
         return str(Path(appimage).absolute())
-    if getattr(sys, "frozen", False):
+    if frozen:
         return str(Path(sys.executable).resolve())
-    name = "mirbadllm.exe" if sys.platform == "win32" else "mirbadllm"
+    if platform == "win32":
+        raise ServiceError("the Windows service runs the installed MirbadLLM (mirbadllm.exe from the "
+                           "MirbadLLM setup program): a Python environment's mirbadllm.exe is a launcher the "
+                           "Service Control Manager cannot talk to. Install MirbadLLM, then run "
+                           "`mirbadllm agent install-service` from its folder.")
+    name = "mirbadllm"
     beside = Path(sys.executable).parent / name
     if beside.is_file():
         return str(beside.absolute())
@@ -258,7 +277,7 @@ def plan_for(action: str, system: System, executable: str) -> Plan:
     if system.platform == "darwin":
         return macos_install_plan(executable) if install else macos_uninstall_plan()
     if system.platform == "win32":
-        return windows_install_plan(executable) if install else windows_uninstall_plan()
+        return windows_install_plan(executable, event_message_file()) if install else windows_uninstall_plan()
     if system.platform.startswith("linux"):
         if install:
             return linux_install_plan(executable, system.user_exists(LINUX_AGENT_USER), system.groups())

@@ -8,7 +8,8 @@ Tests assert these texts exactly; ``agent.service.install`` writes them and tell
   The daemon runs in the user's session: ``mirbadllm-daemon.service``, a user unit.
 - macOS: the LaunchDaemon ``com.mirbadllm.agent`` (``/Library/LaunchDaemons``), kept alive.
 - Windows: a service ``MirbadLLMAgent`` under its virtual account ``NT SERVICE\\MirbadLLMAgent``,
-  started automatically, restarted on failure; created with ``sc.exe``.
+  started automatically, restarted on failure; created with ``sc.exe``; its binPath runs
+  ``mirbadllm.exe agent service``, which speaks the SCM's protocol (``agent.service.windows``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ WINDOWS_SERVICE = "MirbadLLMAgent"
 WINDOWS_DISPLAY_NAME = "MirbadLLM agent"
 WINDOWS_ACCOUNT = f"NT SERVICE\\{WINDOWS_SERVICE}"
 WINDOWS_AGENT_HOME = r"C:\ProgramData\MirbadLLM\agent"
+WINDOWS_EVENT_SOURCE_KEY = f"HKLM\\SYSTEM\\CurrentControlSet\\Services\\EventLog\\Application\\{WINDOWS_SERVICE}"
 
 DESCRIPTION = "MirbadLLM node agent: runs local language models for a paired MirbadLLM daemon"
 
@@ -138,10 +140,12 @@ def launchd_agent_plist(command: AgentCommand, log_path: str = MACOS_LOG) -> byt
 
 
 def _windows_binpath(command: AgentCommand) -> str:
+    """``mirbadllm.exe agent service ...``: the entry that answers the SCM (``agent.service.windows``)."""
     def quote(arg: str) -> str:
         return f'"{arg}"' if any(c in arg for c in ' \t"') else arg
 
-    return " ".join(quote(a) for a in command.argv())
+    executable, _agent, *options = command.argv()
+    return " ".join(quote(a) for a in [executable, "agent", "service", *options])
 
 
 def windows_service_commands(command: AgentCommand) -> list[list[str]]:
@@ -158,3 +162,15 @@ def windows_service_commands(command: AgentCommand) -> list[list[str]]:
 
 def windows_remove_commands() -> list[list[str]]:
     return [["sc.exe", "stop", WINDOWS_SERVICE], ["sc.exe", "delete", WINDOWS_SERVICE]]
+
+
+def windows_event_source_commands(message_file: str) -> list[list[str]]:
+    """Register the Event Log source ``MirbadLLMAgent`` with servicemanager's message texts. The
+    service's virtual account may not write this key, so the (elevated) installer does."""
+    return [["reg.exe", "add", WINDOWS_EVENT_SOURCE_KEY, "/v", "EventMessageFile", "/t", "REG_SZ", "/d", message_file,
+             "/f"],
+            ["reg.exe", "add", WINDOWS_EVENT_SOURCE_KEY, "/v", "TypesSupported", "/t", "REG_DWORD", "/d", "7", "/f"]]
+
+
+def windows_event_source_remove_command() -> list[str]:
+    return ["reg.exe", "delete", WINDOWS_EVENT_SOURCE_KEY, "/f"]

@@ -125,7 +125,8 @@ def test_the_windows_service_runs_under_its_virtual_account() -> None:
     command = AgentCommand(r"C:\Program Files\MirbadLLM\mirbadllm.exe", r"C:\ProgramData\MirbadLLM\agent")
     create, description, failure, flag, start = windows_service_commands(command)
     assert create == ["sc.exe", "create", "MirbadLLMAgent", "binPath=",
-                      r'"C:\Program Files\MirbadLLM\mirbadllm.exe" agent --home C:\ProgramData\MirbadLLM\agent --port 9443',
+                      (r'"C:\Program Files\MirbadLLM\mirbadllm.exe" agent service --home C:\ProgramData\MirbadLLM\agent '
+                       "--port 9443"),
                       "start=", "auto", "obj=", r"NT SERVICE\MirbadLLMAgent", "DisplayName=", "MirbadLLM agent"]
     assert failure[3:] == ["reset=", "86400", "actions=", "restart/2000/restart/5000/restart/30000"]
     assert flag == ["sc.exe", "failureflag", "MirbadLLMAgent", "1"] and start[1] == "start"

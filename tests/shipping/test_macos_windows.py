@@ -138,3 +138,13 @@ def test_a_tagged_release_publishes_the_feed_where_the_app_looks_by_default() ->
     assert attach["if"] == "startsWith(github.ref, 'refs/tags/v')" and "release/*" in attach["run"]
     assert publish["permissions"] == {"contents": "write"}
     assert DEFAULT_FEED_URL.endswith("/releases/latest/download/feed.json")  # the latest release's asset
+
+
+def test_the_windows_build_carries_what_the_agent_service_imports_lazily(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def hidden(platform: str) -> list[str]:
+        made = _analysed(platform, monkeypatch)
+        return next(m for m in made if m.kind == "Analysis").kwargs["hiddenimports"]  # type: ignore[return-value]
+
+    service = {"servicemanager", "win32service", "win32serviceutil", "pywintypes", "win32timezone"}
+    assert service <= set(hidden("win32"))  # mirbadllm.exe agent service imports pywin32 only when started
+    assert not service & set(hidden("linux"))
