@@ -4,18 +4,22 @@ It also says how long a ready model has been up, against its own clock: a snapsh
 when something happens, so a figure computed when it arrived ("Uptime 2 s", at the ready event)
 would stand still; the panel asks again every second. ``runtime_badge`` is the text of the badge
 that says which runtime a model runs on (and the version it is pinned to), in the list and the panel.
+``updates`` holds each hub model's update state (``app.viewmodels.model_updates``): a row's update badge.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from app import format as fmt
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
+from app.viewmodels.model_updates import ModelUpdatesViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.contracts import RUNTIME_LABELS
+from daemon.api.model_updates import ModelUpdate
 from daemon.api.models import ModelDefinition, ModelState, ModelView
 
 ALL_TAGS = ""
@@ -46,6 +50,7 @@ class ModelsPageState:
     models: tuple[ModelView, ...] = ()
     draft: ModelDefinition | None = None  # a model being added, not yet saved
     connected: bool = True  # the daemon answers; else the states shown are stale, and said to be unknown
+    updates: Mapping[str, ModelUpdate] = field(default_factory=lambda: MappingProxyType({}))  # by model id
 
     @property
     def selected(self) -> ModelView | None:
@@ -57,7 +62,9 @@ class ModelsPageViewModel:
         self.fleet = fleet
         self.clock = clock  # wall-clock seconds, as the agent's ``started_at``
         self.state: Observable[ModelsPageState] = Observable(ModelsPageState())
+        self.updates = ModelUpdatesViewModel(fleet)
         fleet.snapshot.subscribe(self._on_fleet, now=True)
+        self.updates.state.subscribe(lambda found: self.state.set(replace(self.state.value, updates=found)))
 
     def _on_fleet(self, snapshot: FleetSnapshot) -> None:
         self._derive(self.state.value, snapshot)

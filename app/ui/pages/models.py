@@ -1,4 +1,5 @@
-"""Models: the list (with state badges and a tag filter) and the panel of the selected model."""
+"""Models: the list (with state badges, an update badge for a model with a newer revision on the hub, and
+a tag filter) and the panel of the selected model."""
 
 from __future__ import annotations
 
@@ -19,13 +20,18 @@ from app.context import AppContext
 from app.format import busy_text
 from app.ui.pages.first_run import FirstRunCard
 from app.ui.pages.model_panel import ModelPanel, RuntimeBadge
+from app.ui.pages.model_update_badge import UpdateBadge
 from app.ui.widgets import StateBadge, StillComboBox, button, label, page, page_header
+from app.viewmodels.model_updates import badge_text
 from app.viewmodels.models_page import ModelsPageState
+from daemon.api.model_updates import ModelUpdate
 from daemon.api.models import ModelView
 
 
 class ModelRow(QWidget):
-    def __init__(self, view: ModelView, connected: bool = True) -> None:
+    def __init__(self, view: ModelView, connected: bool = True, update: ModelUpdate | None = None,
+                 on_update: Callable[[str], object] = lambda _id: None,
+                 on_rollback: Callable[[str], object] = lambda _id: None) -> None:
         super().__init__()
         layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
@@ -45,8 +51,11 @@ class ModelRow(QWidget):
         if connected and view.status.busy:  # a job holds it: "Tuning", not "Stopped"
             self.badge.set_state(view.status.state, busy_text(view.status.busy))
         self.runtime_badge = RuntimeBadge(view.definition)
-        for badge in (self.badge, self.runtime_badge):
-            badges.addWidget(badge, 0, Qt.AlignmentFlag.AlignRight)
+        self.update_badge = UpdateBadge(update, on_update, on_rollback) \
+            if update is not None and badge_text(update) else None  # a newer revision on the hub, or kept files
+        for badge in (self.badge, self.runtime_badge, self.update_badge):
+            if badge is not None:
+                badges.addWidget(badge, 0, Qt.AlignmentFlag.AlignRight)
         layout.addLayout(badges)
 
 
@@ -118,7 +127,8 @@ class ModelsPage(QWidget):
             for view in state.models:
                 item = QListWidgetItem()
                 item.setData(Qt.ItemDataRole.UserRole, view.definition.id)
-                row = ModelRow(view, state.connected)
+                row = ModelRow(view, state.connected, state.updates.get(view.definition.id),
+                               self._update, self._rollback)
                 item.setSizeHint(QSize(0, row.sizeHint().height() + 1))  # + the border under each item
                 self.list.addItem(item)
                 self.list.setItemWidget(item, row)
@@ -131,6 +141,13 @@ class ModelsPage(QWidget):
             self.panel.show_draft(state.draft)
         else:
             self.panel.show_model(state.selected)
+
+    def _update(self, model_id: str) -> None:
+        self.ctx.act(self.ctx.models.updates.update(model_id),
+                     done=f"Updating {model_id}: the new revision downloads beside the old files")
+
+    def _rollback(self, model_id: str) -> None:
+        self.ctx.act(self.ctx.models.updates.rollback(model_id), done=f"{model_id} is back on its kept files")
 
     def _tag_chosen(self, index: int) -> None:
         if not self._rendering and index >= 0:
