@@ -5,7 +5,8 @@ Once listening it prints one JSON line on stdout, ``{"event": "listening", "host
 ``--port 0``. An agent no daemon has paired yet serves only the pairing routes, advertises itself
 on the LAN and prints a pairing code (``{"event": "pairing", ...}``); see ``agent.lifecycle``.
 Logs go to stderr. SIGINT/SIGTERM end the agent; runtimes keep serving and are adopted by the
-next agent on this home.
+next agent on this home. ``mirbadllm agent service ...`` is the same agent as the Windows service
+(``agent.service.windows``: the SCM's protocol, its stop, the Event Log).
 """
 
 from __future__ import annotations

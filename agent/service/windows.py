@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import logging.handlers
 import sys
@@ -78,7 +79,7 @@ class ThreadSafeStop:
             self._requested = True
             if self._target is not None:
                 loop, stop = self._target
-                if not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # the agent ended on its own: its loop is closed
                     loop.call_soon_threadsafe(stop)
 
 

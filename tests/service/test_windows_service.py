@@ -246,3 +246,14 @@ def test_the_frozen_program_sends_ctrl_break_through_itself() -> None:
     """The frozen mirbadllm.exe takes no ``-c``: a runtime's polite stop runs its own helper entry."""
     assert ctrl_break_helper_argv(4242, EXE, frozen=True) == [EXE, "agent", "ctrl-break", "4242"]
     assert ctrl_break_helper_argv(4242, "python.exe", frozen=False)[:2] == ["python.exe", "-c"]
+
+
+def test_a_stop_after_the_agent_ended_on_its_own_is_harmless() -> None:
+    stop, stopped = windows.ThreadSafeStop(), []
+
+    async def agent() -> None:
+        stop.attach(asyncio.get_running_loop(), lambda: stopped.append(True))
+
+    asyncio.run(agent())
+    stop.request()  # its loop is closed: nothing to deliver, nothing raised
+    assert stop.requested and stopped == []
