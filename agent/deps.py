@@ -39,6 +39,7 @@ from agent.services.policy import ServicePolicy, own_service_names, read_policy_
 from agent.services.service import HostServices
 from agent.sources.service import ModelSources
 from agent.telemetry import DEFAULT_INTERVAL_S, TelemetryCollector
+from agent.trust import LiveTls
 from agent.upgrade import AgentUpgrades
 
 FEATURES = ["llamacpp", "instances-long-poll", "logs-sse", "telemetry", "proxy", "unpair", "upgrade",
@@ -73,6 +74,7 @@ class AgentDeps:
     runtime_builds: LlamaCppBuilds | None = None  # POST /runtimes/llamacpp: rolled-out llama.cpp builds
     rpc: RpcServers | None = None  # /rpc/servers: this node's rpc-servers for models on other nodes (agent.rpc)
     services: HostServices | None = None  # GET /services, POST /services/{name}/{action}: agent.services
+    tls: LiveTls | None = None  # set by the lifecycle: POST /trust swaps the TLS of new handshakes (agent.trust)
 
 
 def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None,

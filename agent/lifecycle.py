@@ -36,6 +36,7 @@ from agent.pairing.service import PairingService
 from agent.paths import AgentPaths
 from agent.server import create_app, start_server
 from agent.service.pairing_code import ShownCode, forget_code, write_code
+from agent.trust import LiveTls
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -105,11 +106,11 @@ class AgentLifecycle:
         unpair = asyncio.Event()
         deps.on_unpair = unpair.set
         try:
-            ssl_context = paired_ssl_context(deps.identity)
+            deps.tls = LiveTls(paired_ssl_context(deps.identity))  # POST /trust swaps it (agent.trust)
         except IdentityError as exc:
             self.banner(f"mirbadllm agent: {exc}")
             return False
-        runner = await self._listen(create_app(deps), ssl_context)
+        runner = await self._listen(create_app(deps), deps.tls.listening)
         if runner is None:
             return False
         node_id = deps.identity.node_id

@@ -28,12 +28,13 @@ from agent.api.sources import FitRequest
 from agent.deps import AgentDeps
 from agent.files.api import routes as files_routes
 from agent.files.folder import ModelFolder, read_by_instances
+from agent.identity import AgentIdentity
 from agent.manager import AlreadyRunning, UnknownInstance
 from agent.pairing.enrollment import daemon_pin_file
 from agent.problems import AgentProblem, errors_middleware
 from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
 from agent.rpc import api as rpc_api
-from agent.rpc.peers import PeerPolicy, peer_gate, read_pin
+from agent.rpc.peers import PeerPolicy, peer_gate, read_pins
 from agent.rpc.servers import RpcServers
 from agent.runtimes.llamacpp import NoRuntime, SpecRejected
 from agent.runtimes.rollout import LlamaCppBuilds
@@ -44,6 +45,8 @@ from agent.sources.api import routes as sources_routes
 from agent.sources.mirror import MirrorReceiver
 from agent.sources.mirror import routes as mirror_routes
 from agent.sources.service import ModelSources
+from agent.trust import TrustTarget
+from agent.trust import routes as trust_routes
 from agent.upgrade import AgentUpgrades
 from agent.upgrade import routes as upgrade_routes
 from core.key_store import at_rest
@@ -263,15 +266,23 @@ def _rpc(request: web.Request) -> RpcServers:
     return _present(request.app[DEPS].rpc, 503, "no_rpc", "this agent was built without rpc-servers")
 
 
-def _peer_gate(deps: AgentDeps) -> Callable[..., Awaitable[web.StreamResponse]]:
+def _peer_gate(deps: AgentDeps, policy: PeerPolicy) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The daemon reaches everything; another node only a grant's RPC tunnel (agent.rpc.peers)."""
     rpc = deps.rpc
-    return peer_gate(PeerPolicy(read_pin(daemon_pin_file(deps.paths))), rpc_api.tunnel_route(API_PREFIX),
+    return peer_gate(policy, rpc_api.tunnel_route(API_PREFIX),
                      rpc.allows if rpc is not None else lambda _grant, _node: False)
 
 
+def _trust_target(deps: AgentDeps, policy: PeerPolicy) -> TrustTarget:
+    def set_identity(identity: AgentIdentity) -> None:
+        deps.identity = identity  # the status reports the new certificate's id
+
+    return TrustTarget(lambda: deps.identity, set_identity, lambda: deps.tls, policy)
+
+
 def create_app(deps: AgentDeps) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_middleware(_known), _peer_gate(deps)])
+    policy = PeerPolicy(read_pins(daemon_pin_file(deps.paths)))
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_middleware(_known), _peer_gate(deps, policy)])
     app[DEPS] = deps
     p = API_PREFIX
     app.router.add_routes([
@@ -286,6 +297,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *sources_routes(p, _sources),                               # fit, downloads, imports: agent.sources.api
         web.post(f"{p}/plan", plan_model),                          # body: FitRequest -> NodePlan (agent.placement)
         web.post(f"{p}/unpair", unpair),                            # then waits to be paired again
+        *trust_routes(p, _trust_target(deps, policy)),              # POST /trust: new CAs and certificate (agent.trust)
         *upgrade_routes(p, _upgrades),                              # POST /upgrade: agent.upgrade, then exit 75
         *runtime_build_routes(p, _runtime_builds),                  # POST /runtimes/llamacpp: agent.runtimes.rollout
         *mirror_routes(p, MirrorReceiver(deps.paths.models_dir)),   # GET|PUT|DELETE /mirror/{name}, POST /mirror: agent.sources.mirror

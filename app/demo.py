@@ -36,6 +36,7 @@ from app.demo_disk import DEMO_MODELS_DIR, DemoDisk
 from app.demo_host_services import DemoHostServices
 from app.demo_hub import DemoHub
 from app.demo_model_updates import DemoModelUpdates
+from app.demo_releases import DemoReleases
 from app.demo_requests import DemoRequests
 from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
@@ -116,7 +117,7 @@ def _bare_host() -> HostSnapshot:
 DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan:4318/v1/traces", sample_ratio=0.25)
 
 
-class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
+class DemoDaemon(DemoReleases, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
                  DemoDisk, DemoHub, DemoModelUpdates):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
@@ -278,7 +279,7 @@ class DemoDaemon(DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, 
 
     async def status(self) -> StatusResponse:
         self._record("status")
-        info = DaemonInfo(version="0.1.0", host="127.0.0.1", port=8484, api_url=f"{self.base_url}/v1",
+        info = DaemonInfo(version=self.daemon_version, host="127.0.0.1", port=8484, api_url=f"{self.base_url}/v1",
                           keys_required=self.settings.require_api_keys or self.settings.lan_access,
                           started_at=self.started_at, home=self.home)
         hosts = [_moving(h, time.time()) for h in self.hosts] if self.live else list(self.hosts)

@@ -51,6 +51,7 @@ from daemon.models.registry import Registry, assemble_demo_gguf
 from daemon.models.restarts import RestartBook
 from daemon.nodes.api import NodesApi
 from daemon.nodes.backends import NodeBackends
+from daemon.nodes.ca_rotation import CaRotation
 from daemon.nodes.links import AgentLink, Links
 from daemon.nodes.local_agent import LocalAgentProcess
 from daemon.nodes.manager import NodeManager
@@ -150,6 +151,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
                         history, backends)
     registry.known_nodes = nodes.names  # a model is saved only on a node that exists
     registry.node_offers = nodes.offers  # ...and that offers its runtime (when it says)
+    nodes.on_certificate = orchestrator.rpc.identify  # a CA rotation's new certificate: the id rpc grants name
     metrics.registry.register(FleetCollector(router.gates.waiting, registry.get, telemetry.hosts, nodes.names))
     registry.node_lends = nodes.lends  # ...and helpers of one model across nodes have an rpc-server
     upgrades = UpgradeManager(paths.home, config.upgrades, nodes.views, links, events, history)
@@ -194,7 +196,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history, disk),
         sources=SourcesApi(d.links, d.transfers, d.history, d.mirror, d.nodes.backends.choice),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
-        nodes=NodesApi(d.nodes, d.history, d.audit),
+        nodes=NodesApi(d.nodes, d.history, d.audit, CaRotation(d.nodes, d.paths.pki, d.events, d.history, (
+            d.paths.local_agent_home / "identity") if d.config.local_agent else None)),
         upgrades=UpgradesApi(d.upgrades),
         runtime_upgrades=RuntimeUpgradesApi(d.runtime_upgrades),
         mirror=MirrorApi(d.mirror),

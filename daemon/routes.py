@@ -9,7 +9,7 @@ raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in
 which answers a node agent's ``AgentError`` too (``daemon.nodes.agent_errors``).
 
 Order matters where a literal path shares a prefix with a ``{id}`` path: ``/api/nodes/upgrade``,
-``/api/nodes/discovered`` and ``/api/nodes/pair`` come before ``/api/nodes/{id}``.
+``/api/nodes/discovered``, ``/api/nodes/pair`` and ``/api/nodes/ca-rotation`` come before ``/api/nodes/{id}``.
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/nodes/discovered", nodes.discovered),
         web.post("/api/nodes/discovered", nodes.add_address),                # body: NodeAddressRequest
         web.post("/api/nodes/pair", nodes.pair),                             # body: NodePairRequest
+        web.post("/api/nodes/ca-rotation", nodes.rotate_ca),                 # new CA on every node, old retired; 409 while pairing
         web.get("/api/nodes/{id}", nodes.get_node),
         web.delete("/api/nodes/{id}", nodes.remove),
         web.get("/api/nodes/{id}/gpus/{gpu}/history", nodes.gpu_history),    # ?range=5m|1h|24h|7d

@@ -11,6 +11,7 @@ Route table (``/agent/v1``):
     GET  /telemetry                       -> TelemetryPage   # ?since=SEQ
     *    /proxy/{id}/{path}               -> the runtime's own answer, streamed
     POST /unpair                          -> 202             # forget the pairing; a new code is shown
+    POST /trust                           -> TrustInstalled  # body: TrustUpdate; CA rotation (agent.api.trust)
     POST /upgrade                         -> AgentUpgradeAnswer  # ?platform=&version=&size=&sha256=; body: the build; then exit 75
     POST /runtimes/llamacpp               -> LlamaCppBuildAnswer  # ?name=&version=&size=&sha256=&smoke_model=; body: tar.gz
     POST /fit                             -> FitReport       # body: FitRequest (a local path or an HF file)
@@ -23,6 +24,8 @@ Route table (``/agent/v1``):
     GET  /transfers                       -> TransfersPage   # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}                  -> TransferInfo
     POST /transfers/{id}/cancel           -> TransferInfo
+    POST /transfers/{id}/pause            -> TransferInfo    # a download; its partial files kept
+    POST /transfers/{id}/resume           -> TransferInfo    # a paused, failed or cancelled download again
     GET    /files                         -> NodeFiles       # the models folder's files, the disk's space (agent.api.files)
     DELETE /files                         -> FileRemoved     # ?path=P; a file under the models folder, not in use
     GET  /services                        -> ServicesList    # ?all=0|1&allow=NAME&protect=NAME (agent.api.services)
@@ -87,6 +90,7 @@ from agent.api.sources import (
     TransferInfo,
     TransfersPage,
 )
+from agent.api.trust import TRUST_PATH, TrustInstalled, TrustUpdate
 from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer
 from core.http import ErrorMap, JsonHttp, error_envelope, iter_sse_data
 
@@ -177,6 +181,12 @@ class AgentClient:
         """Tell the agent its node was removed: it resets its identity and waits to be paired again."""
         await self._call("POST", "/unpair", timeout=aiohttp.ClientTimeout(total=10, connect=5))
 
+    async def install_trust(self, update: TrustUpdate) -> TrustInstalled:
+        """Hand the agent the CAs it trusts, its certificate and the daemon's pins (CA rotation)."""
+        data = await self._call("POST", TRUST_PATH, body=update.model_dump(mode="json"),
+                                timeout=aiohttp.ClientTimeout(total=15, connect=5))
+        return TrustInstalled.model_validate(data)
+
     async def upgrade(self, offer: AgentUpgradeOffer, build: Path) -> AgentUpgradeAnswer:
         """Push the agent build at ``build`` to the agent; it verifies it against ``offer``, swaps it in,
         answers, then exits 75 to be started again by its service manager."""
@@ -234,6 +244,12 @@ class AgentClient:
 
     async def cancel_transfer(self, transfer_id: str) -> TransferInfo:
         return TransferInfo.model_validate(await self._call("POST", f"/transfers/{transfer_id}/cancel"))
+
+    async def pause_transfer(self, transfer_id: str) -> TransferInfo:
+        return TransferInfo.model_validate(await self._call("POST", f"/transfers/{transfer_id}/pause"))
+
+    async def resume_transfer(self, transfer_id: str) -> TransferInfo:
+        return TransferInfo.model_validate(await self._call("POST", f"/transfers/{transfer_id}/resume"))
 
     async def files(self) -> NodeFiles:
         """Every file under the node's models folder, and the free and total bytes of its disk."""

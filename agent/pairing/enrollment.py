@@ -9,6 +9,10 @@ everything, another node's only the tunnel of a grant naming it, 403 elsewhere. 
 certificate is checked against the pinned CA whenever the context is built. An agent whose
 identity the daemon wrote directly (its own machine's agent) has no such pin and trusts the CA.
 
+A CA rotation (``install_trust``, from ``agent.trust``) rewrites the same files over mutual TLS:
+``ca.crt`` and ``daemon.crt`` may then hold two certificates each (the old and the new CA, the old
+and the new daemon certificate) until the daemon retires the old CA.
+
 Unpairing removes every identity file; the next start makes a new key and a new self-signed
 certificate, so the old node id (and any certificate signed for the old key) is dead for good.
 """
@@ -94,6 +98,48 @@ def install_enrollment(paths: AgentPaths, ca_pem: str, agent_cert_pem: str, daem
     return load_or_create_identity(paths)
 
 
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+def pinned_cas(paths: AgentPaths) -> list[x509.Certificate]:
+    """Every CA ``ca.crt`` pins (two during a CA rotation's overlap); [] when unpaired."""
+    try:
+        return x509.load_pem_x509_certificates(paths.ca_file.read_bytes())
+    except FileNotFoundError:
+        return []
+    except ValueError as exc:
+        raise IdentityError(f"{paths.ca_file} is not a PEM certificate bundle: {exc}") from exc
+
+
+def install_trust(paths: AgentPaths, ca_pems: list[str], agent_cert_pem: str,
+                  daemon_cert_pems: list[str]) -> AgentIdentity:
+    """Trust ``ca_pems`` (and pin ``daemon_cert_pems``; none: no pin) from now on, with
+    ``agent_cert_pem`` as this agent's certificate. Everything is checked before a file is written:
+    IdentityError says which part is wrong. ``ca.crt`` is written last, as in pairing."""
+    cas = [_cert(pem, "a CA certificate") for pem in ca_pems]
+    if not cas or not all(_is_ca(ca) for ca in cas):
+        raise IdentityError("every CA certificate must be a certificate authority")
+    if not any(_issued_by(_cert(agent_cert_pem, "the agent certificate"), ca) for ca in cas):
+        raise IdentityError("the agent certificate was not signed by any of the CAs it came with")
+    for pem in daemon_cert_pems:
+        daemon = _cert(pem, "a daemon client certificate")
+        if not any(_issued_by(daemon, ca) for ca in cas) or not _has_usage(daemon, ExtendedKeyUsageOID.CLIENT_AUTH):
+            raise IdentityError("a daemon client certificate is not a client certificate from those CAs")
+    install_certificate(paths, agent_cert_pem.encode())  # also checks it is for our own key
+    pin = daemon_pin_file(paths)
+    if daemon_cert_pems:
+        write_atomic(pin, "".join(p if p.endswith("\n") else p + "\n" for p in daemon_cert_pems).encode(), 0o644)
+    else:
+        pin.unlink(missing_ok=True)
+    write_atomic(paths.ca_file, "".join(p if p.endswith("\n") else p + "\n" for p in ca_pems).encode(), 0o644)
+    _LOGGER.info("now trusting %d CA(s) and pinning %d daemon certificate(s)", len(cas), len(daemon_cert_pems))
+    return load_or_create_identity(paths)
+
+
 def reset_identity(paths: AgentPaths) -> None:
     """Forget the pairing and the key: the next identity is a new node."""
     for path in (paths.ca_file, daemon_pin_file(paths), paths.cert_file):
@@ -108,10 +154,14 @@ def paired_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
     pin = daemon_pin_file(identity.paths)
     if not pin.exists():
         return server_ssl_context(identity)
-    if identity.ca_cert is None:
+    cas = pinned_cas(identity.paths)
+    if not cas:
         raise IdentityError(f"{pin} exists but no CA is pinned; run `mirbadllm agent --unpair` and pair again")
-    pem = pin.read_text(encoding="utf-8")
-    if not _issued_by(_cert(pem, str(pin)), identity.ca_cert):
+    try:
+        pins = x509.load_pem_x509_certificates(pin.read_bytes())
+    except ValueError as exc:
+        raise IdentityError(f"{pin} is not a PEM certificate: {exc}") from exc
+    if not all(any(_issued_by(cert, ca) for ca in cas) for cert in pins):
         raise IdentityError(f"{pin} was not issued by the pinned CA; run `mirbadllm agent --unpair` and pair again")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3

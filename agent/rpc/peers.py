@@ -4,7 +4,7 @@ The paired agent's TLS accepts a client certificate its pinned CA signed (``agen
 .enrollment.paired_ssl_context``); which one it is decides the rest, here, for every request:
 
 - *the daemon*: the daemon certificate pinned while pairing (``identity/daemon.crt``), compared
-  byte for byte. An agent with no such pin (this machine's own agent, or one started with ``--ca``)
+  byte for byte (during a CA rotation the file pins the old and the new one: ``agent.trust``). An agent with no such pin (this machine's own agent, or one started with ``--ca``)
   takes a CA-signed certificate without server use as the daemon's: agent certificates carry
   server use, the daemon's client certificate does not. The daemon reaches every route.
 - *a peer agent*: any other CA-signed certificate. Its node id is the SHA-256 of its certificate
@@ -56,26 +56,37 @@ def _has_server_use(der: bytes) -> bool:
 
 
 def read_pin(path: Path) -> bytes | None:
-    """The pinned daemon certificate (PEM file) as DER; None when this agent pins none."""
+    """The (first) pinned daemon certificate (PEM file) as DER; None when this agent pins none."""
+    pins = read_pins(path)
+    return pins[0] if pins else None
+
+
+def read_pins(path: Path) -> list[bytes]:
+    """Every pinned daemon certificate (PEM file, one or more) as DER; [] when this agent pins none."""
     try:
         pem = path.read_bytes()
     except FileNotFoundError:
-        return None
-    return x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER)
+        return []
+    return [cert.public_bytes(Encoding.DER) for cert in x509.load_pem_x509_certificates(pem)]
 
 
 class PeerPolicy:
     """Tells the daemon from a peer agent by the client certificate of a TLS connection."""
 
-    def __init__(self, daemon_pin_der: bytes | None) -> None:
-        self._pin = daemon_pin_der
+    def __init__(self, daemon_pin_der: bytes | list[bytes] | None) -> None:
+        self.replace(daemon_pin_der)
+
+    def replace(self, daemon_pin_der: bytes | list[bytes] | None) -> None:
+        """Pin these daemon certificates from the next request on (``agent.trust``); none: unpinned."""
+        pins = [daemon_pin_der] if isinstance(daemon_pin_der, bytes) else list(daemon_pin_der or [])
+        self._pins = frozenset(pins)
 
     def classify(self, der: bytes | None) -> Peer:
         if der is None:
             return Peer(daemon=True, node_id=None)
         node_id = node_id_of(der)
-        if self._pin is not None:
-            return Peer(daemon=der == self._pin, node_id=node_id)
+        if self._pins:
+            return Peer(daemon=der in self._pins, node_id=node_id)
         return Peer(daemon=not _has_server_use(der), node_id=node_id)
 
 

@@ -19,6 +19,7 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/nodes/discovered            -> list[DiscoveredNode]  # agents waiting to be paired
     POST   /api/nodes/discovered            -> NodeAddResult    # body: NodeAddressRequest (manual add)
     POST   /api/nodes/pair                  -> NodeView         # body: NodePairRequest; 201
+    POST   /api/nodes/ca-rotation           -> CaRotationResult # new CA on every online node, old retired; 409 while pairing
     GET    /api/nodes/{id}                  -> NodeView
     DELETE /api/nodes/{id}                  -> 204              # stops its models, unpairs the agent
     GET    /api/nodes/{id}/gpus/{gpu}/history -> HistorySeries  # ?range=5m|1h|24h|7d; gpu: UUID or index
@@ -91,6 +92,7 @@ from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
 from core.http import ErrorMap, JsonHttp, error_envelope
 from daemon.api.audit import CLIENT_HEADER, AuditPage
 from daemon.api.backup import BackupFile, BackupListing, RestorePreview, RestoreResult
+from daemon.api.ca_rotation import CaRotationResult
 from daemon.api.files import FileRemoved, ModelRemoval, NodeFilesView
 from daemon.api.hub import CatalogView, HubFormat, HubRepoFiles, HubSearchResult
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
@@ -364,6 +366,12 @@ class DaemonClient:
         body = {"address": address, "code": code, "fingerprint": fingerprint}
         timeout = aiohttp.ClientTimeout(total=90, connect=5)
         return NodeView.model_validate(await self._call("POST", "/api/nodes/pair", body=body, timeout=timeout))
+
+    async def rotate_ca(self) -> CaRotationResult:
+        """Replace the daemon's CA: every online node gets a certificate from a new CA while both are
+        trusted, then the old one is retired; offline nodes are named (pair them again)."""
+        data = await self._call("POST", "/api/nodes/ca-rotation", timeout=aiohttp.ClientTimeout(total=600, connect=5))
+        return CaRotationResult.model_validate(data)
 
     async def remove_node(self, node_id: str) -> None:
         await self._call("DELETE", f"/api/nodes/{node_id}", timeout=aiohttp.ClientTimeout(total=120, connect=5))

@@ -130,7 +130,7 @@ class RpcHelpers:
             if exc.code == "insufficient_memory" and isinstance(wanted, int) and isinstance(free, int) and wanted > free:
                 refused.node, refused.short = node, wanted - free
             raise refused from exc
-        return [RpcPeer(agent_url=link.client.base_url, grant_id=g.grant_id, node_id=g.node,
+        return [RpcPeer(agent_url=link.client.base_url, grant_id=g.grant_id, node_id=self._certified.get(g.node, g.node),
                         devices=max(1, len(g.info.devices)) if g.info else 1)
                 for link, g in zip(links, opened, strict=True)]
 

@@ -9,6 +9,7 @@
     GET    /api/nodes/{id}/history             -> HistorySeries     # ?range=5m|1h|24h|7d
     GET    /api/nodes/{id}/gpus/{gpu}/history  -> HistorySeries     # ?range=5m|1h|24h|7d
     PUT    /api/nodes/{id}/backend             -> NodeView          # body: BackendSetting (auto|cuda|vulkan|cpu)
+    POST   /api/nodes/ca-rotation              -> CaRotationResult  # 409 ca_rotation_running | pairing_in_progress
 
 The pairing code arrives in one request body, is handed to ``daemon.nodes.pairing`` as a ``SecretStr``
 and is never logged, stored, audited or echoed in an error.
@@ -30,6 +31,7 @@ from daemon.errors import (
     validated,
 )
 from daemon.history import History
+from daemon.nodes.ca_rotation import CaRotation
 from daemon.nodes.manager import NodeManager
 from daemon.telemetry import gpu_subject
 
@@ -42,8 +44,10 @@ async def _body(request: web.Request, contract: type[M]) -> M:
 
 
 class NodesApi:
-    def __init__(self, nodes: NodeManager, history: History, audit: Recorder | None = None) -> None:
+    def __init__(self, nodes: NodeManager, history: History, audit: Recorder | None = None,
+                 rotation: CaRotation | None = None) -> None:
         self._nodes = nodes
+        self._rotation = rotation
         self._history = history
         self._audit = audit
 
@@ -56,6 +60,12 @@ class NodesApi:
             await self._audit.record("node.backend", node, before=before, after=body.backend,
                                      detail=f"{before} -> {body.backend}")
         return json_response(view)
+
+    async def rotate_ca(self, request: web.Request) -> web.Response:
+        """Replace the daemon's CA on every reachable node, then retire the old one (daemon.nodes.ca_rotation)."""
+        if self._rotation is None:
+            raise DaemonProblem(409, "ca_rotation_unavailable", "this daemon was built without CA rotation")
+        return json_response(await self._rotation.rotate())
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         return json_response(self._nodes.views())

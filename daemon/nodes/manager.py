@@ -59,6 +59,7 @@ from daemon.tls import ensure_client_certificate
 _LOGGER = logging.getLogger(__name__)
 
 FIRST_CONTACT_S = 10.0
+PENDING_CA_DIR = "ca-next"  # under pki/: a CA rotation's new CA until it retires the old (daemon.nodes.ca_rotation)
 
 
 class ModelDefinitions(Protocol):
@@ -101,14 +102,24 @@ class NodeManager:
         self._client: tuple[Any, Any] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._pairing = asyncio.Lock()
+        self.rotating = False  # a CA rotation runs (daemon.nodes.ca_rotation): pairing waits for it
+        # CAs trusted besides ``ca``: the new one during a rotation's overlap (set by daemon.nodes.ca_rotation)
+        self.extra_cas: list[x509.Certificate] = []
+        # node id, its certificate's id: told when a rotation gives a node a certificate (rpc grants name it)
+        self.on_certificate: Callable[[str, str], None] = lambda _node, _certificate_id: None
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.ca = CertificateAuthority.load_or_create(self._pki_dir)
         self._client = ensure_client_certificate(self.ca, self._pki_dir)  # (key, cert)
+        pending = self._pki_dir / PENDING_CA_DIR / "ca.crt"
+        if pending.exists():  # a rotation stopped in its overlap: nodes it switched hold the new CA's certificates
+            self.extra_cas = [x509.load_pem_x509_certificate(pending.read_bytes())]
         self.store.load()
         for record in self.store.all():
-            self._attach(record)
+            if self._attach(record) is not None and record.rotated_at:
+                self.on_certificate(record.id, fingerprint(x509.load_pem_x509_certificate(
+                    record.certificate_pem.encode())))
         if self.policy.discovery and not mdns_disabled_by_env():
             await self.discovery.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self.monitor.run(), name="node-monitor"))
@@ -125,19 +136,53 @@ class NodeManager:
             if isinstance(link, NodeLink):
                 await link.stop()
 
+    @property
+    def pairing_busy(self) -> bool:
+        """Whether a node is being paired right now."""
+        return self._pairing.locked()
+
+    @property
+    def client_files(self) -> tuple[Path, Path]:
+        """The daemon's client (key, certificate) files."""
+        assert self._client is not None
+        return self._client[0], self._client[1]
+
+    def use_ca(self, ca: CertificateAuthority, client: tuple[Path, Path]) -> None:
+        """Make ``ca`` the daemon's CA and ``client`` its client certificate (a CA rotation's retirement)."""
+        self.ca, self._client, self.extra_cas = ca, client, []
+
+    def trusts(self, certificate_pem: str) -> bool:
+        """Whether a CA this daemon trusts now signed the certificate."""
+        assert self.ca is not None
+        return any(issued_by(certificate_pem, ca) for ca in [self.ca.cert, *self.extra_cas])
+
+    async def reattach(self, record: NodeRecord) -> NodeLink | None:
+        """Link the node again with what its record pins now and the daemon's client certificate now."""
+        await self._detach(record.id)
+        link = self._attach(record)
+        if link is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.first_sync.wait(), FIRST_CONTACT_S)
+            await self.monitor.check(record.id, link)
+        return link
+
     def _attach(self, record: NodeRecord) -> NodeLink | None:
         assert self.ca is not None and self._client is not None
         cert = x509.load_pem_x509_certificate(record.certificate_pem.encode())
-        if fingerprint(cert) != record.id or not issued_by(record.certificate_pem, self.ca.cert):
-            _LOGGER.error("node %s in nodes.json does not hold a certificate this daemon signed; ignored",
-                          record.id[:12])
+        if (fingerprint(cert) != record.id and not record.rotated_at) or not self.trusts(record.certificate_pem):
+            _LOGGER.error("node %s in nodes.json does not hold a certificate this daemon's CA signed; ignored "
+                          "(pair it again)", record.id[:12])
             return None
         key, client_cert = self._client
-        client = AgentClient(record.url, node_ssl_context(record.certificate_pem, client_cert, key))
+        client = AgentClient(record.url, node_ssl_context(record.pinned_pem, client_cert, key))
         link = NodeLink(record.id, client, self._orchestrator.on_instances)
         self.links.add(link)
         link.start()
         return link
+
+    async def detach(self, node_id: str) -> None:
+        """Drop the node's link, keeping its record (a CA rotation left it with a certificate nothing trusts)."""
+        await self._detach(node_id)
 
     async def _detach(self, node_id: str) -> None:
         link = self.links.pop(node_id)
@@ -242,7 +287,7 @@ class NodeManager:
         host, port = self._address(address)
         key, cert = self._client
         try:
-            found = await probe(host, port, self.ca, {r.id for r in self.store.all()}, (str(cert), str(key)))
+            found = await probe(host, port, self.ca, set(self._by_certificate()), (str(cert), str(key)))
         except PairingFailed as exc:
             raise DaemonProblem(exc.status, exc.code, exc.message) from exc
         where = format_address(host, port)
@@ -254,7 +299,7 @@ class NodeManager:
             self.discovery.put(entry)
             return NodeAddResult(discovered=entry)
         if found.kind == "ours":
-            record = self.store.get(found.fingerprint)
+            record = self.store.get(self._by_certificate()[found.fingerprint])
             assert record is not None
             if (record.host, record.port) != (host, port):
                 _LOGGER.info("node %s moved from %s to %s", record.name, record.address, where)
@@ -266,13 +311,22 @@ class NodeManager:
             return NodeAddResult(node=self.view(record.id))
         _refuse(found.kind, where)
 
+    def _by_certificate(self) -> dict[str, str]:
+        """The id of every certificate a paired node may present -> the node's id (they differ once a
+        CA rotation gave it a new certificate)."""
+        known: dict[str, str] = {}
+        for record in self.store.all():
+            for cert in x509.load_pem_x509_certificates(record.pinned_pem.encode()):
+                known[fingerprint(cert)] = record.id
+        return known
+
     async def _refuse_if_paired(self, host: str, port: int) -> None:
         """Pairing found no pairing endpoint: if an agent answers there anyway it is paired already
         (ours, removed, or another daemon's), a conflict with its state (409), not a bad gateway."""
         assert self.ca is not None and self._client is not None
         key, cert = self._client
         try:
-            found = await probe(host, port, self.ca, {r.id for r in self.store.all()}, (str(cert), str(key)))
+            found = await probe(host, port, self.ca, set(self._by_certificate()), (str(cert), str(key)))
         except PairingFailed:
             return  # nothing answers: the caller's 502 stands
         if found.kind == "ours":
@@ -285,6 +339,9 @@ class NodeManager:
         assert self.ca is not None and self._client is not None
         host, port = self._address(request.address)
         client_cert_pem = self._client[1].read_text(encoding="utf-8")
+        if self.rotating:
+            raise DaemonProblem(409, "ca_rotation_running", "The daemon's CA is being replaced; pair the node "
+                                "once the rotation has finished.")
         async with self._pairing:
             try:
                 paired = await pair(host, port, request.code.get_secret_value(), request.fingerprint, self.ca,

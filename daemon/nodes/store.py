@@ -3,7 +3,9 @@
 A node record pins the exact agent certificate the daemon signed while pairing. The context for
 that node trusts that one certificate and nothing else (``VERIFY_X509_PARTIAL_CHAIN`` with the
 leaf as the only anchor): a certificate this CA signed for another node, or for a node since
-removed, fails the handshake. Removing a node is deleting its record.
+removed, fails the handshake. Removing a node is deleting its record. A CA rotation
+(``daemon.nodes.ca_rotation``) gives a node a new certificate but not a new id: during the
+rotation's overlap the record pins both (``previous_certificate_pem``), after it the new one.
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ class NodeRecord(BaseModel):
     os: str = ""
     version: str = ""
     paired_at: float = 0.0
+    previous_certificate_pem: str = ""  # a CA rotation's overlap: the old certificate, pinned too
+    rotated_at: float = 0.0  # when a CA rotation last gave it a certificate (its id stays the first one's)
+
+    @property
+    def pinned_pem(self) -> str:
+        """Every certificate the node may present now (two during a CA rotation's overlap)."""
+        return self.certificate_pem + self.previous_certificate_pem
 
     @property
     def address(self) -> str:

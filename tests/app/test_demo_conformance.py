@@ -21,6 +21,7 @@ from app.demo import DemoDaemon
 from app.demo_services import DEMO_PAIRING_CODE
 from daemon.api import client as client_module
 from daemon.api.client import DaemonClient
+from daemon.api.conversations import ConversationCreate, ConversationMessage
 from daemon.api.jobs import BenchmarkRequest, TuneRequest
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
@@ -122,7 +123,7 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("set_services_policy", lambda r: (ServiceNames(allow=["nginx"]), "local")),
         ("upgrade_status", lambda r: ()), ("start_runtime_upgrade", lambda r: ("/builds/llamacpp-demo", None)),
         ("runtime_upgrade_status", lambda r: ()), ("set_node_backend", lambda r: ("local", "cpu")),
-        ("remove_node", lambda r: (r["pair_node"].id,)),
+        ("rotate_ca", lambda r: ()), ("remove_node", lambda r: (r["pair_node"].id,)),
         ("plan_tune", lambda r: (TuneRequest(model=model),)),
         ("start_benchmark", lambda r: (BenchmarkRequest(model=model),)),
         ("get_job", lambda r: (r["start_benchmark"].id,)), ("cancel_job", lambda r: (r["start_benchmark"].id,)),
@@ -141,6 +142,12 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("node_files", lambda r: ("local",)),
         ("remove_node_file", lambda r: ("local", next(f.path for f in r["node_files"].files if f.unused))),
         ("delete_model_with_files", lambda r: (model,)),
+        ("create_conversation", lambda r: (ConversationCreate(model=model, messages=[ConversationMessage(role="user", content="hi")]),)),
+        ("append_messages", lambda r: (r["create_conversation"].id, [ConversationMessage(role="assistant", content="hello")])),
+        ("rename_conversation", lambda r: (r["create_conversation"].id, "Greeting")),
+        ("list_conversations", lambda r: ()), ("get_conversation", lambda r: (r["create_conversation"].id,)),
+        ("export_conversation", lambda r: (r["create_conversation"].id, "json")),
+        ("delete_conversation", lambda r: (r["create_conversation"].id,)),
         ("close", lambda r: ()),
     ]
 

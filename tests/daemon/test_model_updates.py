@@ -5,6 +5,7 @@ a file without a new revision is refused, and updates or roll backs with nothing
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,16 @@ async def pull(d: RunningDaemon) -> None:
     assert done.registered == ["tiny"], done.error or done.register_error
 
 
+async def update_event(client: DaemonClient, since: int) -> None:
+    """Wait (on the event feed) until the daemon says model 'tiny' has an update."""
+    for _ in range(12):
+        page = await client.events(since, timeout=5)
+        since = page.last_id
+        if any(e.type == "model.update_available" and e.model == "tiny" for e in page.events):
+            return
+    raise AssertionError("no model.update_available event for 'tiny'")
+
+
 async def one(client: DaemonClient, check: bool = True) -> str:
     (found,) = await client.model_updates(check=check)
     assert found.model == "tiny"
@@ -64,11 +75,14 @@ async def test_a_new_revision_is_found_updated_onto_the_running_model_and_rolled
 
             since = (await d.client.status()).last_event_id
             new_commit = hub.publish(REPO, {FILE: NEW})
-            (found,) = await d.client.model_updates(check=True)
+            daily = asyncio.ensure_future(d.daemon.model_updates.run(first_after_s=0, every_s=3600))
+            try:  # the daemon's own check finds it, and says so as an event
+                await update_event(d.client, since)
+            finally:
+                daily.cancel()
+            (found,) = await d.client.model_updates()  # the last check's answer, kept
             assert (found.state, found.latest, found.revision) == ("available", new_commit, COMMIT)
-            page = await d.client.events(since, timeout=0)
-            assert any(e.type == "model.update_available" and e.model == "tiny" for e in page.events)
-            assert (await d.client.model_updates())[0].state == "available"  # the last check, kept
+            assert "changes its files" in (found.reason or "") and found.checked_at is not None
 
             started = await d.client.update_model_files("tiny")
             done, _ = await transfer_end(d.client, started.id, since)
