@@ -25,6 +25,7 @@ from app.viewmodels.nodes import NodesViewModel
 from app.viewmodels.observable import Emitter
 from app.viewmodels.pairing import PairingWizard
 from app.viewmodels.playground import PlaygroundViewModel
+from app.viewmodels.releases import ReleasesViewModel
 from daemon.api.client import DaemonError
 from daemon.api.protocol import DaemonApi
 
@@ -52,6 +53,7 @@ class AppContext:
     pairing: PairingWizard
     first_run: FirstRunViewModel
     disk: DiskViewModel  # a node's model files (the Nodes page's Disk card)
+    releases: ReleasesViewModel  # versions, the daemon's restart after an update, the agent rollout
     # Starts this machine's daemon again when it is down (app.bootstrap.connect_daemon); None where the
     # app may not start one (--no-daemon-start, a daemon on another machine, the demo)
     start_daemon: Callable[[], Awaitable[Any]] | None = None
@@ -60,13 +62,15 @@ class AppContext:
     def create(cls, client: DaemonApi, home: Path, *, prefs_path: Path | None = None,
                platform: str | None = None, host_refresh_s: float = 5.0) -> AppContext:
         fleet = FleetViewModel(client, host_refresh_s=host_refresh_s)
+        settings = AppSettingsViewModel(home, prefs_path, platform)
         return cls(client=client, home=home, fleet=fleet, models=ModelsPageViewModel(fleet),
                    logs=LogsViewModel(client), charts=ChartsViewModel(client, fleet),
                    playground=PlaygroundViewModel(fleet), access=AccessViewModel(fleet),
-                   settings=AppSettingsViewModel(home, prefs_path, platform), messages=Emitter(),
+                   settings=settings, messages=Emitter(),
                    nodes=NodesViewModel(client, fleet, refresh_s=host_refresh_s),
                    node_charts=NodeChartsViewModel(client), pairing=PairingWizard(client),
-                   first_run=FirstRunViewModel(client, fleet), disk=DiskViewModel(client, fleet))
+                   first_run=FirstRunViewModel(client, fleet), disk=DiskViewModel(client, fleet),
+                   releases=ReleasesViewModel(client, fleet, settings.updates))
 
     def act(self, action: Awaitable[Any], done: str | None = None) -> asyncio.Future[Any]:
         """Run a user's action; report its failure (or ``done``) as a message."""
@@ -97,6 +101,7 @@ class AppContext:
         return asyncio.ensure_future(self.settings.updates.check_daily())
 
     async def close(self) -> None:
+        self.releases.close()
         self.logs.stop()
         self.first_run.close()
         self.charts.hide()

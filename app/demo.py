@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from app.demo_audit import DemoAudit
 from app.demo_backup import DemoBackups
+from app.demo_ca_rotation import DemoCaRotation
 from app.demo_disk import DEMO_MODELS_DIR, DemoDisk
 from app.demo_host_services import DemoHostServices
 from app.demo_hub import DemoHub
@@ -118,7 +119,7 @@ DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan
 
 
 class DemoDaemon(DemoReleases, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
-                 DemoDisk, DemoHub, DemoModelUpdates):
+                 DemoDisk, DemoHub, DemoModelUpdates, DemoCaRotation):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
     ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare

@@ -78,7 +78,6 @@ from daemon.api.upgrades import (
     NodeUpgradeState,
     NodeUpgradeView,
     RolloutState,
-    RolloutView,
 )
 
 _LOGGER = logging.getLogger(__name__)
@@ -368,21 +367,6 @@ class DemoNodes:
         self.nodes[self.nodes.index(node)] = updated
         self._publish("node.backend", node=node_id)
         return updated
-
-    async def upgrade_status(self) -> RolloutView:
-        self._record("upgrade_status")
-        return getattr(self, "_demo_rollout", RolloutView())
-
-    async def start_upgrade(self, folder: str | None = None) -> RolloutView:
-        """The demo's rollout finishes at once: every paired node runs the new version."""
-        self._record("start_upgrade", folder)
-        now = time.time()
-        nodes = [NodeUpgradeView(node=n.id, name=n.name, from_version=n.version, state=NodeUpgradeState.DONE,
-                                 started_at=now, finished_at=now) for n in self.nodes if not n.local]
-        self._demo_rollout = RolloutView(state=RolloutState.DONE, version="0.2.0", started_at=now,
-                                         finished_at=now, nodes=nodes)
-        self._publish("upgrade.finished", version="0.2.0", state="done", reason=None)
-        return self._demo_rollout
 
     async def runtime_upgrade_status(self) -> RuntimeRolloutView:
         self._record("runtime_upgrade_status")

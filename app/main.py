@@ -166,6 +166,15 @@ async def connect(home: Path, args: argparse.Namespace, url_override: str):  # t
         return DaemonClient(conn.url, conn.token, client_name="app")  # the audit log's actor
 
 
+async def _catch_up(ctx) -> None:  # type: ignore[no-untyped-def]
+    """Restart an older daemon onto the version this app installed; say so in the status bar."""
+    from app.context import Message
+
+    line = await ctx.releases.catch_up()
+    if line:
+        ctx.messages.emit(Message(line, error=ctx.releases.state.value.error))
+
+
 def _mark_shown() -> None:
     """For bench/app_responsiveness.py: write the time the window was first painted to the file
     named by ``MIRBADLLM_SHOWN_MARKER`` (nothing happens without it)."""
@@ -205,6 +214,9 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
                 await ctx.fleet.resync()
 
             ctx.start_daemon = start_daemon
+            from app.daemon_restart import DaemonRestarter
+
+            ctx.releases.set_restarter(DaemonRestarter(home, url_override))
     quit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     tray_available = QSystemTrayIcon.isSystemTrayAvailable()
     window = MainWindow(ctx, apply_theme=lambda mode: theme.apply(app, mode), tray_available=tray_available)
@@ -230,6 +242,8 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # t
         _mark_shown()
     ctx.start()
     daily_updates = None if args.demo else ctx.start_update_checks()
+    if ctx.releases.restarter is not None:  # after an update: the daemon onto the installed version
+        ctx.act(_catch_up(ctx))
     code = await quit_code
     if daily_updates is not None:
         daily_updates.cancel()

@@ -46,7 +46,7 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
 # tests/app/test_screenshots.py checks these cover main_window.PAGES and every QDialog in app.ui.
 PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
               "discover", "nodes", "services", "playground", "playground-completion", "access", "requests", "audit",
-              "backup", "settings")
+              "backup", "releases", "settings")
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
                 "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",
                 "KeyLimitsDialog": "key-limits-dialog", "ServiceConfirmDialog": "service-confirm-dialog"}

@@ -1,5 +1,5 @@
 """The main window: a sidebar of pages (Overview, Models, Discover, Nodes, Services, Playground, Access, Requests, Audit,
-Backup, Settings) and a status bar. Ctrl+1 … Ctrl+9 open the first nine.
+Backup, Releases, Settings) and a status bar. Ctrl+1 … Ctrl+9 open the first nine.
 
 Closing the window hides it: the tray stays and the models keep running. Quitting is the tray's
 (or the File menu's) job.
@@ -34,6 +34,7 @@ from app.ui.pages.models import ModelsPage
 from app.ui.pages.nodes import NodesPage
 from app.ui.pages.overview import OverviewPage
 from app.ui.pages.playground import PlaygroundPage
+from app.ui.pages.releases import ReleasesPage
 from app.ui.pages.requests import RequestsPage
 from app.ui.pages.services import ServicesPage
 from app.ui.pages.settings import SettingsPage
@@ -42,7 +43,7 @@ from app.viewmodels.fleet import FleetSnapshot, FleetState
 
 PAGES = (("overview", "Overview"), ("models", "Models"), ("discover", "Discover"), ("nodes", "Nodes"), ("services", "Services"),
          ("playground", "Playground"), ("access", "Access"), ("requests", "Requests"), ("audit", "Audit"),
-         ("backup", "Backup"), ("settings", "Settings"))
+         ("backup", "Backup"), ("releases", "Releases"), ("settings", "Settings"))
 
 
 class MainWindow(QMainWindow):
@@ -74,9 +75,10 @@ class MainWindow(QMainWindow):
         self.requests = RequestsPage(ctx)
         self.audit = AuditPage(ctx)
         self.backup = BackupPage(ctx)
+        self.releases = ReleasesPage(ctx)
         self.settings = SettingsPage(ctx, apply_theme)
         for widget in (self.overview, self.models, self.discover, self.nodes, self.services, self.playground, self.access,
-                       self.requests, self.audit, self.backup, self.settings):
+                       self.requests, self.audit, self.backup, self.releases, self.settings):
             self.stack.addWidget(widget)
         row.addWidget(self.stack, 1)
         self.setCentralWidget(central)

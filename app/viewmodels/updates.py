@@ -45,6 +45,7 @@ class UpdatesState:
     error: bool = False  # the line is a refusal or a failure
     checking: bool = False
     ready: StagedUpdate | None = None  # verified and staged: "Restart to update" is offered
+    latest: str | None = None  # the feed's version at the last check that read it (the Releases page)
 
     @property
     def enabled(self) -> bool:
@@ -88,7 +89,8 @@ class UpdatesViewModel:
                                    checking=False))
             return
         ready = result.staged if isinstance(result, UpdateReady) else None
-        self.state.set(replace(self.state.value, line=result.message, checking=False, ready=ready))
+        latest = result.version if isinstance(result, UpdateReady) else result.latest
+        self.state.set(replace(self.state.value, line=result.message, checking=False, ready=ready, latest=latest))
 
     async def check_daily(self, *, first_after_s: float = 60.0, every_s: float = 86_400.0,
                           sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:

@@ -1,0 +1,131 @@
+"""Releases: the version this app installed, the one the daemon runs, the feed's latest, every node's
+agent version, and the agent release rolled out to the nodes one at a time with per-node progress."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QScrollArea,
+    QTableWidgetItem,
+)
+
+from app.context import AppContext
+from app.ui.widgets import (
+    Card,
+    bind,
+    button,
+    label,
+    page,
+    page_header,
+    read_only_table,
+    set_prop,
+)
+from app.viewmodels.releases import ReleasesState, node_cells
+from daemon.api.upgrades import RolloutState
+
+ROLLOUT_NOTE = ("The daemon sends the agent release it has staged to one node at a time, waits until that node "
+                "is back on the new version with its models adopted, and stops at the first node that fails. "
+                "A release older than what runs, or not signed by a MirbadLLM release key, is refused.")
+
+
+def rollout_line(s: ReleasesState) -> str:
+    r = s.rollout
+    if r.state == RolloutState.RUNNING:
+        done = sum(1 for n in r.nodes if n.state.value == "done")
+        return f"Rolling {r.version} out: {done} of {len(r.nodes)} node(s) done."
+    if r.state == RolloutState.DONE:
+        return f"{r.version} rolled out to {len(r.nodes)} node(s)."
+    if r.state == RolloutState.FAILED:
+        return f"The rollout of {r.version} stopped: {r.reason}"
+    behind = s.nodes_behind
+    return f"{len(behind)} node(s) run an older agent than the daemon." if behind else ""
+
+
+class ReleasesPage(QScrollArea):
+    def __init__(self, ctx: AppContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.vm = ctx.releases
+        self.setWidgetResizable(True)
+        body, layout = page()
+        self.setWidget(body)
+        layout.addWidget(page_header("Releases", "Which version runs where, and the nodes brought onto it."))
+        layout.addWidget(self._versions_card())
+        layout.addWidget(self._nodes_card(), 1)
+        bind(self, self.vm.state, self.show_state)
+        self.show_state(self.vm.state.value)
+
+    def _versions_card(self) -> Card:
+        card = Card("Versions")
+        form = QFormLayout()
+        self.installed = label("", selectable=True)
+        self.installed.setObjectName("ReleasesInstalled")
+        self.running = label("", selectable=True)
+        self.running.setObjectName("ReleasesRunning")
+        self.latest = label("", selectable=True)
+        self.latest.setObjectName("ReleasesLatest")
+        form.addRow("This app", self.installed)
+        form.addRow("The daemon", self.running)
+        form.addRow("Latest release", self.latest)
+        card.body.addLayout(form)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.restart_button = button("Restart the daemon onto this version")
+        self.restart_button.setObjectName("ReleasesRestartDaemon")
+        self.restart_button.clicked.connect(lambda: self.ctx.act(self.vm.restart_daemon()))
+        row.addWidget(self.restart_button)
+        card.body.addLayout(row)
+        self.outcome = label("", wrap=True, selectable=True)
+        self.outcome.setObjectName("ReleasesOutcome")
+        card.body.addWidget(self.outcome)
+        return card
+
+    def _nodes_card(self) -> Card:
+        card = Card("Nodes")
+        card.body.addWidget(label(ROLLOUT_NOTE, muted=True, wrap=True))
+        self.table = read_only_table("ReleasesNodes", ["Node", "Agent version", "Rollout"])
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table.setMinimumHeight(160)
+        card.body.addWidget(self.table)
+        row = QHBoxLayout()
+        self.rollout_note = label("", wrap=True)
+        self.rollout_note.setObjectName("ReleasesRollout")
+        row.addWidget(self.rollout_note, 1)
+        self.roll_out_button = button("Roll out to nodes", kind="primary")
+        self.roll_out_button.setObjectName("ReleasesRollOut")
+        self.roll_out_button.clicked.connect(lambda: self.ctx.act(self.vm.roll_out()))
+        row.addWidget(self.roll_out_button)
+        card.body.addLayout(row)
+        return card
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.ctx.act(self.vm.refresh())
+
+    def show_state(self, s: ReleasesState) -> None:
+        self.installed.setText(s.installed)
+        running = s.running or "…"
+        if s.daemon_behind:
+            running += "  (older than this app: restart it to run the new version)"
+        self.running.setText(running)
+        self.latest.setText(s.latest or "Not checked yet: Settings → Updates → Check for updates")
+        self.restart_button.setVisible(s.can_restart)
+        self.restart_button.setEnabled(s.busy is None)
+        text = s.busy or s.line
+        self.outcome.setText(text)
+        self.outcome.setVisible(bool(text))
+        set_prop(self.outcome, "role", "error" if s.error and not s.busy else "")
+        self.table.setRowCount(len(s.nodes))
+        for row, node in enumerate(s.nodes):
+            for col, text in enumerate(node_cells(node, s.running, s.rollout)):
+                self.table.setItem(row, col, QTableWidgetItem(text))
+        self.rollout_note.setText(rollout_line(s))
+        self.roll_out_button.setEnabled(s.can_roll_out)
