@@ -5,7 +5,8 @@ like the daemon would: state changes publish events with monotonic ids and a ``b
 app's ``EventFeed`` runs for real. ``DemoDaemon()`` is the demo's believable fleet (six models in
 every state, one of them a base model without a chat template, one on vLLM, a host with a GPU, keys,
 history with live-looking curves, runtime logs, an access log (``app.demo_requests``); nodes, model
-sources and jobs from ``app.demo_services``, Discover's hub from ``app.demo_hub``),
+sources and jobs from ``app.demo_services``, Discover's hub from ``app.demo_hub``, saved chats from
+``app.demo_conversations``),
 so the whole app can be shown and documented on a machine with no models; started models become
 ready after a short delay. ``DemoDaemon(models)`` is a bare daemon holding just those models
 (stopped), one machine without paired nodes, no keys, no jobs and no made-up figures, the state the
@@ -33,6 +34,7 @@ from pydantic import ValidationError
 from app.demo_audit import DemoAudit
 from app.demo_backup import DemoBackups
 from app.demo_ca_rotation import DemoCaRotation
+from app.demo_conversations import DemoConversations
 from app.demo_disk import DEMO_MODELS_DIR, DemoDisk
 from app.demo_host_services import DemoHostServices
 from app.demo_hub import DemoHub
@@ -119,7 +121,7 @@ DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan
 
 
 class DemoDaemon(DemoReleases, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
-                 DemoDisk, DemoHub, DemoModelUpdates, DemoCaRotation):
+                 DemoDisk, DemoHub, DemoModelUpdates, DemoCaRotation, DemoConversations):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
     ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare

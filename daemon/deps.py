@@ -33,6 +33,8 @@ from daemon.backup.restore import Owners
 from daemon.backup.schedule import BackupScheduler
 from daemon.backup.service import BackupService
 from daemon.config import DaemonConfig
+from daemon.conversations.api import ConversationsApi
+from daemon.conversations.store import ConversationStore
 from daemon.events import EventBus
 from daemon.files.api import NodeFilesApi
 from daemon.files.disk import NodeDisk
@@ -69,6 +71,7 @@ from daemon.runtimes.packs import RuntimePacks
 from daemon.services.api import ServicesApi
 from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
+from daemon.sources.downloads import TransferLog
 from daemon.sources.hub import Hub
 from daemon.sources.hub_api import HubApi
 from daemon.sources.mirror import Mirror, MirrorApi
@@ -119,6 +122,7 @@ class DaemonDeps:
     backups: BackupService
     backup_scheduler: BackupScheduler
     model_updates: ModelUpdates  # hub models' newer revisions, update and roll back (daemon.sources.updates)
+    conversations: ConversationStore  # saved chats of the Playground and `mirbadllm run` (daemon.conversations)
     shutdown_requested: asyncio.Event = field(default_factory=asyncio.Event)  # `mirbadllm daemon` exits on it
     local_agent: LocalAgentProcess | None = None  # this machine's agent, once started
 
@@ -165,7 +169,7 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
     async def register(transfer: Transfer, query: Any) -> Registered:
         return await register_models(registry, events, history, transfer, query)
 
-    transfers = Transfers(links, events, history, register, background.spawn)
+    transfers = Transfers(links, events, history, register, background.spawn, TransferLog(paths.home / "transfers.json"))
     mirror = Mirror(links, transfers, registry, events, history, paths.local_agent_home / "models", background.spawn)
     listener = Listener(config, paths)
     jobs.router_url = lambda: listener.local_url  # a benchmark's overhead rounds go through /v1 here
@@ -180,7 +184,8 @@ def build_deps(config: DaemonConfig, paths: DaemonPaths) -> DaemonDeps:
                       runtime_upgrades=runtime_upgrades, runtime_packs=packs, jobs=jobs,
                       transfers=transfers, mirror=mirror,
                       backups=backups, backup_scheduler=BackupScheduler(backups, config, events),
-                      model_updates=ModelUpdates(registry, orchestrator, links, transfers, events, history, Hub()))
+                      model_updates=ModelUpdates(registry, orchestrator, links, transfers, events, history, Hub()),
+                      conversations=ConversationStore(paths.conversations))
 
 
 def handlers(d: DaemonDeps) -> Handlers:
@@ -208,7 +213,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         prometheus=PrometheusTargets(d.nodes.views),
         files=NodeFilesApi(disk, d.history),
         hub=HubApi(Hub(), d.telemetry.hosts),
-        model_updates=ModelUpdatesApi(d.model_updates, d.orchestrator))
+        model_updates=ModelUpdatesApi(d.model_updates, d.orchestrator),
+        conversations=ConversationsApi(d.conversations))
 
 
 def ollama(d: DaemonDeps) -> OllamaApi:
@@ -229,6 +235,7 @@ async def start(d: DaemonDeps) -> None:
             d.registry.seed_demo(gguf)
     await d.history.open()
     await d.audit.open()
+    await d.conversations.open()
     await d.router.open()
     if d.config.local_agent:
         await _start_local_agent(d)
@@ -285,3 +292,4 @@ async def stop(d: DaemonDeps) -> None:
     d.keys.flush_usage()
     await d.history.close()
     await d.audit.close()
+    await d.conversations.close()

@@ -49,6 +49,10 @@ class DaemonPaths:
         return self.home / "history.sqlite"
 
     @property
+    def conversations(self) -> Path:
+        return self.home / "conversations.sqlite"
+
+    @property
     def logs(self) -> Path:
         return self.home / "logs"
 

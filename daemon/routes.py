@@ -3,7 +3,7 @@ Ollama API on its own port (``ollama_route_table``, ``daemon.ollama``).
 
 Each line is method, path, handler, and in a trailing comment its query parameters or body. The
 handlers live with their features (``daemon.admin``, ``daemon.models.api``, ``daemon.files.api``, ``daemon.sources.api``,
-``daemon.sources.hub_api``, ``daemon.sources.updates_api``, ``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
+``daemon.sources.hub_api``, ``daemon.sources.updates_api``, ``daemon.conversations.api``, ``daemon.jobs.api``, ``daemon.nodes.api``, ``daemon.upgrades.api``, ``daemon.runtimes.api``, ``daemon.router.router``,
 ``daemon.probes``) and are built by the composition root (``daemon.deps.handlers``); errors they
 raise are ``daemon.errors.DaemonProblem``s, answered by the errors middleware in ``daemon.server``,
 which answers a node agent's ``AgentError`` too (``daemon.nodes.agent_errors``).
@@ -21,6 +21,7 @@ from aiohttp import web
 from daemon.admin import AdminApi
 from daemon.audit.api import AuditApi
 from daemon.backup.api import BackupApi
+from daemon.conversations.api import ConversationsApi
 from daemon.files.api import NodeFilesApi
 from daemon.fleet_metrics.discovery import PrometheusTargets
 from daemon.jobs.api import JobsApi
@@ -59,6 +60,7 @@ class Handlers:
     files: NodeFilesApi
     hub: HubApi
     model_updates: ModelUpdatesApi
+    conversations: ConversationsApi
 
 
 def route_table(h: Handlers) -> list[web.RouteDef]:
@@ -107,6 +109,13 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.post("/api/backups/restore/preview", h.backup.preview),          # body: RestoreRequest -> RestorePreview
         web.post("/api/backups/restore", h.backup.restore),                  # body: RestoreRequest -> RestoreResult
         web.get("/api/backups/{name}", h.backup.download),                   # a backup file of the directory
+        web.get("/api/conversations", h.conversations.list_conversations),   # saved chats, newest first (daemon.conversations)
+        web.post("/api/conversations", h.conversations.create),              # body: ConversationCreate; 201
+        web.get("/api/conversations/{id}", h.conversations.get),
+        web.patch("/api/conversations/{id}", h.conversations.rename),        # body: ConversationRename
+        web.delete("/api/conversations/{id}", h.conversations.delete),
+        web.post("/api/conversations/{id}/messages", h.conversations.append),  # body: ConversationAppend (keep: regenerate, edit)
+        web.get("/api/conversations/{id}/export", h.conversations.export),   # ?format=md|json
 
         web.get("/api/fit", sources.fit_get),                                # ?node=ID&path=P | &hf_repo=R&hf_file=F&quant=Q&revision=V; &ctx_size=N&parallel=N&n_gpu_layers=N
         web.post("/api/fit", sources.fit),                                   # body: FitQuery
@@ -119,6 +128,9 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/transfers", sources.list_transfers),
         web.get("/api/transfers/{id}", sources.get_transfer),
         web.post("/api/transfers/{id}/cancel", sources.cancel),
+        web.post("/api/transfers/{id}/pause", sources.pause),                # a download; its partial file kept (daemon.sources.downloads)
+        web.post("/api/transfers/{id}/resume", sources.resume),              # a paused one, on from its partial (HTTP Range)
+        web.post("/api/transfers/{id}/retry", sources.retry),                # a failed or cancelled download
         web.post("/api/mirror", h.mirror.start),                             # body: MirrorQuery; daemon.sources.mirror
         web.get("/api/hub/search", h.hub.search),                            # ?q=TEXT&format=gguf|mlx|safetensors&limit=N (daemon.sources.hub_api)
         web.get("/api/hub/repos/{owner}/{name}/files", h.hub.repo_files),    # the GGUF models by quant, sizes, projectors

@@ -44,6 +44,13 @@ Route table (admin token as ``Authorization: Bearer``):
                                                                     # (daemon.api.access_log); 422 invalid_filter
     GET    /api/requests/{id}               -> RequestRecord    # id: a /v1 answer's X-Request-Id; 404 request_not_found
     GET    /api/audit                       -> AuditPage        # ?since=&until=&actor=&action=&subject=&limit=&before=
+    GET    /api/conversations               -> list[ConversationSummary]  # saved chats, newest first
+    POST   /api/conversations               -> Conversation     # body: ConversationCreate; 201
+    GET    /api/conversations/{id}          -> Conversation     # 404 conversation_not_found
+    PATCH  /api/conversations/{id}          -> Conversation     # body: ConversationRename
+    DELETE /api/conversations/{id}          -> 204
+    POST   /api/conversations/{id}/messages -> Conversation     # body: ConversationAppend (keep: regenerate, edit)
+    GET    /api/conversations/{id}/export   -> text             # ?format=md|json
     POST   /api/shutdown                    -> {"pid", "stopped_models"}  # ?stop_models=0|1; 202
     GET    /api/backups                     -> BackupListing    # the backup directory's files (daemon.api.backup)
     POST   /api/backups                     -> the backup's text | BackupFile  # body: BackupCreate; 201 when saved
@@ -61,6 +68,9 @@ Route table (admin token as ``Authorization: Bearer``):
     GET    /api/transfers                   -> list[Transfer]   # events: transfer.state, transfer.progress
     GET    /api/transfers/{id}              -> Transfer
     POST   /api/transfers/{id}/cancel       -> Transfer
+    POST   /api/transfers/{id}/pause        -> Transfer         # a download, its partial kept; 409 transfer_refused
+    POST   /api/transfers/{id}/resume       -> Transfer         # a paused one, on from its partial (HTTP Range)
+    POST   /api/transfers/{id}/retry        -> Transfer         # a failed or cancelled download
     POST   /api/mirror                      -> Transfer         # body: MirrorQuery; 202 (daemon.api.mirror)
     GET    /api/hub/search                  -> HubSearchResult  # ?q=TEXT&format=gguf|mlx|safetensors&limit=N (daemon.api.hub)
     GET    /api/hub/repos/{owner}/{name}/files -> HubRepoFiles  # GGUF models by quant; 404 no_gguf_files, 403 repo_gated
@@ -93,6 +103,15 @@ from core.http import ErrorMap, JsonHttp, error_envelope
 from daemon.api.audit import CLIENT_HEADER, AuditPage
 from daemon.api.backup import BackupFile, BackupListing, RestorePreview, RestoreResult
 from daemon.api.ca_rotation import CaRotationResult
+from daemon.api.conversations import (
+    Conversation,
+    ConversationAppend,
+    ConversationCreate,
+    ConversationMessage,
+    ConversationRename,
+    ConversationSummary,
+    ExportFormat,
+)
 from daemon.api.files import FileRemoved, ModelRemoval, NodeFilesView
 from daemon.api.hub import CatalogView, HubFormat, HubRepoFiles, HubSearchResult
 from daemon.api.jobs import BenchmarkRequest, JobView, TuneRequest, TuningPlan
@@ -287,6 +306,38 @@ class DaemonClient:
         path = f"/api/requests/{urllib.parse.quote(request_id, safe='')}"
         return RequestRecord.model_validate(await self._call("GET", path))
 
+    # --- saved chats (daemon.conversations) ------------------------------------------------------
+    async def list_conversations(self) -> list[ConversationSummary]:
+        """The saved conversations, the most recently changed first."""
+        return [ConversationSummary.model_validate(c) for c in await self._call("GET", "/api/conversations")]
+
+    async def create_conversation(self, new: ConversationCreate) -> Conversation:
+        data = await self._call("POST", "/api/conversations", body=new.model_dump(mode="json"))
+        return Conversation.model_validate(data)
+
+    async def get_conversation(self, conversation_id: str) -> Conversation:
+        """One conversation with its messages (404 ``conversation_not_found``)."""
+        return Conversation.model_validate(await self._call("GET", _conversation_path(conversation_id)))
+
+    async def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
+        body = ConversationRename(title=title).model_dump()
+        return Conversation.model_validate(await self._call("PATCH", _conversation_path(conversation_id), body=body))
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        await self._call("DELETE", _conversation_path(conversation_id))
+
+    async def append_messages(self, conversation_id: str, messages: list[ConversationMessage],
+                              keep: int | None = None, model: str | None = None) -> Conversation:
+        """Add ``messages`` after the first ``keep`` (all when None: an append; fewer: a regenerate
+        or an edit replaces what followed)."""
+        body = ConversationAppend(messages=messages, keep=keep, model=model).model_dump(mode="json")
+        data = await self._call("POST", _conversation_path(conversation_id) + "/messages", body=body)
+        return Conversation.model_validate(data)
+
+    async def export_conversation(self, conversation_id: str, fmt: ExportFormat = "md") -> str:
+        """The conversation as a Markdown document (``md``) or JSON (``json``)."""
+        return await self._http.text("GET", _conversation_path(conversation_id) + "/export", params={"format": fmt})
+
     async def shutdown(self, stop_models: bool = False) -> dict[str, Any]:
         """Ask the daemon process to exit; it answers first. Its models keep running (and are
         adopted at its next start) unless ``stop_models``."""
@@ -336,6 +387,16 @@ class DaemonClient:
 
     async def cancel_transfer(self, transfer_id: str) -> Transfer:
         return Transfer.model_validate(await self._call("POST", f"/api/transfers/{transfer_id}/cancel"))
+
+    async def pause_transfer(self, transfer_id: str) -> Transfer:
+        """Stop a download and keep its partial file (``daemon.sources.downloads``)."""
+        return Transfer.model_validate(await self._call("POST", f"/api/transfers/{transfer_id}/pause"))
+
+    async def resume_transfer(self, transfer_id: str) -> Transfer:
+        return Transfer.model_validate(await self._call("POST", f"/api/transfers/{transfer_id}/resume"))
+
+    async def retry_transfer(self, transfer_id: str) -> Transfer:
+        return Transfer.model_validate(await self._call("POST", f"/api/transfers/{transfer_id}/retry"))
 
     async def mirror(self, query: MirrorQuery) -> Transfer:
         """Push a model version this machine has to another node (``daemon.sources.mirror``); follow the transfer."""
@@ -536,3 +597,7 @@ def _error_from(status: int, text: str) -> DaemonError:
     if err is None:
         return DaemonError(status, "error", text[:500])
     return DaemonError(status, str(err.get("code") or err.get("type") or "error"), str(err.get("message", text)))
+
+
+def _conversation_path(conversation_id: str) -> str:
+    return f"/api/conversations/{urllib.parse.quote(conversation_id, safe='')}"

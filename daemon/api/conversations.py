@@ -1,0 +1,122 @@
+"""Saved chats: the contracts of ``/api/conversations`` (``daemon.conversations``) and their exports.
+
+A conversation is what the Playground (or ``mirbadllm run``) said with a model: a title, the model,
+the system prompt and its messages in order. The daemon keeps them in SQLite so the app and the
+CLI see the same list. ``ConversationAppend`` adds messages after the first ``keep`` ones, which is
+how a client appends (``keep`` unset), regenerates the last answer (``keep`` = all but it) and
+edits a message and sends again (``keep`` = the messages before it). Images are named, not stored:
+what was attached stays visible in the transcript; the picture itself is sent once, with its request.
+
+``to_markdown`` and ``to_json`` are the export formats (``GET /api/conversations/{id}/export``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_LOGGER = logging.getLogger(__name__)
+
+MAX_TITLE = 200
+MAX_CONTENT = 200_000       # characters of one message (a long answer fits; a pasted book does not)
+MAX_MESSAGES = 2_000        # per conversation, and per append
+MAX_IMAGES = 8              # named attachments of one message
+MAX_BODY_BYTES = 8 << 20    # a request body to these routes
+EXPORT_FORMATS = ("md", "json")
+
+Role = Literal["system", "user", "assistant"]
+ExportFormat = Literal["md", "json"]
+
+
+class ConversationMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    content: str = Field(default="", max_length=MAX_CONTENT)
+    reasoning: str | None = Field(default=None, max_length=MAX_CONTENT,
+                                  description="The model's thinking (<think> or reasoning_content), shown collapsed.")
+    model: str = Field(default="", max_length=MAX_TITLE, description="The model that answered (assistant).")
+    images: list[str] = Field(default_factory=list, max_length=MAX_IMAGES,
+                              description="The names of the images attached to this message.")
+    error: str | None = Field(default=None, max_length=4_000, description="Why the answer failed, if it did.")
+    created_at: float = 0.0
+
+
+class ConversationCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(default="", max_length=MAX_TITLE, description="Empty: the first user message's start.")
+    model: str = Field(default="", max_length=MAX_TITLE)
+    system_prompt: str = Field(default="", max_length=MAX_CONTENT)
+    messages: list[ConversationMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
+
+
+class ConversationRename(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1, max_length=MAX_TITLE)
+
+
+class ConversationAppend(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[ConversationMessage] = Field(max_length=MAX_MESSAGES)
+    keep: int | None = Field(default=None, ge=0, description="Keep only the first N messages, then append "
+                             "(regenerate: all but the last answer; edit: those before the edited one).")
+    model: str | None = Field(default=None, max_length=MAX_TITLE, description="The model now chosen, if it changed.")
+
+
+class ConversationSummary(BaseModel):
+    id: str
+    title: str
+    model: str
+    created_at: float
+    updated_at: float
+    message_count: int
+
+
+class Conversation(ConversationSummary):
+    system_prompt: str = ""
+    messages: list[ConversationMessage] = Field(default_factory=list)
+
+
+def default_title(messages: list[ConversationMessage]) -> str:
+    """The first user message's first line, shortened: what a person would call the chat."""
+    first = next((m.content for m in messages if m.role == "user" and m.content.strip()), "")
+    line = first.strip().splitlines()[0] if first.strip() else "New chat"
+    return line if len(line) <= 60 else line[:59].rstrip() + "…"
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def to_markdown(conversation: Conversation) -> str:
+    """The conversation as a Markdown document: a heading, then each turn under its speaker."""
+    lines = [f"# {conversation.title}", "",
+             f"Model: {conversation.model or '-'} · started {_when(conversation.created_at)}", ""]
+    if conversation.system_prompt.strip():
+        lines += ["## System", "", conversation.system_prompt.strip(), ""]
+    for message in conversation.messages:
+        who = "You" if message.role == "user" else message.model or message.role.capitalize()
+        lines += [f"## {who}", ""]
+        if message.images:
+            lines += [f"Attached: {', '.join(message.images)}", ""]
+        if message.reasoning:
+            lines += ["<details><summary>Reasoning</summary>", "", message.reasoning.strip(), "", "</details>", ""]
+        lines += [message.content.strip(), ""]
+        if message.error:
+            lines += [f"*Error: {message.error}*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def to_json(conversation: Conversation) -> str:
+    return json.dumps(conversation.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+def export_text(conversation: Conversation, fmt: ExportFormat) -> str:
+    return to_markdown(conversation) if fmt == "md" else to_json(conversation)

@@ -1,0 +1,1 @@
+"""Saved chats (``/api/conversations``): the SQLite store (``store``) and its handlers (``api``)."""
