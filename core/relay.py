@@ -23,6 +23,9 @@ The policy, the same wherever a request is relayed to a runtime:
   one error event (code ``upstream_stalled``) naming the model and the silence, ``Record.stalled``
   says why, and the connection is cut as for a broken answer. The upstream connection is closed,
   which frees the runtime's slot.
+- A server that stops (``Endings``, the daemon's restart or update) gives the SSE answers in flight
+  a grace to finish, then ends each still running with one error event (code ``server_stopping``)
+  and cuts it, so a client knows to ask again rather than seeing a dropped connection.
 - A client that goes away cancels the handler (servers run with ``handler_cancellation``), or
   its write raises ``ConnectionResetError``; either way the upstream answer is closed, which
   makes llama-server free the slot.
@@ -57,6 +60,7 @@ RUNTIME_KEEPALIVE_S = 3.0
 RETRY_PAUSES_S = (0.0, 0.25)
 BROKEN_CODE = "upstream_broken"
 STALLED_CODE = "upstream_stalled"
+STOPPING_CODE = "server_stopping"
 _BROKEN_MARK = f'"{BROKEN_CODE}"'.encode()
 HEARTBEAT = b": waiting for the first token\n\n"  # an SSE comment: every client ignores it
 
@@ -149,6 +153,46 @@ class _Watch:
         self.handle.cancel()
 
 
+class _Ending(Exception):
+    """Set on the upstream's stream by ``Endings.finish``: the server stops."""
+
+
+class Endings:
+    """The SSE answers a server relays now, so that its stop ends each with an error event."""
+
+    def __init__(self, what: str = "the server") -> None:
+        self.what = what  # who stops, in the event's message ("the MirbadLLM daemon")
+        self._open: set[aiohttp.StreamReader] = set()
+        self._empty = asyncio.Event()
+        self._empty.set()
+
+    def add(self, content: aiohttp.StreamReader) -> None:
+        self._open.add(content)
+        self._empty.clear()
+
+    def discard(self, content: aiohttp.StreamReader) -> None:
+        self._open.discard(content)
+        if not self._open:
+            self._empty.set()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def finish(self, grace_s: float) -> int:
+        """Wait up to ``grace_s`` for the answers in flight to end, then end the rest: each gets one
+        error event and its connection is cut. Returns how many were ended."""
+        if self._open:
+            try:
+                async with asyncio.timeout(grace_s):
+                    await self._empty.wait()
+            except TimeoutError:
+                pass
+        ended = list(self._open)
+        for content in ended:
+            content.set_exception(_Ending())
+        return len(ended)
+
+
 class Rewrite(Protocol):
     """Changes an SSE answer on its way (the router drops a usage chunk the client did not ask for)."""
 
@@ -172,12 +216,14 @@ def describe(exc: BaseException, secret: str | None = None) -> str:
 async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: bytes, *, record: Record,
                 log: logging.Logger, label: str, request_id: str | None = None,
                 sse_rewrite: Rewrite | None = None, tail_bytes: int = 0,
-                silence: Silence | None = None, prepared: web.StreamResponse | None = None) -> web.StreamResponse:
+                silence: Silence | None = None, prepared: web.StreamResponse | None = None,
+                endings: Endings | None = None) -> web.StreamResponse:
     """Send ``request`` (its method, headers and ``body``) to ``upstream.base + path_qs`` and stream
     the answer back; ``label`` ("request <id> to <where>") starts each line written to ``log``;
     ``silence``: heartbeats and the stall cut of an SSE answer (none: it may be silent for ever);
     ``prepared``: a 200 SSE answer the client already has (heartbeats while the model loaded): the
-    runtime's events go on in it, and a refusal becomes one SSE error event there.
+    runtime's events go on in it, and a refusal becomes one SSE error event there; ``endings``: the
+    server's register of answers in flight, which its stop ends (``Endings``).
     Raises ``Unreachable`` when no try got an answer (nothing has been sent to the client then)."""
     headers = forwardable(request.headers)
     headers.update(upstream.headers)
@@ -189,7 +235,7 @@ async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: by
         if prepared is not None and (answer.status != 200 or answer.content_type != "text/event-stream"):
             return await _refused_in_stream(prepared, answer, record, request_id)
         return await _stream(request, answer, record, log, label, request_id, sse_rewrite, tail_bytes, silence,
-                             prepared)
+                             prepared, endings)
     finally:
         answer.close()  # a no-op once fully read; drops the connection (and the generation) if not
         if retry_session is not None:
@@ -243,7 +289,7 @@ class _Coalesced(web.StreamResponse):
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
                   label: str, request_id: str | None, sse_rewrite: Rewrite | None,
                   tail_bytes: int, silence: Silence | None = None,
-                  prepared: web.StreamResponse | None = None) -> web.StreamResponse:
+                  prepared: web.StreamResponse | None = None, endings: Endings | None = None) -> web.StreamResponse:
     record.status, record.headers_at = answer.status, time.perf_counter()
     sse = answer.content_type == "text/event-stream"
     rewrite = sse_rewrite if sse else None
@@ -273,6 +319,9 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
     silence = silence if sse else None
     pending: bytes | None = ready or None
     watch: _Watch | None = None
+    endings = endings if sse else None
+    if endings is not None:
+        endings.add(content)
     try:
         if silence is not None:
             if pending is None:
@@ -294,6 +343,10 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
             except _Stalled:
                 assert silence is not None
                 await _stalled(request, response, record, log, label, request_id, relayed, silence)
+                return response
+            except _Ending:
+                assert endings is not None
+                await _stopping(request, response, record, log, label, request_id, relayed, endings.what)
                 return response
             if not chunk:
                 break
@@ -318,9 +371,15 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:  # before the first bytes
         await _broken(request, response, record, log, label, request_id, sse, relayed, last, exc)
         return response
+    except _Ending:  # while the first token was awaited
+        assert endings is not None
+        await _stopping(request, response, record, log, label, request_id, relayed, endings.what)
+        return response
     finally:
         if watch is not None:
             watch.cancel()
+        if endings is not None:
+            endings.discard(content)
     if rewrite is not None and (rest := rewrite.rest()):
         final += rest
     if recent:
@@ -377,6 +436,27 @@ async def _stalled(request: web.Request, response: web.StreamResponse, record: R
     error: dict[str, object] = {"message": f"The model '{silence.name}' went silent for "
                                 f"{silence.stall_after_s:g} s in the middle of its answer; the request was ended.",
                                 "type": "server_error", "code": STALLED_CODE}
+    if request_id is not None:
+        error["request_id"] = request_id
+    try:
+        await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
+    except ConnectionResetError:
+        pass  # the client left as well
+    if request.transport is not None:
+        request.transport.abort()
+
+
+async def _stopping(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,
+                    label: str, request_id: str | None, relayed: int, what: str) -> None:
+    """The server stops (a restart, an update) with this answer still running: one error event
+    saying so, then the connection is cut as for a broken answer."""
+    reason = f"{what} stopped in the middle of the answer (after {relayed} bytes)"
+    log.warning("%s: %s", label, reason)
+    record.status = 503
+    record.failures.append(reason)
+    error: dict[str, object] = {"message": f"{what[0].upper()}{what[1:]} stopped (a restart or an update) in the "
+                                "middle of this answer; send the request again in a moment.",
+                                "type": "server_error", "code": STOPPING_CODE}
     if request_id is not None:
         error["request_id"] = request_id
     try:

@@ -99,6 +99,12 @@ def create_app(d: DaemonDeps) -> web.Application:
     async def stop_ollama(_app: web.Application) -> None:
         await d.listener.stop_ollama()  # its calls go through /v1: it stops with it
 
+    async def end_streams(_app: web.Application) -> None:
+        # A stop (a restart, an update): the streams in flight get the grace to finish, then each
+        # still running gets a `server_stopping` error event before its connection is cut.
+        await d.router.endings.finish(SHUTDOWN_GRACE_S)
+
+    app.on_shutdown.append(end_streams)
     app.on_shutdown.append(stop_ollama)
 
     async def lifecycle(_app: web.Application) -> AsyncIterator[None]:

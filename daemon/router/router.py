@@ -30,7 +30,15 @@ from multidict import CIMultiDict
 from agent.api.llamacpp import lora_field
 from agent.api.models import InstanceState
 from agent.api.runtimes import profile
-from core.relay import Record, Silence, Unreachable, Upstream, relay, runtime_session
+from core.relay import (
+    Endings,
+    Record,
+    Silence,
+    Unreachable,
+    Upstream,
+    relay,
+    runtime_session,
+)
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
@@ -131,6 +139,7 @@ class Router:
         self.tracing = tracing  # None: off (the default), nothing traced and no traceparent sent
         self.stats: dict[str, RouterStats] = {}
         self.gates = Gates()
+        self.endings = Endings("the MirbadLLM daemon")  # the streams in flight, which a stop ends with an event
         self._session: aiohttp.ClientSession | None = None
         self._children: dict[object, Any] = {}  # Prometheus children by model (and status)
         # A model's runtime went silent mid-answer (model id, why): daemon.deps sends it to the health monitor.
@@ -499,7 +508,8 @@ class Router:
         relaying = relay(request, target, path_qs, body, record=exchange, log=_LOGGER, prepared=prepared,
                          label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
                          sse_rewrite=_UsageFilter() if exchange.strip_usage else None, tail_bytes=USAGE_TAIL_BYTES,
-                         silence=Silence(definition.heartbeat_s, definition.stall_timeout_s, definition.served_name))
+                         silence=Silence(definition.heartbeat_s, definition.stall_timeout_s, definition.served_name),
+                         endings=self.endings)
         try:
             response = await (relaying if trace is None else trace.relayed(relaying, span, exchange))
         except Unreachable as exc:

@@ -13,8 +13,8 @@ seeded random draw, and for each what the client sees and that nothing is lost o
 |                                           | event after the model's stall time      | same runtime answers whole                   |
 | a client reads 4 KiB and stops            | the rest of a 30 MB answer, once it     | the runtime is held back meanwhile (the relay |
 |                                           | reads on                                | waits on the client, nothing piles up)        |
-| the daemon restarts under 64 streams      | every stream ends (cut, never taken for | the new daemon adopts the runtime (same PID) |
-|                                           | complete)                               | and all 64 next answers are whole            |
+| the daemon restarts under 64 streams      | tokens, then one `server_stopping`      | the new daemon adopts the runtime (same PID) |
+|                                           | event, the connection cut               | and all 64 next answers are whole            |
 
 5,000 idle keep-alive connections: the daemon still serves /v1 and its admin API, and each of them
 still answers. A disk that fills during a download is in ``tests/agent/test_download_disk_full.py``.
@@ -220,6 +220,9 @@ async def test_a_daemon_restarted_under_64_streams_adopts_the_runtime_and_serves
             await d.stop_server()  # the daemon stops (a restart, an update), the runtime keeps running
             await asyncio.wait_for(asyncio.gather(*readings), 30)
         assert all(s.ended is not None and not s.done for s in streams)  # none taken for complete
+        # ... and each was told why: one error event saying the daemon stopped, to ask again
+        assert [[e["code"] for e in s.errors] for s in streams] == [["server_stopping"]] * 64
+        assert all("send the request again" in s.errors[0]["message"] for s in streams)
 
     async with running_daemon(home, runtime, port=port) as d2:
         again = await eventually(lambda: _ready(d2), timeout=60, what="the runtime adopted")
