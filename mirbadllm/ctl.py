@@ -20,6 +20,7 @@
     mirbadllm ctl audit [--action A] [--subject S] [--since 1h] [--limit N] [--json]       (ctl_audit)
     mirbadllm ctl requests list [--model M] [--key K] [--status 5xx] [--slower-than MS] | show ID  (ctl_requests)
     mirbadllm ctl connect [TOOL [--model M] [--key-name NAME | --key SECRET] [--lan]]   (ctl_connect)
+    mirbadllm ctl chats list | show ID | rename ID TITLE | rm ID | export ID [--format md|json] [--out F]  (ctl_chats)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from daemon.api.models import ModelDefinition
 from mirbadllm import (
     ctl_audit,
     ctl_backup,
+    ctl_chats,
     ctl_connect,
     ctl_daemon,
     ctl_discover,
@@ -111,6 +113,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_audit.add_parser(groups)
     ctl_requests.add_parser(groups)
     ctl_connect.add_parser(groups)
+    ctl_chats.add_parser(groups)
     return parser.parse_args(argv)
 
 
@@ -162,6 +165,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_requests.run(args, client)
     if args.group == "connect":
         return await ctl_connect.run(args, client)
+    if args.group == "chats":
+        return await ctl_chats.run(args, client)
     return await ctl_keys.run(args, client)
 
 
