@@ -9,6 +9,7 @@
     mirbadllm ctl nodes backend NODE auto|cuda|vulkan|cpu # what llama.cpp computes on there (next start)
     mirbadllm ctl nodes runtime-upgrade [--folder F] [--smoke-model PATH]
                                                           # roll a llama.cpp build out, one node at a time
+    mirbadllm ctl nodes rotate-ca                         # a new CA on every node, the old one retired (ctl_ca_rotation)
 
 ``runtime-upgrade`` waits for the rollout: it prints each node's state as the daemon's events
 (``runtime_upgrade.node``) report it, then every node's final state; it exits 1 when the rollout
@@ -29,6 +30,7 @@ from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.nodes import DiscoveredNode, NodeView, llamacpp_offer
 from daemon.api.runtime_upgrades import RuntimeRolloutView
 from daemon.api.upgrades import NodeUpgradeView, RolloutState
+from mirbadllm.ctl_ca_rotation import rotate_ca
 
 
 def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,6 +53,8 @@ def add_parser(groups: argparse._SubParsersAction) -> None:  # type: ignore[type
                                  "works), cuda, vulkan or cpu; models started afterwards use it")
     backend.add_argument("node", help="node id, a unique id prefix, or its name")
     backend.add_argument("backend", help="auto, cuda, vulkan or cpu")
+    actions.add_parser("rotate-ca", help="replace the daemon's CA: every online node gets a certificate from a new "
+                       "CA, then the old CA is retired; offline nodes are named (pair them again)")
     upgrade = actions.add_parser("runtime-upgrade", help="roll a llama.cpp build out over the paired nodes, "
                                  "one at a time, and wait for it")
     upgrade.add_argument("--folder", help="the build folder `make runtime` wrote (llamacpp-<version>-<key>/); "
@@ -256,6 +260,8 @@ async def run(args: argparse.Namespace, client: DaemonClient,
         print(f"paired: {fmt_node(node)}")
     elif args.action == "runtime-upgrade":
         return await _runtime_upgrade(args, client)
+    elif args.action == "rotate-ca":
+        return await rotate_ca(client)
     else:
         node = await resolve(client, args.node)
         await client.remove_node(node.id)

@@ -17,13 +17,14 @@ import pytest
 from cryptography import x509
 
 from agent.api.client import AgentClient, AgentError
-from agent.paths import AgentPaths
 from agent.pairing.enrollment import reset_identity
+from agent.paths import AgentPaths
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelState
 from daemon.api.nodes import NodeState
 from daemon.pki import fingerprint
 from daemon.tls import client_ssl_context
+from mirbadllm import ctl, ctl_nodes
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fleet.agents import eventually
 from tests.fleet.inprocess import InProcessAgent, pair_online, start_inprocess_agent
@@ -181,3 +182,17 @@ async def test_a_second_rotation_while_one_runs_is_refused(rd: RunningDaemon, tw
     refused = [a for a in answers if isinstance(a, DaemonError)]
     assert len(refused) == 1 and refused[0].status == 409 and refused[0].code == "ca_rotation_running"
     assert any(not isinstance(a, BaseException) and a.retired for a in answers)
+
+
+async def test_ctl_rotate_ca_prints_each_node_and_the_offline_ones(
+        rd: RunningDaemon, two: list[InProcessAgent], capsys: pytest.CaptureFixture[str]) -> None:
+    alpha, beta = two
+    await pair_online(rd, alpha)
+    await pair_online(rd, beta)
+    await beta.close()
+    await eventually(lambda: _is(rd, "beta", NodeState.OFFLINE), what="beta offline")
+
+    assert await ctl_nodes.run(ctl.parse_args(["nodes", "rotate-ca"]), rd.client) == 0
+    out = capsys.readouterr().out
+    assert "alpha" in out and "rotated" in out and "is retired" in out
+    assert "offline, pair again: beta" in out
