@@ -6,6 +6,7 @@ a file without a new revision is refused, and updates or roll backs with nothing
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,16 @@ async def test_a_file_changed_without_a_new_revision_is_refused_and_nothing_chan
             with pytest.raises(DaemonError) as caught:
                 await d.client.rollback_model("tiny")
             assert (caught.value.status, caught.value.code) == (409, "nothing_to_roll_back")
+
+            hub.add(REPO, FILE, OLD)  # the hub behaves again; then its new revision's file comes other than listed
+            other = gguf_bytes() + b"\x01" * 2000  # as long as NEW, other bytes
+            hub.publish(REPO, {FILE: NEW}, serve=other, etag=hashlib.sha256(other).hexdigest())
+            assert await one(d.client) == "available"
+            since = (await d.client.status()).last_event_id
+            done, _ = await transfer_end(d.client, (await d.client.update_model_files("tiny")).id, since)
+            assert done.state.value == "done" and done.registered == [], done.error
+            assert "differ from the hub's listing" in (done.register_error or "")
+            assert (await d.client.get_model("tiny")).definition == before  # still the old files
 
             await d.client.create_model(model("local-file", str(model_file)))
             for call in (d.client.update_model_files, d.client.rollback_model):
