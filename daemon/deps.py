@@ -71,11 +71,11 @@ from daemon.runtimes.packs import RuntimePacks
 from daemon.services.api import ServicesApi
 from daemon.services.policy_api import ServicesPolicyApi
 from daemon.sources.api import SourcesApi
-from daemon.sources.downloads import TransferLog
 from daemon.sources.hub import Hub
 from daemon.sources.hub_api import HubApi
 from daemon.sources.mirror import Mirror, MirrorApi
 from daemon.sources.registration import Registered, register_models
+from daemon.sources.transfer_log import TransferLog
 from daemon.sources.transfers import Transfers
 from daemon.sources.updates import ModelUpdates
 from daemon.sources.updates_api import ModelUpdatesApi

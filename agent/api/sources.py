@@ -220,10 +220,12 @@ class TransferState(str, Enum):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    PAUSED = "paused"  # stopped with its partial files kept; a resume goes on from them
 
 
 TransferKind = Literal["hf", "url", "ollama", "folder", "mirror"]  # mirror: the daemon pushes it (agent.api.mirror)
 FINISHED_TRANSFERS = frozenset({TransferState.DONE, TransferState.FAILED, TransferState.CANCELLED})
+SETTLED_TRANSFERS = FINISHED_TRANSFERS | {TransferState.PAUSED}  # nothing runs: no progress to follow
 
 
 class TransferInfo(BaseModel):
@@ -241,6 +243,8 @@ class TransferInfo(BaseModel):
     result: list[ImportedModel] = Field(default_factory=list)
     created_at: float = 0.0
     finished_at: float | None = None
+    pausable: bool = Field(default=False, description="A download: a pause keeps its partial files and a "
+                           "resume (or a retry) goes on from them with HTTP Range requests.")
 
 
 class TransfersPage(BaseModel):

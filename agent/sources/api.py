@@ -9,6 +9,8 @@
     GET  /transfers               -> TransfersPage    # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}          -> TransferInfo
     POST /transfers/{id}/cancel   -> TransferInfo
+    POST /transfers/{id}/pause    -> TransferInfo     # a download: its partial files kept; 409 transfer_refused
+    POST /transfers/{id}/resume   -> TransferInfo     # a paused, failed or cancelled download runs again
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ def routes(prefix: str, sources_of: SourcesOf) -> list[web.RouteDef]:
     async def cancel(request: web.Request) -> web.Response:
         return _json(await sources_of(request).transfers.cancel(request.match_info["id"]))
 
+    async def pause(request: web.Request) -> web.Response:
+        return _json(await sources_of(request).transfers.pause(request.match_info["id"]))
+
+    async def resume(request: web.Request) -> web.Response:
+        return _json(sources_of(request).transfers.resume(request.match_info["id"]))
+
     p = prefix
     return [
         web.post(f"{p}/fit", fit),                                      # body: FitRequest
@@ -110,4 +118,6 @@ def routes(prefix: str, sources_of: SourcesOf) -> list[web.RouteDef]:
         web.get(f"{p}/transfers", transfers),                           # ?since=VERSION&timeout=S
         web.get(f"{p}/transfers/{{id}}", transfer),
         web.post(f"{p}/transfers/{{id}}/cancel", cancel),
+        web.post(f"{p}/transfers/{{id}}/pause", pause),
+        web.post(f"{p}/transfers/{{id}}/resume", resume),
     ]

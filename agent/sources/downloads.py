@@ -110,6 +110,7 @@ async def _fetch_all(files: list[HfFile], folder: str, handle: TransferHandle, c
     done_before = 0
     for item in files:
         target = ctx.store.prepare(ctx.store.target(folder, item.path))
+        handle.partials.append(target)
         await fetch_file(item.url, target, item.expected, settings, _offset(handle, done_before))
         done_before += item.size
         handle.progress(done_before)
@@ -129,6 +130,7 @@ async def run_hf(req: DownloadRequest, handle: TransferHandle, ctx: DownloadCont
         infos.append(await file_info(ref.repo, projector, ref.revision, token, hub))
     settings = await hub_settings(hub, token, ctx.allow_private)
     settings.resolver = ctx.resolver
+    settings.keep_partial = lambda: handle.pausing
     paths = await _fetch_all(infos, req.target or default_folder(ref.repo), handle, ctx, settings)
     handle.stage("verifying")
     await _check_model(paths[: len(model_files)])
@@ -146,7 +148,8 @@ async def run_url(req: DownloadRequest, handle: TransferHandle, ctx: DownloadCon
     url = policy.check_url(req.url or "")
     target = ctx.store.prepare(ctx.store.target(req.target or URL_FOLDER, url_file_name(url)))
     handle.stage("downloading", files=[target.name])
-    settings = FetchSettings(policy=policy, resolver=ctx.resolver)
+    handle.partials.append(target)
+    settings = FetchSettings(policy=policy, resolver=ctx.resolver, keep_partial=lambda: handle.pausing)
     digest = await fetch_file(url, target, Expected(sha256=req.sha256, identity=f"url:{url}"), settings,
                               handle.progress)
     handle.stage("verifying")

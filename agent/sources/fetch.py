@@ -3,8 +3,9 @@
 The body goes to ``.{name}.partial`` beside the target and is renamed into place only after its
 size and checksum match what the source promised. A cut connection is resumed with ``Range``
 (the bytes already written are hashed again first); a failure after the last attempt, a checksum
-mismatch or a cancel deletes the partial file, so nothing half-written is ever left behind. A
-partial left by an agent that was killed is resumed by the next download of the same file (its
+mismatch or a cancel deletes the partial file, so nothing half-written is ever left behind,
+except on a pause (``FetchSettings.keep_partial`` says so when the cancel comes): the partial and its
+sidecar stay for the resume. A partial left by an agent that was killed is resumed by the next download of the same file (its
 ``.json`` sidecar names the source), or deleted.
 
 Redirects are followed by hand, each hop checked by the ``UrlPolicy`` and its resolver before any
@@ -86,6 +87,7 @@ class FetchSettings:
     auth_origin: tuple[str, str, int] | None = None
     resolver: AbstractResolver | None = None  # a test seam; default: the system resolver
     max_bytes: int = 1 << 40
+    keep_partial: Callable[[], bool] = lambda: False  # asked on a cancel: True for a pause
 
 
 def partial_path(target: Path) -> Path:
@@ -240,6 +242,10 @@ async def fetch_file(url: str | URL, target: Path, expected: Expected, settings:
         if exc.errno == errno.ENOSPC:
             raise DiskFull(f"the disk holding {target.parent} filled up while {target.name} was downloaded; "
                            "nothing was kept: free some space and try again") from exc
+        raise
+    except asyncio.CancelledError:
+        if not settings.keep_partial():
+            discard_partial(target)
         raise
     except BaseException:
         discard_partial(target)

@@ -119,8 +119,8 @@ class ModelSources:
     def download(self, req: DownloadRequest) -> TransferInfo:
         label = check_download(req, self.context)
         if req.hf is not None:
-            return self.transfers.start("hf", label, lambda handle: run_hf(req, handle, self.context))
-        return self.transfers.start("url", label, lambda handle: run_url(req, handle, self.context))
+            return self.transfers.start("hf", label, lambda handle: run_hf(req, handle, self.context), pausable=True)
+        return self.transfers.start("url", label, lambda handle: run_url(req, handle, self.context), pausable=True)
 
     def import_ollama(self, req: OllamaImportRequest) -> TransferInfo:
         label = check_ollama(req, self.store)

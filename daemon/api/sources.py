@@ -2,7 +2,8 @@
 
 The node's agent does the work (``agent.api.sources``); these add which node, and what to
 register once a transfer is done (with ``settings`` and ``rpc_nodes``: how the first model runs, the
-plan option the wizard picked before the download). Progress reaches the app as events: ``transfer.state`` and
+plan option the wizard picked before the download). Pause, resume, retry and the history of finished
+ones: ``daemon.sources.downloads``. Progress reaches the app as events: ``transfer.state`` and
 ``transfer.progress`` (data: a ``Transfer``), then ``model.added`` for each registered model.
 """
 
@@ -69,6 +70,9 @@ class Transfer(TransferInfo):
     existing: list[str] = Field(default_factory=list, description=(
         "Ids of models already registered with a file this transfer found on the same node: "
         "nothing is added for those."))
+    speed_bps: float | None = Field(default=None, description="Bytes per second while it runs, smoothed "
+                                    "(None: not running, or no progress yet).")
+    eta_s: float | None = Field(default=None, description="Seconds left at that speed (None: not known).")
 
 
 __all__ = ["DownloadQuery", "FitQuery", "FolderImportQuery", "ImportedModel", "OllamaImportQuery",

@@ -12,9 +12,12 @@ required; the table is ``daemon.routes``):
     POST /api/imports/ollama            -> Transfer    # body: OllamaImportQuery; 202
     POST /api/imports/folder            -> Transfer    # body: FolderImportQuery; 202
     GET  /api/imports/lmstudio          -> list[LmStudioModelInfo]  # ?node=ID; GGUFs in LM Studio's folders
-    GET  /api/transfers                 -> list[Transfer]
+    GET  /api/transfers                 -> list[Transfer]  # running, paused and the newest finished ones
     GET  /api/transfers/{id}            -> Transfer
     POST /api/transfers/{id}/cancel     -> Transfer
+    POST /api/transfers/{id}/pause      -> Transfer    # a download; 409 transfer_refused (daemon.sources.downloads)
+    POST /api/transfers/{id}/resume     -> Transfer    # a paused one, from its partial file
+    POST /api/transfers/{id}/retry      -> Transfer    # a failed or cancelled download
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ from pydantic import BaseModel, ValidationError
 from agent.api.backends import BackendChoice
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.sources import (
-    FINISHED_TRANSFERS,
     DownloadRequest,
     FitRequest,
     FolderImportRequest,
     HfFileRef,
     OllamaImportRequest,
+    TransferInfo,
 )
 from daemon.api.plan import NodePlanError, PlanQuery
 from daemon.api.sources import (
@@ -41,7 +44,6 @@ from daemon.api.sources import (
     FitQuery,
     FolderImportQuery,
     OllamaImportQuery,
-    Transfer,
 )
 from daemon.errors import (
     DaemonProblem,
@@ -52,6 +54,7 @@ from daemon.errors import (
 )
 from daemon.history import History
 from daemon.nodes.links import Links
+from daemon.sources.downloads import Downloads
 from daemon.sources.mirror import Mirror
 from daemon.sources.plan import agent_request, fan_out
 from daemon.sources.transfers import Transfers
@@ -86,7 +89,7 @@ class SourcesApi:
         self._backend_of = backend_of  # each node's backend choice: a fit or plan counts that backend's devices
         self._transfers = transfers
         self._history = history
-        self._mirror = mirror  # runs the daemon's own transfers (kind "mirror"), and cancels them
+        self._downloads = Downloads(links, transfers, history, mirror)
 
     async def fit_get(self, request: web.Request) -> web.Response:
         try:
@@ -122,8 +125,13 @@ class SourcesApi:
 
     async def download(self, request: web.Request) -> web.Response:
         query = await _body(request, DownloadQuery)
-        info = await self._links.online_client(query.node).download(_as_agent(DownloadRequest, query))
-        return json_response(await self._transfers.track(query.node, info, query), 202)
+        asked = _as_agent(DownloadRequest, query)
+        info = await self._links.online_client(query.node).download(asked)
+
+        async def again() -> TransferInfo:  # a retry once the node forgot it (its agent restarted)
+            return await self._links.online_client(query.node).download(asked)
+
+        return json_response(await self._transfers.track(query.node, info, query, again=again), 202)
 
     async def ollama_models(self, request: web.Request) -> web.Response:
         client = self._links.online_client(request.query.get("node") or "local")
@@ -145,23 +153,17 @@ class SourcesApi:
     async def list_transfers(self, request: web.Request) -> web.Response:
         return json_response(self._transfers.all())
 
-    def _find(self, request: web.Request) -> Transfer:
-        found = self._transfers.get(request.match_info["id"])
-        if found is None:
-            raise DaemonProblem(404, "transfer_not_found", f"no transfer '{request.match_info['id']}'")
-        return found
-
     async def get_transfer(self, request: web.Request) -> web.Response:
-        return json_response(self._find(request))
+        return json_response(self._downloads.find(request.match_info["id"]))
 
     async def cancel(self, request: web.Request) -> web.Response:
-        transfer = self._find(request)
-        if transfer.state not in FINISHED_TRANSFERS and transfer.kind == "mirror":
-            if self._mirror is None:
-                raise DaemonProblem(409, "not_cancellable", "this daemon cannot cancel mirror transfers")
-            await self._mirror.cancel(transfer.id)  # the daemon's own push: no agent transfer to ask
-        elif transfer.state not in FINISHED_TRANSFERS:
-            info = await self._links.online_client(transfer.node).cancel_transfer(transfer.agent_id)
-            await self._transfers.update(transfer.id, info)
-        await self._history.audit("admin", "transfer.cancel", transfer.id)
-        return json_response(self._transfers.get(transfer.id))
+        return json_response(await self._downloads.cancel(request.match_info["id"]))
+
+    async def pause(self, request: web.Request) -> web.Response:
+        return json_response(await self._downloads.pause(request.match_info["id"]))
+
+    async def resume(self, request: web.Request) -> web.Response:
+        return json_response(await self._downloads.resume(request.match_info["id"]))
+
+    async def retry(self, request: web.Request) -> web.Response:
+        return json_response(await self._downloads.retry(request.match_info["id"]))

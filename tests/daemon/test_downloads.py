@@ -1,0 +1,125 @@
+"""The Downloads page's verbs through the real daemon, its agent child and the fake hub: a pause keeps
+the partial file, a resume goes on from it with a Range request and ends with the hub's SHA-256, a
+cancel deletes the partial, a failed download says why and a retry succeeds, and the finished ones
+are still listed after the daemon restarts."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.api.sources import HfFileRef
+from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.sources import DownloadQuery, Transfer
+from tests.daemon.harness import running_daemon
+from tests.daemon.test_sources_api import hf_env, transfer_end  # noqa: F401 - the fixture
+from tests.fakes.fake_hf_hub import FakeHub
+from tests.fakes.gguf_files import gguf_bytes
+
+REPO = "acme/big-GGUF"
+
+
+async def wait_for(client: DaemonClient, transfer_id: str, ok: object, timeout: float = 60) -> Transfer:
+    """The transfer once ``ok(transfer)`` holds, woken by the daemon's event feed."""
+    since = (await client.status()).last_event_id
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        transfer = await client.transfer(transfer_id)
+        if ok(transfer):  # type: ignore[operator]
+            return transfer
+        since = (await client.events(since, timeout=1)).last_id
+    raise AssertionError(f"transfer {transfer_id} never got there: {await client.transfer(transfer_id)}")
+
+
+def folder_of(home: Path) -> Path:
+    return home / "agent" / "models" / REPO.replace("/", "--")
+
+
+async def test_pause_keeps_the_partial_and_resume_goes_on_from_it_with_a_range(
+        tmp_path: Path, fake_runtime: Path, hf_env: None, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    hub = await FakeHub().start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.hub_url)
+    big = hub.add(REPO, "big-Q4_K_M.gguf", gguf_bytes() + bytes(range(256)) * 16_000, chunk_delay=0.05)
+    hub.add(REPO, "other-Q8_0.gguf", gguf_bytes() + bytes(3_000_000), chunk_delay=0.05)
+    home = tmp_path / "home"
+    try:
+        async with running_daemon(home, fake_runtime) as d:
+            started = await d.client.download(DownloadQuery(hf=HfFileRef(repo=REPO, quant="Q4_K_M"), model_id="big"))
+            assert started.pausable
+            await wait_for(d.client, started.id, lambda t: t.bytes_done > 0)
+            paused = await d.client.pause_transfer(started.id)
+            assert paused.state.value == "paused" and paused.speed_bps is None
+            partial = folder_of(home) / ".big-Q4_K_M.gguf.partial"
+            kept = partial.stat().st_size
+            assert 0 < kept < len(big.data)  # the bytes fetched so far stay on disk
+            assert not (folder_of(home) / "big-Q4_K_M.gguf").exists()
+
+            big.chunk_delay = 0.0
+            asked_before = len(hub.requests("cdn"))
+            resumed = await d.client.resume_transfer(started.id)
+            assert resumed.id == started.id and resumed.state.value in ("queued", "running")
+            done = await wait_for(d.client, started.id, lambda t: t.registered or t.state.value == "failed")
+            assert done.state.value == "done" and done.registered == ["big"], done
+            ranges = [s.headers.get("Range") for s in hub.requests("cdn")[asked_before:]]
+            assert ranges == [f"bytes={kept}-"]
+            final = folder_of(home) / "big-Q4_K_M.gguf"
+            assert hashlib.sha256(final.read_bytes()).hexdigest() == big.sha256
+            assert not partial.exists()
+
+            with pytest.raises(DaemonError) as caught:  # a done one has nothing to resume
+                await d.client.resume_transfer(started.id)
+            assert (caught.value.status, caught.value.code) == (409, "transfer_refused")
+            assert "done" in caught.value.message
+            for verb in (d.client.pause_transfer, d.client.resume_transfer, d.client.cancel_transfer,
+                         d.client.retry_transfer):
+                with pytest.raises(DaemonError) as caught:
+                    await verb("x999")
+                assert (caught.value.status, caught.value.code) == (404, "transfer_not_found")
+
+            other = await d.client.download(DownloadQuery(hf=HfFileRef(repo=REPO, quant="Q8_0")))
+            await wait_for(d.client, other.id, lambda t: t.bytes_done > 0)
+            await d.client.pause_transfer(other.id)
+            other_partial = folder_of(home) / ".other-Q8_0.gguf.partial"
+            assert other_partial.stat().st_size > 0
+            cancelled = await d.client.cancel_transfer(other.id)
+            assert cancelled.state.value == "cancelled"
+            assert not other_partial.exists() and not other_partial.with_suffix(".partial.json").exists()
+    finally:
+        await hub.close()
+
+
+async def test_a_failed_download_says_why_a_retry_succeeds_and_the_list_outlives_a_restart(
+        tmp_path: Path, fake_runtime: Path, hf_env: None, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    hub = await FakeHub().start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.hub_url)
+    good = gguf_bytes() + bytes(100_000)
+    item = hub.add(REPO, "flaky-Q4_K_M.gguf", good, serve=good[:-1] + b"\x01")  # the bytes do not match the hash
+    home = tmp_path / "home"
+    try:
+        async with running_daemon(home, fake_runtime) as d:
+            started = await d.client.download(DownloadQuery(hf=HfFileRef(repo=REPO, quant="Q4_K_M"), model_id="flaky"))
+            failed = await wait_for(d.client, started.id, lambda t: t.state.value in ("done", "failed"))
+            assert failed.state.value == "failed" and "checksum" in (failed.error or ""), failed
+            with pytest.raises(DaemonError) as caught:
+                await d.client.resume_transfer(started.id)
+            assert caught.value.status == 409 and "retry" in caught.value.message
+
+            item.serve = None  # the hub behaves again
+            await d.client.retry_transfer(started.id)
+            done = await wait_for(d.client, started.id, lambda t: t.registered or t.state.value == "failed")
+            assert done.state.value == "done" and done.error is None and done.registered == ["flaky"]
+            with pytest.raises(DaemonError) as caught:
+                await d.client.retry_transfer(started.id)
+            assert (caught.value.status, caught.value.code) == (409, "transfer_refused")
+
+        async with running_daemon(home, fake_runtime) as again:
+            listed = {t.id: t for t in await again.client.transfers()}
+            assert listed[started.id].state.value == "done" and listed[started.id].label.startswith(REPO)
+            later = await again.client.download(DownloadQuery(hf=HfFileRef(repo=REPO, quant="Q4_K_M"),
+                                                              register_models=False))
+            assert later.id != started.id  # ids go on after the kept ones
+    finally:
+        await hub.close()
