@@ -9,6 +9,7 @@
                          | mirror MODEL --to NODE                                        (ctl_sources)
                          | plan FILE|REPO[:QUANT] [--node N] [--ctx N]                   (ctl_plan)
                          | updates [--cached] [--all] | update MODEL | rollback MODEL      (ctl_model_updates)
+    mirbadllm ctl downloads [list] | pause ID | resume ID | cancel ID | retry ID          (ctl_downloads)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
     mirbadllm ctl upgrade | upgrade nodes [--folder F]                                   (ctl_upgrade)
     mirbadllm ctl keys list | create NAME | limit NAME|ID [--rpm N] [--tokens-per-day N] | revoke NAME|ID (ctl_keys)
@@ -46,6 +47,7 @@ from mirbadllm import (
     ctl_daemon,
     ctl_discover,
     ctl_disk,
+    ctl_downloads,
     ctl_jobs,
     ctl_keys,
     ctl_model_updates,
@@ -114,6 +116,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ctl_requests.add_parser(groups)
     ctl_connect.add_parser(groups)
     ctl_chats.add_parser(groups)
+    ctl_downloads.add_parser(groups)
     return parser.parse_args(argv)
 
 
@@ -167,6 +170,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         return await ctl_connect.run(args, client)
     if args.group == "chats":
         return await ctl_chats.run(args, client)
+    if args.group == "downloads":
+        return await ctl_downloads.run(args, client)
     return await ctl_keys.run(args, client)
 
 
