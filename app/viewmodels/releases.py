@@ -35,9 +35,11 @@ class ReleasesState:
     nodes: tuple[NodeView, ...] = ()
     rollout: RolloutView = field(default_factory=RolloutView)
     can_restart: bool = False  # this machine's daemon, which the app may start
-    busy: str | None = None  # "Restarting the daemon…", "Starting the rollout…"
-    line: str = ""  # the last outcome: "Now running 0.2.0", a refusal
+    restarting: bool = False  # the daemon is being restarted onto the installed version
+    starting: bool = False  # the rollout's start was asked for, no answer yet
+    line: str = ""  # the daemon's restart: "Now running 0.2.0", or why not
     error: bool = False
+    refusal: str | None = None  # why the daemon refused the last rollout (a forged or older release)
 
     @property
     def daemon_behind(self) -> bool:
@@ -50,7 +52,7 @@ class ReleasesState:
 
     @property
     def can_roll_out(self) -> bool:
-        return self.busy is None and self.rollout.state != RolloutState.RUNNING and any(
+        return not (self.restarting or self.starting) and self.rollout.state != RolloutState.RUNNING and any(
             not n.local for n in self.nodes)
 
 
@@ -113,16 +115,15 @@ class ReleasesViewModel:
 
     async def restart_daemon(self) -> str | None:
         """Restart this machine's daemon onto the installed version; the outcome's line."""
-        if self.restarter is None or self.state.value.busy is not None:
+        if self.restarter is None or self.state.value.restarting:
             return None
-        self.state.set(replace(self.state.value, busy=f"Restarting the daemon onto {self.state.value.installed}…",
-                               line="", error=False))
+        self.state.set(replace(self.state.value, restarting=True, line="", error=False))
         try:
             outcome = await self.restarter.restart(self._client)  # type: ignore[arg-type]  # a DaemonClient here
         except (DaemonError, BootstrapError) as exc:
-            self.state.set(replace(self.state.value, busy=None, line=exc.message, error=True))
+            self.state.set(replace(self.state.value, restarting=False, line=exc.message, error=True))
             return exc.message
-        self.state.set(replace(self.state.value, busy=None, running=outcome.version, line=outcome.message,
+        self.state.set(replace(self.state.value, restarting=False, running=outcome.version, line=outcome.message,
                                error=not outcome.ok))
         await self._fleet.resync()
         await self.refresh()
@@ -136,14 +137,13 @@ class ReleasesViewModel:
         """Start the daemon's rollout of the staged agent release; a refusal is the page's line."""
         if not self.state.value.can_roll_out:
             return
-        self.state.set(replace(self.state.value, busy="Starting the rollout…", line="", error=False))
+        self.state.set(replace(self.state.value, starting=True, refusal=None))
         try:
             rollout = await self._client.start_upgrade()
         except DaemonError as exc:
-            self.state.set(replace(self.state.value, busy=None, line=exc.message, error=True))
+            self.state.set(replace(self.state.value, starting=False, refusal=exc.message))
             return
-        self.state.set(replace(self.state.value, busy=None, rollout=rollout,
-                               line=f"Rolling {rollout.version} out, one node at a time."))
+        self.state.set(replace(self.state.value, starting=False, rollout=rollout))
 
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:

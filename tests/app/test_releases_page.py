@@ -95,7 +95,7 @@ def test_a_refused_release_is_shown_and_no_node_changes(window: MainWindow, fake
     qtbot.waitUntil(lambda: len(cells(page.table)) == 3)
     assert not page.restart_button.isVisible()  # no restarter: the daemon is not this app's to restart
     page.roll_out_button.click()
-    qtbot.waitUntil(lambda: page.outcome.text().startswith("Version check failed"))
-    assert page.outcome.property("role") == "error"
+    qtbot.waitUntil(lambda: page.rollout_note.text().startswith("Version check failed"))
+    assert page.rollout_note.property("role") == "error" and page.outcome.text() == ""
     assert window.ctx.releases.state.value.rollout.state == RolloutState.IDLE
     assert {n.version for n in fake.nodes if not n.local} == {OLD} and page.roll_out_button.isEnabled()

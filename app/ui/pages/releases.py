@@ -33,6 +33,8 @@ ROLLOUT_NOTE = ("The daemon sends the agent release it has staged to one node at
 
 
 def rollout_line(s: ReleasesState) -> str:
+    if s.refusal:
+        return s.refusal
     r = s.rollout
     if r.state == RolloutState.RUNNING:
         done = sum(1 for n in r.nodes if n.state.value == "done")
@@ -118,14 +120,15 @@ class ReleasesPage(QScrollArea):
         self.running.setText(running)
         self.latest.setText(s.latest or "Not checked yet: Settings → Updates → Check for updates")
         self.restart_button.setVisible(s.can_restart)
-        self.restart_button.setEnabled(s.busy is None)
-        text = s.busy or s.line
+        self.restart_button.setEnabled(not s.restarting)
+        text = f"Restarting the daemon onto {s.installed}…" if s.restarting else s.line
         self.outcome.setText(text)
         self.outcome.setVisible(bool(text))
-        set_prop(self.outcome, "role", "error" if s.error and not s.busy else "")
+        set_prop(self.outcome, "role", "error" if s.error and not s.restarting else "")
         self.table.setRowCount(len(s.nodes))
         for row, node in enumerate(s.nodes):
             for col, text in enumerate(node_cells(node, s.running, s.rollout)):
                 self.table.setItem(row, col, QTableWidgetItem(text))
         self.rollout_note.setText(rollout_line(s))
+        set_prop(self.rollout_note, "role", "error" if s.refusal else "")
         self.roll_out_button.setEnabled(s.can_roll_out)
