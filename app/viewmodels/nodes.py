@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from app import format as fmt
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.observable import Observable
+from daemon.api.ca_rotation import CaRotationResult
 from daemon.api.client import DaemonError
 from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES, GpuInfo
 from daemon.api.models import Event
@@ -226,6 +227,12 @@ class NodesViewModel:
     async def remove(self, node_id: str) -> None:
         await self.client.remove_node(node_id)
         await self.refresh()
+
+    async def rotate_ca(self) -> CaRotationResult:
+        """A new CA on every online node, the old one retired (the daemon refuses it while pairing)."""
+        result = await self.client.rotate_ca()
+        await self.refresh()
+        return result
 
     async def set_backend(self, node_id: str, choice: str) -> None:
         """What llama.cpp computes on there from the next start: auto, cuda, vulkan or cpu."""

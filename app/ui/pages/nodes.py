@@ -1,5 +1,5 @@
 """Nodes: this machine and the paired ones (state, load, runtimes, GPUs, models, charts), agents
-waiting to be paired, the pairing wizard and removing a node."""
+waiting to be paired, the pairing wizard, removing a node and rotating the daemon's CA."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ from app.ui.widgets import (
     page_header,
     set_prop,
 )
+from app.viewmodels.ca_rotation import CONFIRM_ROTATION, rotation_summary
 from app.viewmodels.charts import NO_GPU, RANGES
 from app.viewmodels.node_charts import (
     GPU,
@@ -60,6 +61,7 @@ from app.viewmodels.nodes import (
     keys_warning,
     runtime_badges,
 )
+from daemon.api.ca_rotation import CaRotationResult
 from daemon.api.contracts import short_fingerprint
 from daemon.api.nodes import NodeView
 
@@ -362,6 +364,15 @@ class NodesPage(QWidget):
         self.pair_button.setObjectName("PairNode")
         self.pair_button.clicked.connect(lambda: self.open_pairing())
         left_col.addWidget(self.pair_button)
+        self.rotate_button = button("Rotate CA", icon="action-restart")
+        self.rotate_button.setObjectName("RotateCa")
+        self.rotate_button.setToolTip("A new certificate authority for every node; the old one is retired")
+        self.rotate_button.clicked.connect(lambda: self.rotate_ca())
+        left_col.addWidget(self.rotate_button)
+        self.rotation_note = label("", wrap=True, selectable=True)  # the last rotation's result
+        self.rotation_note.setObjectName("CaRotationResult")
+        self.rotation_note.setVisible(False)
+        left_col.addWidget(self.rotation_note)
         self.list = QListWidget()
         self.list.setObjectName("NodeList")
         self.list.currentItemChanged.connect(self._item_chosen)
@@ -416,6 +427,21 @@ class NodesPage(QWidget):
             pair.clicked.connect(lambda _=False, e=entry: self.open_pairing(e))
             line.addWidget(pair)
             self.waiting_rows.addWidget(row)
+
+    def rotate_ca(self) -> None:
+        """Ask, then rotate; the result (or the daemon's refusal) is shown under the button."""
+        if not self.confirm(self, CONFIRM_ROTATION):
+            return
+        self.rotate_button.setEnabled(False)
+        future = self.ctx.act(self.vm.rotate_ca())
+        future.add_done_callback(lambda f: self._rotated(f.result() if not f.cancelled() else None))
+
+    def _rotated(self, result: CaRotationResult | None) -> None:
+        self.rotate_button.setEnabled(True)
+        if result is not None:
+            self.rotation_note.setText(rotation_summary(result))
+            set_prop(self.rotation_note, "role", "" if result.retired and not result.offline else "error")
+            self.rotation_note.setVisible(True)
 
     def open_pairing(self, entry: object = None) -> PairDialog:
         dialog = PairDialog(self.ctx, self)
