@@ -196,3 +196,26 @@ async def test_ctl_rotate_ca_prints_each_node_and_the_offline_ones(
     out = capsys.readouterr().out
     assert "alpha" in out and "rotated" in out and "is retired" in out
     assert "offline, pair again: beta" in out
+
+
+async def test_this_machines_agent_rotates_too_and_a_restarted_daemon_keeps_the_new_ca(
+        tmp_path: Path, runtime_exe: Path) -> None:
+    remote = await start_inprocess_agent(tmp_path / "gamma", name="gamma", llama_server=runtime_exe, first_port=41420)
+    try:
+        async with running_daemon(tmp_path / "daemon", runtime_exe, nodes=MONITOR) as rd:
+            node = await pair_online(rd, remote)
+            result = await rd.client.rotate_ca()
+            assert result.retired and {n.name: n.outcome for n in result.nodes} == {
+                "this machine": "rotated", "gamma": "rotated"}
+            local = await rd.daemon.links.online_client("local").status()
+            assert local.node_id == next(n.certificate_id for n in result.nodes if n.node == "local")
+            identity = rd.daemon.paths.local_agent_home / "identity"
+            assert [fingerprint(c) for c in x509.load_pem_x509_certificates((identity / "ca.crt").read_bytes())] \
+                == [result.new_ca]
+        # The next daemon on this home starts with the new CA: its agent and the node answer as they did.
+        async with running_daemon(tmp_path / "daemon", runtime_exe, nodes=MONITOR) as again:
+            assert (await again.daemon.links.online_client("local").status()).node_id == local.node_id
+            await eventually(lambda: _is(again, "gamma", NodeState.ONLINE), what="gamma online after a restart")
+            assert [n.id for n in await again.client.list_nodes() if n.name == "gamma"] == [node]
+    finally:
+        await remote.close()
