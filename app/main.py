@@ -167,7 +167,8 @@ async def connect(home: Path, args: argparse.Namespace, url_override: str):  # t
 
 
 async def _catch_up(ctx) -> None:  # type: ignore[no-untyped-def]
-    """Restart an older daemon onto the version this app installed; say so in the status bar."""
+    """Restart an older daemon onto the version this app installed; say so in the status bar (the
+    tray tells it too, from the Releases view-model's state)."""
     from app.context import Message
 
     line = await ctx.releases.catch_up()

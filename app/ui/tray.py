@@ -17,6 +17,7 @@ from app.context import AppContext, Message
 from app.ui import theme
 from app.ui.icons import state_dot, tray_icon
 from app.viewmodels.fleet import FleetSnapshot, FleetState, Notice
+from app.viewmodels.releases import ReleasesState
 from app.viewmodels.updates import UpdatesState
 from daemon.api.models import ModelState
 
@@ -39,9 +40,11 @@ class TrayController(QObject):
         self.icon.activated.connect(self._activated)
         self.state: FleetState | None = None
         self._told_update: str | None = None  # the staged version already told of
+        self._told_restart = ""  # the daemon's last restart outcome already told of
         self._unsubscribe = [ctx.fleet.snapshot.subscribe(self.show_state, now=True),
                              ctx.fleet.notices.subscribe(self.notify),
-                             ctx.settings.updates.state.subscribe(self._update_staged)]
+                             ctx.settings.updates.state.subscribe(self._update_staged),
+                             ctx.releases.state.subscribe(self._daemon_restarted)]
         self.rebuild_menu()
 
     @property
@@ -76,6 +79,13 @@ class TrayController(QObject):
             self._told_update = state.ready.version
             self.notify(Notice("update", f"MirbadLLM {state.ready.version} is ready",
                                "Restart to update: Settings → Updates.", failed=False))
+
+    def _daemon_restarted(self, state: ReleasesState) -> None:
+        """After an update the daemon was restarted onto it ("Now running X.Y.Z"), or was not: say so once."""
+        if state.line and not state.restarting and state.line != self._told_restart:
+            self._told_restart = state.line
+            title = "The daemon was not updated" if state.error else f"MirbadLLM {state.running} is running"
+            self.notify(Notice("update", title, state.line, failed=state.error))
 
     def notify(self, notice: Notice) -> None:
         if not self.ctx.settings.state.value.prefs.notifications:

@@ -123,14 +123,19 @@ class ReleasesViewModel:
         except (DaemonError, BootstrapError) as exc:
             self.state.set(replace(self.state.value, restarting=False, line=exc.message, error=True))
             return exc.message
-        self.state.set(replace(self.state.value, restarting=False, running=outcome.version, line=outcome.message,
-                               error=not outcome.ok))
-        await self._fleet.resync()
+        try:
+            await self._fleet.resync()
+        except DaemonError as exc:
+            _LOGGER.info("releases: resync after the restart: %s", exc.message)
         await self.refresh()
         behind = self.state.value.nodes_behind
-        if outcome.ok and behind:
-            line = f"{outcome.message}. {len(behind)} node(s) run an older agent: Roll out to nodes."
-            self.state.set(replace(self.state.value, line=line))
+        line = outcome.message
+        if outcome.url.rstrip("/") != getattr(self._client, "base_url", outcome.url).rstrip("/"):
+            line += f" at {outcome.url}: quit MirbadLLM and open it again to follow it there"
+        elif outcome.ok and behind:
+            line += f". {len(behind)} node(s) run an older agent: Roll out to nodes."
+        self.state.set(replace(self.state.value, restarting=False, running=outcome.version, line=line,
+                               error=not outcome.ok))
         return self.state.value.line
 
     async def roll_out(self) -> None:

@@ -16,6 +16,7 @@ from helpers import cells
 from app.daemon_restart import RestartOutcome
 from app.ui.main_window import PAGES, MainWindow
 from app.ui.pages.releases import ReleasesPage
+from app.ui.tray import TrayController
 from daemon.api.nodes import NodeState, NodeView
 from daemon.api.upgrades import RolloutState
 
@@ -65,9 +66,13 @@ def test_an_older_daemon_is_restarted_onto_the_installed_version_then_the_nodes_
     assert cells(page.table) == [["workstation (this machine)", "—", "Runs with the daemon"],
                                  ["alpha", OLD, "Up to date"], ["beta", OLD, "Up to date"]]
 
+    tray = TrayController(window.ctx, open_window=lambda: None, quit_app=lambda: None,
+                          stop_all_and_quit=lambda: None)
     line = asyncio.ensure_future(window.ctx.releases.catch_up())  # what the app runs once at start
     qtbot.waitUntil(line.done)
     assert restarter.restarts == 1
+    assert [(n.title, n.message) for n in tray.notified] == [(f"MirbadLLM {NEW} is running", line.result())]
+    tray.close()
     assert page.running.text() == NEW
     assert page.outcome.text() == f"Now running {NEW}. 2 node(s) run an older agent: Roll out to nodes."
     assert [row[2] for row in cells(page.table) if row[0] in ("alpha", "beta")] == ["Older than the daemon"] * 2
