@@ -1,13 +1,14 @@
 """``make package``: freeze MirbadLLM with PyInstaller and package it for this OS.
 
 On Linux: ``dist/mirbadllm_<version>_amd64.deb``, ``dist/MirbadLLM-<version>-x86_64.AppImage``,
-``dist/SHA256SUMS`` and the release feed
+the single-file agent build the daemon's rollouts push (``dist/mirbadllm-agent-<version>-linux-x86_64``,
+``installers.agent_build``), ``dist/SHA256SUMS`` and the release feed
 ``dist/feed.json`` (the update checker's format, ``app.updates``); with
 ``MIRBADLLM_SIGNING_KEY`` naming an Ed25519 private key file, also the detached signatures
 ``SHA256SUMS.sig`` and ``feed.json.sig`` that the app verifies against its built-in key. The macOS
 and Windows packages are built by ``.github/workflows/release.yml`` with the same spec.
 
-    python -m installers.package --dist dist [--runtime DIR] [--skip-freeze]
+    python -m installers.package --dist dist [--runtime DIR] [--skip-freeze] [--no-agent]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from core.releases.signing import (
     public_key_b64,
     sign_bytes,
 )
-from installers import appimage, linux_deb
+from installers import agent_build, appimage, linux_deb
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "package")
     parser.add_argument("--runtime", type=Path, default=None, help="the `make runtime` folder to bundle")
     parser.add_argument("--skip-freeze", action="store_true", help="package the frozen folder already in --work")
+    parser.add_argument("--no-agent", action="store_true", help="without the single-file agent build")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not sys.platform.startswith("linux"):
@@ -118,8 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"built {image} ({image.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s", flush=True)
-    write_release(args.dist, version, {"linux-x86_64-deb": deb, "linux-x86_64-appimage": image},
-                  sha256sums_text([deb, image]), key)
+    artefacts = {"linux-x86_64-deb": deb, "linux-x86_64-appimage": image}
+    if not args.no_agent:  # what the daemon's rollouts push to a node (daemon.upgrades)
+        try:
+            platform_key, agent = agent_build.build(args.dist, args.work / "agent", version)
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        artefacts[platform_key] = agent
+    write_release(args.dist, version, artefacts, sha256sums_text(list(artefacts.values())), key)
     return 0
 
 

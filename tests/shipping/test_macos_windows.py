@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import plistlib
 from pathlib import Path
-from typing import ClassVar
 
 import yaml
 
 from installers import macos, windows
+from tests.shipping.spec_analysis import analysed, named_paths
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -74,53 +74,17 @@ def test_the_release_workflow_builds_every_os_and_tests_without_e2e_and_netns() 
         assert f'"{platform}=' in publish
 
 
-class _Recorded:
-    """What the spec hands one of PyInstaller's build steps (Analysis, EXE, COLLECT, BUNDLE)."""
-
-    made: ClassVar[list[_Recorded]] = []
-
-    def __init__(self, kind: str, *args: object, **kwargs: object) -> None:
-        self.kind, self.args, self.kwargs = kind, args, kwargs
-        self.name = kwargs.get("name")
-        self.pure = self.scripts = self.binaries = self.datas = []
-        _Recorded.made.append(self)
-
-
-def _analysed(platform: str, monkeypatch) -> list[_Recorded]:  # type: ignore[no-untyped-def]
-    """The spec run as PyInstaller runs it, for ``platform``, with each build step recorded."""
-    import sys
-    import types
-
-    hooks = types.ModuleType("PyInstaller.utils.hooks")
-    hooks.collect_submodules = lambda name: [name]  # type: ignore[attr-defined]
-    hooks.copy_metadata = lambda name: []  # type: ignore[attr-defined]
-    for name in ("PyInstaller", "PyInstaller.utils"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "PyInstaller.utils.hooks", hooks)
-    monkeypatch.setattr(sys, "platform", platform)
-    _Recorded.made = []
-    spec = ROOT / "installers" / "pyinstaller" / "mirbadllm.spec"
-    steps = {kind: (lambda *a, _k=kind, **kw: _Recorded(_k, *a, **kw))
-             for kind in ("Analysis", "PYZ", "EXE", "COLLECT", "BUNDLE")}
-    exec(compile(spec.read_text(), str(spec), "exec"), {"SPECPATH": str(spec.parent), **steps})  # noqa: S102
-    return _Recorded.made
-
-
 def test_every_path_the_spec_names_exists_on_every_os(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     for platform in ("linux", "win32", "darwin"):
-        made = _analysed(platform, monkeypatch)
-        analysis = next(m for m in made if m.kind == "Analysis")
-        named = [*analysis.args[0], *(source for source, _dest in analysis.kwargs["datas"])]  # type: ignore[union-attr]
-        for exe in (m for m in made if m.kind in ("EXE", "BUNDLE")):
-            named += [v for k, v in exe.kwargs.items() if k in ("icon", "entitlements_file") and v]
-        assert named and all(Path(str(p)).exists() for p in named), (platform, named)
+        named = named_paths(analysed(platform, monkeypatch))
+        assert named and all(Path(p).exists() for p in named), (platform, named)
 
 
 def test_the_desktop_app_has_no_console_window_and_the_command_line_has_one(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    linux = [(m.name, m.kwargs["console"]) for m in _analysed("linux", monkeypatch) if m.kind == "EXE"]
+    linux = [(m.name, m.kwargs["console"]) for m in analysed("linux", monkeypatch) if m.kind == "EXE"]
     assert linux == [("mirbadllm", True)]  # one program; the desktop entry runs it without a terminal
     for platform, first in (("win32", "mirbadllm"), ("darwin", "mirbadllmw")):
-        made = _analysed(platform, monkeypatch)
+        made = analysed(platform, monkeypatch)
         exes = {m.name: m.kwargs["console"] for m in made if m.kind == "EXE"}
         assert exes == {"mirbadllm": True, "mirbadllmw": False}
         collected = next(m for m in made if m.kind == "COLLECT")
@@ -142,7 +106,7 @@ def test_a_tagged_release_publishes_the_feed_where_the_app_looks_by_default() ->
 
 def test_the_windows_build_carries_what_the_agent_service_imports_lazily(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     def hidden(platform: str) -> list[str]:
-        made = _analysed(platform, monkeypatch)
+        made = analysed(platform, monkeypatch)
         return next(m for m in made if m.kind == "Analysis").kwargs["hiddenimports"]  # type: ignore[return-value]
 
     service = {"servicemanager", "win32service", "win32serviceutil", "pywintypes", "win32timezone"}
