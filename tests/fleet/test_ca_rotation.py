@@ -17,6 +17,7 @@ import pytest
 from cryptography import x509
 
 from agent.api.client import AgentClient, AgentError
+from agent.api.trust import TrustUpdate
 from agent.pairing.enrollment import reset_identity
 from agent.paths import AgentPaths
 from daemon.api.client import DaemonError
@@ -219,3 +220,22 @@ async def test_this_machines_agent_rotates_too_and_a_restarted_daemon_keeps_the_
             assert [n.id for n in await again.client.list_nodes() if n.name == "gamma"] == [node]
     finally:
         await remote.close()
+
+
+async def test_an_agent_refuses_trust_it_could_not_use_and_keeps_what_it_had(
+        rd: RunningDaemon, two: list[InProcessAgent]) -> None:
+    alpha, beta = two
+    node = await pair_online(rd, alpha)
+    await pair_online(rd, beta)
+    paths = AgentPaths(alpha.home)
+    before = paths.ca_file.read_bytes(), paths.cert_file.read_bytes()
+    client = rd.daemon.links.online_client(node)
+    ca = rd.daemon.paths.pki / "ca.crt"
+    beta_cert = AgentPaths(beta.home).cert_file.read_text()  # from the right CA, for another agent's key
+    for update in (TrustUpdate(ca_pems=[ca.read_text()], agent_cert_pem=beta_cert),
+                   TrustUpdate(ca_pems=[beta_cert], agent_cert_pem=paths.cert_file.read_text())):
+        with pytest.raises(AgentError) as refused:
+            await client.install_trust(update)
+        assert refused.value.status == 422 and refused.value.code == "bad_trust"
+    assert (paths.ca_file.read_bytes(), paths.cert_file.read_bytes()) == before
+    await client.status()
