@@ -10,25 +10,42 @@ user may switch to chat, and that choice sticks. A built-in template named in th
 demo model has ``gemma`` so that ``/v1/chat/completions`` answers at all) does not make a base model
 an instruction-tuned one, so it does not change the default. The fact comes from the agent's
 reading of the file's header (``FitReport.summary.has_chat_template``).
+
+An answer's reasoning (``reasoning_content`` deltas, or ``<think>`` blocks in its text) is kept apart
+from the answer (``app.viewmodels.chat_text``) and shown collapsed. The last answer can be generated
+again, and a message of the user's edited and sent again (what followed it is replaced). Images go
+to a model that can see (``daemon.api.vision``); one that cannot is refused before anything is sent,
+and the page says why. Every chat is saved in the daemon (``app.viewmodels.playground_chats``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from app.viewmodels.chat_text import split_reasoning
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
+from app.viewmodels.playground_chats import SavedChats
 from daemon.api.contracts import profile
+from daemon.api.conversations import ConversationSummary
 from daemon.api.models import ModelDefinition, ModelState
 from daemon.api.sources import FitQuery
+from daemon.api.vision import (
+    IMAGE_TYPES,
+    MAX_IMAGE_BYTES,
+    cannot_see_reason,
+    sees_images,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -65,6 +82,12 @@ class AnswerStats:
 
 
 @dataclass(frozen=True)
+class ImageAttachment:
+    name: str
+    data_url: str  # "" for an image of a reopened chat: only its name was saved
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str  # user | assistant
     content: str
@@ -73,6 +96,8 @@ class ChatMessage:
     error: str | None = None
     streaming: bool = False
     completion: bool = False  # a prompt and its continuation, not a chat turn
+    reasoning: str = ""  # the model's thinking, apart from its answer
+    images: tuple[ImageAttachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +113,12 @@ class PlaygroundState:
     busy: bool = False
     mode: str = CHAT  # chat: /v1/chat/completions; completion: /v1/completions with a raw prompt
     base_model: bool = False  # the selected model has no chat template (neither in its file nor its settings)
+    vision_models: frozenset[str] = frozenset()  # served names of the models that can see images
+    images: tuple[ImageAttachment, ...] = ()  # attached to the next message
+    notice: str = ""  # why the last attempt was refused before it was sent
+    conversation_id: str | None = None  # the saved chat shown (None: not saved yet)
+    conversations: tuple[ConversationSummary, ...] = ()
+    save_error: str = ""
 
     @property
     def mode_reason(self) -> str:
@@ -127,7 +158,7 @@ def _error_text(status: int, text: str) -> str:
         return f"HTTP {status}: {text[:300]}"
 
 
-class PlaygroundViewModel:
+class PlaygroundViewModel(SavedChats):
     def __init__(self, fleet: FleetViewModel, session_factory: Any = aiohttp.ClientSession) -> None:
         self.fleet = fleet
         self.state: Observable[PlaygroundState] = Observable(PlaygroundState())
@@ -139,6 +170,8 @@ class PlaygroundViewModel:
         self._templates: dict[tuple[str, str], bool | None] = {}
         self._lookups: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._chosen: dict[str, str] = {}  # served name -> the mode the user picked for it
+        self._generation = 0  # bumped when the chat shown changes: an answer still ending leaves it alone
+        self._init_saved()
         fleet.snapshot.subscribe(self._on_fleet, now=True)
 
     def _on_fleet(self, snapshot: FleetSnapshot) -> None:
@@ -153,9 +186,12 @@ class PlaygroundViewModel:
         model = s.model if s.model in ready or (s.model in defined and s.messages) else (ready[0] if ready else "")
         if model and model not in ready:
             ready = (*ready, model)
-        if ready != s.models or model != s.model or snapshot.keys_required != s.keys_required:
+        vision = frozenset(m.definition.served_name for m in snapshot.models if sees_images(m.definition))
+        if ready != s.models or model != s.model or snapshot.keys_required != s.keys_required \
+                or vision != s.vision_models:
             starts = self._preset_of(model) if model != s.model else {}
-            self.state.set(replace(s, models=ready, model=model, keys_required=snapshot.keys_required, **starts))
+            self.state.set(replace(s, models=ready, model=model, keys_required=snapshot.keys_required,
+                                   vision_models=vision, **starts))
         self._pick_mode()
 
     def _preset_of(self, served_name: str) -> dict[str, Any]:
@@ -225,19 +261,81 @@ class PlaygroundViewModel:
             self.state.set(replace(self.state.value, mode=mode, base_model=base))
 
     def clear(self) -> None:
+        """Start a new chat (the one shown stays saved)."""
+        self.new_chat()
+
+    def _stop_answer(self) -> None:
         self.stop()
-        self.state.set(replace(self.state.value, messages=()))
+        self._generation += 1
+
+    def cannot_see(self) -> str | None:
+        """Why the selected model cannot take an image (None: it can, or only its runtime can tell)."""
+        definition = self._definition(self.state.value.model)
+        return cannot_see_reason(definition) if definition is not None else None
+
+    def attach_image(self, path: Path) -> bool:
+        """Attach an image file to the next message; refused (and why, in ``notice``) for a model that
+        cannot see, a file that is not an image or is too large."""
+        why = self.cannot_see()
+        kind = IMAGE_TYPES.get(path.suffix.lower())
+        if why is None and kind is None:
+            why = f"{path.name} is not an image this can send (PNG, JPEG, WebP, GIF or BMP)."
+        if why is None:
+            try:
+                size = path.stat().st_size
+                data = path.read_bytes() if size <= MAX_IMAGE_BYTES else b""
+            except OSError as exc:
+                why = f"cannot read {path.name}: {exc.strerror or exc}"
+            else:
+                if size > MAX_IMAGE_BYTES:
+                    why = f"{path.name} is {size / (1 << 20):.0f} MiB; an image may be {MAX_IMAGE_BYTES >> 20} MiB."
+        if why is not None:
+            self.state.set(replace(self.state.value, notice=why))
+            return False
+        image = ImageAttachment(path.name, f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}")
+        self.state.set(replace(self.state.value, images=self.state.value.images + (image,), notice=""))
+        return True
+
+    def remove_images(self) -> None:
+        self.state.set(replace(self.state.value, images=(), notice=""))
 
     def send(self, text: str) -> asyncio.Task[None] | None:
         s = self.state.value
         if s.busy or not text.strip() or not s.model:
             return None
         completion = s.mode == COMPLETION
+        if s.images and (why := self.cannot_see() or ("Text completion sends no images." if completion else None)):
+            self.state.set(replace(s, notice=why))  # refused here: nothing goes to the model
+            return None
         prompt = text if completion else text.strip()  # a continuation depends on the prompt's last space
-        history = s.messages + (ChatMessage("user", prompt, completion=completion),)
-        answer = ChatMessage("assistant", "", s.model, streaming=True, completion=completion)
-        self.state.set(replace(s, messages=history + (answer,), busy=True))
-        self._task = asyncio.ensure_future(self._answer(history))
+        user = ChatMessage("user", prompt, completion=completion, images=s.images)
+        return self._start(s.messages + (user,), len(s.messages))
+
+    def regenerate(self) -> asyncio.Task[None] | None:
+        """Answer the last message again, in place of the last answer."""
+        s = self.state.value
+        if s.busy or len(s.messages) < 2 or s.messages[-1].role != "assistant" or not s.model:
+            return None
+        return self._start(s.messages[:-1], len(s.messages) - 1)
+
+    def edit(self, index: int, text: str) -> asyncio.Task[None] | None:
+        """Send the user's message ``index`` again as ``text``; what followed it is replaced."""
+        s = self.state.value
+        if s.busy or not text.strip() or not s.model or not 0 <= index < len(s.messages) \
+                or s.messages[index].role != "user":
+            return None
+        old = s.messages[index]
+        if old.images and any(i.data_url for i in old.images) and (why := self.cannot_see()):
+            self.state.set(replace(s, notice=why))
+            return None
+        edited = replace(old, content=text if old.completion else text.strip())
+        return self._start(s.messages[:index] + (edited,), index)
+
+    def _start(self, history: tuple[ChatMessage, ...], first_changed: int) -> asyncio.Task[None]:
+        s = self.state.value
+        answer = ChatMessage("assistant", "", s.model, streaming=True, completion=history[-1].completion)
+        self.state.set(replace(s, messages=history + (answer,), busy=True, images=(), notice=""))
+        self._task = asyncio.ensure_future(self._answer(history, first_changed))
         return self._task
 
     def stop(self) -> None:
@@ -246,6 +344,7 @@ class PlaygroundViewModel:
 
     async def close(self) -> None:
         self.stop()
+        await self.saved()
         for lookup in list(self._lookups.values()):
             lookup.cancel()
         if self._session is not None:
@@ -258,24 +357,28 @@ class PlaygroundViewModel:
             return {"model": s.model, "prompt": history[-1].content, "temperature": s.temperature,
                     "max_tokens": s.max_tokens, "stream_options": {"include_usage": True}}
         messages = [{"role": "system", "content": s.system_prompt}] if s.system_prompt.strip() else []
-        messages += [{"role": m.role, "content": m.content} for m in history if not m.error and not m.completion]
+        messages += [{"role": m.role, "content": _content(m)} for m in history if not m.error and not m.completion]
         return {"model": s.model, "messages": messages, "temperature": s.temperature,
                 "max_tokens": s.max_tokens, "stream_options": {"include_usage": True}}
 
-    def _update_answer(self, **changes: Any) -> None:
+    def _update_answer(self, generation: int, **changes: Any) -> None:
         s = self.state.value
+        if generation != self._generation or not s.messages:  # another chat is shown now
+            return
         last = replace(s.messages[-1], **changes)
         self.state.set(replace(s, messages=s.messages[:-1] + (last,)))
 
-    async def _answer(self, history: tuple[ChatMessage, ...]) -> None:
+    async def _answer(self, history: tuple[ChatMessage, ...], first_changed: int) -> None:
         if self._session is None:
             self._session = self._session_factory()
+        generation = self._generation
         started = time.perf_counter()
         first: float | None = None
         pieces = 0
         usage_tokens: int | None = None
         finish: str | None = None
         text = ""
+        thought = ""  # reasoning_content deltas
 
         def stats() -> AnswerStats:
             end = time.perf_counter()
@@ -291,18 +394,33 @@ class PlaygroundViewModel:
                 if chunk.get("usage"):
                     usage_tokens = chunk["usage"].get("completion_tokens", usage_tokens)
                 for choice in chunk.get("choices") or []:
-                    piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+                    delta = choice.get("delta") or {}
+                    piece = choice.get("text") or delta.get("content") or ""
+                    thinking = delta.get("reasoning_content") or ""
                     finish = choice.get("finish_reason") or finish
-                    if piece:
+                    if piece or thinking:
                         first = first or time.perf_counter()
                         pieces += 1
-                        text += piece
-                        self._update_answer(content=text)
-            self._update_answer(streaming=False, stats=stats())
+                        text, thought = text + piece, thought + thinking
+                        inline, answer = split_reasoning(text)
+                        self._update_answer(generation, content=answer,
+                                            reasoning="\n".join(r for r in (thought.strip(), inline) if r))
+            self._update_answer(generation, streaming=False, stats=stats())
         except asyncio.CancelledError:
             finish = "stopped by you"
-            self._update_answer(streaming=False, stats=stats())
+            self._update_answer(generation, streaming=False, stats=stats())
         except (ChatError, ValueError) as exc:
-            self._update_answer(streaming=False, error=str(exc), stats=None)
+            self._update_answer(generation, streaming=False, error=str(exc), stats=None)
         finally:
-            self.state.set(replace(self.state.value, busy=False))
+            if generation == self._generation:
+                self.state.set(replace(self.state.value, busy=False))
+                self._save_from(first_changed)
+
+
+def _content(message: ChatMessage) -> str | list[dict[str, Any]]:
+    """A message's content for /v1: its text, or (with images) the text and each image as a part."""
+    images = [image for image in message.images if image.data_url]  # a reopened chat's have no data
+    if not images:
+        return message.content
+    return [{"type": "text", "text": message.content},
+            *({"type": "image_url", "image_url": {"url": image.data_url}} for image in images)]

@@ -26,6 +26,7 @@ from app.viewmodels.model_updates import badge_text
 from app.viewmodels.models_page import ModelsPageState
 from daemon.api.model_updates import ModelUpdate
 from daemon.api.models import ModelView
+from daemon.api.vision import sees_images
 
 
 class ModelRow(QWidget):
@@ -40,7 +41,9 @@ class ModelRow(QWidget):
         name = label(view.definition.served_name)
         name.setStyleSheet("font-weight: 600;")
         tags = " · ".join(view.definition.tags) or view.status.node_name or view.definition.node
-        detail = label(f"{view.definition.id} · {tags}", muted=True)
+        sees = " · sees images" if sees_images(view.definition) else ""  # a vision projector (mmproj)
+        detail = label(f"{view.definition.id} · {tags}{sees}", muted=True)
+        detail.setObjectName("ModelDetail")
         for text_label in (name, detail):  # long names are clipped, never the badge
             text_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             text.addWidget(text_label)

@@ -1,0 +1,132 @@
+"""The Playground's saved chats: each conversation is kept in the daemon (``/api/conversations``), so
+the app and ``mirbadllm ctl chats`` see the same list; listed, reopened, renamed, deleted, exported.
+
+After every answer (finished, failed or stopped) the messages that changed are written: a new chat
+is created with all of them; a later turn appends; a regenerate or an edit replaces what followed the
+first changed message (``keep``). Writes go one at a time, in order. A failed write never stops the
+chat: the page says it was not saved and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from daemon.api.client import DaemonError
+from daemon.api.conversations import (
+    ConversationCreate,
+    ConversationMessage,
+    ExportFormat,
+)
+
+if TYPE_CHECKING:
+    from app.viewmodels.fleet import FleetViewModel
+    from app.viewmodels.observable import Observable
+    from app.viewmodels.playground import ChatMessage, PlaygroundState
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def to_saved(message: ChatMessage) -> ConversationMessage:
+    return ConversationMessage(role="user" if message.role == "user" else "assistant", content=message.content,
+                               reasoning=message.reasoning or None, model=message.model,
+                               images=[image.name for image in message.images], error=message.error)
+
+
+class SavedChats:
+    """Mixed into ``PlaygroundViewModel``: its state's ``conversation_id`` and ``conversations``."""
+
+    fleet: FleetViewModel
+    state: Observable[PlaygroundState]
+
+    def _init_saved(self) -> None:
+        self._saved = 0  # how many of the messages shown are in the daemon as they are
+        self._save_lock = asyncio.Lock()
+        self._saving: set[asyncio.Task[None]] = set()
+
+    def _save_from(self, first_changed: int) -> None:
+        """Write the messages from ``first_changed`` on (those before it are saved), in the background."""
+        task = asyncio.ensure_future(self._write(first_changed, self.state.value.messages))
+        self._saving.add(task)
+        task.add_done_callback(self._saving.discard)
+
+    async def saved(self) -> None:
+        """Wait for the writes under way (a test, or closing)."""
+        while self._saving:
+            await asyncio.gather(*self._saving, return_exceptions=True)
+
+    async def _write(self, first_changed: int, messages: tuple[ChatMessage, ...]) -> None:
+        async with self._save_lock:
+            s = self.state.value
+            keep = min(first_changed, self._saved)
+            client = self.fleet.client
+            try:
+                if s.conversation_id is None:
+                    chat = await client.create_conversation(ConversationCreate(
+                        model=s.model, system_prompt=s.system_prompt, messages=[to_saved(m) for m in messages]))
+                    self.state.set(replace(self.state.value, conversation_id=chat.id, save_error=""))
+                else:
+                    await client.append_messages(s.conversation_id, [to_saved(m) for m in messages[keep:]],
+                                                 keep=keep, model=s.model)
+                self._saved = len(messages)
+                if self.state.value.save_error:
+                    self.state.set(replace(self.state.value, save_error=""))
+            except DaemonError as exc:
+                _LOGGER.info("the chat was not saved: %s", exc.message)
+                self.state.set(replace(self.state.value, save_error=f"Not saved: {exc.message}"))
+                return
+        await self.refresh_conversations()
+
+    async def refresh_conversations(self) -> None:
+        try:
+            chats = tuple(await self.fleet.client.list_conversations())
+        except DaemonError as exc:
+            _LOGGER.info("cannot list the saved chats: %s", exc.message)
+            return
+        if chats != self.state.value.conversations:
+            self.state.set(replace(self.state.value, conversations=chats))
+
+    async def open_conversation(self, conversation_id: str) -> None:
+        """Show a saved chat: its messages, system prompt and (when it is still offered) its model."""
+        from app.viewmodels.playground import ChatMessage, ImageAttachment
+
+        self._stop_answer()
+        await self.saved()
+        chat = await self.fleet.client.get_conversation(conversation_id)
+        messages = tuple(ChatMessage(role=m.role, content=m.content, model=m.model, reasoning=m.reasoning or "",
+                                     error=m.error, images=tuple(ImageAttachment(name, "") for name in m.images))
+                         for m in chat.messages if m.role != "system")
+        s = self.state.value
+        changes: dict[str, Any] = {"messages": messages, "conversation_id": chat.id, "system_prompt": chat.system_prompt,
+                                   "images": (), "notice": "", "save_error": "", "busy": False}
+        if chat.model in s.models:
+            changes["model"] = chat.model
+        self._saved = len(chat.messages)
+        self.state.set(replace(s, **changes))
+
+    async def rename_conversation(self, conversation_id: str, title: str) -> None:
+        await self.fleet.client.rename_conversation(conversation_id, title)
+        await self.refresh_conversations()
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        await self.saved()
+        await self.fleet.client.delete_conversation(conversation_id)
+        if self.state.value.conversation_id == conversation_id:
+            self.new_chat()
+        await self.refresh_conversations()
+
+    async def export_conversation(self, conversation_id: str, fmt: ExportFormat) -> str:
+        await self.saved()
+        return await self.fleet.client.export_conversation(conversation_id, fmt)
+
+    def new_chat(self) -> None:
+        """An empty chat; the one shown stays saved."""
+        self._stop_answer()
+        self._saved = 0
+        self.state.set(replace(self.state.value, messages=(), conversation_id=None, images=(), notice="",
+                               save_error="", busy=False))
+
+    def _stop_answer(self) -> None:
+        raise NotImplementedError
