@@ -1,6 +1,6 @@
 """``mirbadllm run MODEL``: chat with a model in the terminal, the answer streamed token by token.
 
-    mirbadllm run MODEL|NAME [--yes] [--home DIR] [--url URL] [--api-key KEY] [--system TEXT]
+    mirbadllm run MODEL|NAME [--yes] [--home DIR] [--url URL] [--api-key KEY] [--system TEXT] [--image PATH]...
 
 Reads one message per line from stdin and streams the answer through the daemon's ``/v1`` (chat
 completions; text completions for a base model without a chat template), keeping the whole
@@ -8,12 +8,17 @@ conversation. ``/bye`` or end of input leaves; Ctrl-C stops the current answer a
 that is not running is started first, with a spinner until it is ready. A catalog's short NAME
 (``gemma3:1b``) not registered yet is offered for download first (y/N on a terminal; ``--yes``
 downloads without asking), through the same path as ``ctl models pull NAME``.
+
+``--image PATH`` (again for more) goes with the first message, ``/image PATH`` with the next one;
+only to a model that can see (a GGUF with its vision projector, ``daemon.api.vision``): for one
+that cannot, it is refused before anything is sent, saying why.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -33,13 +38,15 @@ from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.hub import is_short_name
 from daemon.api.models import ModelState, ModelView
 from daemon.api.sources import FitQuery
+from daemon.api.vision import IMAGE_TYPES, MAX_IMAGE_BYTES, cannot_see_reason
 from mirbadllm import ctl_discover, ctl_sources
 
 _LOGGER = logging.getLogger(__name__)
 
 API_KEY_ENV = "MIRBADLLM_API_KEY"
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-HELP = "/bye leaves, /clear forgets the conversation, Ctrl-C stops an answer, Ctrl-D (end of input) leaves"
+HELP = ("/bye leaves, /clear forgets the conversation, /image PATH attaches an image to the next message, "
+        "Ctrl-C stops an answer, Ctrl-D (end of input) leaves")
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)  # answers take their time
 
 
@@ -52,6 +59,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"API key for /v1 when the daemon requires one (default: ${API_KEY_ENV})")
     parser.add_argument("--system", default=None, help="a system message to start the conversation with")
     parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--image", type=Path, action="append", default=[], metavar="PATH",
+                        help="an image for the first message (a model that can see: one with a vision projector)")
     parser.add_argument("--yes", "-y", action="store_true",
                         help="download a catalog model (e.g. gemma3:1b) that is not here yet without asking")
     return parser.parse_args(argv)
@@ -81,8 +90,9 @@ class Conversation:
     chat: bool = True
     system: str | None = None
     max_tokens: int | None = None
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
     transcript: str = ""  # text completions: the whole exchange is the next prompt
+    images: list[str] = field(default_factory=list)  # data URLs for the next message
 
     def __post_init__(self) -> None:
         self.clear()
@@ -96,16 +106,48 @@ class Conversation:
         if self.max_tokens:
             body["max_tokens"] = self.max_tokens
         if self.chat:
-            body["messages"] = [*self.messages, {"role": "user", "content": line}]
+            body["messages"] = [*self.messages, {"role": "user", "content": self._content(line)}]
             return "/chat/completions", body
         body["prompt"] = self.transcript + line
         return "/completions", body
 
+    def _content(self, line: str) -> str | list[dict[str, Any]]:
+        if not self.images:
+            return line
+        return [{"type": "text", "text": line},
+                *({"type": "image_url", "image_url": {"url": url}} for url in self.images)]
+
     def answered(self, line: str, answer: str) -> None:
         if self.chat:
-            self.messages += [{"role": "user", "content": line}, {"role": "assistant", "content": answer}]
+            self.messages += [{"role": "user", "content": self._content(line)},
+                              {"role": "assistant", "content": answer}]
         else:
             self.transcript += line + answer + "\n"
+        self.images = []
+
+
+def image_url(path: Path) -> str:
+    """The image file as a data URL for /v1; a file that is not an image, too large or unreadable
+    is refused (422 ``invalid_image``), naming it."""
+    kind = IMAGE_TYPES.get(path.suffix.lower())
+    if kind is None:
+        raise DaemonError(422, "invalid_image", f"{path} is not an image this can send (PNG, JPEG, WebP, GIF or BMP)")
+    try:
+        if path.stat().st_size > MAX_IMAGE_BYTES:
+            raise DaemonError(422, "invalid_image", f"{path} is larger than {MAX_IMAGE_BYTES >> 20} MiB")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DaemonError(422, "invalid_image", f"cannot read {path}: {exc.strerror or exc}") from None
+    return f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def refuse_images(view: ModelView, chat: bool) -> None:
+    """Images go only to a chat model that can see: anything else is refused before a request."""
+    why = cannot_see_reason(view.definition)
+    if why is None and not chat:
+        why = f"{view.definition.served_name} is a base model (text completion): it takes no images"
+    if why is not None:
+        raise DaemonError(422, "model_cannot_see", why)
 
 
 def piece_of(event: dict[str, Any], chat: bool) -> str:
@@ -124,6 +166,7 @@ class Chat:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.out = out
         self.answering: asyncio.Task[str] | None = None
+        self.view: ModelView | None = None  # the model, to refuse an image it cannot see
 
     async def answer(self, session: aiohttp.ClientSession, line: str) -> str:
         """Stream the answer to ``line``, printing each piece as it comes; the whole answer."""
@@ -169,11 +212,23 @@ class Chat:
                 if text.strip() in ("/?", "/help"):
                     print(HELP, file=sys.stderr, flush=True)
                     continue
+                if text.strip().startswith("/image "):
+                    self._attach(Path(text.strip()[7:].strip()).expanduser())
+                    continue
                 if text.strip() == "/clear":
                     self.conversation.clear()
                     print("(conversation cleared)", file=sys.stderr, flush=True)
                     continue
                 await self._turn(session, text)
+
+    def _attach(self, path: Path) -> None:
+        try:
+            if self.view is not None:
+                refuse_images(self.view, self.conversation.chat)
+            self.conversation.images.append(image_url(path))
+            print(f"({path.name} goes with your next message)", file=sys.stderr, flush=True)
+        except DaemonError as exc:
+            print(f"error: {exc.message}", file=sys.stderr, flush=True)
 
     async def _turn(self, session: aiohttp.ClientSession, text: str) -> None:
         self.answering = asyncio.get_running_loop().create_task(self.answer(session, text))
@@ -305,10 +360,17 @@ async def chat(args: argparse.Namespace, client: DaemonClient) -> int:
     if status.daemon.keys_required and not args.api_key:
         raise DaemonError(401, "invalid_api_key", f"this daemon requires an API key on /v1: pass --api-key KEY or "
                           f"set {API_KEY_ENV} (create one with `mirbadllm ctl keys create NAME`)")
+    if args.image and (why := cannot_see_reason(view.definition)):  # before the model is even started
+        raise DaemonError(422, "model_cannot_see", why)
+    images = [image_url(path.expanduser()) for path in args.image]
     view = await ensure_running(client, view, sys.stderr)
     conversation = Conversation(view.definition.served_name, chat=await uses_chat(client, view), system=args.system,
                                 max_tokens=args.max_tokens)
+    if images:
+        refuse_images(view, conversation.chat)
+        conversation.images = images
     session = Chat(client.base_url + "/v1", conversation, args.api_key, sys.stdout)
+    session.view = view
     loop = asyncio.get_running_loop()
     lines = LineReader(loop)
     try:

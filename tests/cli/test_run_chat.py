@@ -127,3 +127,33 @@ async def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(tmp_path: Path) -> N
         code, err = await term.finish()
         assert code == 0 and err.count("(answer stopped)") == 2
         assert term.out.count("Hello from") == 2
+
+
+async def test_an_image_is_refused_for_a_model_that_cannot_see_before_anything_is_sent(
+        tmp_path: Path, fake_runtime: Path) -> None:
+    path = write_gguf(tmp_path / "models" / "chat.gguf", extra=TEMPLATE)
+    photo = tmp_path / "cat.png"
+    photo.write_bytes(b"\x89PNG\r\n\x1a\n")
+    async with running_daemon(tmp_path / "home", fake_runtime) as rd:
+        await rd.client.create_model(model("m", str(path)))
+        term = await Terminal.open(rd, "m", "--image", str(photo))
+        code, err = await term.finish()
+        assert code == 1 and "m cannot see images" in err and "vision projector" in err
+        assert (await rd.client.get_model("m")).status.state == ModelState.STOPPED  # not even started
+        assert await rd.client.requests() == []
+
+
+def test_an_image_goes_with_the_first_message_as_an_image_part(tmp_path: Path) -> None:
+    from mirbadllm.chat import Conversation, image_url
+
+    photo = tmp_path / "cat.png"
+    photo.write_bytes(b"\x89PNG\r\n\x1a\n")
+    conversation = Conversation("eye", images=[image_url(photo)])
+    _, body = conversation.request("What is this?")
+    text, image = body["messages"][-1]["content"]
+    assert text == {"type": "text", "text": "What is this?"}
+    assert image["image_url"]["url"].startswith("data:image/png;base64,")
+    conversation.answered("What is this?", "A cat.")
+    _, later = conversation.request("Sure?")
+    assert later["messages"][-1] == {"role": "user", "content": "Sure?"}  # the next message carries none
+    assert later["messages"][0]["content"][1]["type"] == "image_url"  # the history keeps it
