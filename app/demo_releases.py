@@ -46,8 +46,8 @@ class DemoReleases:
         self._record("upgrade_status")
         return self._demo_rollout or RolloutView()
 
-    async def start_upgrade(self, folder: str | None = None) -> RolloutView:
-        self._record("start_upgrade", folder)
+    async def start_upgrade(self, folder: str | None = None, feed_url: str | None = None) -> RolloutView:
+        self._record("start_upgrade", folder, feed_url)
         if self._demo_rollout is not None and self._demo_rollout.state == RolloutState.RUNNING:
             raise DaemonError(409, "upgrade_running", f"A rollout of {self._demo_rollout.version} is running; wait "
                               "for it to finish (GET /api/nodes/upgrade).")

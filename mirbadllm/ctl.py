@@ -11,7 +11,7 @@
                          | updates [--cached] [--all] | update MODEL | rollback MODEL      (ctl_model_updates)
     mirbadllm ctl downloads [list] | pause ID | resume ID | cancel ID | retry ID          (ctl_downloads)
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
-    mirbadllm ctl upgrade | upgrade nodes [--folder F]                                   (ctl_upgrade)
+    mirbadllm ctl upgrade | upgrade nodes [--folder F | --feed URL]                      (ctl_upgrade)
     mirbadllm ctl keys list | create NAME | limit NAME|ID [--rpm N] [--tokens-per-day N] | revoke NAME|ID (ctl_keys)
     mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)

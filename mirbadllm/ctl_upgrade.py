@@ -1,10 +1,11 @@
 """``mirbadllm ctl upgrade``: which version the daemon and every node's agent run, and the agent rollout.
 
     mirbadllm ctl upgrade                    the daemon's version, each node's agent version, the last rollout
-    mirbadllm ctl upgrade nodes [--folder F] roll the staged agent release out, one node at a time
+    mirbadllm ctl upgrade nodes [--folder F | --feed URL]   roll the agent release out, one node at a time
 
-``nodes`` is ``POST /api/nodes/upgrade`` (``daemon.upgrades``): the daemon checks the staged
-release's signature and refuses a downgrade before any node is told, then upgrades one node at a
+``nodes`` is ``POST /api/nodes/upgrade`` (``daemon.upgrades``): the release staged in the folder, or
+fetched by the daemon from the signed feed (``--feed``: the one the app updated from; its version
+must be the daemon's). The daemon checks its signature and refuses a downgrade before any node is told, then upgrades one node at a
 time and stops at the first that fails. This waits, printing each node's state as the daemon's
 ``upgrade.node`` events report it, then every node's outcome; it exits 1 when the rollout failed.
 """
@@ -31,8 +32,11 @@ def add_parser(groups: Any) -> None:
     actions = upgrade.add_subparsers(dest="action")
     nodes = actions.add_parser("nodes", help="roll the staged agent release out, one node at a time, stopping "
                                "at the first that fails")
-    nodes.add_argument("--folder", help="where the release is staged (feed.json, feed.json.sig, the agent "
-                       "builds); default: the daemon's {home}/agent-release")
+    source = nodes.add_mutually_exclusive_group()
+    source.add_argument("--folder", help="where the release is staged (feed.json, feed.json.sig, the agent "
+                        "builds); default: the daemon's {home}/agent-release")
+    source.add_argument("--feed", help="the signed release feed's URL (feed.json): the daemon fetches the agent "
+                        "builds of its own version from it")
 
 
 def _older(version: str, than: str) -> bool:
@@ -79,9 +83,9 @@ async def _status(client: DaemonClient) -> int:
     return 0
 
 
-async def roll_out(client: DaemonClient, folder: str | None) -> int:
+async def roll_out(client: DaemonClient, folder: str | None, feed_url: str | None = None) -> int:
     since = (await client.events(0, timeout=0)).last_id
-    started = await client.start_upgrade(folder)
+    started = await client.start_upgrade(folder, feed_url)
     names = {n.node: n.name for n in started.nodes}
     print(f"rolling agent {started.version} out to {len(started.nodes)} node(s), one at a time")
     view = started
@@ -102,5 +106,5 @@ async def roll_out(client: DaemonClient, folder: str | None) -> int:
 
 async def run(args: argparse.Namespace, client: DaemonClient) -> int:
     if args.action == "nodes":
-        return await roll_out(client, args.folder)
+        return await roll_out(client, args.folder, args.feed)
     return await _status(client)

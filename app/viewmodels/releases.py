@@ -3,8 +3,9 @@ one, and the agent release rolled out to the nodes one at a time.
 
 After an update the new app finds the old daemon still serving; ``catch_up`` (run once at start)
 restarts it onto the installed version when it is older (``app.daemon_restart``) and says "Now
-running X.Y.Z". The rollout is the daemon's (``POST /api/nodes/upgrade``): its ``upgrade.*``
-events, which the fleet's event feed passes on, refresh the per-node progress.
+running X.Y.Z". The rollout is the daemon's (``POST /api/nodes/upgrade`` with the feed this app
+updated from, so the nodes get the same release): its ``upgrade.*`` events, which the fleet's event
+feed passes on, refresh the per-node progress.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ class ReleasesViewModel:
             return
         self.state.set(replace(self.state.value, starting=True, refusal=None))
         try:
-            rollout = await self._client.start_upgrade()
+            # the feed this app updated from: the daemon fetches that release's agent builds
+            rollout = await self._client.start_upgrade(feed_url=self._updates.state.value.feed_url or None)
         except DaemonError as exc:
             self.state.set(replace(self.state.value, starting=False, refusal=exc.message))
             return

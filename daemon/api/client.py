@@ -440,9 +440,10 @@ class DaemonClient:
     async def upgrade_status(self) -> RolloutView:
         return RolloutView.model_validate(await self._call("GET", "/api/nodes/upgrade"))
 
-    async def start_upgrade(self, folder: str | None = None) -> RolloutView:
-        """Roll the staged agent release out over the paired nodes, one at a time (events: upgrade.*)."""
-        body = UpgradeRequest(folder=folder).model_dump()
+    async def start_upgrade(self, folder: str | None = None, feed_url: str | None = None) -> RolloutView:
+        """Roll the agent release (staged in ``folder``, or fetched from the signed ``feed_url``) out over
+        the paired nodes, one at a time (events: upgrade.*)."""
+        body = UpgradeRequest(folder=folder, feed_url=feed_url).model_dump()
         return RolloutView.model_validate(await self._call("POST", "/api/nodes/upgrade", body=body))
 
     async def runtime_upgrade_status(self) -> RuntimeRolloutView:

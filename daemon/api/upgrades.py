@@ -42,7 +42,11 @@ class RolloutView(BaseModel):
 
 
 class UpgradeRequest(BaseModel):
-    """Start a rollout of the staged agent release over every paired node."""
+    """Start a rollout of the agent release (staged, or from the signed feed) over every paired node."""
 
     folder: str | None = Field(default=None, max_length=4096, description="Where the release is staged "
                                "(feed.json, feed.json.sig, the agent builds); default {home}/agent-release.")
+    feed_url: str | None = Field(default=None, max_length=2048, description="Fetch the release from this signed "
+                                 "feed instead (the one the app updated from): its signature is checked, its version "
+                                 "must be the daemon's own, and the agent builds the nodes need are downloaded against "
+                                 "its sizes and SHA-256. Ignored when folder is given.")

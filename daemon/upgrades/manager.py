@@ -4,7 +4,8 @@ Every paired node takes part (this machine's own agent is the daemon's child and
 the daemon), in the order of ``/api/nodes``. Events: ``upgrade.started``, ``upgrade.node``
 (node, state, reason), ``upgrade.finished``. A release whose signature does not verify, or older
 than this daemon or than any node's agent (a downgrade or a replayed feed), is refused
-(``422 release_refused``, with the check that failed) before any node is told.
+(``422 release_refused``, with the check that failed) before any node is told. The release is the
+staged folder's (``release.py``), or the signed feed's the request names (``feed.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from agent.api.upgrade import agent_platform
 from core.releases.fetch import UpdateError
 from core.releases.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.nodes import NodeView
@@ -27,7 +29,8 @@ from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.nodes.links import Links
-from daemon.upgrades.release import load_release_async
+from daemon.upgrades.feed import fetch_release
+from daemon.upgrades.release import StagedRelease, load_release_async
 from daemon.upgrades.rollout import NodeTarget, Rollout, UpgradePolicy, rollout_targets
 
 _LOGGER = logging.getLogger(__name__)
@@ -66,9 +69,8 @@ class UpgradeManager:
         targets = self._targets()
         if not targets:
             raise DaemonProblem(409, "no_nodes", "No paired node to upgrade: pair a node first.")
-        folder = Path(request.folder).expanduser() if request.folder else self.default_folder
         try:
-            release = await load_release_async(folder, self.trusted_keys)
+            release = await self._release(request, targets)
         except UpdateError as exc:
             raise DaemonProblem(422, "release_refused", exc.message) from None
         why = self._downgrade(release.version, targets)
@@ -80,6 +82,16 @@ class UpgradeManager:
         _LOGGER.info("rolling out agent %s to %d node(s)", release.version, len(targets))
         await self._history.audit("admin", "nodes.upgrade", "", f"agent {release.version}")
         return self.view()
+
+    async def _release(self, request: UpgradeRequest, targets: list[NodeTarget]) -> StagedRelease:
+        """The staged folder's release, or the signed feed's (when asked for, and no folder is)."""
+        if request.feed_url and not request.folder:
+            names = {t.node_id for t in targets}
+            platforms = {agent_platform(n.os, n.arch) for n in self._nodes() if n.id in names}
+            return await fetch_release(request.feed_url, self._home, {p for p in platforms if p},
+                                       self.trusted_keys, self.daemon_version)
+        folder = Path(request.folder).expanduser() if request.folder else self.default_folder
+        return await load_release_async(folder, self.trusted_keys)
 
     def _downgrade(self, version: str, targets: list[NodeTarget]) -> str | None:
         """What already runs a newer version than ``version`` (this daemon, or a node), or None."""

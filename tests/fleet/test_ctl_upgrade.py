@@ -2,7 +2,8 @@
 
 Two agent processes on loopback, each a ``ServiceLoop`` (systemd's part) reporting the version in
 its version file, as in ``test_rollout``. A release whose signature does not verify and one older
-than what runs are refused before any node is told; a good one goes out one node at a time.
+than what runs are refused before any node is told; a good one goes out one node at a time, from a
+staged folder or fetched by the daemon from the signed feed (``ReleaseServer`` on loopback).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.fleet.agents import eventually
 from tests.fleet.service_loop import ServiceLoop
 from tests.fleet.test_fleet_loopback import FAST_MONITOR, pair
 from tests.fleet.test_rollout import NEW, OLD, PLATFORM, loops, service
+from tests.updates.release import ReleaseServer
 
 pytestmark = pytest.mark.slow
 
@@ -100,6 +102,61 @@ async def test_ctl_refuses_a_bad_release_then_rolls_a_good_one_out_node_by_node(
         assert [line.split() for line in out.splitlines() if line.startswith("  ")][:2] == [
             ["alpha", NEW], ["beta", NEW]]
         assert f"agent {NEW}: done on 2 node(s)" in out
+
+
+def publish(server: ReleaseServer, version: str, key: Ed25519PrivateKey, build_dir: Path) -> None:
+    """The signed feed of ``version`` with this machine's agent build, served beside it."""
+    build_dir.mkdir(parents=True)
+    build = build_dir / f"mirbadllm-agent-{version}"
+    build.write_text(f"{version}\n")
+    assert PLATFORM is not None
+    data = feed_bytes(make_feed(version, {PLATFORM: build}))
+    server.files.update({"feed.json": data, "feed.json.sig": base64.b64encode(key.sign(data)) + b"\n",
+                         build.name: build.read_bytes()})
+
+
+@pytest.fixture
+async def release_server() -> Any:
+    server = ReleaseServer()
+    await server.start()
+    yield server
+    await server.close()
+
+
+async def test_ctl_rolls_out_the_daemons_own_version_fetched_from_the_signed_feed(
+        agents: Any, loops: list[ServiceLoop], tmp_path: Path, release_server: ReleaseServer,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    log: list[tuple[str, str]] = []
+    alpha = await service(agents, tmp_path, "alpha", log)
+    beta = await service(agents, tmp_path, "beta", log)
+    loops += [alpha, beta]
+    trusted, stranger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR) as rd:
+        rd.daemon.upgrades.trusted_keys = (public_key_b64(trusted),)
+        await pair(rd, alpha.agent)
+        await pair(rd, beta.agent)
+        feed = release_server.feed_url
+
+        publish(release_server, NEW, stranger, tmp_path / "forged")
+        with pytest.raises(DaemonError) as caught:
+            await ctl_run(rd, "nodes", "--feed", feed)
+        assert caught.value.code == "release_refused" and caught.value.message.startswith("Signature check failed")
+        assert release_server.hits[f"mirbadllm-agent-{NEW}"] == 0  # nothing downloaded from a forged feed
+
+        publish(release_server, NEW, trusted, tmp_path / "good")
+        rd.daemon.upgrades.daemon_version = OLD  # this machine has not taken the update yet
+        with pytest.raises(DaemonError) as caught:
+            await ctl_run(rd, "nodes", "--feed", feed)
+        assert f"the feed offers {NEW} but this daemon runs {OLD}: update this machine first" in caught.value.message
+        assert log == [] and (await rd.client.upgrade_status()).state == RolloutState.IDLE
+
+        rd.daemon.upgrades.daemon_version = NEW  # restarted onto NEW: the nodes follow it
+        code = await ctl_run(rd, "nodes", "--feed", feed)
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert f"agent {NEW}: done on 2 node(s)" in out
+        assert log == [("alpha", "exit 75"), ("alpha", "back"), ("beta", "exit 75"), ("beta", "back")]
+        assert release_server.hits[f"mirbadllm-agent-{NEW}"] == 1  # one build for both nodes' platform
 
 
 def test_ctl_upgrade_parses_status_and_nodes() -> None:
