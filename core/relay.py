@@ -433,17 +433,8 @@ async def _stalled(request: web.Request, response: web.StreamResponse, record: R
     log.warning("%s: %s; the request was ended", label, reason)
     record.status, record.stalled = 504, reason
     record.failures.append(reason)
-    error: dict[str, object] = {"message": f"The model '{silence.name}' went silent for "
-                                f"{silence.stall_after_s:g} s in the middle of its answer; the request was ended.",
-                                "type": "server_error", "code": STALLED_CODE}
-    if request_id is not None:
-        error["request_id"] = request_id
-    try:
-        await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
-    except ConnectionResetError:
-        pass  # the client left as well
-    if request.transport is not None:
-        request.transport.abort()
+    await _cut(request, response, STALLED_CODE, f"The model '{silence.name}' went silent for "
+               f"{silence.stall_after_s:g} s in the middle of its answer; the request was ended.", request_id)
 
 
 async def _stopping(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,
@@ -454,17 +445,8 @@ async def _stopping(request: web.Request, response: web.StreamResponse, record: 
     log.warning("%s: %s", label, reason)
     record.status = 503
     record.failures.append(reason)
-    error: dict[str, object] = {"message": f"{what[0].upper()}{what[1:]} stopped (a restart or an update) in the "
-                                "middle of this answer; send the request again in a moment.",
-                                "type": "server_error", "code": STOPPING_CODE}
-    if request_id is not None:
-        error["request_id"] = request_id
-    try:
-        await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
-    except ConnectionResetError:
-        pass  # the client left as well
-    if request.transport is not None:
-        request.transport.abort()
+    await _cut(request, response, STOPPING_CODE, f"{what[0].upper()}{what[1:]} stopped (a restart or an update) "
+               "in the middle of this answer; send the request again in a moment.", request_id)
 
 
 async def _broken(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,
@@ -476,9 +458,17 @@ async def _broken(request: web.Request, response: web.StreamResponse, record: Re
     log.warning("%s: %s", label, reason)
     record.status = 502
     record.failures.append(reason)
-    if sse and _BROKEN_MARK not in last:
-        error: dict[str, object] = {"message": "The model's runtime stopped in the middle of the answer.",
-                                    "type": "server_error", "code": BROKEN_CODE}
+    tell = sse and _BROKEN_MARK not in last  # not twice when the upstream (an agent's relay) said it
+    await _cut(request, response, BROKEN_CODE if tell else None,
+               "The model's runtime stopped in the middle of the answer.", request_id)
+
+
+async def _cut(request: web.Request, response: web.StreamResponse, code: str | None, message: str,
+               request_id: str | None) -> None:
+    """An answer ended before its end: one SSE error event (``code``; None: none), then the
+    connection is cut without a final chunk, so no client takes the answer for complete."""
+    if code is not None:
+        error: dict[str, object] = {"message": message, "type": "server_error", "code": code}
         if request_id is not None:
             error["request_id"] = request_id
         try:
