@@ -36,8 +36,10 @@ from app.demo_backup import DemoBackups
 from app.demo_ca_rotation import DemoCaRotation
 from app.demo_conversations import DemoConversations
 from app.demo_disk import DEMO_MODELS_DIR, DemoDisk
+from app.demo_downloads import DemoDownloads
 from app.demo_host_services import DemoHostServices
 from app.demo_hub import DemoHub
+from app.demo_lmstudio import DemoLmStudio
 from app.demo_model_updates import DemoModelUpdates
 from app.demo_releases import DemoReleases
 from app.demo_requests import DemoRequests
@@ -120,7 +122,7 @@ def _bare_host() -> HostSnapshot:
 DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan:4318/v1/traces", sample_ratio=0.25)
 
 
-class DemoDaemon(DemoReleases, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
+class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
                  DemoDisk, DemoHub, DemoModelUpdates, DemoCaRotation, DemoConversations):
     """Same surface as ``DaemonClient``; nothing leaves the process.
 
@@ -156,6 +158,7 @@ class DemoDaemon(DemoReleases, DemoSources, DemoNodes, DemoJobs, DemoAudit, Demo
         self._logged = asyncio.Event()
         self._seed_nodes(seeded)
         self._seed_disk(seeded)
+        self._seed_downloads(seeded)
         for d in models or []:
             self.definitions[d.id] = d
             self.statuses[d.id] = ModelStatus(id=d.id, served_name=d.served_name, state=ModelState.STOPPED)

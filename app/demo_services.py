@@ -30,7 +30,6 @@ from daemon.api.contracts import (
     ImportedModel,
     KeysAtRest,
     LlamaCppSettings,
-    LmStudioModelInfo,
     MemoryEstimate,
     OllamaModelInfo,
     TransferState,
@@ -150,13 +149,6 @@ class DemoSources:
         return [OllamaModelInfo(model="llama3.2:3b", size=int(2.0 * GIB)),
                 OllamaModelInfo(model="qwen3:8b", size=int(5.2 * GIB)),
                 OllamaModelInfo(model="gemma3:4b", size=int(3.3 * GIB), has_projector=True)]
-
-    async def lmstudio_models(self, node: str = "local") -> list[LmStudioModelInfo]:
-        self._record("lmstudio_models", node)
-        folder = "~/.lmstudio/models/lmstudio-community/Qwen3-4B-Instruct-2507-GGUF"
-        return [LmStudioModelInfo(model="lmstudio-community/Qwen3-4B-Instruct-2507-GGUF/"
-                                        "Qwen3-4B-Instruct-2507-Q4_K_M.gguf",
-                                  path=f"{folder}/Qwen3-4B-Instruct-2507-Q4_K_M.gguf", size=int(2.5 * GIB))]
 
     async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
         self._record("import_ollama", query)

@@ -124,7 +124,8 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.get("/api/imports/ollama", sources.ollama_models),               # ?node=ID&store=PATH
         web.post("/api/imports/ollama", sources.import_ollama),              # body: OllamaImportQuery
         web.post("/api/imports/folder", sources.import_folder),              # body: FolderImportQuery
-        web.get("/api/imports/lmstudio", sources.lmstudio_models),           # ?node=ID
+        web.get("/api/imports/lmstudio", sources.lmstudio_models),           # ?node=ID&folder=PATH
+        web.post("/api/imports/lmstudio", sources.import_lmstudio),          # body: LmStudioImportQuery
         web.get("/api/transfers", sources.list_transfers),
         web.get("/api/transfers/{id}", sources.get_transfer),
         web.post("/api/transfers/{id}/cancel", sources.cancel),

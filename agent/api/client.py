@@ -20,7 +20,8 @@ Route table (``/agent/v1``):
     GET  /imports/ollama                  -> list[OllamaModelInfo]  # ?store=PATH
     POST /imports/ollama                  -> TransferInfo    # body: OllamaImportRequest; 202
     POST /imports/folder                  -> TransferInfo    # body: FolderImportRequest; 202
-    GET  /imports/lmstudio                -> list[LmStudioModelInfo]  # GGUFs in LM Studio's models folders
+    GET  /imports/lmstudio                -> list[LmStudioModelInfo]  # ?folder=PATH; GGUFs in LM Studio's folders
+    POST /imports/lmstudio                -> TransferInfo    # body: LmStudioImportRequest; 202
     GET  /transfers                       -> TransfersPage   # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}                  -> TransferInfo
     POST /transfers/{id}/cancel           -> TransferInfo
@@ -84,6 +85,7 @@ from agent.api.sources import (
     FitReport,
     FitRequest,
     FolderImportRequest,
+    LmStudioImportRequest,
     LmStudioModelInfo,
     OllamaImportRequest,
     OllamaModelInfo,
@@ -225,8 +227,13 @@ class AgentClient:
         data = await self._call("GET", "/imports/ollama", params={"store": store} if store else None)
         return [OllamaModelInfo.model_validate(m) for m in data]
 
-    async def lmstudio_models(self) -> list[LmStudioModelInfo]:
-        return [LmStudioModelInfo.model_validate(m) for m in await self._call("GET", "/imports/lmstudio")]
+    async def lmstudio_models(self, folder: str | None = None) -> list[LmStudioModelInfo]:
+        data = await self._call("GET", "/imports/lmstudio", params={"folder": folder} if folder else None)
+        return [LmStudioModelInfo.model_validate(m) for m in data]
+
+    async def import_lmstudio(self, request: LmStudioImportRequest) -> TransferInfo:
+        data = await self._call("POST", "/imports/lmstudio", body=request.model_dump(mode="json"))
+        return TransferInfo.model_validate(data)
 
     async def import_ollama(self, request: OllamaImportRequest) -> TransferInfo:
         data = await self._call("POST", "/imports/ollama", body=request.model_dump(mode="json"))

@@ -190,6 +190,16 @@ class LmStudioModelInfo(BaseModel):
     projector_path: str | None = Field(default=None, description="The folder's one vision projector.")
 
 
+class LmStudioImportRequest(BaseModel):
+    """Register GGUF files of LM Studio's folders where they lie (each must be one ``list_lmstudio`` finds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paths: list[str] = Field(min_length=1, max_length=100, description="The files, as listed (``path``).")
+    folder: str | None = Field(default=None, max_length=4096, description="A models folder of LM Studio's "
+                               "layout (publisher/model/file.gguf) besides its own folders.")
+
+
 class SourceFile(BaseModel):
     """One file a model was fetched as (its model file, shards and projector), as the hub listed it."""
 

@@ -5,7 +5,8 @@
     GET  /imports/ollama          -> list[OllamaModelInfo]  # ?store=PATH
     POST /imports/ollama          -> TransferInfo     # body: OllamaImportRequest; 202
     POST /imports/folder          -> TransferInfo     # body: FolderImportRequest; 202
-    GET  /imports/lmstudio        -> list[LmStudioModelInfo]  # GGUFs in LM Studio's models folders
+    GET  /imports/lmstudio        -> list[LmStudioModelInfo]  # ?folder=PATH; GGUFs in LM Studio's models folders
+    POST /imports/lmstudio        -> TransferInfo     # body: LmStudioImportRequest; 202
     GET  /transfers               -> TransfersPage    # ?since=VERSION&timeout=S (long-poll)
     GET  /transfers/{id}          -> TransferInfo
     POST /transfers/{id}/cancel   -> TransferInfo
@@ -26,6 +27,7 @@ from agent.api.sources import (
     DownloadRequest,
     FitRequest,
     FolderImportRequest,
+    LmStudioImportRequest,
     OllamaImportRequest,
 )
 from agent.problems import AgentProblem, validation_message
@@ -80,7 +82,10 @@ def routes(prefix: str, sources_of: SourcesOf) -> list[web.RouteDef]:
         return _json(list(await sources_of(request).ollama_models(request.query.get("store") or None)))
 
     async def lmstudio_models(request: web.Request) -> web.Response:
-        return _json(list(await sources_of(request).lmstudio_models()))
+        return _json(list(await sources_of(request).lmstudio_models(request.query.get("folder") or None)))
+
+    async def import_lmstudio(request: web.Request) -> web.Response:
+        return _json(await sources_of(request).import_lmstudio(await _body(request, LmStudioImportRequest)), 202)
 
     async def import_ollama(request: web.Request) -> web.Response:
         return _json(sources_of(request).import_ollama(await _body(request, OllamaImportRequest)), 202)
@@ -114,7 +119,8 @@ def routes(prefix: str, sources_of: SourcesOf) -> list[web.RouteDef]:
         web.get(f"{p}/imports/ollama", ollama_models),                  # ?store=PATH
         web.post(f"{p}/imports/ollama", import_ollama),                 # body: OllamaImportRequest
         web.post(f"{p}/imports/folder", import_folder),                 # body: FolderImportRequest
-        web.get(f"{p}/imports/lmstudio", lmstudio_models),
+        web.get(f"{p}/imports/lmstudio", lmstudio_models),              # ?folder=PATH
+        web.post(f"{p}/imports/lmstudio", import_lmstudio),             # body: LmStudioImportRequest
         web.get(f"{p}/transfers", transfers),                           # ?since=VERSION&timeout=S
         web.get(f"{p}/transfers/{{id}}", transfer),
         web.post(f"{p}/transfers/{{id}}/cancel", cancel),

@@ -4,7 +4,8 @@ Ollama names its blobs by digest. A manifest is read with a size cap, each diges
 ``sha256:<64 hex>`` before a blob path is built from it (CVE-2024-37032 came from skipping that),
 and each blob is linked (or copied) to a temporary name in our models folder and hashed *there*:
 what is renamed into place is what was verified, whatever happens to Ollama's file meanwhile.
-A folder import registers the GGUF files where they are, after reading each header.
+A folder import registers the GGUF files where they are, after reading each header; so does an LM
+Studio import, of the files ``list_lmstudio`` finds (and only those), each with its folder's projector.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agent.admission import inspect_file
 from agent.api.sources import (
     FolderImportRequest,
     ImportedModel,
+    LmStudioImportRequest,
     LmStudioModelInfo,
     OllamaImportRequest,
     OllamaModelInfo,
@@ -229,6 +231,53 @@ def list_lmstudio(folders: list[Path] | None = None) -> list[LmStudioModelInfo]:
                                                projector_path=projector))
                 if len(found) >= MAX_LISTED:
                     return found
+    return found
+
+
+def lmstudio_roots(defaults: list[Path] | None, folder: str | None) -> list[Path]:
+    """The folders an LM Studio listing or import looks in: LM Studio's own (or ``defaults``), plus
+    ``folder``, a models folder of the same layout the user picked."""
+    roots = list(defaults if defaults is not None else lmstudio_folders())
+    if folder:
+        try:
+            check_node_path(folder, "folder")
+        except UnsafeName as exc:
+            raise BadSourceRequest(str(exc)) from exc
+        if not os.path.isdir(folder):
+            raise BadSourceRequest(f"{folder} is not a folder on this node", status=404, code="not_found")
+        roots.append(Path(folder))
+    return roots
+
+
+def check_lmstudio(req: LmStudioImportRequest, roots: list[Path]) -> tuple[str, list[LmStudioModelInfo]]:
+    """The listed models the request names (blocking): a path LM Studio's listing does not show is refused,
+    so an import registers nothing but a model of those folders, with its own projector."""
+    listed = {info.path: info for info in list_lmstudio(roots)}
+    unknown = [p for p in req.paths if p not in listed]
+    if unknown:
+        raise BadSourceRequest(f"{unknown[0]} is not a model in LM Studio's folders on this node",
+                               status=404, code="not_found")
+    picked = [listed[p] for p in dict.fromkeys(req.paths)]
+    more = f" and {len(picked) - 1} more" if len(picked) > 1 else ""
+    return f"LM Studio {picked[0].model}{more}", picked
+
+
+def _read_lmstudio(picked: list[LmStudioModelInfo]) -> list[ImportedModel]:
+    found: list[ImportedModel] = []
+    for info in picked:
+        summary = inspect_file(info.path)  # a file that is no GGUF model fails the import, saying which
+        if summary.is_projector:
+            raise InvalidModelFile(f"{info.model} is a vision projector, not a model")
+        found.append(ImportedModel(name=slug(Path(info.path).stem), model_path=info.path,
+                                   projector_path=info.projector_path, size=summary.file_size,
+                                   origin=f"LM Studio: {info.model}"))
+    return found
+
+
+async def run_lmstudio(picked: list[LmStudioModelInfo], handle: TransferHandle) -> list[ImportedModel]:
+    handle.stage("reading headers")
+    found = await asyncio.to_thread(_read_lmstudio, picked)
+    handle.stage("done", files=[Path(m.model_path).name for m in found])
     return found
 
 

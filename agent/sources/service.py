@@ -23,6 +23,7 @@ from agent.api.sources import (
     FitRequest,
     FolderImportRequest,
     GgufSummary,
+    LmStudioImportRequest,
     LmStudioModelInfo,
     OllamaImportRequest,
     OllamaModelInfo,
@@ -47,10 +48,13 @@ from agent.sources.huggingface import (
 )
 from agent.sources.imports import (
     check_folder,
+    check_lmstudio,
     check_ollama,
     list_lmstudio,
     list_models,
+    lmstudio_roots,
     run_folder,
+    run_lmstudio,
     run_ollama,
 )
 from agent.sources.store import ModelStore
@@ -138,8 +142,15 @@ class ModelSources:
                 raise BadSourceRequest(str(exc)) from exc
         return await asyncio.to_thread(list_models, Path(store) if store else None)
 
-    async def lmstudio_models(self) -> list[LmStudioModelInfo]:
-        return await asyncio.to_thread(list_lmstudio, self.lmstudio_folders)
+    async def lmstudio_models(self, folder: str | None = None) -> list[LmStudioModelInfo]:
+        """The GGUF models in LM Studio's folders, and in ``folder`` (one of the same layout)."""
+        return await asyncio.to_thread(list_lmstudio, lmstudio_roots(self.lmstudio_folders, folder))
+
+    async def import_lmstudio(self, req: LmStudioImportRequest) -> TransferInfo:
+        """Register listed LM Studio files where they lie (a folder import of chosen files)."""
+        roots = lmstudio_roots(self.lmstudio_folders, req.folder)
+        label, picked = await asyncio.to_thread(check_lmstudio, req, roots)
+        return self.transfers.start("folder", label, lambda handle: run_lmstudio(picked, handle))
 
     async def close(self) -> None:
         await self.transfers.close()

@@ -62,7 +62,8 @@ Route table (admin token as ``Authorization: Bearer``):
     POST   /api/plan                        -> Plan             # body: PlanQuery; how it runs on each node
     POST   /api/downloads                   -> Transfer         # body: DownloadQuery; 202
     GET    /api/imports/ollama              -> list[OllamaModelInfo]  # ?node=ID&store=PATH
-    GET    /api/imports/lmstudio            -> list[LmStudioModelInfo]  # ?node=ID
+    GET    /api/imports/lmstudio            -> list[LmStudioModel]  # ?node=ID&folder=PATH
+    POST   /api/imports/lmstudio            -> Transfer         # body: LmStudioImportQuery; 202
     POST   /api/imports/ollama              -> Transfer         # body: OllamaImportQuery; 202
     POST   /api/imports/folder              -> Transfer         # body: FolderImportQuery; 202
     GET    /api/transfers                   -> list[Transfer]   # events: transfer.state, transfer.progress
@@ -98,7 +99,7 @@ from typing import Any
 
 import aiohttp
 
-from agent.api.sources import FitReport, LmStudioModelInfo, OllamaModelInfo
+from agent.api.sources import FitReport, OllamaModelInfo
 from core.http import ErrorMap, JsonHttp, error_envelope
 from daemon.api.audit import CLIENT_HEADER, AuditPage
 from daemon.api.backup import BackupFile, BackupListing, RestorePreview, RestoreResult
@@ -147,6 +148,8 @@ from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
     FolderImportQuery,
+    LmStudioImportQuery,
+    LmStudioModel,
     OllamaImportQuery,
     Transfer,
 )
@@ -366,10 +369,16 @@ class DaemonClient:
         params = {"node": node, **({"store": store} if store else {})}
         return [OllamaModelInfo.model_validate(m) for m in await self._call("GET", "/api/imports/ollama", params=params)]
 
-    async def lmstudio_models(self, node: str = "local") -> list[LmStudioModelInfo]:
-        """GGUF models in LM Studio's models folders on ``node``; add one with ``create_model``."""
-        data = await self._call("GET", "/api/imports/lmstudio", params={"node": node})
-        return [LmStudioModelInfo.model_validate(m) for m in data]
+    async def lmstudio_models(self, node: str = "local", folder: str | None = None) -> list[LmStudioModel]:
+        """GGUF models in LM Studio's models folders on ``node`` (and in ``folder``, of the same layout),
+        each with the model already running it; add them with ``import_lmstudio``."""
+        params = {"node": node, **({"folder": folder} if folder else {})}
+        return [LmStudioModel.model_validate(m) for m in await self._call("GET", "/api/imports/lmstudio",
+                                                                             params=params)]
+
+    async def import_lmstudio(self, query: LmStudioImportQuery) -> Transfer:
+        data = await self._call("POST", "/api/imports/lmstudio", body=query.model_dump(mode="json"))
+        return Transfer.model_validate(data)
 
     async def import_ollama(self, query: OllamaImportQuery) -> Transfer:
         data = await self._call("POST", "/api/imports/ollama", body=query.model_dump(mode="json"))

@@ -19,6 +19,8 @@ from agent.api.sources import (
     FitRequest,
     FolderImportRequest,
     ImportedModel,
+    LmStudioImportRequest,
+    LmStudioModelInfo,
     OllamaImportRequest,
     TransferInfo,
 )
@@ -60,6 +62,22 @@ class FolderImportQuery(FolderImportRequest, Registration):
     node: str = Field(default=LOCAL_NODE, max_length=200)
 
 
+class LmStudioImportQuery(LmStudioImportRequest, Registration):
+    """Register LM Studio's files where they lie; a file a model on the node already runs is named in
+    ``Transfer.existing``, not registered again."""
+
+    node: str = Field(default=LOCAL_NODE, max_length=200)
+    tags: list[str] = Field(default_factory=lambda: ["lmstudio"])
+
+
+class LmStudioModel(LmStudioModelInfo):
+    """A GGUF in LM Studio's folders on a node, with what the daemon knows of it."""
+
+    quant: str | None = Field(default=None, description="The quant its file name says (Q4_K_M); None: none.")
+    registered_as: str | None = Field(default=None, description="The id of the model on that node that "
+                                      "already runs this file; None: not added yet.")
+
+
 class Transfer(TransferInfo):
     """A transfer as the daemon tracks it: the agent's view, its node, the models it registered."""
 
@@ -75,5 +93,5 @@ class Transfer(TransferInfo):
     eta_s: float | None = Field(default=None, description="Seconds left at that speed (None: not known).")
 
 
-__all__ = ["DownloadQuery", "FitQuery", "FolderImportQuery", "ImportedModel", "OllamaImportQuery",
-           "Registration", "Transfer"]
+__all__ = ["DownloadQuery", "FitQuery", "FolderImportQuery", "ImportedModel", "LmStudioImportQuery",
+           "LmStudioModel", "OllamaImportQuery", "Registration", "Transfer"]

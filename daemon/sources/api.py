@@ -11,7 +11,8 @@ required; the table is ``daemon.routes``):
     GET  /api/imports/ollama            -> list[OllamaModelInfo]  # ?node=ID&store=PATH
     POST /api/imports/ollama            -> Transfer    # body: OllamaImportQuery; 202
     POST /api/imports/folder            -> Transfer    # body: FolderImportQuery; 202
-    GET  /api/imports/lmstudio          -> list[LmStudioModelInfo]  # ?node=ID; GGUFs in LM Studio's folders
+    GET  /api/imports/lmstudio          -> list[LmStudioModel]  # ?node=ID&folder=PATH; GGUFs in LM Studio's folders
+    POST /api/imports/lmstudio          -> Transfer    # body: LmStudioImportQuery; 202; registered where they lie
     GET  /api/transfers                 -> list[Transfer]  # running, paused and the newest finished ones
     GET  /api/transfers/{id}            -> Transfer
     POST /api/transfers/{id}/cancel     -> Transfer
@@ -35,6 +36,7 @@ from agent.api.sources import (
     FitRequest,
     FolderImportRequest,
     HfFileRef,
+    LmStudioImportRequest,
     OllamaImportRequest,
     TransferInfo,
 )
@@ -43,6 +45,8 @@ from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
     FolderImportQuery,
+    LmStudioImportQuery,
+    LmStudioModel,
     OllamaImportQuery,
 )
 from daemon.errors import (
@@ -53,10 +57,13 @@ from daemon.errors import (
     validated,
 )
 from daemon.history import History
+from daemon.models.registry import Registry
 from daemon.nodes.links import Links
 from daemon.sources.downloads import Downloads
 from daemon.sources.mirror import Mirror
 from daemon.sources.plan import agent_request, fan_out
+from daemon.sources.quants import quant_of
+from daemon.sources.registration import model_using
 from daemon.sources.transfers import Transfers
 
 MAX_BODY = 256 * 1024
@@ -84,8 +91,10 @@ def fit_query_from(query: Any) -> FitQuery:
 
 class SourcesApi:
     def __init__(self, links: Links, transfers: Transfers, history: History, mirror: Mirror | None = None,
-                 backend_of: Callable[[str], BackendChoice] = lambda _node: "auto") -> None:
+                 backend_of: Callable[[str], BackendChoice] = lambda _node: "auto",
+                 registry: Registry | None = None) -> None:
         self._links = links
+        self._registry = registry  # says which LM Studio file a model already runs
         self._backend_of = backend_of  # each node's backend choice: a fit or plan counts that backend's devices
         self._transfers = transfers
         self._history = history
@@ -138,7 +147,19 @@ class SourcesApi:
         return json_response(await client.ollama_models(request.query.get("store") or None))
 
     async def lmstudio_models(self, request: web.Request) -> web.Response:
-        return json_response(await self._links.online_client(request.query.get("node") or "local").lmstudio_models())
+        """LM Studio's GGUFs on the node (the agent's listing), each with its quant and the model already
+        running it."""
+        node = request.query.get("node") or "local"
+        listed = await self._links.online_client(node).lmstudio_models(request.query.get("folder") or None)
+        return json_response([LmStudioModel(
+            **info.model_dump(), quant=quant_of(info.model),
+            registered_as=model_using(self._registry, node, info.path) if self._registry else None)
+            for info in listed])
+
+    async def import_lmstudio(self, request: web.Request) -> web.Response:
+        query = await _body(request, LmStudioImportQuery)
+        info = await self._links.online_client(query.node).import_lmstudio(_as_agent(LmStudioImportRequest, query))
+        return json_response(await self._transfers.track(query.node, info, query), 202)
 
     async def import_ollama(self, request: web.Request) -> web.Response:
         query = await _body(request, OllamaImportQuery)

@@ -46,7 +46,7 @@ def model_id_from(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _using(registry: Registry, node: str, path: str) -> str | None:
+def model_using(registry: Registry, node: str, path: str) -> str | None:
     """The id of a model on ``node`` that runs the file at ``path``, if one does."""
     return next((m.id for m in registry.all() if m.node == node and m.model_path == path), None)
 
@@ -59,7 +59,7 @@ async def register_models(registry: Registry, events: EventBus, history: History
     existing: list[str] = []
     problems: list[str] = []
     for n, imported in enumerate(transfer.result):
-        already = _using(registry, transfer.node, imported.model_path)
+        already = model_using(registry, transfer.node, imported.model_path)
         if already is not None:
             existing.append(already)
             continue

@@ -25,7 +25,13 @@ from agent.api.sources import (
     OllamaModelInfo,
     TransferState,
 )
-from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Transfer
+from daemon.api.sources import (
+    DownloadQuery,
+    FitQuery,
+    LmStudioModel,
+    OllamaImportQuery,
+    Transfer,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -60,9 +66,9 @@ class FakeSourcesClient(FakeDaemonClient):
         self._record("ollama_models", node, store)
         return list(self.ollama)
 
-    async def lmstudio_models(self, node: str = "local") -> list[LmStudioModelInfo]:
+    async def lmstudio_models(self, node: str = "local", folder: str | None = None) -> list[LmStudioModel]:
         self._record("lmstudio_models", node)
-        return list(self.lmstudio)
+        return [LmStudioModel.model_validate(m.model_dump()) for m in self.lmstudio]
 
     def _queue(self, kind: str, label: str, query: Any) -> Transfer:
         transfer = Transfer(id=f"x{len(self._transfer_book) + 1}", kind=kind, label=label,  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from daemon.api.sources import (
     DownloadQuery,
     FitQuery,
     FolderImportQuery,
+    LmStudioImportQuery,
     OllamaImportQuery,
 )
 
@@ -112,6 +113,7 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("ollama_models", lambda r: ()), ("lmstudio_models", lambda r: ("local",)),
         ("import_ollama", lambda r: (OllamaImportQuery(model="llama3.2:3b"),)),
         ("import_folder", lambda r: (FolderImportQuery(folder="/models/more"),)),
+        ("import_lmstudio", lambda r: (LmStudioImportQuery(paths=[r["lmstudio_models"][0].path]),)),
         ("transfers", lambda r: ()), ("transfer", lambda r: (r["download"].id,)),
         ("cancel_transfer", lambda r: (r["download"].id,)),
         ("mirror", lambda r: (MirrorQuery(model_id=model, target_node="box"),)),
