@@ -34,9 +34,11 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
         ChatMessage("user", "In two sentences: why run models locally?"),
         ChatMessage("assistant", "Your prompts and data never leave your machines, and there is no per-token bill "
                     "or rate limit. With one OpenAI-compatible endpoint, every tool you already use just works.",
-                    model, AnswerStats(182.0, 41, 88.6, "stop")),
-        ChatMessage("user", "And the catch?"),
-        ChatMessage("assistant", "You provide the hardware: big models want a lot of memory, so pick sizes that fit",
+                    model, AnswerStats(182.0, 41, 88.6, "stop"),
+                    reasoning="Two reasons people give: privacy and cost. Keep it to two sentences."),
+        ChatMessage("user", "Show me a call from Python."),
+        ChatMessage("assistant", "Point the `openai` client at this machine:\n\n```python\nfrom openai import OpenAI\n\n"
+                    "client = OpenAI(base_url=\"http://127.0.0.1:8484/v1\", api_key=\"sk-local\")\n```\n\nThen call",
                     model, streaming=True),
     )
     vm.state.set(replace(vm.state.value, messages=messages, busy=True))

@@ -19,6 +19,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -177,15 +178,16 @@ class PlaygroundPage(QWidget):
         self.chat_list.setObjectName("ChatList")
         self.chat_list.itemClicked.connect(lambda item: self._spawn(self.vm.open_conversation(item.data(Qt.ItemDataRole.UserRole))))
         card.body.addWidget(self.chat_list, 1)
-        actions = QHBoxLayout()
+        actions = QGridLayout()  # two rows: the card is narrow
         self.rename_chat = button("Rename")
         self.rename_chat.clicked.connect(lambda: self.rename_selected())
         self.delete_chat = button("Delete")
         self.delete_chat.clicked.connect(lambda: self.delete_selected())
         self.export_chat = button("Export…")
         self.export_chat.clicked.connect(lambda: self.export_selected())
-        for widget in (self.rename_chat, self.delete_chat, self.export_chat):
-            actions.addWidget(widget)
+        actions.addWidget(self.rename_chat, 0, 0)
+        actions.addWidget(self.delete_chat, 0, 1)
+        actions.addWidget(self.export_chat, 1, 0, 1, 2)
         card.body.addLayout(actions)
         return card
 
