@@ -5,6 +5,7 @@
                          | stop ID | restart ID | remove ID | logs ID [--follow] [--tail N]
     mirbadllm ctl models rm MODEL [--files] [--yes] | du [--node N]                     (ctl_disk)
     mirbadllm ctl models pull REPO[:QUANT]|NAME | import ollama NAME | import folder PATH (ctl_sources)
+                         | import lmstudio [--folder PATH] [--all | NAME...]             (ctl_lmstudio)
                          | search WORDS | files REPO | catalog                            (ctl_discover)
                          | mirror MODEL --to NODE                                        (ctl_sources)
                          | plan FILE|REPO[:QUANT] [--node N] [--ctx N]                   (ctl_plan)

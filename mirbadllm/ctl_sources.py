@@ -3,6 +3,7 @@
     mirbadllm ctl models pull REPO[:QUANT] | NAME [--id ID] [--node NODE] [--no-register]
     mirbadllm ctl models import ollama NAME [--store DIR] [--copy] [--id ID] [--node NODE]
     mirbadllm ctl models import folder PATH [--node NODE]
+    mirbadllm ctl models import lmstudio [--node NODE] [--folder PATH] [--all | NAME...] (ctl_lmstudio)
     mirbadllm ctl models mirror MODEL|FILE --to NODE [--mmproj FILE] [--id ID] [--no-register]
 
 The daemon's admin API does the work (``/api/downloads``, ``/api/imports/*``), exactly as the app's
@@ -31,7 +32,7 @@ from daemon.api.sources import (
     OllamaImportQuery,
     Transfer,
 )
-from mirbadllm import ctl_discover, ctl_nodes
+from mirbadllm import ctl_discover, ctl_lmstudio, ctl_nodes
 
 BAR_WIDTH = 28
 ANY_GGUF = "*.gguf"
@@ -45,7 +46,8 @@ def add_parsers(models: Any) -> None:
                       help="e.g. ggml-org/gemma-3-270m-GGUF:Q4_K_M, or gemma3:1b (`ctl models catalog`)")
     pull.add_argument("--revision", default="main")
     _registration_args(pull)
-    imp = models.add_parser("import", help="register models from Ollama's store or a folder of GGUF files")
+    imp = models.add_parser("import", help="register models from Ollama's store, LM Studio's folders or a folder "
+                                           "of GGUF files")
     sources = imp.add_subparsers(dest="source", required=True)
     ollama = sources.add_parser("ollama", help="an Ollama model, e.g. llama3.2:3b")
     ollama.add_argument("name")
@@ -55,6 +57,7 @@ def add_parsers(models: Any) -> None:
     folder = sources.add_parser("folder", help="every GGUF in a folder, registered where it is")
     folder.add_argument("path")
     _registration_args(folder, one_model=False)
+    ctl_lmstudio.add_parser(sources)
     mirror = models.add_parser("mirror", help="push a model this machine has to another node, checked there")
     mirror.add_argument("model", metavar="MODEL|FILE",
                         help="a model id on this machine, or a GGUF in its models folder (a path)")
@@ -151,6 +154,8 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         transfer = await client.mirror(mirror_query(args, await ctl_nodes.resolve_id(client, args.to)))
         print(f"{transfer.label}: {transfer.state.value}", file=sys.stderr, flush=True)
         return report(await follow(client, transfer))
+    if args.action == "import" and args.source == "lmstudio":
+        return await ctl_lmstudio.run(args, client)
     node = await ctl_nodes.resolve_id(client, args.node)
     registration: dict[str, Any] = {"node": node, "register_models": not args.no_register, "tags": args.tag,
                                     "model_id": getattr(args, "model_id", None),
