@@ -361,17 +361,23 @@ class PlaygroundViewModel(SavedChats):
         return {"model": s.model, "messages": messages, "temperature": s.temperature,
                 "max_tokens": s.max_tokens, "stream_options": {"include_usage": True}}
 
-    def _update_answer(self, generation: int, **changes: Any) -> None:
+    def _show_answer(self, generation: int, answer: ChatMessage) -> None:
         s = self.state.value
         if generation != self._generation or not s.messages:  # another chat is shown now
             return
-        last = replace(s.messages[-1], **changes)
-        self.state.set(replace(s, messages=s.messages[:-1] + (last,)))
+        self.state.set(replace(s, messages=s.messages[:-1] + (answer,)))
 
     async def _answer(self, history: tuple[ChatMessage, ...], first_changed: int) -> None:
         if self._session is None:
             self._session = self._session_factory()
         generation = self._generation
+        current = self.state.value.messages[-1]  # the answer _start put up, streaming
+
+        def update(**changes: Any) -> None:
+            nonlocal current
+            current = replace(current, **changes)
+            self._show_answer(generation, current)
+
         started = time.perf_counter()
         first: float | None = None
         pieces = 0
@@ -403,18 +409,17 @@ class PlaygroundViewModel(SavedChats):
                         pieces += 1
                         text, thought = text + piece, thought + thinking
                         inline, answer = split_reasoning(text)
-                        self._update_answer(generation, content=answer,
-                                            reasoning="\n".join(r for r in (thought.strip(), inline) if r))
-            self._update_answer(generation, streaming=False, stats=stats())
+                        update(content=answer, reasoning="\n".join(r for r in (thought.strip(), inline) if r))
+            update(streaming=False, stats=stats())
         except asyncio.CancelledError:
             finish = "stopped by you"
-            self._update_answer(generation, streaming=False, stats=stats())
+            update(streaming=False, stats=stats())
         except (ChatError, ValueError) as exc:
-            self._update_answer(generation, streaming=False, error=str(exc), stats=None)
+            update(streaming=False, error=str(exc), stats=None)
         finally:
             if generation == self._generation:
                 self.state.set(replace(self.state.value, busy=False))
-                self._save_from(first_changed)
+            self._save_from(generation, first_changed, history + (current,))  # to its own chat, shown or not
 
 
 def _content(message: ChatMessage) -> str | list[dict[str, Any]]:

@@ -3,8 +3,9 @@ the app and ``mirbadllm ctl chats`` see the same list; listed, reopened, renamed
 
 After every answer (finished, failed or stopped) the messages that changed are written: a new chat
 is created with all of them; a later turn appends; a regenerate or an edit replaces what followed the
-first changed message (``keep``). Writes go one at a time, in order. A failed write never stops the
-chat: the page says it was not saved and why.
+first changed message (``keep``). Writes go one at a time, in order, each to the chat it belongs
+to even when another is shown by then (a chat is known by its generation: every new or reopened
+chat is a new one). A failed write never stops the chat: the page says it was not saved and why.
 """
 
 from __future__ import annotations
@@ -40,15 +41,19 @@ class SavedChats:
 
     fleet: FleetViewModel
     state: Observable[PlaygroundState]
+    _generation: int  # the chat shown (PlaygroundViewModel bumps it for a new or reopened chat)
 
     def _init_saved(self) -> None:
-        self._saved = 0  # how many of the messages shown are in the daemon as they are
+        self._saved: dict[int, int] = {}  # generation -> how many of its messages the daemon has as they are
+        self._chat_ids: dict[int, str] = {}  # generation -> its saved chat's id
         self._save_lock = asyncio.Lock()
         self._saving: set[asyncio.Task[None]] = set()
 
-    def _save_from(self, first_changed: int) -> None:
-        """Write the messages from ``first_changed`` on (those before it are saved), in the background."""
-        task = asyncio.ensure_future(self._write(first_changed, self.state.value.messages))
+    def _save_from(self, generation: int, first_changed: int, messages: tuple[ChatMessage, ...]) -> None:
+        """Write chat ``generation``'s ``messages`` from ``first_changed`` on (those before it are saved),
+        in the background."""
+        task = asyncio.ensure_future(self._write(generation, first_changed, messages, messages[-1].model,
+                                                 self.state.value.system_prompt))
         self._saving.add(task)
         task.add_done_callback(self._saving.discard)
 
@@ -57,25 +62,30 @@ class SavedChats:
         while self._saving:
             await asyncio.gather(*self._saving, return_exceptions=True)
 
-    async def _write(self, first_changed: int, messages: tuple[ChatMessage, ...]) -> None:
+    async def _write(self, generation: int, first_changed: int, messages: tuple[ChatMessage, ...], model: str,
+                     system_prompt: str) -> None:
         async with self._save_lock:
-            s = self.state.value
-            keep = min(first_changed, self._saved)
+            chat_id = self._chat_ids.get(generation)
+            keep = min(first_changed, self._saved.get(generation, 0))
             client = self.fleet.client
+            shown = generation == self._generation
             try:
-                if s.conversation_id is None:
+                if chat_id is None:
                     chat = await client.create_conversation(ConversationCreate(
-                        model=s.model, system_prompt=s.system_prompt, messages=[to_saved(m) for m in messages]))
-                    self.state.set(replace(self.state.value, conversation_id=chat.id, save_error=""))
+                        model=model, system_prompt=system_prompt, messages=[to_saved(m) for m in messages]))
+                    self._chat_ids[generation] = chat.id
+                    if shown:
+                        self.state.set(replace(self.state.value, conversation_id=chat.id))
                 else:
-                    await client.append_messages(s.conversation_id, [to_saved(m) for m in messages[keep:]],
-                                                 keep=keep, model=s.model)
-                self._saved = len(messages)
-                if self.state.value.save_error:
+                    await client.append_messages(chat_id, [to_saved(m) for m in messages[keep:]], keep=keep,
+                                                 model=model)
+                self._saved[generation] = len(messages)
+                if shown and self.state.value.save_error:
                     self.state.set(replace(self.state.value, save_error=""))
             except DaemonError as exc:
                 _LOGGER.info("the chat was not saved: %s", exc.message)
-                self.state.set(replace(self.state.value, save_error=f"Not saved: {exc.message}"))
+                if shown:
+                    self.state.set(replace(self.state.value, save_error=f"Not saved: {exc.message}"))
                 return
         await self.refresh_conversations()
 
@@ -103,7 +113,8 @@ class SavedChats:
                                    "images": (), "notice": "", "save_error": "", "busy": False}
         if chat.model in s.models:
             changes["model"] = chat.model
-        self._saved = len(chat.messages)
+        self._saved[self._generation] = len(chat.messages)
+        self._chat_ids[self._generation] = chat.id
         self.state.set(replace(s, **changes))
 
     async def rename_conversation(self, conversation_id: str, title: str) -> None:
@@ -124,7 +135,6 @@ class SavedChats:
     def new_chat(self) -> None:
         """An empty chat; the one shown stays saved."""
         self._stop_answer()
-        self._saved = 0
         self.state.set(replace(self.state.value, messages=(), conversation_id=None, images=(), notice="",
                                save_error="", busy=False))
 

@@ -29,12 +29,15 @@ class Upstream:
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.answers: list[list[dict[str, str]]] = []
+        self.hold: asyncio.Event | None = None  # set: the answer waits for it before its first piece
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.bodies.append(await request.json())
         deltas = self.answers.pop(0) if self.answers else [{"content": "ok"}]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        if self.hold is not None:
+            await self.hold.wait()
         for delta in deltas:
             chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -168,4 +171,22 @@ async def test_a_saved_chat_reopens_with_its_model_and_new_chat_starts_empty(
     assert ([m.content for m in s.messages], s.model, s.conversation_id) == (["First chat", "ok"], "plain-7b", first)
     await _answered(vm, vm.send("More"))  # goes on in the reopened chat
     assert len((await daemon.get_conversation(first)).messages) == 4
+    await vm.close()
+
+
+async def test_a_new_chat_mid_answer_leaves_the_old_one_saved_and_the_new_one_empty(
+        daemon: FakeDaemonClient, upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    up.hold = asyncio.Event()
+    vm = await playground_at(daemon, url)
+    task = vm.send("Tell me a long story")
+    await until(lambda: up.bodies)
+    vm.new_chat()
+    assert (vm.state.value.messages, vm.state.value.busy, vm.state.value.conversation_id) == ((), False, None)
+    up.hold.set()
+    await _answered(vm, task)
+    assert vm.state.value.messages == () and vm.state.value.conversation_id is None  # the new chat is untouched
+    (saved,) = await daemon.list_conversations()
+    old = await daemon.get_conversation(saved.id)
+    assert [m.content for m in old.messages][0] == "Tell me a long story" and len(old.messages) == 2
     await vm.close()

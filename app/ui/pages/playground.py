@@ -176,7 +176,7 @@ class PlaygroundPage(QWidget):
         card.body.addWidget(self.new_chat)
         self.chat_list = QListWidget()
         self.chat_list.setObjectName("ChatList")
-        self.chat_list.itemClicked.connect(lambda item: self._spawn(self.vm.open_conversation(item.data(Qt.ItemDataRole.UserRole))))
+        self.chat_list.itemClicked.connect(self._open_chat)
         card.body.addWidget(self.chat_list, 1)
         actions = QGridLayout()  # two rows: the card is narrow
         self.rename_chat = button("Rename")
@@ -203,6 +203,10 @@ class PlaygroundPage(QWidget):
                 self.notice.setText(exc.message)
                 self.notice.setVisible(True)
         asyncio.ensure_future(run())
+
+    def _open_chat(self, item: QListWidgetItem) -> None:
+        self.end_edit(clear=True)
+        self._spawn(self.vm.open_conversation(item.data(Qt.ItemDataRole.UserRole)))
 
     def _new_chat(self) -> None:
         self.end_edit(clear=True)
