@@ -1,6 +1,6 @@
 """The Playground page as people use it: a saved chat listed and reopened, its answer's Markdown with
 each code block's Copy putting the code on the clipboard, the reasoning folded until opened,
-Regenerate replacing the last answer, an image refused on a model that cannot see with the reason on
+Regenerate replacing the last answer, Edit sending a question again, an image refused on a model that cannot see with the reason on
 the page, and the model list marking the models that see images."""
 
 from __future__ import annotations
@@ -107,6 +107,15 @@ def test_a_saved_chat_reopens_with_code_to_copy_reasoning_folded_and_regenerate(
     assert upstream[0].bodies[-1]["messages"][-1] == {"role": "user", "content": "Write add in Python"}
     qtbot.waitUntil(lambda: [m.content for m in daemon.conversations["saved-1"].messages]
                     == ["Write add in Python", "A shorter answer."])
+
+    page.bubbles[0].edit_button.click()  # edit the question and send it again: what followed is replaced
+    assert page.input.toPlainText() == "Write add in Python" and page.send_button.text() == "Resend"
+    page.input.setPlainText("Write sub in Python")
+    page.send()
+    qtbot.waitUntil(lambda: not page.vm.state.value.busy and page.bubbles[0].text.text() == "Write sub in Python")
+    assert len(page.bubbles) == 2 and page.send_button.text() == "Send"
+    qtbot.waitUntil(lambda: [m.content for m in daemon.conversations["saved-1"].messages]
+                    == ["Write sub in Python", "A shorter answer."])
 
 
 def test_an_image_on_a_model_that_cannot_see_is_refused_with_the_reason_shown(
