@@ -183,8 +183,10 @@ async def test_fallbacks_answer_when_the_model_cannot(tmp_path: Path, fake_runti
 
         # The primary's node goes offline: a model that would load on request falls back.
         await d.client.create_model(model("loads", str(model_file), start_on_request=True, fallbacks=["ext"]))
-        assert d.daemon.local_agent is not None
-        await d.daemon.local_agent.stop()
+        agent = d.daemon.local_agent
+        assert agent is not None and agent.process is not None
+        agent.process.kill()  # the node is gone at once (a graceful stop waits out the link's long-poll)...
+        await agent.stop()  # ...and the daemon does not bring it back
         link = d.daemon.links.get("local")
         assert link is not None
         loop = asyncio.get_running_loop()
