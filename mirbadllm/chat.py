@@ -9,7 +9,9 @@ that is not running is started first, with a spinner until it is ready. A catalo
 (``gemma3:1b``) not registered yet is offered for download first (y/N on a terminal; ``--yes``
 downloads without asking), through the same path as ``ctl models pull NAME``.
 
-``--image PATH`` (again for more) goes with the first message, ``/image PATH`` with the next one;
+Each exchange is saved in the daemon's chats, as the Playground's are (``mirbadllm ctl chats``;
+``--no-save`` keeps this one out; ``/clear`` starts a new chat). ``--image PATH`` (again for more)
+goes with the first message, ``/image PATH`` with the next one;
 only to a model that can see (a GGUF with its vision projector, ``daemon.api.vision``): for one
 that cannot, it is refused before anything is sent, saying why.
 """
@@ -35,6 +37,7 @@ import aiohttp
 
 from agent.api.client import iter_sse_data
 from daemon.api.client import DaemonClient, DaemonError
+from daemon.api.conversations import ConversationCreate, ConversationMessage
 from daemon.api.hub import is_short_name
 from daemon.api.models import ModelState, ModelView
 from daemon.api.sources import FitQuery
@@ -59,6 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"API key for /v1 when the daemon requires one (default: ${API_KEY_ENV})")
     parser.add_argument("--system", default=None, help="a system message to start the conversation with")
     parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--no-save", action="store_true", help="keep this chat out of the saved chats")
     parser.add_argument("--image", type=Path, action="append", default=[], metavar="PATH",
                         help="an image for the first message (a model that can see: one with a vision projector)")
     parser.add_argument("--yes", "-y", action="store_true",
@@ -93,6 +97,7 @@ class Conversation:
     messages: list[dict[str, Any]] = field(default_factory=list)
     transcript: str = ""  # text completions: the whole exchange is the next prompt
     images: list[str] = field(default_factory=list)  # data URLs for the next message
+    image_names: list[str] = field(default_factory=list)  # their files' names, for the saved chat
 
     def __post_init__(self) -> None:
         self.clear()
@@ -123,7 +128,34 @@ class Conversation:
                               {"role": "assistant", "content": answer}]
         else:
             self.transcript += line + answer + "\n"
-        self.images = []
+        self.images, self.image_names = [], []
+
+
+class ChatSaver:
+    """Keeps the terminal's chat in the daemon's saved chats (``/api/conversations``): created with
+    the first exchange, appended to after each one. A failed save is said once; the chat goes on."""
+
+    def __init__(self, client: DaemonClient, model: str, system: str | None) -> None:
+        self.client, self.model, self.system = client, model, system or ""
+        self.chat_id: str | None = None
+        self.warned = False
+
+    def restart(self) -> None:
+        self.chat_id = None
+
+    async def add(self, line: str, answer: str, images: list[str]) -> None:
+        messages = [ConversationMessage(role="user", content=line, images=images),
+                    ConversationMessage(role="assistant", content=answer, model=self.model)]
+        try:
+            if self.chat_id is None:
+                self.chat_id = (await self.client.create_conversation(ConversationCreate(
+                    model=self.model, system_prompt=self.system, messages=messages))).id
+            else:
+                await self.client.append_messages(self.chat_id, messages)
+        except DaemonError as exc:
+            if not self.warned:
+                print(f"(this chat is not saved: {exc.message})", file=sys.stderr, flush=True)
+                self.warned = True
 
 
 def image_url(path: Path) -> str:
@@ -167,6 +199,7 @@ class Chat:
         self.out = out
         self.answering: asyncio.Task[str] | None = None
         self.view: ModelView | None = None  # the model, to refuse an image it cannot see
+        self.saver: ChatSaver | None = None
 
     async def answer(self, session: aiohttp.ClientSession, line: str) -> str:
         """Stream the answer to ``line``, printing each piece as it comes; the whole answer."""
@@ -217,6 +250,8 @@ class Chat:
                     continue
                 if text.strip() == "/clear":
                     self.conversation.clear()
+                    if self.saver is not None:
+                        self.saver.restart()  # a new saved chat from here
                     print("(conversation cleared)", file=sys.stderr, flush=True)
                     continue
                 await self._turn(session, text)
@@ -226,6 +261,7 @@ class Chat:
             if self.view is not None:
                 refuse_images(self.view, self.conversation.chat)
             self.conversation.images.append(image_url(path))
+            self.conversation.image_names.append(path.name)
             print(f"({path.name} goes with your next message)", file=sys.stderr, flush=True)
         except DaemonError as exc:
             print(f"error: {exc.message}", file=sys.stderr, flush=True)
@@ -233,7 +269,10 @@ class Chat:
     async def _turn(self, session: aiohttp.ClientSession, text: str) -> None:
         self.answering = asyncio.get_running_loop().create_task(self.answer(session, text))
         try:
-            self.conversation.answered(text, await self.answering)
+            answer, images = await self.answering, list(self.conversation.image_names)
+            self.conversation.answered(text, answer)
+            if self.saver is not None:
+                await self.saver.add(text, answer, images)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -368,9 +407,10 @@ async def chat(args: argparse.Namespace, client: DaemonClient) -> int:
                                 max_tokens=args.max_tokens)
     if images:
         refuse_images(view, conversation.chat)
-        conversation.images = images
+        conversation.images, conversation.image_names = images, [path.name for path in args.image]
     session = Chat(client.base_url + "/v1", conversation, args.api_key, sys.stdout)
     session.view = view
+    session.saver = None if args.no_save else ChatSaver(client, view.definition.served_name, args.system)
     loop = asyncio.get_running_loop()
     lines = LineReader(loop)
     try:
@@ -389,6 +429,8 @@ async def chat(args: argparse.Namespace, client: DaemonClient) -> int:
             loop.remove_signal_handler(signal.SIGINT)
         except (NotImplementedError, RuntimeError):
             pass
+    if session.saver is not None and session.saver.chat_id is not None:
+        print(f"(saved: `mirbadllm ctl chats show {session.saver.chat_id}`)", file=sys.stderr)
     return 0
 
 

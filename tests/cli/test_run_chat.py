@@ -92,6 +92,10 @@ async def test_run_starts_the_model_streams_answers_and_keeps_the_conversation(
         # the second request carried the whole conversation: "hi", the answer, "and again"
         assert [r.prompt_tokens for r in chats] == [1, 1 + len(ANSWER.split()) + 2]
         assert [r.status for r in chats] == [200, 200]  # read to the end, not cut short (499)
+        (saved,) = await rd.client.list_conversations()  # the app's Playground and `ctl chats` see it
+        chat = await rd.client.get_conversation(saved.id)
+        assert [m.content for m in chat.messages] == ["hi", ANSWER, "and again", ANSWER]
+        assert chat.title == "hi" and f"ctl chats show {saved.id}" in err
 
 
 async def test_a_base_model_gets_text_completion_and_end_of_input_leaves(
