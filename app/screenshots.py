@@ -48,7 +48,7 @@ def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
 # tests/app/test_screenshots.py checks these cover main_window.PAGES and every QDialog in app.ui.
 PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-charts", "models-benchmarks",
               "discover", "nodes", "services", "playground", "playground-completion", "access", "requests", "audit",
-              "backup", "releases", "settings")
+              "backup", "releases", "downloads", "settings")
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
                 "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",
                 "KeyLimitsDialog": "key-limits-dialog", "ServiceConfirmDialog": "service-confirm-dialog"}
@@ -89,6 +89,10 @@ async def _pages(window, ctx, save) -> None:  # type: ignore[no-untyped-def]
             await window.services.vm.refresh()
         if name == "backup":
             await window.backup.vm.refresh()
+        if name == "downloads":  # the running download selected: Pause and Cancel enabled
+            await window.downloads.vm.refresh()
+            window.downloads.vm.select(next((t.id for t in window.downloads.vm.state.value.transfers
+                                             if t.state.value == "running"), None))
         if name == "requests":  # the failed Llama answered by its fallback, in full below the list
             await window.requests.vm.refresh()
             await window.requests.vm.read_keys()

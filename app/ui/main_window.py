@@ -1,5 +1,5 @@
 """The main window: a sidebar of pages (Overview, Models, Discover, Nodes, Services, Playground, Access, Requests, Audit,
-Backup, Releases, Settings) and a status bar. Ctrl+1 … Ctrl+9 open the first nine.
+Backup, Releases, Downloads, Settings) and a status bar. Ctrl+1 … Ctrl+9 open the first nine.
 
 Closing the window hides it: the tray stays and the models keep running. Quitting is the tray's
 (or the File menu's) job.
@@ -30,6 +30,7 @@ from app.ui.pages.access import AccessPage
 from app.ui.pages.audit import AuditPage
 from app.ui.pages.backup import BackupPage
 from app.ui.pages.discover import DiscoverPage
+from app.ui.pages.downloads import DownloadsPage
 from app.ui.pages.models import ModelsPage
 from app.ui.pages.nodes import NodesPage
 from app.ui.pages.overview import OverviewPage
@@ -43,7 +44,7 @@ from app.viewmodels.fleet import FleetSnapshot, FleetState
 
 PAGES = (("overview", "Overview"), ("models", "Models"), ("discover", "Discover"), ("nodes", "Nodes"), ("services", "Services"),
          ("playground", "Playground"), ("access", "Access"), ("requests", "Requests"), ("audit", "Audit"),
-         ("backup", "Backup"), ("releases", "Releases"), ("settings", "Settings"))
+         ("backup", "Backup"), ("releases", "Releases"), ("downloads", "Downloads"), ("settings", "Settings"))
 
 
 class MainWindow(QMainWindow):
@@ -76,9 +77,10 @@ class MainWindow(QMainWindow):
         self.audit = AuditPage(ctx)
         self.backup = BackupPage(ctx)
         self.releases = ReleasesPage(ctx)
+        self.downloads = DownloadsPage(ctx)
         self.settings = SettingsPage(ctx, apply_theme)
         for widget in (self.overview, self.models, self.discover, self.nodes, self.services, self.playground, self.access,
-                       self.requests, self.audit, self.backup, self.releases, self.settings):
+                       self.requests, self.audit, self.backup, self.releases, self.downloads, self.settings):
             self.stack.addWidget(widget)
         row.addWidget(self.stack, 1)
         self.setCentralWidget(central)

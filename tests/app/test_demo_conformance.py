@@ -21,6 +21,7 @@ from app.demo import DemoDaemon
 from app.demo_services import DEMO_PAIRING_CODE
 from daemon.api import client as client_module
 from daemon.api.client import DaemonClient
+from daemon.api.contracts import TransferState
 from daemon.api.conversations import ConversationCreate, ConversationMessage
 from daemon.api.jobs import BenchmarkRequest, TuneRequest
 from daemon.api.mirror import MirrorQuery
@@ -40,6 +41,7 @@ from daemon.api.sources import (
     FolderImportQuery,
     LmStudioImportQuery,
     OllamaImportQuery,
+    Transfer,
 )
 
 
@@ -116,6 +118,8 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("import_lmstudio", lambda r: (LmStudioImportQuery(paths=[r["lmstudio_models"][0].path]),)),
         ("transfers", lambda r: ()), ("transfer", lambda r: (r["download"].id,)),
         ("cancel_transfer", lambda r: (r["download"].id,)),
+        ("pause_transfer", lambda r: ("dl-running",)), ("resume_transfer", lambda r: ("dl-running",)),
+        ("retry_transfer", lambda r: ("dl-failed",)),
         ("mirror", lambda r: (MirrorQuery(model_id=model, target_node="box"),)),
         ("list_nodes", lambda r: ()), ("get_node", lambda r: ("local",)), ("discovered_nodes", lambda r: ()),
         ("add_node_address", lambda r: (pairing[0],)), ("pair_node", lambda r: pairing),
@@ -204,6 +208,8 @@ async def test_every_client_method_answers_with_its_declared_type(which: str) ->
     plan = _calls(model, pairing)
     assert sorted(name for name, _ in plan) == sorted(CLIENT_CALLS), "a client method is missing from this test"
     results: dict[str, Any] = {}
+    for transfer_id, state in (("dl-running", TransferState.RUNNING), ("dl-failed", TransferState.FAILED)):
+        daemon.add_transfer(Transfer(id=transfer_id, kind="hf", label="acme/x-GGUF", state=state, pausable=True))
     for name, make_args in plan:
         if name == "apply_job" and which == "bare":  # a bare daemon's jobs run until the test finishes them
             _finish_with_winner(daemon, results["start_tune"].id, model)
