@@ -49,6 +49,10 @@ async def ctl_run(rd: RunningDaemon, *argv: str) -> int:
     return await ctl.run(args, rd.client)
 
 
+async def versions(rd: RunningDaemon, version: str) -> bool:
+    return [n.version for n in await rd.client.list_nodes()] == [version, version]
+
+
 async def refused(rd: RunningDaemon, folder: str) -> str:
     with pytest.raises(DaemonError) as caught:
         await ctl_run(rd, "nodes", "--folder", folder)
@@ -67,6 +71,7 @@ async def test_ctl_refuses_a_bad_release_then_rolls_a_good_one_out_node_by_node(
         rd.daemon.upgrades.trusted_keys = (public_key_b64(trusted),)
         await pair(rd, alpha.agent)
         await pair(rd, beta.agent)
+        await eventually(lambda: versions(rd, OLD), what=f"both nodes reporting {OLD}")
 
         assert await ctl_run(rd) == 0
         out = capsys.readouterr().out
@@ -93,10 +98,7 @@ async def test_ctl_refuses_a_bad_release_then_rolls_a_good_one_out_node_by_node(
         assert f"agent {NEW}: done on 2 node(s)" in out and out.count(f"(was {OLD})") == 2
         assert log == [("alpha", "exit 75"), ("alpha", "back"), ("beta", "exit 75"), ("beta", "back")]
 
-        async def both_new() -> bool:
-            return {n.version for n in await rd.client.list_nodes()} == {NEW}
-
-        await eventually(both_new, what=f"both nodes reporting {NEW}")
+        await eventually(lambda: versions(rd, NEW), what=f"both nodes reporting {NEW}")
         assert await ctl_run(rd) == 0
         out = capsys.readouterr().out
         assert [line.split() for line in out.splitlines() if line.startswith("  ")][:2] == [
