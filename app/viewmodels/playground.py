@@ -356,7 +356,8 @@ class PlaygroundViewModel(SavedChats):
         if history[-1].completion:  # a base model continues this one text; earlier turns are not a dialogue
             return {"model": s.model, "prompt": history[-1].content, "temperature": s.temperature,
                     "max_tokens": s.max_tokens, "stream_options": {"include_usage": True}}
-        messages = [{"role": "system", "content": s.system_prompt}] if s.system_prompt.strip() else []
+        messages: list[dict[str, Any]] = [{"role": "system", "content": s.system_prompt}] \
+            if s.system_prompt.strip() else []
         messages += [{"role": m.role, "content": _content(m)} for m in history if not m.error and not m.completion]
         return {"model": s.model, "messages": messages, "temperature": s.temperature,
                 "max_tokens": s.max_tokens, "stream_options": {"include_usage": True}}

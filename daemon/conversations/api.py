@@ -43,7 +43,7 @@ class ConversationsApi:
         return found
 
     async def list_conversations(self, request: web.Request) -> web.Response:
-        return json_response(await self._store.list())
+        return json_response(await self._store.summaries())
 
     async def create(self, request: web.Request) -> web.Response:
         new = validated(ConversationCreate, await read_json(request, MAX_BODY_BYTES, empty={}))

@@ -57,7 +57,7 @@ class ConversationStore(SqliteWorker):
         self._db.executescript(_SCHEMA)
 
     # --- reads --------------------------------------------------------------------------------
-    async def list(self) -> list[ConversationSummary]:
+    async def summaries(self) -> list[ConversationSummary]:
         """Every chat, the most recently changed first."""
         rows = await self._run(self._list)
         return [_summary(row) for row in rows]

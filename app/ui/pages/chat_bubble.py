@@ -164,12 +164,12 @@ class Bubble(QFrame):
         plain = message.role == "user" or message.completion
         kinds = [p.kind for p in parts]
         if kinds != [("code" if isinstance(w, CodeBlock) else "text") for w in self.parts]:
-            for widget in self.parts:
-                self.body.removeWidget(widget)
-                if widget is self.text:
-                    widget.setVisible(False)  # kept: the first prose part is always this label
+            for old in self.parts:
+                self.body.removeWidget(old)
+                if old is self.text:
+                    old.setVisible(False)  # kept: the first prose part is always this label
                 else:
-                    widget.deleteLater()
+                    old.deleteLater()
             self.parts = []
             for part in parts:
                 widget: QWidget = (CodeBlock() if part.kind == "code"
@@ -177,12 +177,12 @@ class Bubble(QFrame):
                 self.parts.append(widget)
                 self.body.addWidget(widget)
                 widget.setVisible(True)
-        for widget, part in zip(self.parts, parts, strict=True):
-            if isinstance(widget, CodeBlock):
-                widget.show_segment(part)
-            elif isinstance(widget, QLabel):
-                widget.setTextFormat(Qt.TextFormat.PlainText if plain else Qt.TextFormat.MarkdownText)
-                widget.setText(part.text or ("…" if message.streaming else ""))
+        for shown, part in zip(self.parts, parts, strict=True):
+            if isinstance(shown, CodeBlock):
+                shown.show_segment(part)
+            elif isinstance(shown, QLabel):
+                shown.setTextFormat(Qt.TextFormat.PlainText if plain else Qt.TextFormat.MarkdownText)
+                shown.setText(part.text or ("…" if message.streaming else ""))
 
     def set_actions(self, *, can_edit: bool, can_regenerate: bool) -> None:
         self.edit_button.setVisible(can_edit)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -204,9 +205,12 @@ class PlaygroundPage(QWidget):
                 self.notice.setVisible(True)
         asyncio.ensure_future(run())
 
+    def _regenerate(self) -> None:
+        self.vm.regenerate()
+
     def _open_chat(self, item: QListWidgetItem) -> None:
         self.end_edit(clear=True)
-        self._spawn(self.vm.open_conversation(item.data(Qt.ItemDataRole.UserRole)))
+        self._spawn(self.vm.open_conversation(str(item.data(Qt.ItemDataRole.UserRole))))
 
     def _new_chat(self) -> None:
         self.end_edit(clear=True)
@@ -215,7 +219,7 @@ class PlaygroundPage(QWidget):
     def selected_chat(self) -> str | None:
         """The chat selected in the list, else the one shown."""
         item = self.chat_list.currentItem()
-        return item.data(Qt.ItemDataRole.UserRole) if item is not None else self.vm.state.value.conversation_id
+        return str(item.data(Qt.ItemDataRole.UserRole)) if item is not None else self.vm.state.value.conversation_id
 
     def rename_selected(self, title: str | None = None) -> None:
         chat_id = self.selected_chat()
@@ -366,12 +370,11 @@ class PlaygroundPage(QWidget):
             self.bubbles.pop().deleteLater()
         grew = len(messages) > len(self.bubbles)
         for i, message in enumerate(messages):
-            if i < len(self.bubbles) and self.bubbles[i].message is not None \
-                    and self.bubbles[i].message.role == message.role:
+            shown = self.bubbles[i].message if i < len(self.bubbles) else None
+            if shown is not None and shown.role == message.role:
                 self.bubbles[i].show_state(message)
             else:
-                bubble = Bubble(message, on_edit=lambda index=i: self.begin_edit(index),
-                                on_regenerate=lambda: self.vm.regenerate())
+                bubble = Bubble(message, on_edit=partial(self.begin_edit, i), on_regenerate=self._regenerate)
                 if i < len(self.bubbles):
                     self.messages.replaceWidget(self.bubbles[i], bubble)
                     self.bubbles[i].deleteLater()
