@@ -140,25 +140,21 @@ class CaRotation:
                                 message="not reached: pair it again (`mirbadllm agent --unpair` there, remove it "
                                         "here, pair it)")
         issued = self._issue(new, self._current_pem(record), local=record is None)
+        if record is not None:
+            record = record.model_copy(update={"certificate_pem": issued, "rotated_at": time.time(),
+                                               "previous_certificate_pem": record.previous_certificate_pem
+                                               or record.certificate_pem})
+            await self._nodes.store.put(record)  # pinned before it is sent: an answer lost is no lock-out
+        # The link trusts the old and the new certificate from now on, so no call of it fails meanwhile.
+        self._relink(record, self._pki / PENDING_DIR / BOTH_CAS_FILE, self._nodes.client_files)
         try:
-            if record is not None:
-                record = record.model_copy(update={"certificate_pem": issued, "rotated_at": time.time(),
-                                                   "previous_certificate_pem": record.previous_certificate_pem
-                                                   or record.certificate_pem})
-                await self._nodes.store.put(record)  # pinned before it is sent: an answer lost is no lock-out
-            installed = await link.client.install_trust(TrustUpdate(
+            installed = await self._nodes.links[node_id].client.install_trust(TrustUpdate(
                 ca_pems=ca_pems, agent_cert_pem=issued, daemon_cert_pems=pins if record is not None else []))
-            await self._prove(link.client.base_url, issued, new_client, record is None)
+            await self._prove(link.client.base_url, issued, new_client)
         except AgentError as exc:
-            if record is not None:
-                await self._nodes.reattach(record)  # both certificates pinned: it works whichever it shows
             _LOGGER.warning("CA rotation: %s did not switch: %s", name, exc.message)
             return NodeRotation(node=node_id, name=name, outcome="failed", message=exc.message,
                                 seconds=round(time.monotonic() - began, 3))
-        if record is not None:
-            await self._nodes.reattach(record)
-        else:
-            await self._relink_local(self._pki / PENDING_DIR / BOTH_CAS_FILE, self._nodes.client_files)
         self._nodes.on_certificate(node_id, installed.certificate_id)
         switched.append(_Switched(record, issued))
         return NodeRotation(node=node_id, name=name, outcome="rotated", certificate_id=installed.certificate_id,
@@ -184,7 +180,7 @@ class CaRotation:
         return cert_pem(new.sign(key, name, server=True, client=True, hosts=LOCAL_HOSTS if local else None)).decode()
 
     @staticmethod
-    async def _prove(url: str, issued: str, new_client: tuple[Path, Path], local: bool) -> None:
+    async def _prove(url: str, issued: str, new_client: tuple[Path, Path]) -> None:
         """A new connection with the new client certificate, trusting only the new certificate: the
         agent switched (AgentError when not)."""
         key, cert = new_client
@@ -196,14 +192,17 @@ class CaRotation:
         if status.node_id != fingerprint(x509.load_pem_x509_certificate(issued.encode())):
             raise AgentError(0, "not_switched", f"{url} shows another certificate than the new one")
 
-    async def _relink_local(self, trusted: Path, client: tuple[Path, Path]) -> None:
-        """This machine's link, made again trusting ``trusted`` with the client certificate ``client``."""
-        link = self._nodes.links.get(LOCAL_NODE)
-        if link is None:
+    def _relink(self, record: NodeRecord | None, local_trust: Path, client: tuple[Path, Path]) -> None:
+        """The node's link from now on: what its record pins (this machine's: the CAs in ``local_trust``),
+        with the daemon's client certificate ``client``; calls under way finish on the old one."""
+        if record is not None:
+            self._nodes.swap_client(record.id, self._nodes.node_client(record, client))
             return
-        old, (key, cert) = link.client, client
-        link.client = AgentClient(old.base_url, client_ssl_context(trusted, key, cert))
-        await old.close()
+        link = self._nodes.links.get(LOCAL_NODE)
+        if link is not None:
+            key, cert = client
+            self._nodes.swap_client(LOCAL_NODE, AgentClient(link.client.base_url,
+                                                            client_ssl_context(local_trust, key, cert)))
 
     async def _retire(self, new: CertificateAuthority, pending: Path, switched: list[_Switched],
                       result: CaRotationResult) -> None:
@@ -213,27 +212,22 @@ class CaRotation:
         write_key(key_path, read_key(pending / f"{CLIENT_STEM}.key"))
         write_atomic(cert_path, (pending / f"{CLIENT_STEM}.crt").read_bytes(), 0o644)
         ca = install_ca_pem(self._pki, read_key_pem(pending / CA_KEY_FILE), (pending / CA_CERT_FILE).read_bytes())
-        new_pem = cert_pem(new.cert).decode()
-        pin = cert_path.read_text()
-        for done in switched:  # over each link as it is: its connections still hold the old client certificate
-            link = self._nodes.links.get(done.record.id if done.record is not None else LOCAL_NODE)
+        self._nodes.use_ca(ca, (key_path, cert_path))
+        new_pem, pin = cert_pem(new.cert).decode(), cert_path.read_text()
+        for done in switched:
+            node_id = done.record.id if done.record is not None else LOCAL_NODE
+            if done.record is not None:
+                done.record = done.record.model_copy(update={"previous_certificate_pem": ""})
+                await self._nodes.store.put(done.record)
+            # The new client certificate first (the agent pins both until told), then the new CA alone.
+            self._relink(done.record, self._pki / CA_CERT_FILE, (key_path, cert_path))
             try:
-                if link is None:
-                    raise AgentError(0, "unreachable", "no link")
-                await link.client.install_trust(TrustUpdate(
+                await self._nodes.links[node_id].client.install_trust(TrustUpdate(
                     ca_pems=[new_pem], agent_cert_pem=done.certificate_pem,
                     daemon_cert_pems=[pin] if done.record is not None else []))
-            except AgentError as exc:
-                node = next(n for n in result.nodes if n.node == (done.record.id if done.record else LOCAL_NODE))
-                node.message = f"still trusts the old CA too ({exc.message}); harmless: that CA is gone"
-        self._nodes.use_ca(ca, (key_path, cert_path))
-        for done in switched:
-            if done.record is None:
-                await self._relink_local(self._pki / CA_CERT_FILE, (key_path, cert_path))
-                continue
-            record = done.record.model_copy(update={"previous_certificate_pem": ""})
-            await self._nodes.store.put(record)
-            await self._nodes.reattach(record)
+            except (AgentError, KeyError) as exc:
+                node = next(n for n in result.nodes if n.node == node_id)
+                node.message = f"it still trusts the old CA too ({exc}); harmless: that CA's key is gone"
         for offline in result.nodes:
             if offline.outcome == "offline" and offline.node != LOCAL_NODE:
                 await self._nodes.detach(offline.node)  # its certificate is from the retired CA: pair it again

@@ -59,6 +59,7 @@ from daemon.tls import ensure_client_certificate
 _LOGGER = logging.getLogger(__name__)
 
 FIRST_CONTACT_S = 10.0
+OLD_CLIENT_GRACE_S = 300.0  # a swapped-out node client stays open this long for its requests under way
 PENDING_CA_DIR = "ca-next"  # under pki/: a CA rotation's new CA until it retires the old (daemon.nodes.ca_rotation)
 
 
@@ -156,15 +157,22 @@ class NodeManager:
         assert self.ca is not None
         return any(issued_by(certificate_pem, ca) for ca in [self.ca.cert, *self.extra_cas])
 
-    async def reattach(self, record: NodeRecord) -> NodeLink | None:
-        """Link the node again with what its record pins now and the daemon's client certificate now."""
-        await self._detach(record.id)
-        link = self._attach(record)
-        if link is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(link.first_sync.wait(), FIRST_CONTACT_S)
-            await self.monitor.check(record.id, link)
-        return link
+    def node_client(self, record: NodeRecord, client: tuple[Path, Path] | None = None) -> AgentClient:
+        """A client for the node: what its record pins, with the daemon's client (key, certificate) now
+        or ``client``."""
+        key, cert = client or self.client_files
+        return AgentClient(record.url, node_ssl_context(record.pinned_pem, cert, key))
+
+    def swap_client(self, node_id: str, client: AgentClient) -> None:
+        """Give the node's link ``client`` for every call from now on, without a gap; the old client's
+        requests under way (a streamed answer, the long-poll) finish on it, closed after a grace."""
+        self._tasks = [task for task in self._tasks if not task.done()]
+        link = self.links.get(node_id)
+        if link is None:
+            self._tasks.append(asyncio.get_running_loop().create_task(client.close()))
+            return
+        old, link.client = link.client, client
+        self._tasks.append(asyncio.get_running_loop().create_task(_close_later(old), name="close-old-client"))
 
     def _attach(self, record: NodeRecord) -> NodeLink | None:
         assert self.ca is not None and self._client is not None
@@ -173,9 +181,7 @@ class NodeManager:
             _LOGGER.error("node %s in nodes.json does not hold a certificate this daemon's CA signed; ignored "
                           "(pair it again)", record.id[:12])
             return None
-        key, client_cert = self._client
-        client = AgentClient(record.url, node_ssl_context(record.pinned_pem, client_cert, key))
-        link = NodeLink(record.id, client, self._orchestrator.on_instances)
+        link = NodeLink(record.id, self.node_client(record), self._orchestrator.on_instances)
         self.links.add(link)
         link.start()
         return link
@@ -399,6 +405,13 @@ class NodeManager:
         self._events.publish("node.removed", None, node=node_id, name=record.name, agent_unpaired=told)
         await self._history.audit("admin", "node.remove", node_id, record.name, before=record)
         return told
+
+
+async def _close_later(client: AgentClient) -> None:
+    try:
+        await asyncio.sleep(OLD_CLIENT_GRACE_S)
+    finally:
+        await client.close()
 
 
 def _refuse(kind: str, where: str) -> NoReturn:
