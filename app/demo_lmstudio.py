@@ -12,8 +12,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from agent.api.sources import ImportedModel, TransferState
 from daemon.api.client import DaemonError
+from daemon.api.contracts import ImportedModel, TransferState
 from daemon.api.models import ModelDefinition, ModelState, ModelStatus
 from daemon.api.sources import LmStudioImportQuery, LmStudioModel, Transfer
 

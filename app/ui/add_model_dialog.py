@@ -1,4 +1,5 @@
-"""The add-model wizard: a local file, a Hugging Face file or an Ollama model, with "will it fit"
+"""The add-model wizard: a local file, a Hugging Face file, an Ollama model or LM Studio's models
+(``app.ui.lmstudio_import``: several ticked and imported at once), with "will it fit"
 before anything is downloaded and the transfer's progress until the model is registered. The
 chosen node's runtimes are shown as badges, and the runtime is picked among the ones it offers.
 For vLLM and MLX a model folder can be chosen as well as a file; vLLM asks for its container image
@@ -36,16 +37,19 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext, Message
+from app.ui.lmstudio_import import LmStudioPage
 from app.ui.pages.nodes import RuntimeBadges
 from app.ui.widgets import Card, StillComboBox, button, label, set_prop
 from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
+from app.viewmodels.lmstudio_import import LmStudioImportViewModel
 from daemon.api.contracts import profile
 
 # What the context field's placeholder says, by the setting that caps the runtime's context.
 CONTEXT_PLACEHOLDERS = {"ctx_size": "the model's own (tokens, all slots)",
                         "max_model_len": "vLLM's max model length (tokens; default: the model's)"}
 SOURCES: tuple[tuple[SourceKind, str], ...] = (("hf", "Hugging Face"), ("file", "A file on the node"),
-                                               ("ollama", "An Ollama model"), ("external", "An external endpoint"))
+                                               ("ollama", "An Ollama model"), ("lmstudio", "LM Studio"),
+                                               ("external", "An external endpoint"))
 
 
 class AddModelDialog(QDialog):
@@ -53,6 +57,7 @@ class AddModelDialog(QDialog):
         super().__init__(parent)
         self.ctx = ctx
         self.vm = AddModelViewModel(ctx.client, ctx.fleet.events)
+        self.lmstudio_vm = LmStudioImportViewModel(ctx.client, ctx.fleet.events)
         self.setWindowTitle("Add a model")
         self.setMinimumSize(640, 520)
         self._rendering = False
@@ -77,7 +82,7 @@ class AddModelDialog(QDialog):
         self.pages = QStackedWidget()
         for kind, _text in SOURCES:
             self.pages.addWidget({"hf": self._hf_page, "file": self._file_page, "ollama": self._ollama_page,
-                                  "external": self._external_page}[kind]())
+                                  "lmstudio": self._lmstudio_page, "external": self._external_page}[kind]())
         layout.addWidget(self.pages)
         layout.addWidget(self._common_card())
         layout.addWidget(self._progress_card(), 1)
@@ -169,6 +174,20 @@ class AddModelDialog(QDialog):
         self.ollama_model.currentTextChanged.connect(self._ollama_chosen)
         form.addRow("Model", self.ollama_model)
         return page
+
+    def _lmstudio_page(self) -> QWidget:
+        self.lmstudio_page = LmStudioPage(self.lmstudio_vm)
+        return self.lmstudio_page
+
+    def _follow_lmstudio(self, s: AddModelState) -> None:
+        """The LM Studio tab looks on the chosen node, once it is shown (again after the node changes)."""
+        node = s.chosen_node
+        if node is not None:
+            self.lmstudio_vm.set_node("local" if node.local else node.id)
+        else:
+            self.lmstudio_vm.set_node(s.node.strip() or "local")
+        if s.source == "lmstudio":
+            self.lmstudio_vm.look_once()
 
     def _common_card(self) -> QWidget:
         card = Card("Model")
@@ -290,7 +309,12 @@ class AddModelDialog(QDialog):
         self.runtime.setEnabled(len(s.runtime_choices) > 1)
         for row in (self.node, self.runtime):
             self.form.setRowVisible(row, not s.external)
-        self.fit_button.setVisible(not s.external)
+        lmstudio = s.source == "lmstudio"  # its own list and Import: no fit, id or context to ask
+        self.fit_button.setVisible(not s.external and not lmstudio)
+        for row in (self.model_id, self.ctx_size):
+            self.form.setRowVisible(row, not lmstudio)
+        self.add_button.setVisible(not lmstudio)
+        self._follow_lmstudio(s)
         self.model_id.setPlaceholderText("made from the provider model" if s.external else "made from the file name")
         self.plan_button.setVisible(s.source in ("file", "hf"))
         self.plan_button.setEnabled(s.can_plan)
@@ -304,7 +328,7 @@ class AddModelDialog(QDialog):
                                         "never stored, shown or logged.")
         self.form.setRowVisible(self.image, s.asks_image)
         self.image.setPlaceholderText(s.image_default or "vllm/vllm-openai:<version> (the node offers none)")
-        self.form.setRowVisible(self.ctx_size, s.asks_context and not s.external)
+        self.form.setRowVisible(self.ctx_size, s.asks_context and not s.external and not lmstudio)
         self.ctx_size.setPlaceholderText(CONTEXT_PLACEHOLDERS.get(profile(s.runtime).context_setting or "", ""))
         self.path.setPlaceholderText("/path/to/model-folder or a .gguf file (on the node)" if s.takes_folder
                                      else "/path/to/model.gguf (on the node)")
@@ -365,4 +389,6 @@ class AddModelDialog(QDialog):
         self._nodes.cancel()
         self._unsubscribe()
         self.vm.close()
+        self.lmstudio_page.close_page()
+        self.lmstudio_vm.close()
         super().done(result)

@@ -1,7 +1,8 @@
 """The add-model wizard's state: where the model comes from, will it fit, and the transfer's progress.
 
 Qt-free. A local file is registered directly; a Hugging Face file is downloaded and an Ollama
-model imported on the chosen node, and the daemon registers them when the transfer is done. The
+model imported on the chosen node, and the daemon registers them when the transfer is done (LM
+Studio's models: ``app.viewmodels.lmstudio_import``, its own tab with its own Import). The
 fit estimate comes from the node before anything is downloaded (only the file's header is read).
 Progress arrives as daemon events (``transfer.state``, ``transfer.progress``).
 
@@ -52,11 +53,12 @@ from daemon.api.contracts import (
     FitReport,
     HfFileRef,
     LlamaCppSettings,
-    MlxSettings,
     OllamaModelInfo,
     RuntimeId,
     VllmSettings,
     profile,
+    settings_type,
+    settings_update,
 )
 from daemon.api.models import Event, ModelDefinition
 from daemon.api.nodes import NodeView
@@ -66,7 +68,7 @@ from daemon.api.sources import DownloadQuery, FitQuery, OllamaImportQuery, Trans
 
 _LOGGER = logging.getLogger(__name__)
 
-SourceKind = Literal["file", "hf", "ollama", "external"]
+SourceKind = Literal["file", "hf", "ollama", "lmstudio", "external"]
 GiB = 1 << 30
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 FIELDS = ("node", "path", "hf_repo", "hf_file", "ollama_store", "ollama_model", "model_id", "ctx_size", "image",
@@ -293,8 +295,8 @@ class AddModelState:
 
     @property
     def runtime_choices(self) -> tuple[tuple[str, str], ...]:
-        """(runtime id, label) of the runtimes the chosen node offers this source; a GGUF download or
-        an Ollama import is for llama.cpp only."""
+        """(runtime id, label) of the runtimes the chosen node offers this source; a GGUF download, an
+        Ollama or an LM Studio import is for llama.cpp only."""
         offered = available_runtimes(self.chosen_node)
         if self.external:
             return ()
@@ -331,7 +333,8 @@ class AddModelState:
         if self.external:
             return not self.external_problem and not self.busy
         ready = {"file": bool(self.path.strip()), "hf": self.can_check,
-                 "ollama": bool(self.ollama_model.strip())}[self.source]
+                 "ollama": bool(self.ollama_model.strip()),
+                 "lmstudio": False}[self.source]  # its own Import (app.viewmodels.lmstudio_import)
         placeable = self.runtime in dict(self.runtime_choices)
         imaged = not self.asks_image or self.source != "file" or bool(self.chosen_image)
         return ready and placeable and imaged and not self.busy and not self.running
@@ -479,10 +482,12 @@ class AddModelViewModel:
     def _runtime_settings(self) -> dict[str, Any]:
         """The chosen runtime's settings from the wizard's fields (the others stay at their defaults)."""
         s = self.state.value
-        field = profile(s.runtime).settings_field
-        typed = {"vllm": lambda: VllmSettings(max_model_len=s.ctx_size), "mlx": MlxSettings,
-                 "settings": self._placed_settings}
-        return {field: typed[field]()} if field is not None else {}
+        if not profile(s.runtime).on_node:  # an endpoint's fields are the wizard's own
+            return {}
+        kind = settings_type(s.runtime)
+        chosen = self._placed_settings() if kind is LlamaCppSettings else \
+            VllmSettings(max_model_len=s.ctx_size) if kind is VllmSettings else kind()
+        return settings_update(chosen)
 
     async def check_fit(self) -> FitReport | None:
         s = self.state.value

@@ -150,8 +150,8 @@ def test_the_wizard_adds_an_external_endpoint(window: tuple[MainWindow, AppConte
                                               qtbot: Any) -> None:
     win, ctx = window
     with add_model_dialog(ctx, win) as dialog:
-        dialog.source_buttons.button(3).click()
-        assert dialog.pages.currentIndex() == 3 and dialog.base_url.isVisible()
+        dialog.source_buttons.button(4).click()
+        assert dialog.pages.currentIndex() == 4 and dialog.base_url.isVisible()
         assert not dialog.node.isVisible() and not dialog.runtime.isVisible() and not dialog.ctx_size.isVisible()
         assert not dialog.fit_button.isVisible() and not dialog.plan_button.isVisible()
         assert not dialog.add_button.isEnabled()
