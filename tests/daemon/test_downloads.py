@@ -11,15 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.api.sources import HfFileRef
+from agent.api.sources import HfFileRef, TransferState
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.sources import DownloadQuery, Transfer
+from daemon.sources.transfer_log import RateMeter, TransferLog
 from tests.daemon.harness import running_daemon
 from tests.daemon.test_sources_api import hf_env, transfer_end  # noqa: F401 - the fixture
 from tests.fakes.fake_hf_hub import FakeHub
 from tests.fakes.gguf_files import gguf_bytes
 
 REPO = "acme/big-GGUF"
+MIB = 2**20
 
 
 async def wait_for(client: DaemonClient, transfer_id: str, ok: object, timeout: float = 60) -> Transfer:
@@ -123,3 +125,25 @@ async def test_a_failed_download_says_why_a_retry_succeeds_and_the_list_outlives
             assert later.id != started.id  # ids go on after the kept ones
     finally:
         await hub.close()
+
+
+def test_speed_and_time_left_follow_the_progress_reported() -> None:
+    now = [100.0]
+    meter = RateMeter(clock=lambda: now[0])
+    assert meter.sample(0) is None  # one sample: no speed yet
+    now[0] += 2
+    assert meter.sample(20 * MIB) == 10 * MIB
+    assert RateMeter.eta(meter.speed, 20 * MIB, 120 * MIB) == 10.0
+    now[0] += 1
+    slower = meter.sample(22 * MIB)
+    assert slower is not None and 2 * MIB < slower < 10 * MIB  # smoothed, not the last second alone
+    assert meter.sample(0) is None  # it started over: no speed until the next sample
+    assert RateMeter.eta(None, 0, 100) is None and RateMeter.eta(5.0, 0, None) is None
+
+
+def test_the_kept_history_is_bounded_and_an_unreadable_one_starts_empty(tmp_path: Path) -> None:
+    log = TransferLog(tmp_path / "transfers.json", keep=3)
+    log.save([Transfer(id=f"x{n}", kind="hf", label=f"acme/m{n}", state=TransferState.DONE) for n in range(1, 6)])
+    assert [t.id for t in log.load()] == ["x3", "x4", "x5"]
+    (tmp_path / "transfers.json").write_text("{not json")
+    assert log.load() == []
