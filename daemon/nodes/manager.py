@@ -60,6 +60,8 @@ _LOGGER = logging.getLogger(__name__)
 
 FIRST_CONTACT_S = 10.0
 OLD_CLIENT_GRACE_S = 300.0  # a swapped-out node client stays open this long for its requests under way
+UNTRUSTED = ("its certificate is from a CA this daemon no longer trusts (rotated while it was offline): run "
+             "`mirbadllm agent --unpair` there, remove it here and pair it again")
 PENDING_CA_DIR = "ca-next"  # under pki/: a CA rotation's new CA until it retires the old (daemon.nodes.ca_rotation)
 
 
@@ -118,7 +120,9 @@ class NodeManager:
             self.extra_cas = [x509.load_pem_x509_certificate(pending.read_bytes())]
         self.store.load()
         for record in self.store.all():
-            if self._attach(record) is not None and record.rotated_at:
+            if self._attach(record) is None:
+                self.monitor.health[record.id] = NodeHealth(state=NodeState.OFFLINE, reason=UNTRUSTED)
+            elif record.rotated_at:
                 self.on_certificate(record.id, fingerprint(x509.load_pem_x509_certificate(
                     record.certificate_pem.encode())))
         if self.policy.discovery and not mdns_disabled_by_env():
@@ -189,6 +193,7 @@ class NodeManager:
     async def detach(self, node_id: str) -> None:
         """Drop the node's link, keeping its record (a CA rotation left it with a certificate nothing trusts)."""
         await self._detach(node_id)
+        self.monitor.health[node_id] = NodeHealth(state=NodeState.OFFLINE, reason=UNTRUSTED)
 
     async def _detach(self, node_id: str) -> None:
         link = self.links.pop(node_id)

@@ -118,6 +118,8 @@ async def test_an_offline_node_is_named_and_paired_again_afterwards(
     result = await rd.client.rotate_ca()
     assert result.retired and result.offline == ["beta"]
     assert {n.name: n.outcome for n in result.nodes} == {"alpha": "rotated", "beta": "offline"}
+    left = next(n for n in await rd.client.list_nodes() if n.name == "beta")
+    assert left.state == NodeState.OFFLINE and "pair it again" in (left.reason or "")
 
     # Re-pairing: `mirbadllm agent --unpair` there, remove it here, pair it again with the new CA.
     reset_identity(AgentPaths(beta.home))
