@@ -247,6 +247,10 @@ class AddModelDialog(QDialog):
         self.progress_text.setObjectName("TransferText")
         card.body.addWidget(self.progress)
         card.body.addWidget(self.progress_text)
+        goes_on = label("Closing this window does not stop it: the Downloads page follows it, with pause and resume.",
+                        muted=True, wrap=True)
+        goes_on.setObjectName("TransferGoesOn")
+        card.body.addWidget(goes_on)
         card.body.addStretch(1)
         return card
 

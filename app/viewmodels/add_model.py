@@ -354,6 +354,8 @@ class AddModelState:
         parts = [t.state.value.capitalize() + (f" ({t.stage})" if t.stage and t.state.value == "running" else "")]
         if t.bytes_total:
             parts.append(f"{t.bytes_done / GiB:.2f} of {gib(t.bytes_total)}")
+        if t.speed_bps:  # the daemon's, smoothed (daemon.sources.transfer_log.RateMeter)
+            parts.append(f"{t.speed_bps / 2**20:.1f} MiB/s" + (f", {int(t.eta_s)} s left" if t.eta_s is not None else ""))
         if t.error:
             parts.append(t.error)
         if self.done_ids:
@@ -577,5 +579,6 @@ class AddModelViewModel:
             self._set(transfer=transfer, done_ids=tuple(transfer.registered),
                       error=transfer.error or transfer.register_error)
         elif event.type == "transfer.progress":
-            self._set(transfer=t.model_copy(update={k: event.data[k] for k in ("stage", "bytes_done", "bytes_total")
+            self._set(transfer=t.model_copy(update={k: event.data[k] for k in ("stage", "bytes_done", "bytes_total",
+                                                                               "speed_bps", "eta_s")
                                                     if k in event.data}))

@@ -103,3 +103,11 @@ def test_pause_resume_cancel_retry_and_the_list_after_the_app_starts_again(
     qtbot.waitUntil(lambda: again.downloads.table.rowCount() == 3)
     assert state_of(again.downloads, "x1") == "Done: added qwen3-8b"
     assert state_of(again.downloads, "x3") == "Cancelled"
+
+
+def test_the_add_model_dialog_shows_the_speed_and_time_left_too() -> None:
+    from app.viewmodels.add_model import AddModelState
+
+    running = Transfer(id="x9", kind="hf", label="acme/tiny-GGUF Q4_K_M", state=TransferState.RUNNING,
+                       bytes_done=GIB, bytes_total=4 * GIB, speed_bps=40 * 2**20, eta_s=76.8)
+    assert AddModelState(transfer=running).progress_text == "Running — 1.00 of 4.00 GiB — 40.0 MiB/s, 76 s left"
