@@ -53,6 +53,7 @@ from daemon.models.registry import Registry, assemble_demo_gguf
 from daemon.models.restarts import RestartBook
 from daemon.nodes.api import NodesApi
 from daemon.nodes.backends import NodeBackends
+from daemon.nodes.ca_files import finish_interrupted_retirement
 from daemon.nodes.ca_rotation import CaRotation
 from daemon.nodes.links import AgentLink, Links
 from daemon.nodes.local_agent import LocalAgentProcess
@@ -225,6 +226,7 @@ def ollama(d: DaemonDeps) -> OllamaApi:
 
 # --- lifecycle -------------------------------------------------------------------------------------
 async def start(d: DaemonDeps) -> None:
+    finish_interrupted_retirement(d.paths.pki)  # before anything reads pki/ (daemon.nodes.ca_files)
     d.background.spawn(admin_token.store_in_keychain(d.paths.home, d.admin_token))
     d.keys.load()
     d.orchestrator.book.load()

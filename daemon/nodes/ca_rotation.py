@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,23 +31,21 @@ from agent.api.client import AgentClient, AgentError
 from agent.api.models import IDENTITY_CERT_FILE
 from agent.api.trust import TrustUpdate
 from core.json_store import write_atomic
-from core.key_store import forget, read_key, read_key_pem, write_key
 from daemon.api.ca_rotation import CaRotationResult, NodeRotation
 from daemon.api.models import LOCAL_NODE
 from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
-from daemon.nodes.manager import PENDING_CA_DIR, NodeManager
+from daemon.nodes.ca_files import PENDING_CA_DIR, install_pending
+from daemon.nodes.manager import NodeManager
 from daemon.nodes.store import NodeRecord, issued_by, node_ssl_context
 from daemon.pki import (
     CA_CERT_FILE,
-    CA_KEY_FILE,
     CertificateAuthority,
     cert_pem,
     fingerprint,
-    install_ca_pem,
 )
-from daemon.tls import CLIENT_STEM, client_ssl_context, ensure_client_certificate
+from daemon.tls import client_ssl_context, ensure_client_certificate
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -207,11 +204,7 @@ class CaRotation:
     async def _retire(self, new: CertificateAuthority, pending: Path, switched: list[_Switched],
                       result: CaRotationResult) -> None:
         """Step 3: the new CA becomes the daemon's; every switched agent trusts it alone."""
-        key_path, cert_path = self._pki / f"{CLIENT_STEM}.key", self._pki / f"{CLIENT_STEM}.crt"
-        # The client certificate first: agents pin the old and the new one until they are told otherwise.
-        write_key(key_path, read_key(pending / f"{CLIENT_STEM}.key"))
-        write_atomic(cert_path, (pending / f"{CLIENT_STEM}.crt").read_bytes(), 0o644)
-        ca = install_ca_pem(self._pki, read_key_pem(pending / CA_KEY_FILE), (pending / CA_CERT_FILE).read_bytes())
+        ca, (key_path, cert_path) = install_pending(self._pki)
         self._nodes.use_ca(ca, (key_path, cert_path))
         new_pem, pin = cert_pem(new.cert).decode(), cert_path.read_text()
         for done in switched:
@@ -231,8 +224,5 @@ class CaRotation:
         for offline in result.nodes:
             if offline.outcome == "offline" and offline.node != LOCAL_NODE:
                 await self._nodes.detach(offline.node)  # its certificate is from the retired CA: pair it again
-        for key_file in (pending / CA_KEY_FILE, pending / f"{CLIENT_STEM}.key"):
-            forget(key_file)
-        shutil.rmtree(pending, ignore_errors=True)
         result.retired = True
         _LOGGER.info("CA rotation: retired %s; the daemon's CA is %s", result.old_ca[:12], result.new_ca[:12])

@@ -40,6 +40,7 @@ from daemon.errors import DaemonProblem
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.nodes.backends import NodeBackends
+from daemon.nodes.ca_files import PENDING_CA_DIR
 from daemon.nodes.discovery import Discovery, mdns_disabled_by_env
 from daemon.nodes.links import Links, NodeLink
 from daemon.nodes.monitor import NodeHealth, NodeMonitor, NodePolicy
@@ -62,7 +63,6 @@ FIRST_CONTACT_S = 10.0
 OLD_CLIENT_GRACE_S = 300.0  # a swapped-out node client stays open this long for its requests under way
 UNTRUSTED = ("its certificate is from a CA this daemon no longer trusts (rotated while it was offline): run "
              "`mirbadllm agent --unpair` there, remove it here and pair it again")
-PENDING_CA_DIR = "ca-next"  # under pki/: a CA rotation's new CA until it retires the old (daemon.nodes.ca_rotation)
 
 
 class ModelDefinitions(Protocol):

@@ -23,8 +23,9 @@ from agent.paths import AgentPaths
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelState
 from daemon.api.nodes import NodeState
-from daemon.pki import fingerprint
-from daemon.tls import client_ssl_context
+from daemon.nodes.ca_files import PENDING_CA_DIR, finish_interrupted_retirement
+from daemon.pki import CertificateAuthority, cert_pem, fingerprint
+from daemon.tls import client_ssl_context, ensure_client_certificate
 from mirbadllm import ctl, ctl_nodes
 from tests.daemon.harness import RunningDaemon, model, running_daemon
 from tests.fleet.agents import eventually
@@ -242,3 +243,22 @@ async def test_an_agent_refuses_trust_it_could_not_use_and_keeps_what_it_had(
         assert refused.value.status == 422 and refused.value.code == "bad_trust"
     assert (paths.ca_file.read_bytes(), paths.cert_file.read_bytes()) == before
     await client.status()
+
+
+def test_a_retirement_cut_short_by_a_crash_is_finished_at_the_next_start(tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    old = CertificateAuthority.load_or_create(pki)
+    ensure_client_certificate(old, pki)
+    pending = pki / PENDING_CA_DIR
+    pending.mkdir()
+    new = CertificateAuthority.load_or_create(pending, name="new")
+    ensure_client_certificate(new, pending)
+    assert not finish_interrupted_retirement(pki)  # the overlap: nothing to finish, the old CA stays
+    (pki / "daemon-client.crt").write_bytes((pending / "daemon-client.crt").read_bytes())  # the crash: half done
+    new_client = (pending / "daemon-client.crt").read_bytes()
+
+    assert finish_interrupted_retirement(pki)
+    assert (pki / "ca.crt").read_bytes() == cert_pem(new.cert) and not pending.exists()
+    assert (pki / "daemon-client.crt").read_bytes() == new_client  # the one the agents pin, not a fresh one
+    assert ensure_client_certificate(CertificateAuthority.load_or_create(pki), pki)[1].read_bytes() == new_client
