@@ -9,43 +9,60 @@ agent's reason; ``ctl models add`` exits non-zero): a path that does not exist, 
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import openai
 import pytest
+import pytest_asyncio
 
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelDefinition, ModelState
 from mirbadllm import ctl
-from tests.daemon.harness import model, running_daemon
+from tests.daemon.harness import RunningDaemon, model, running_daemon
+from tests.fakes import write_fake_runtime
+
+IN_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the tests that share its daemon
 
 
-async def test_a_file_the_node_cannot_read_is_refused_and_nothing_is_saved(tmp_path: Path, fake_runtime: Path) -> None:
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def refusing(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningDaemon]:
+    """One daemon for the saves that are refused: each test asserts it saved nothing, so none can
+    leave anything for the next."""
+    home = tmp_path_factory.mktemp("refusals")
+    async with running_daemon(home / "daemon", write_fake_runtime(home / "bin")) as d:
+        yield d
+
+
+@IN_MODULE_LOOP
+async def test_a_file_the_node_cannot_read_is_refused_and_nothing_is_saved(tmp_path: Path,
+                                                                            refusing: RunningDaemon) -> None:
     text = tmp_path / "notes.gguf"
     text.write_text("these are my notes, not a model\n")
     noise = tmp_path / "random.bin"
     noise.write_bytes(os.urandom(4096))
-    async with running_daemon(tmp_path / "daemon", fake_runtime) as rd:
-        for path, why in ((tmp_path / "missing.gguf", "missing.gguf"), (text, "notes.gguf"), (noise, "random.bin")):
-            with pytest.raises(DaemonError) as refused:
-                await rd.client.create_model(model("broken", str(path)))
-            assert (refused.value.status, refused.value.code) == (422, "invalid_model")
-            assert refused.value.message.startswith("model_path: ") and why in refused.value.message
-        placeholder = ModelDefinition(id="placeholder", served_name="placeholder",
-                                      model_path="/path/to/model.gguf")  # the Add form's hint
-        with pytest.raises(DaemonError):
-            await rd.client.create_model(placeholder)
-        assert await rd.client.list_models() == []
+    rd = refusing
+    for path, why in ((tmp_path / "missing.gguf", "missing.gguf"), (text, "notes.gguf"), (noise, "random.bin")):
+        with pytest.raises(DaemonError) as refused:
+            await rd.client.create_model(model("broken", str(path)))
+        assert (refused.value.status, refused.value.code) == (422, "invalid_model")
+        assert refused.value.message.startswith("model_path: ") and why in refused.value.message
+    placeholder = ModelDefinition(id="placeholder", served_name="placeholder",
+                                  model_path="/path/to/model.gguf")  # the Add form's hint
+    with pytest.raises(DaemonError):
+        await rd.client.create_model(placeholder)
+    assert await rd.client.list_models() == []
 
 
-async def test_ctl_models_add_of_a_broken_file_is_refused_naming_why(tmp_path: Path, fake_runtime: Path) -> None:
+@IN_MODULE_LOOP
+async def test_ctl_models_add_of_a_broken_file_is_refused_naming_why(tmp_path: Path, refusing: RunningDaemon) -> None:
     text = tmp_path / "notes.gguf"
     text.write_text("not a model\n")
-    async with running_daemon(tmp_path / "daemon", fake_runtime) as rd:
-        with pytest.raises(DaemonError) as refused:
-            await ctl.run(ctl.parse_args(["models", "add", "notes", str(text)]), rd.client)
-        assert refused.value.status == 422 and "notes.gguf" in refused.value.message
-        assert await rd.client.list_models() == []
+    rd = refusing
+    with pytest.raises(DaemonError) as refused:
+        await ctl.run(ctl.parse_args(["models", "add", "notes", str(text)]), rd.client)
+    assert refused.value.status == 422 and "notes.gguf" in refused.value.message
+    assert await rd.client.list_models() == []
 
 
 async def test_a_saved_model_starts_on_its_first_request_and_is_listed_while_stopped(
