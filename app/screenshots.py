@@ -52,7 +52,7 @@ PAGE_SHOTS = ("overview", "models", "models-settings", "models-logs", "models-ch
 DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "TuningWizard": "tuning-wizard",
                 "AddModelDialog": "add-model-dialog", "DaemonFailedDialog": "daemon-failed-dialog",
                 "KeyLimitsDialog": "key-limits-dialog", "ServiceConfirmDialog": "service-confirm-dialog"}
-EXTRA_SHOTS = ("tuning-wizard-progress", "tray-menu")
+EXTRA_SHOTS = ("tuning-wizard-progress", "tray-menu", "add-model-lmstudio")
 
 
 async def _settle_until(condition, seconds: float = 3.0) -> None:  # type: ignore[no-untyped-def]
@@ -170,6 +170,11 @@ async def _dialogs(window, ctx, demo, save) -> None:  # type: ignore[no-untyped-
     await adder.vm.check_fit()
     await _settle()
     save(DIALOG_SHOTS["AddModelDialog"], adder)
+    adder.vm.set_source("lmstudio")  # LM Studio's models on the node, two ticked
+    await _settle_until(lambda: adder.lmstudio_vm.state.value.loaded)
+    adder.lmstudio_vm.set_selected({m.path for m in adder.lmstudio_vm.state.value.listed[:2]})
+    await _settle()
+    save("add-model-lmstudio", adder)
     adder.close()
 
     failed = DaemonFailedDialog(BootstrapError(

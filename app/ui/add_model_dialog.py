@@ -85,7 +85,8 @@ class AddModelDialog(QDialog):
                                   "lmstudio": self._lmstudio_page, "external": self._external_page}[kind]())
         layout.addWidget(self.pages)
         layout.addWidget(self._common_card())
-        layout.addWidget(self._progress_card(), 1)
+        self.progress_card = self._progress_card()
+        layout.addWidget(self.progress_card, 1)
         self.error = label("", role="error", wrap=True)
         self.error.setObjectName("AddModelError")
         layout.addWidget(self.error)
@@ -318,6 +319,7 @@ class AddModelDialog(QDialog):
         for row in (self.model_id, self.ctx_size):
             self.form.setRowVisible(row, not lmstudio)
         self.add_button.setVisible(not lmstudio)
+        self.progress_card.setVisible(not lmstudio)  # the tab says its import's outcome itself
         self._follow_lmstudio(s)
         self.model_id.setPlaceholderText("made from the provider model" if s.external else "made from the file name")
         self.plan_button.setVisible(s.source in ("file", "hf"))

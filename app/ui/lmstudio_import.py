@@ -54,6 +54,7 @@ class LmStudioPage(QWidget):
         self.models = QListWidget()
         self.models.setObjectName("LmStudioModels")
         self.models.setMaximumHeight(160)
+        self.models.setWordWrap(True)
         self.models.itemChanged.connect(self._ticked)
         layout.addWidget(self.models)
         self.empty = label("", muted=True, wrap=True)
@@ -71,6 +72,7 @@ class LmStudioPage(QWidget):
         self.error = label("", role="error", wrap=True)
         self.error.setObjectName("LmStudioError")
         layout.addWidget(self.error)
+        layout.addStretch(1)  # the rows and their Import stay together when the tab has room
         self._unsubscribe = self.vm.state.subscribe(self.show_state)
         self.show_state(self.vm.state.value)
 
@@ -86,6 +88,7 @@ class LmStudioPage(QWidget):
                     item.setData(PATH_ROLE, m.path)
                     item.setToolTip(m.path + (f"\nvision projector: {m.projector_path}" if m.projector_path else ""))
                     item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+                    item.setCheckState(Qt.CheckState.Unchecked)  # the box shows from the start
                     self.models.addItem(item)
             for i in range(self.models.count()):
                 item = self.models.item(i)

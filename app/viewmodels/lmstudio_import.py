@@ -32,10 +32,12 @@ def size_text(n: int) -> str:
 
 
 def row_text(m: LmStudioModel) -> str:
-    """``publisher/model/file.gguf — Q4_K_M, 2.50 GiB, with vision projector — added as 'x'``."""
+    """``file.gguf — Q4_K_M, 2.50 GiB, with vision projector — added as 'x' (publisher/model)``: what
+    tells models apart first, where LM Studio keeps it last."""
+    folder, _, name = m.model.rpartition("/")
     facts = [m.quant or "quant not named", size_text(m.size)] + (["with vision projector"] if m.projector_path else [])
     added = f" — added as '{m.registered_as}'" if m.registered_as else ""
-    return f"{m.model} — {', '.join(facts)}{added}"
+    return f"{name} — {', '.join(facts)}{added}" + (f"  ({folder})" if folder else "")
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ def test_the_lm_studio_tab_imports_the_ticked_models_and_never_one_twice(
         assert dialog.pages.currentIndex() == 3 and not dialog.add_button.isVisible()
         assert not dialog.model_id.isVisible() and not dialog.fit_button.isVisible()
         qtbot.waitUntil(lambda: len(_rows(dialog)) == 3)
-        assert _rows(dialog)[1] == ("lmstudio-community/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf — Q4_K_M, "
-                                    "3.20 GiB, with vision projector")
+        assert _rows(dialog)[1] == ("gemma-3-4b-it-Q4_K_M.gguf — Q4_K_M, 3.20 GiB, with vision projector  "
+                                    "(lmstudio-community/gemma-3-4b-it-GGUF)")
         assert fake.called("lmstudio_models") == [("local", None)] and not page.import_button.isEnabled()
 
         _tick(dialog, QWEN)
@@ -59,7 +59,7 @@ def test_the_lm_studio_tab_imports_the_ticked_models_and_never_one_twice(
         assert page.status.text() == "Added 'qwen3-4b-instruct-2507-q4-k-m', 'gemma-3-4b-it-q4-k-m'"
         gemma = fake.definitions["gemma-3-4b-it-q4-k-m"]
         assert gemma.model_path == GEMMA and gemma.extra_args[0] == "--mmproj" and gemma.tags == ["lmstudio"]
-        qtbot.waitUntil(lambda: _rows(dialog)[0].endswith("added as 'qwen3-4b-instruct-2507-q4-k-m'"))
+        qtbot.waitUntil(lambda: "— added as 'qwen3-4b-instruct-2507-q4-k-m'" in _rows(dialog)[0])
         assert not page.import_button.isEnabled()  # the ticks are cleared once imported
 
         _tick(dialog, QWEN)
