@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fake_daemon import FakeDaemonClient
 from helpers import cells
+from PySide6.QtWidgets import QProgressBar
 
 from agent.api.sources import TransferState
 from app.ui.main_window import PAGES, MainWindow
@@ -42,7 +43,7 @@ def row_of(page: DownloadsPage, transfer_id: str) -> int:
 
 
 def state_of(page: DownloadsPage, transfer_id: str) -> str:
-    return page.table.item(row_of(page, transfer_id), 4).text()
+    return page.table.item(row_of(page, transfer_id), 5).text()
 
 
 def select(page: DownloadsPage, transfer_id: str) -> None:
@@ -68,20 +69,20 @@ def test_pause_resume_cancel_retry_and_the_list_after_the_app_starts_again(
                                                                     "workstation"], ["qwen3:8b", "Ollama import", "workstation"]]
     assert state_of(page, "x1") == "Done: added qwen3-8b"
     assert state_of(page, "x2") == "Failed: phi.gguf does not match its checksum"
-    bar = page.table.cellWidget(row_of(page, "x3"), 3)
-    assert bar.value() == 250 and bar.format() == "1.0 GiB of 4.0 GiB"
+    bar = page.table.cellWidget(row_of(page, "x3"), 3).findChild(QProgressBar)
+    assert bar.value() == 250 and page.table.item(row_of(page, "x3"), 4).text() == "1.0 GiB of 4.0 GiB"
 
     fake.publish("transfer.progress", None, id="x3", state="running", stage="downloading", bytes_done=2 * GIB,
                  bytes_total=4 * GIB, speed_bps=40 * 2**20, eta_s=51.2)  # what the daemon's feed sends
-    qtbot.waitUntil(lambda: page.table.item(row_of(page, "x3"), 5).text() == "40.0 MiB/s")
-    assert page.table.item(row_of(page, "x3"), 6).text() == "51 s"
-    assert page.table.cellWidget(row_of(page, "x3"), 3).value() == 500
+    qtbot.waitUntil(lambda: page.table.item(row_of(page, "x3"), 6).text() == "40.0 MiB/s")
+    assert page.table.item(row_of(page, "x3"), 7).text() == "51 s"
+    assert page.table.cellWidget(row_of(page, "x3"), 3).findChild(QProgressBar).value() == 500
 
     select(page, "x3")
     assert enabled(page) == {"pause", "cancel"}
     page.buttons["pause"].click()
     qtbot.waitUntil(lambda: state_of(page, "x3") == "Paused")
-    assert enabled(page) == {"resume", "cancel"} and page.table.item(row_of(page, "x3"), 5).text() == "—"
+    assert enabled(page) == {"resume", "cancel"} and page.table.item(row_of(page, "x3"), 6).text() == "—"
     page.buttons["resume"].click()
     qtbot.waitUntil(lambda: state_of(page, "x3") == "Running")
     page.buttons["cancel"].click()

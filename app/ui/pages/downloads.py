@@ -14,6 +14,8 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QScrollArea,
     QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.context import AppContext
@@ -37,8 +39,8 @@ from app.viewmodels.downloads import (
 )
 from daemon.api.sources import Transfer
 
-COLUMNS = ["Download", "Kind", "Node", "Progress", "State", "Speed", "Time left"]
-PROGRESS_COLUMN = 3
+COLUMNS = ["Download", "Kind", "Node", "Progress", "Size", "State", "Speed", "Time left"]
+PROGRESS_COLUMN, STATE_COLUMN = 3, 5
 VERBS = (("pause", "Pause"), ("resume", "Resume"), ("cancel", "Cancel"), ("retry", "Retry"))
 NOTE = ("A paused download keeps the part it has; Resume goes on from there. Cancel deletes the part. "
         "Downloads go on when the add-model dialog or this app closes: the daemon runs them.")
@@ -68,9 +70,12 @@ class DownloadsPage(QScrollArea):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for col in range(1, len(COLUMNS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(STATE_COLUMN, QHeaderView.ResizeMode.Stretch)  # a failure's reason: in full below
+        for col, width in ((0, 230), (PROGRESS_COLUMN, 90)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
+            self.table.setColumnWidth(col, width)
         self.table.setMinimumHeight(240)
         self.table.itemSelectionChanged.connect(self._selection_changed)
         card.body.addWidget(self.table, 1)
@@ -129,12 +134,12 @@ class DownloadsPage(QScrollArea):
         selected_row = None
         for row, t in enumerate(s.transfers):
             label_, kind, node, state, speed, eta = row_cells(t, s.node_names)
-            for col, text in enumerate((label_, kind, node, "", state, speed, eta)):
+            for col, text in enumerate((label_, kind, node, "", progress_text(t), state, speed, eta)):
                 item = QTableWidgetItem(text)
                 if col == 0:
                     item.setData(Qt.ItemDataRole.UserRole, t.id)
                     item.setToolTip(t.label)
-                if col == 4 and t.error:
+                if col == STATE_COLUMN and t.error:
                     item.setToolTip(t.error)
                 self.table.setItem(row, col, item)
             self.table.setCellWidget(row, PROGRESS_COLUMN, self._bar(t))
@@ -146,7 +151,10 @@ class DownloadsPage(QScrollArea):
         self.table.blockSignals(False)
 
     @staticmethod
-    def _bar(t: Transfer) -> QProgressBar:
+    def _bar(t: Transfer) -> QWidget:
+        cell = QWidget()
+        box = QVBoxLayout(cell)
+        box.setContentsMargins(4, 0, 4, 0)
         bar = QProgressBar()
         bar.setObjectName("DownloadsProgress")
         bar.setRange(0, 1000)
@@ -155,9 +163,9 @@ class DownloadsPage(QScrollArea):
             bar.setRange(0, 0 if t.state.value in ("queued", "running") else 1000)
         else:
             bar.setValue(int(done * 1000))
-        bar.setFormat(progress_text(t) or " ")
-        bar.setTextVisible(True)
-        return bar
+        bar.setTextVisible(False)
+        box.addWidget(bar, 0, Qt.AlignmentFlag.AlignVCenter)
+        return cell
 
     @staticmethod
     def _detail(t: Transfer | None) -> str:
