@@ -59,6 +59,10 @@ async def test_lm_studio_files_are_listed_imported_in_place_and_never_twice(
         assert done.registered == ["gemma-3-1b-q8-0"] and done.existing == ["qwen3-4b-q4-k-m"], done
         assert len([m for m in await d.client.list_models() if m.definition.model_path == str(own["qwen"])]) == 1
 
+        for folder, status in (("models/relative", 422), (str(tmp_path / "missing"), 404)):
+            with pytest.raises(DaemonError) as bad_folder:
+                await d.client.lmstudio_models(folder=folder)
+            assert bad_folder.value.status == status, bad_folder.value.message
         for path in (str(own["mmproj"]), str(tmp_path / "elsewhere" / "x.gguf")):
             with pytest.raises(DaemonError) as refused:
                 await d.client.import_lmstudio(LmStudioImportQuery(paths=[path]))
