@@ -158,13 +158,21 @@ async def soak(seconds: float, streams: int, tree: Path) -> None:
                         done += 1
                     except (aiohttp.ClientError, RuntimeError, TimeoutError) as exc:
                         failed += 1
-                        errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                        why = f"{type(exc).__name__}: {str(exc)[:160]}"
+                        errors[why] = errors.get(why, 0) + 1
 
-            await asyncio.gather(*[worker(n) for n in range(streams)])
+            async def sample() -> None:  # the daemon's figures at each quarter: flat, or growing
+                for quarter in (1, 2, 3):
+                    await asyncio.sleep(seconds / 4)
+                    print(f"  {quarter}/4:   {_daemon_figures(proc)}, streams done {done}, failed {failed}", flush=True)
+
+            await asyncio.gather(sample(), *[worker(n) for n in range(streams)])
         # The client's connections are closed, and the router's idle ones to the runtime expire.
         await asyncio.sleep(RUNTIME_KEEPALIVE_S + 1)
         print(f"  end:   {_daemon_figures(proc)}")
-        print(f"  streams done {done}, failed {failed}" + (f" ({errors})" if errors else ""))
+        print(f"  streams done {done}, failed {failed}")
+        for why, count in sorted(errors.items(), key=lambda item: -item[1])[:5]:
+            print(f"    {count} x {why}")
     finally:
         await d.stop()
 
