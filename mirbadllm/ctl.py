@@ -14,7 +14,7 @@
     mirbadllm ctl daemon stop [--stop-models]                                            (ctl_daemon)
     mirbadllm ctl upgrade | upgrade nodes [--folder F | --feed URL]                      (ctl_upgrade)
     mirbadllm ctl keys list | create NAME | limit NAME|ID [--rpm N] [--tokens-per-day N] | revoke NAME|ID (ctl_keys)
-    mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE   (ctl_nodes)
+    mirbadllm ctl nodes list | discovered | add ADDRESS | pair ADDRESS CODE | remove NODE | rotate-ca   (ctl_nodes)
     mirbadllm ctl bench MODEL | tune MODEL [--full] [--apply] | jobs [MODEL]                 (ctl_jobs)
     mirbadllm ctl services NODE [list [--all] | start|stop|restart NAME [--confirm NAME]]   (ctl_services)
     mirbadllm ctl services allow|disallow NAME [--node NODE] [--protected] | policy        (ctl_services)
