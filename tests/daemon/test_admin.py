@@ -18,8 +18,8 @@ from daemon.listener import lan_hosts
 from tests.daemon.harness import model, running_daemon
 
 
-async def test_admin_needs_the_token(tmp_path: Path, fake_runtime: Path) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+async def test_admin_needs_the_token(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:  # no node needed
         token_file = tmp_path / "home" / "admin-token"
         assert token_file.stat().st_mode & 0o777 == 0o600
         wrong = DaemonClient(d.url, "not-the-token")
@@ -64,8 +64,8 @@ async def test_model_lifecycle_events_and_logs(tmp_path: Path, fake_runtime: Pat
         assert await d.client.list_models() == []
 
 
-async def test_invalid_definitions_are_refused_with_the_field(tmp_path: Path, fake_runtime: Path) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+async def test_invalid_definitions_are_refused_with_the_field(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:  # no node needed
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {d.daemon.admin_token}"}) as s:
             bad = {"id": "Bad Id", "served_name": "x", "model_path": "/m.gguf", "settings": {"ctx_size": -5}}
             async with s.post(f"{d.url}/api/models", json=bad) as r:
@@ -92,8 +92,8 @@ async def test_a_failing_start_reports_the_runtime_error(tmp_path: Path, model_f
         assert "m" not in d.daemon.orchestrator.book.wanted
 
 
-async def test_keys_are_shown_once_and_lan_access_needs_one(tmp_path: Path, fake_runtime: Path) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+async def test_keys_are_shown_once_and_lan_access_needs_one(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:  # no node needed
         with pytest.raises(DaemonError) as refused:
             await d.client.put_settings(DaemonSettings(lan_access=True))
         assert refused.value.code == "keys_required"
@@ -131,9 +131,8 @@ async def test_history_records_model_and_node_samples(tmp_path: Path, fake_runti
         assert status.hosts and status.hosts[0].memory_total
 
 
-async def test_open_to_the_lan_the_daemon_names_addresses_other_devices_can_use(
-        tmp_path: Path, fake_runtime: Path) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+async def test_open_to_the_lan_the_daemon_names_addresses_other_devices_can_use(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:  # no node needed
         await d.client.create_key("phone")
         await d.client.put_settings(DaemonSettings(lan_access=True))
         info = (await d.client.status()).daemon
