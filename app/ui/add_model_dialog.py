@@ -183,11 +183,9 @@ class AddModelDialog(QDialog):
     def _follow_lmstudio(self, s: AddModelState) -> None:
         """The LM Studio tab looks on the chosen node, once it is shown (again after the node changes)."""
         node = s.chosen_node
-        if node is not None:
-            self.lmstudio_vm.set_node("local" if node.local else node.id)
-        else:
-            self.lmstudio_vm.set_node(s.node.strip() or "local")
-        if s.source == "lmstudio":
+        typed = s.node.strip() or "local"
+        self.lmstudio_vm.set_node(typed if node is None else "local" if node.local else node.id)
+        if s.source == "lmstudio" and (node is not None or typed == "local"):  # not on each key of a name typed
             self.lmstudio_vm.look_once()
 
     def _common_card(self) -> QWidget:
