@@ -18,9 +18,9 @@ async def _ctl(rd: RunningDaemon, *argv: str) -> int:
 
 
 async def test_ctl_sets_and_clears_a_keys_limits_and_they_persist(
-        tmp_path: Path, fake_runtime: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = tmp_path / "home"
-    async with running_daemon(home, fake_runtime) as rd:
+    async with running_daemon(home, None, local_agent=False) as rd:
         assert await _ctl(rd, "keys", "create", "editor", "--rpm", "20") == 0
         assert "Copy it now" in capsys.readouterr().out
         [key] = await rd.client.list_keys()
@@ -29,7 +29,7 @@ async def test_ctl_sets_and_clears_a_keys_limits_and_they_persist(
         assert "0/20 rpm, 0/50000 tokens today (UTC)" in capsys.readouterr().out  # rpm was kept
         assert await _ctl(rd, "keys", "limit", key.id) == 2  # nothing given: nothing changed
         capsys.readouterr()
-    async with running_daemon(home, fake_runtime) as rd:
+    async with running_daemon(home, None, local_agent=False) as rd:
         assert await _ctl(rd, "keys", "list") == 0
         assert "0/20 rpm, 0/50000 tokens today (UTC)" in capsys.readouterr().out
         assert await _ctl(rd, "keys", "limit", key.id, "--rpm", "none") == 0
@@ -40,8 +40,8 @@ async def test_ctl_sets_and_clears_a_keys_limits_and_they_persist(
 
 
 async def test_a_key_is_named_as_the_readme_writes_it_and_names_are_unique(
-        tmp_path: Path, fake_runtime: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as rd:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as rd:
         assert await _ctl(rd, "keys", "create", "my-editor") == 0
         with pytest.raises(DaemonError) as taken:
             await rd.client.create_key("My-Editor ")
