@@ -64,8 +64,8 @@ async def test_model_edit_and_key_revocation_name_their_client_and_keep_no_secre
     assert hashlib.sha256(created.key.encode()).hexdigest().encode() not in stored  # keys.json keeps this
 
 
-async def test_settings_change_and_retention_setting(tmp_path: Path, fake_runtime: Path) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+async def test_settings_change_and_retention_setting(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:
         saved = await d.client.put_settings(DaemonSettings(audit_retention_days=7))
         assert saved.audit_retention_days == 7
         assert (await d.client.get_settings()).audit_retention_days == 7
@@ -77,8 +77,8 @@ async def test_settings_change_and_retention_setting(tmp_path: Path, fake_runtim
     assert "audit_retention_days = 7" in (tmp_path / "home" / "config.toml").read_text()
 
 
-async def test_filters_paging_and_bad_queries(tmp_path: Path, fake_runtime: Path) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+async def test_filters_paging_and_bad_queries(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:
         audit = d.daemon.audit
         for n in range(5):
             await audit.record("model.start", f"m{n}", actor="ctl")
