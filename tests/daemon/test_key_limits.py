@@ -139,9 +139,9 @@ async def test_a_key_over_its_tokens_for_the_day_waits_for_the_next_utc_day(
         assert (await _chat(d, created.key))[0] == 200
 
 
-async def test_limits_set_through_the_api_survive_a_restart(tmp_path: Path, fake_runtime: Path) -> None:
+async def test_limits_set_through_the_api_survive_a_restart(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    async with running_daemon(home, fake_runtime) as d:
+    async with running_daemon(home, None, local_agent=False) as d:
         created = await d.client.create_key("editor")
         await d.client.set_key_limits(created.info.id, ApiKeyLimits(requests_per_minute=30, tokens_per_day=5000))
         info = await d.client.set_key_limits(created.info.id, ApiKeyLimits(tokens_per_day=9000))  # rpm stays
@@ -158,7 +158,7 @@ async def test_limits_set_through_the_api_survive_a_restart(tmp_path: Path, fake
             assert r.status == 201
             capped = (await r.json())["info"]
         assert capped["limits"] == {"requests_per_minute": 2, "tokens_per_day": None}
-    async with running_daemon(home, fake_runtime) as d:
+    async with running_daemon(home, None, local_agent=False) as d:
         by_name = {k.name: k for k in await d.client.list_keys()}
         assert by_name["editor"].limits == ApiKeyLimits(requests_per_minute=30, tokens_per_day=9000)
         assert by_name["capped"].limits == ApiKeyLimits(requests_per_minute=2)
