@@ -36,6 +36,18 @@ async def wait_for(client: DaemonClient, transfer_id: str, ok: object, timeout: 
     raise AssertionError(f"transfer {transfer_id} never got there: {await client.transfer(transfer_id)}")
 
 
+async def retry_once_the_node_is_back(client: DaemonClient, transfer_id: str, timeout: float = 60) -> Transfer:
+    """Retry ``transfer_id`` as soon as its node's agent answers again (it is restarting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await client.retry_transfer(transfer_id)
+        except DaemonError as exc:
+            if exc.status not in (502, 503, 504) or time.monotonic() > deadline:
+                raise
+        await client.events((await client.status()).last_event_id, timeout=0.5)  # the node's return is evented
+
+
 def folder_of(home: Path) -> Path:
     return home / "agent" / "models" / REPO.replace("/", "--")
 
@@ -116,6 +128,21 @@ async def test_a_failed_download_says_why_a_retry_succeeds_and_the_list_outlives
             with pytest.raises(DaemonError) as caught:
                 await d.client.retry_transfer(started.id)
             assert (caught.value.status, caught.value.code) == (409, "transfer_refused")
+
+            item.serve = good[:-1] + b"\x02"  # fails again; then its node's agent restarts and forgets it
+            second = await d.client.download(DownloadQuery(hf=HfFileRef(repo=REPO, quant="Q4_K_M"),
+                                                           register_models=False))
+            await wait_for(d.client, second.id, lambda t: t.state.value == "failed")
+            agent = d.daemon.local_agent
+            assert agent is not None and agent.process is not None
+            old_pid = agent.process.pid
+            agent.process.terminate()
+            item.serve = None
+            retried = await retry_once_the_node_is_back(d.client, second.id)
+            assert agent.process is not None and agent.process.pid != old_pid
+            assert retried.agent_id != second.agent_id  # the daemon sent the request anew
+            done = await wait_for(d.client, second.id, lambda t: t.state.value in ("done", "failed"))
+            assert done.state.value == "done", done
 
         async with running_daemon(home, fake_runtime) as again:
             listed = {t.id: t for t in await again.client.transfers()}
