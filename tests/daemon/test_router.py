@@ -84,8 +84,8 @@ async def _answer_to_an_unfinished_body(port: int, head: bytes, body_bytes: int)
         writer.transport.abort()
 
 
-async def test_body_over_64_mib_is_refused_without_buffering(tmp_path: Path, fake_runtime: Path) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime) as d:
+async def test_body_over_64_mib_is_refused_without_buffering(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as d:  # refused before any routing
         port = d.daemon.config.port
         start = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         # A declared length over the limit is refused before any of the body is read...
