@@ -135,11 +135,12 @@ async def test_a_failed_download_says_why_a_retry_succeeds_and_the_list_outlives
             await wait_for(d.client, second.id, lambda t: t.state.value == "failed")
             agent = d.daemon.local_agent
             assert agent is not None and agent.process is not None
-            old_pid = agent.process.pid
-            agent.process.terminate()
+            old = agent.process
+            old.terminate()
+            await old.wait()  # gone; the daemon starts it again
             item.serve = None
             retried = await retry_once_the_node_is_back(d.client, second.id)
-            assert agent.process is not None and agent.process.pid != old_pid
+            assert agent.process is not None and agent.process.pid != old.pid
             assert retried.agent_id != second.agent_id  # the daemon sent the request anew
             done = await wait_for(d.client, second.id, lambda t: t.state.value in ("done", "failed"))
             assert done.state.value == "done", done
