@@ -53,6 +53,7 @@ from agent.api.llamacpp import CUDA_DEVICE, LlamaCppSettings
 from agent.api.models import GpuInfo, InstanceState, LaunchSpec
 from agent.api.runtimes import profile
 from agent.api.sources import FitReport, GgufSummary, GpuBudget
+from agent.api.vllm import VllmSettings
 from agent.gguf_facts import shard_names, summarize
 from agent.gguf_reader import GgufError, read_header
 from agent.gpu import GpuProbe
@@ -156,9 +157,15 @@ def folder_weights(path: str) -> int:
     return total
 
 
+def _tensor_parallel(spec: LaunchSpec) -> int:
+    """The GPUs one model is split over (vLLM's tensor parallelism; 1 for any other runtime)."""
+    own = spec.runtime_settings
+    return (own.tensor_parallel_size or 1) if isinstance(own, VllmSettings) else 1
+
+
 def _visible_gpus(spec: LaunchSpec, gpus: list[GpuInfo]) -> list[GpuInfo]:
     """The GPUs a vLLM start uses: CUDA_VISIBLE_DEVICES' indices, else the first tensor-parallel ones."""
-    tp = spec.vllm.tensor_parallel_size or 1
+    tp = _tensor_parallel(spec)
     visible = spec.env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         wanted = [int(part) for part in visible.split(",") if part.strip().isdigit()]
@@ -381,7 +388,7 @@ class Admission:
         host_need = 0
         if discrete:
             used = _visible_gpus(spec, gpus)
-            tp = spec.vllm.tensor_parallel_size or 1
+            tp = _tensor_parallel(spec)
             per_gpu = vllm_weights_per_gpu(weights, tp) + folder_margin(vllm_weights_per_gpu(weights, tp))
             needs = [vllm_gpu_need(g.memory_total, budget) for g in used]
             budgets = [max(0, g.memory_total - g.memory_used - self.policy.gpu_reserve_bytes) for g in used]

@@ -33,8 +33,11 @@ from daemon.api.contracts import (
     MemoryEstimate,
     OllamaModelInfo,
     TransferState,
+    VllmSettings,
     normalize_code,
     profile,
+    settings_type,
+    settings_update,
     short_fingerprint,
 )
 from daemon.api.jobs import (
@@ -516,12 +519,12 @@ class DemoJobs:
     async def apply_job(self, job_id: str, restart: bool = False) -> ModelView:
         self._record("apply_job", job_id, restart)
         result = self._job(job_id).result
-        vllm = isinstance(result, TuningResult) and profile(result.runtime).settings_field == "vllm"
+        vllm = isinstance(result, TuningResult) and issubclass(settings_type(result.runtime), VllmSettings)
         winner = (result.winner_vllm if vllm else result.winner_settings) if isinstance(result, TuningResult) else None
         if not isinstance(result, TuningResult) or winner is None:
             raise DaemonError(409, "no_winner", "this run has no winner to apply")
         view = self._view(result.model)
-        self.definitions[result.model] = view.definition.model_copy(update={"vllm" if vllm else "settings": winner})
+        self.definitions[result.model] = view.definition.model_copy(update=settings_update(winner))
         self._publish("model.updated", result.model)
         return self._view(result.model)
 

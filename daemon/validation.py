@@ -22,8 +22,9 @@ from agent.api.launch_policy import (
     check_mlx_settings,
     check_vllm_settings,
 )
-from agent.api.mlx import served_name_problem
+from agent.api.mlx import MlxSettings, served_name_problem
 from agent.api.runtimes import profile
+from agent.api.vllm import VllmSettings
 from core.safe_names import (
     UnsafeName,
     check_hf_repo,
@@ -199,17 +200,17 @@ def check_definition(definition: ModelDefinition) -> None:
                          runtime=definition.runtime)
     except PolicyViolation as exc:
         raise DefinitionRejected(f"extra_args: {exc}") from exc
-    settings = profile(definition.runtime).settings_field
-    if settings == "mlx":
+    own = definition.runtime_settings
+    if isinstance(own, MlxSettings):
         try:
-            check_mlx_settings(definition.mlx, definition.model_path)
+            check_mlx_settings(own, definition.model_path)
         except PolicyViolation as exc:
             raise DefinitionRejected(f"mlx: {exc}") from exc
         if (problem := served_name_problem(definition.served_name)) is not None:
             raise DefinitionRejected(problem)
-    if settings == "vllm":
+    if isinstance(own, VllmSettings):
         try:
-            check_vllm_settings(definition.vllm, definition.extra_args)
+            check_vllm_settings(own, definition.extra_args)
         except PolicyViolation as exc:
             raise DefinitionRejected(f"vllm: {exc}") from exc
     try:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from agent.api import mlx, vllm
 from agent.api.llamacpp import _VALUE_FLAGS, OWNED_VALUE_FLAGS
-from agent.api.runtimes import profile
+from agent.api.runtimes import profile, settings_type
 from core.safe_names import folder_of, lexically_inside
 
 ENV_ALLOWLIST = frozenset({
@@ -343,6 +343,7 @@ def check_launch(runtime: str, extra_args: Iterable[str], env: Mapping[str, str]
     ``check_mlx_settings``."""
     args = list(extra_args)
     check_extra_args(args, model_path, inside, runtime=runtime)
-    if profile(runtime).settings_field == "vllm":
-        check_vllm_settings(vllm_settings or vllm.VllmSettings(), args)
+    own = vllm_settings if vllm_settings is not None else settings_type(runtime)()
+    if isinstance(own, vllm.VllmSettings):
+        check_vllm_settings(own, args)
     check_env(env, runtime=runtime)

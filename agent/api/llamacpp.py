@@ -36,6 +36,10 @@ class LlamaCppSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # The union's tag (agent.api.runtimes.RuntimeSettings). Never sent or stored: an older agent refuses a
+    # settings key it does not know, and the definition's own ``runtime`` says it.
+    runtime: Literal["llamacpp"] = Field(default="llamacpp", exclude=True)
+
     ctx_size: int | None = _setting("--ctx-size", "from model", "Total context, shared by the slots.", "tokens", ge=0, le=4_194_304)
     parallel: int | None = _setting("--parallel", "auto", "Parallel request slots.", "slots", ge=1, le=256)
     n_gpu_layers: int | None = _setting("--n-gpu-layers", "auto", "Layers offloaded to the GPU (-1: all).", "layers", ge=-1, le=1000)
@@ -219,6 +223,8 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
             argv += ["--device", ",".join(names)]
             settings = settings.model_copy(update={"gpus": None})
     for name, info in LlamaCppSettings.model_fields.items():
+        if info.exclude:  # the union's tag: no flag
+            continue
         value = getattr(settings, name)
         flag = (info.json_schema_extra or {})["flag"]  # type: ignore[index]
         if isinstance(value, bool):

@@ -40,6 +40,10 @@ class MlxSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # The union's tag (agent.api.runtimes.RuntimeSettings). Never sent or stored: an older agent refuses a
+    # settings key it does not know, and the definition's own ``runtime`` says it.
+    runtime: Literal["mlx"] = Field(default="mlx", exclude=True)
+
     max_tokens: int | None = _setting("--max-tokens", 512, "Default completion length.", "tokens",
                                       ge=1, le=1_048_576)
     temp: float | None = _setting("--temp", 0.0, "Default sampling temperature.", "", ge=0, le=10)
@@ -98,7 +102,7 @@ class MlxSettings(BaseModel):
 
 _FLAG_TO_FIELD: dict[str, str] = {
     (info.json_schema_extra or {})["flag"]: name  # type: ignore[index,misc]
-    for name, info in MlxSettings.model_fields.items()
+    for name, info in MlxSettings.model_fields.items() if not info.exclude  # the union's tag has no flag
 }
 VALUE_FLAGS = frozenset(f for f, name in _FLAG_TO_FIELD.items() if name != "use_default_chat_template")
 BOOL_FLAGS = frozenset({"--use-default-chat-template"})
@@ -167,6 +171,8 @@ def build_args(settings: MlxSettings, model_path: str, served_name: str, port: i
     settings, rest = lift_extra_args(settings, list(extra_args or []))
     argv = ["--model", served_name, "--host", host, "--port", str(port)]
     for name, info in MlxSettings.model_fields.items():
+        if info.exclude:  # the union's tag: no flag
+            continue
         value = getattr(settings, name)
         flag = (info.json_schema_extra or {})["flag"]  # type: ignore[index]
         if isinstance(value, bool):

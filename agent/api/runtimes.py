@@ -5,7 +5,10 @@
 (``mlx_lm.server``, a native process on Apple Silicon). ``external`` is no driver: an
 OpenAI-compatible server somewhere else that the daemon's router calls itself (``daemon.models.external``);
 no agent runs it, offers it or accepts a launch spec for it. ``PROFILES`` is the one registry of
-what each runtime is and can do (``profile(runtime)``): code asks it, never compares ids. Every agent reports each driver it has as a
+what each runtime is and can do (``profile(runtime)``): code asks it, never compares ids. A runtime's
+settings are one member of ``RuntimeSettings`` (a union told apart by each member's ``runtime`` tag);
+``settings_of(definition)`` (``ModelDefinition.runtime_settings``, ``LaunchSpec.runtime_settings``) is the one
+way to the settings of a model's own runtime. Every agent reports each driver it has as a
 ``RuntimeOffer`` (``AgentStatus.runtime_offers``, ``/api/nodes``' ``runtimes``): available or not,
 the version it really is, where it is, and why it is unavailable when it is.
 """
@@ -13,11 +16,14 @@ the version it really is, where it is, and why it is unavailable when it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent.api.backends import BackendState
+from agent.api.llamacpp import LlamaCppSettings
+from agent.api.mlx import MlxSettings
+from agent.api.vllm import VllmSettings
 
 RuntimeId = Literal["llamacpp", "vllm", "mlx", "external"]
 # The runtimes an agent drives (a node offers each or says why not); ``external`` is none of them.
@@ -70,11 +76,57 @@ PROFILES: dict[RuntimeId, RuntimeProfile] = {p.id: p for p in (
     RuntimeProfile("external", "external endpoint", on_node=False),
 )}
 RUNTIME_LABELS: dict[str, str] = {p.id: p.label for p in PROFILES.values()}
+# The fields of a model definition (and a launch spec) that hold agent runtimes' settings, side by side.
+SETTINGS_FIELDS: tuple[str, ...] = tuple(p.settings_field for p in PROFILES.values() if p.settings_field)
 
 
 def profile(runtime: str) -> RuntimeProfile:
     """The profile of ``runtime``; KeyError for a name no profile has (contracts only carry known ids)."""
     return PROFILES[runtime]  # type: ignore[index]
+
+
+class ExternalSettings(BaseModel):
+    """An external endpoint's settings (``daemon.models.external``): where it is, the model name it knows,
+    and the file holding its key. Today a view of the definition's own fields (``settings_of``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runtime: Literal["external"] = Field(default="external", exclude=True)  # the union's tag
+    base_url: str | None = None
+    provider_model: str | None = None
+    api_key_file: str | None = None
+
+
+# One runtime's settings; its ``runtime`` tag says which member it is.
+RuntimeSettings = Annotated[LlamaCppSettings | VllmSettings | MlxSettings | ExternalSettings,
+                            Field(discriminator="runtime")]
+_EXTERNAL_FIELDS = tuple(name for name in ExternalSettings.model_fields if name != "runtime")
+SettingsType = type[LlamaCppSettings] | type[VllmSettings] | type[MlxSettings] | type[ExternalSettings]
+_SETTINGS_TYPES: dict[str, SettingsType] = {
+    get_args(member.model_fields["runtime"].annotation)[0]: member
+    for member in (LlamaCppSettings, VllmSettings, MlxSettings, ExternalSettings)}
+
+
+def settings_type(runtime: str) -> SettingsType:
+    """The member of ``RuntimeSettings`` that holds ``runtime``'s settings (its tag is ``runtime``)."""
+    return _SETTINGS_TYPES[runtime]
+
+
+def settings_of(holder: Any) -> RuntimeSettings:
+    """The settings of ``holder``'s own runtime (a model definition or a launch spec): the field its
+    profile names (``settings_field``), or for an external endpoint its endpoint fields. The one
+    place that picks a runtime's settings out of the fields side by side."""
+    field = profile(holder.runtime).settings_field
+    if field is None:
+        return ExternalSettings.model_validate({name: getattr(holder, name, None) for name in _EXTERNAL_FIELDS})
+    settings: RuntimeSettings = getattr(holder, field)
+    return settings
+
+
+def settings_update(settings: RuntimeSettings) -> dict[str, Any]:
+    """The ``model_copy(update=...)`` that puts ``settings`` where a definition keeps its runtime's."""
+    field = profile(settings.runtime).settings_field
+    return settings.model_dump() if field is None else {field: settings}
 
 
 class RuntimeOffer(BaseModel):

@@ -126,6 +126,10 @@ class VllmSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # The union's tag (agent.api.runtimes.RuntimeSettings). Never sent or stored: an older agent refuses a
+    # settings key it does not know, and the definition's own ``runtime`` says it.
+    runtime: Literal["vllm"] = Field(default="vllm", exclude=True)
+
     quantization: str | None = _setting("--quantization", "from model", "Weight quantization method.",
                                         pattern=_NAME)
     kv_cache_dtype: KvCacheDtype | None = _setting("--kv-cache-dtype", "auto", "KV cache data type.")

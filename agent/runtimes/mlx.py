@@ -50,7 +50,13 @@ from agent.api.launch_policy import (
     check_extra_args,
     check_mlx_settings,
 )
-from agent.api.mlx import build_args, config_hash, lift_extra_args, served_name_problem
+from agent.api.mlx import (
+    MlxSettings,
+    build_args,
+    config_hash,
+    lift_extra_args,
+    served_name_problem,
+)
 from agent.api.models import LaunchSpec
 from agent.api.runtimes import RuntimeOffer
 from agent.logring import LogRing, LogTailer
@@ -165,16 +171,24 @@ def check_model_folder(model_path: str, models_dir: Path | None) -> None:
             raise SpecRejected(f"model folder {model_path} is a link that leads out of the models folder")
 
 
+def own_settings(spec: LaunchSpec) -> MlxSettings:
+    """The spec's MLX settings (``LaunchSpec.runtime_settings``); a spec for another runtime is refused."""
+    own = spec.runtime_settings
+    if not isinstance(own, MlxSettings):
+        raise SpecRejected(f"the MLX driver cannot start a {spec.runtime} launch spec")
+    return own
+
+
 def check_spec(spec: LaunchSpec, models_dir: Path | None = None) -> None:
     """Refuse an MLX spec that could never start, or reaches beyond its model, before a spawn."""
     try:
         check_env(spec.env)
         check_extra_args(spec.extra_args, spec.model_path, inside=real_inside, runtime="mlx")
-        check_mlx_settings(spec.mlx, spec.model_path, inside=real_inside)
+        check_mlx_settings(own_settings(spec), spec.model_path, inside=real_inside)
     except PolicyViolation as exc:
         raise SpecRejected(str(exc)) from exc
     try:
-        lift_extra_args(spec.mlx, list(spec.extra_args))
+        lift_extra_args(own_settings(spec), list(spec.extra_args))
     except ValueError as exc:
         raise SpecRejected(f"extra_args: {exc}") from exc
     link_parts(spec.served_name)
@@ -192,7 +206,7 @@ def child_env(spec_env: Mapping[str, str], environ: Mapping[str, str] | None = N
 
 def build_command(spec: LaunchSpec, port: int) -> list[str]:
     """mlx_lm.server's argv after the executable for ``spec`` on ``port``: pure, golden-tested."""
-    return build_args(spec.mlx, spec.model_path, spec.served_name, port, spec.extra_args)
+    return build_args(own_settings(spec), spec.model_path, spec.served_name, port, spec.extra_args)
 
 
 def _model_ids(body: object) -> list[str] | None:
@@ -308,7 +322,7 @@ class MlxDriver:
             executable=str(exe), port=port,
             api_key=secrets.token_urlsafe(32),  # mlx_lm.server checks none; the proxy's header is ignored
             argv=argv, model_path=spec.model_path, served_name=spec.served_name,
-            config_hash=config_hash(spec.mlx, spec.model_path, spec.served_name, spec.extra_args),
+            config_hash=config_hash(own_settings(spec), spec.model_path, spec.served_name, spec.extra_args),
             started_at=time.time(), startup_timeout_s=spec.startup_timeout_s)
         return RuntimeRun(RUNTIME_NAME, process, record, tailer)
 

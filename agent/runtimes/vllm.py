@@ -55,7 +55,13 @@ import psutil
 from agent.api.launch_policy import PolicyViolation, check_launch
 from agent.api.models import GpuInfo, LaunchSpec
 from agent.api.runtimes import RuntimeId, RuntimeOffer
-from agent.api.vllm import CONTAINER_PORT, MODELS_MOUNT, build_args, config_hash
+from agent.api.vllm import (
+    CONTAINER_PORT,
+    MODELS_MOUNT,
+    VllmSettings,
+    build_args,
+    config_hash,
+)
 from agent.logring import LogRing
 from agent.paths import AgentPaths
 from agent.records import ProcessRecord
@@ -210,6 +216,14 @@ def model_mount(model_path: str, models_dir: Path) -> tuple[str, str]:
     host = model_path if os.path.isabs(model_path) else str(models_dir / model_path)
     inner = os.path.basename(os.path.normpath(model_path)) if os.path.isabs(model_path) else model_path
     return os.path.normpath(host), inner.strip("/")
+
+
+def own_settings(spec: LaunchSpec) -> VllmSettings:
+    """The spec's vLLM settings (``LaunchSpec.runtime_settings``); a spec for another runtime is refused."""
+    own = spec.runtime_settings
+    if not isinstance(own, VllmSettings):
+        raise SpecRejected(f"the vLLM driver cannot start a {spec.runtime} launch spec")
+    return own
 
 
 def budget_gib(spec: LaunchSpec) -> float | None:
@@ -624,18 +638,18 @@ class VllmDriver:
         _, inner = model_mount(spec.model_path, self.paths.models_dir)
         total = self._total_gib()
         budget = budget_gib(spec)
-        return build_args(spec.vllm, inner, spec.served_name, list(spec.extra_args),
+        return build_args(own_settings(spec), inner, spec.served_name, list(spec.extra_args),
                           budget if total is not None else None, total)
 
     def config_hash(self, spec: LaunchSpec) -> str:
-        return config_hash(self.image_for(spec), spec.vllm, spec.model_path, spec.served_name,
+        return config_hash(self.image_for(spec), own_settings(spec), spec.model_path, spec.served_name,
                            list(spec.extra_args), budget_gib(spec))
 
     def check(self, spec: LaunchSpec) -> None:
         if self.platform != "linux":
             raise NoRuntime("vLLM containers run on Linux nodes only")
         try:
-            check_launch(RUNTIME, spec.extra_args, spec.env, spec.model_path, vllm_settings=spec.vllm)
+            check_launch(RUNTIME, spec.extra_args, spec.env, spec.model_path, vllm_settings=own_settings(spec))
         except PolicyViolation as exc:
             raise SpecRejected(str(exc)) from exc
         host, _ = model_mount(spec.model_path, self.paths.models_dir)

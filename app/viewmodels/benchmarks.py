@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
-from daemon.api.contracts import RUNTIME_LABELS, profile
+from daemon.api.contracts import RUNTIME_LABELS, VllmSettings, settings_type
 from daemon.api.jobs import BenchmarkRequest, JobView, PresetId, TuningResult
 from daemon.api.models import Event
 from daemon.api.protocol import DaemonApi
@@ -102,6 +102,8 @@ def _shown(value: Any) -> str:
 def _diff(prefix: str, saved: BaseModel, best: BaseModel) -> tuple[SettingChange, ...]:
     changes = []
     for name, info in type(saved).model_fields.items():
+        if info.exclude:  # the union's tag
+            continue
         a, b = getattr(saved, name), getattr(best, name)
         if a != b:
             extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
@@ -111,7 +113,7 @@ def _diff(prefix: str, saved: BaseModel, best: BaseModel) -> tuple[SettingChange
 
 def settings_changes(result: TuningResult) -> tuple[SettingChange, ...]:
     """The settings the winner changes, from the runtime's own fields; () without a winner."""
-    if profile(result.runtime).settings_field == "vllm":
+    if issubclass(settings_type(result.runtime), VllmSettings):
         if result.winner_vllm is None or result.saved_vllm is None:
             return ()
         return _diff("vllm.", result.saved_vllm, result.winner_vllm)
@@ -136,7 +138,7 @@ def describe_changes(result: TuningResult) -> list[str]:
     lines = [f"{label} settings the best run changes:"]
     lines += [f"  {c.flag or c.key}: {c.saved} → {c.best}" for c in changes]
     config = winner_config(result)
-    if profile(result.runtime).settings_field == "vllm" and config:
+    if issubclass(settings_type(result.runtime), VllmSettings) and config:
         lines.append(f"  vLLM runs it as: {config}")
     return lines
 

@@ -36,21 +36,17 @@ from daemon.api.contracts import (
     PROFILES,
     RUNTIME_LABELS,
     RUNTIMES,
-    LlamaCppSettings,
-    MlxSettings,
-    VllmSettings,
     profile,
+    settings_type,
 )
 from daemon.api.models import ModelDefinition, Preset
 
 SETTINGS_PREFIX = "settings."
 MODEL_CLASSES = typing.get_args(ModelDefinition.model_fields["model_class"].annotation)
 
-# runtime id -> (the ModelDefinition field holding its settings, the settings model), from its profile
-_SETTINGS_MODELS: dict[str, type[BaseModel]] = {"settings": LlamaCppSettings, "vllm": VllmSettings,
-                                                "mlx": MlxSettings}
+# runtime id -> (the ModelDefinition field holding its settings, the settings model), from the registry
 RUNTIME_SECTIONS: dict[str, tuple[str, type[BaseModel]]] = {
-    p.id: (p.settings_field, _SETTINGS_MODELS[p.settings_field]) for p in PROFILES.values() if p.settings_field}
+    p.id: (p.settings_field, settings_type(p.id)) for p in PROFILES.values() if p.settings_field}
 EXTERNAL = "external"  # no agent runs it: no node, no file, no settings section
 ENDPOINT_GROUP = "Endpoint"
 _MODEL_PATH_HELP = {"llamacpp": "Path of the GGUF file on the node.",
@@ -146,6 +142,8 @@ def runtime_fields(runtime: str, model: type[BaseModel] | None = None) -> tuple[
     section, default_model = RUNTIME_SECTIONS[runtime]
     specs = []
     for name, info in (model or default_model).model_fields.items():
+        if info.exclude:  # the union's tag (agent.api.runtimes.RuntimeSettings): no row
+            continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         kind, values = _kind_of(info.annotation)
         default = extra.get("runtime_default", None)

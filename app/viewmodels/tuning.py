@@ -30,7 +30,12 @@ from app.viewmodels.benchmarks import (
 )
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
-from daemon.api.contracts import RUNTIME_LABELS, RuntimeId, profile
+from daemon.api.contracts import (
+    RUNTIME_LABELS,
+    RuntimeId,
+    VllmSettings,
+    settings_type,
+)
 from daemon.api.jobs import (
     PRESETS,
     CandidateResult,
@@ -67,7 +72,7 @@ VLLM_SEARCH_TEXT: dict[str, str] = {
 
 def search_text(runtime: str) -> dict[str, str]:
     """What quick and full search try, for the model's runtime."""
-    return VLLM_SEARCH_TEXT if profile(runtime).settings_field == "vllm" else SEARCH_TEXT
+    return VLLM_SEARCH_TEXT if issubclass(settings_type(runtime), VllmSettings) else SEARCH_TEXT
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 ``daemon.api``.
 
 A ``ModelDefinition`` carries one settings model per runtime (``LlamaCppSettings``, ``VllmSettings``,
-``MlxSettings``: their fields hold the flag, default and unit the settings editor is built from) and
+``MlxSettings``: their fields hold the flag, default and unit the settings editor is built from; each a member
+of ``RuntimeSettings``, ``settings_type(runtime)`` its class, ``definition.runtime_settings`` its own) and
 names its runtime (``RuntimeId``, shown with ``RUNTIME_LABELS``), a node and a host snapshot carry
 ``GpuInfo``, fits and transfers carry the source shapes, and pairing shows and reads codes and
 fingerprints the agent's way.
@@ -21,9 +22,13 @@ from agent.api.runtimes import (
     PROFILES,
     RUNTIME_LABELS,
     RUNTIMES,
+    ExternalSettings,
     RuntimeId,
     RuntimeProfile,
+    RuntimeSettings,
     profile,
+    settings_type,
+    settings_update,
 )
 from agent.api.sources import (
     FitReport,
@@ -48,6 +53,7 @@ __all__ = [
     "BackendSetting",
     "BackendState",
     "Device",
+    "ExternalSettings",
     "FitReport",
     "GgufSummary",
     "GpuEcc",
@@ -63,10 +69,13 @@ __all__ = [
     "OllamaModelInfo",
     "RuntimeId",
     "RuntimeProfile",
+    "RuntimeSettings",
     "TransferState",
     "VllmSettings",
     "format_code",
     "normalize_code",
     "profile",
+    "settings_type",
+    "settings_update",
     "short_fingerprint",
 ]

@@ -101,10 +101,10 @@ class ReadBack:
 def read_back(definition: ModelDefinition, argv: list[str]) -> ReadBack:
     """llama.cpp's ``parse_args`` for a llama.cpp model, vLLM's ``parse_cmd`` for a vLLM one (MLX's
     flags are the definition's: its argv is not read back)."""
-    settings = profile(definition.runtime).settings_field
-    if settings == "vllm":
+    own = definition.runtime_settings
+    if isinstance(own, VllmSettings):
         if not argv:
-            return ReadBack(LlamaCppSettings(), definition.vllm, list(definition.extra_args))
+            return ReadBack(LlamaCppSettings(), own, list(definition.extra_args))
         vllm_settings, _model, _served, rest = parse_cmd(argv)
         return ReadBack(LlamaCppSettings(), vllm_settings, rest, _utilization(argv))
     if profile(definition.runtime).flags_lifted and argv:
@@ -143,8 +143,9 @@ async def run_benchmark(ctx: JobContext, job: Job, definition: ModelDefinition,
         ctx.publish()
 
     target = ctx.access.target(instance, definition.served_name, request.suite.request_timeout_s)
-    fallback = definition.vllm.max_num_seqs if profile(definition.runtime).settings_field == "vllm" \
-        else definition.settings.parallel
+    own = definition.runtime_settings
+    fallback = own.max_num_seqs if isinstance(own, VllmSettings) else \
+        own.parallel if isinstance(own, LlamaCppSettings) else None
     outcome, _plan, slots = await measure(target, preset, request.suite, fallback_slots=fallback, progress=progress)
     ctx.watch(job, definition.id)()
     overhead = None

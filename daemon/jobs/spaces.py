@@ -16,7 +16,7 @@ from typing import Any
 from agent.api import llamacpp, vllm
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import AgentStatus, LaunchSpec
-from agent.api.runtimes import profile
+from agent.api.runtimes import profile, settings_update
 from agent.api.vllm import VllmSettings
 from daemon.api.jobs import CandidateResult, TuneRequest, TuningResult
 from daemon.api.models import LOCAL_NODE, ModelDefinition
@@ -186,7 +186,8 @@ def model_folder(definition: ModelDefinition) -> Path | None:
 def vllm_machine(definition: ModelDefinition, status: AgentStatus | None,
                  folder: Path | None = None) -> tuple[VllmMachine, list[str]]:
     """(the vLLM search's view of the model and its node, extra_args normalized)."""
-    saved, rest = vllm.normalize(definition.vllm, definition.extra_args)
+    own = definition.runtime_settings
+    saved, rest = vllm.normalize(own if isinstance(own, VllmSettings) else VllmSettings(), definition.extra_args)
     budget = definition.memory_budget_gib
     gpus = status.gpus if status is not None else []
     if budget is None and gpus:
@@ -200,7 +201,7 @@ def vllm_machine(definition: ModelDefinition, status: AgentStatus | None,
 
 def space_for(definition: ModelDefinition, status: AgentStatus) -> SearchSpace:
     """The search space of ``definition.runtime``; MLX has none yet."""
-    if profile(definition.runtime).settings_field == "vllm":
+    if isinstance(definition.runtime_settings, VllmSettings):
         machine, rest = vllm_machine(definition, status)
         return VllmSpace(definition, machine, rest)
     if not profile(definition.runtime).tunable:
@@ -232,25 +233,27 @@ def applied(definition: ModelDefinition, result: TuningResult) -> ModelDefinitio
     """The saved definition with the winner's settings written onto it: only what the winner
     changed from the run's saved settings, so edits made since the run stay. A vLLM definition is
     normalized first, so no owned flag is left in ``extra_args`` to override what is applied."""
-    if profile(result.runtime).settings_field == "vllm":
+    own = definition.runtime_settings  # the job manager has checked it is the run's runtime
+    if isinstance(own, VllmSettings):
         winner, saved = result.winner_vllm, result.saved_vllm or VllmSettings()
         if winner is None:
             raise ValueError("this run has no vLLM winner")
-        current, rest = vllm.normalize(definition.vllm, definition.extra_args)
+        current, rest = vllm.normalize(own, definition.extra_args)
         changed = {k: getattr(winner, k) for k in VllmSettings.model_fields if getattr(winner, k) != getattr(saved, k)}
-        return definition.model_copy(update={"vllm": current.model_copy(update=changed), "extra_args": rest})
-    if result.winner_settings is None:
+        return definition.model_copy(update={**settings_update(current.model_copy(update=changed)), "extra_args": rest})
+    if result.winner_settings is None or not isinstance(own, LlamaCppSettings):
         raise ValueError("this run has no llama.cpp winner")
     changed = {k: v for k, v in result.winner_settings.model_dump().items() if getattr(result.saved_settings, k) != v}
-    return definition.model_copy(update={"settings": definition.settings.model_copy(update=changed)})
+    return definition.model_copy(update=settings_update(own.model_copy(update=changed)))
 
 
 def embedding_model(definition: ModelDefinition) -> bool:
     """Measured on the Embeddings preset: llama.cpp's embeddings switch, or a vLLM pooling runner."""
-    if profile(definition.runtime).settings_field == "vllm":
+    own = definition.runtime_settings
+    if isinstance(own, VllmSettings):
         try:
-            _, rest = vllm.normalize(definition.vllm, definition.extra_args)
+            _, rest = vllm.normalize(own, definition.extra_args)
         except ValueError:
             rest = definition.extra_args
         return is_pooling(rest, definition.tags)
-    return definition.settings.embeddings
+    return isinstance(own, LlamaCppSettings) and own.embeddings

@@ -19,7 +19,7 @@ from agent.api.backends import BackendChoice
 from agent.api.client import AgentError
 from agent.api.models import InstanceInfo, LaunchSpec
 from agent.api.rpc import RpcPeer
-from agent.api.runtimes import profile
+from agent.api.runtimes import SETTINGS_FIELDS, profile
 from daemon.api.models import AUTO_NODE, ModelDefinition, ModelState, ModelStatus
 from daemon.events import EventBus
 from daemon.models import placement
@@ -106,8 +106,8 @@ class Orchestrator:
     def launch_spec(definition: ModelDefinition, force: bool = False,
                     rpc_peers: list[RpcPeer] | None = None, backend: BackendChoice = "auto") -> LaunchSpec:
         return LaunchSpec(backend=backend, instance_id=definition.id, runtime=definition.runtime, model_path=definition.model_path,
-                          served_name=definition.served_name, settings=definition.settings,
-                          vllm=definition.vllm, mlx=definition.mlx, image=definition.image,
+                          served_name=definition.served_name, image=definition.image,
+                          **{field: getattr(definition, field) for field in SETTINGS_FIELDS},
                           runtime_version=definition.runtime_version,
                           extra_args=definition.extra_args, env=definition.env,
                           startup_timeout_s=definition.startup_timeout_s, force=force,

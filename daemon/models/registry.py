@@ -10,10 +10,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agent.api.llamacpp import config_hash, lift_extra_args
+from agent.api.llamacpp import LlamaCppSettings, config_hash, lift_extra_args
+from agent.api.mlx import MlxSettings
 from agent.api.mlx import config_hash as mlx_config_hash
 from agent.api.mlx import lift_extra_args as mlx_lift_extra_args
-from agent.api.runtimes import RUNTIME_LABELS, RuntimeOffer, profile
+from agent.api.runtimes import RUNTIME_LABELS, RuntimeOffer, profile, settings_update
+from agent.api.vllm import VllmSettings
 from agent.api.vllm import config_hash as vllm_config_hash
 from agent.api.vllm import normalize as vllm_normalize
 from core.json_store import JsonStore, UnreadableStore
@@ -57,19 +59,19 @@ class _RegistryFile(BaseModel):
 
 def normalize(definition: ModelDefinition) -> ModelDefinition:
     """Lift typed flags out of ``extra_args`` so the settings own them (the runtime's own settings)."""
-    settings = profile(definition.runtime).settings_field
-    if settings == "vllm":
+    own = definition.runtime_settings
+    lifted: VllmSettings | MlxSettings | LlamaCppSettings
+    if isinstance(own, VllmSettings):
         try:
-            vllm, rest = vllm_normalize(definition.vllm, definition.extra_args)
+            lifted, rest = vllm_normalize(own, definition.extra_args)
         except ValueError as exc:  # refused on save (400); one stored before is kept as it is
             _LOGGER.warning("model %s: vLLM extra_args left as they are: %s", definition.id, exc)
             return definition
-        return definition.model_copy(update={"vllm": vllm, "extra_args": rest})
-    if settings == "mlx":
-        mlx, rest = mlx_lift_extra_args(definition.mlx, definition.extra_args)
-        return definition.model_copy(update={"mlx": mlx, "extra_args": rest})
-    settings, rest = lift_extra_args(definition.settings, definition.extra_args)
-    return definition.model_copy(update={"settings": settings, "extra_args": rest})
+    elif isinstance(own, MlxSettings):
+        lifted, rest = mlx_lift_extra_args(own, definition.extra_args)
+    else:  # llama.cpp (and an endpoint's unused llama.cpp settings, as ever)
+        lifted, rest = lift_extra_args(definition.settings, definition.extra_args)
+    return definition.model_copy(update={**settings_update(lifted), "extra_args": rest})
 
 
 _HASHES: dict[int, tuple[ModelDefinition, str]] = {}
@@ -93,16 +95,15 @@ def definition_hash(definition: ModelDefinition) -> str:
     cached = _HASHES.get(id(definition))
     if cached is not None and cached[0] is definition:
         return cached[1]
-    settings = profile(definition.runtime).settings_field
-    if settings == "vllm":
+    own = definition.runtime_settings
+    if isinstance(own, VllmSettings):
         try:
-            value = vllm_config_hash(definition.image, definition.vllm, definition.model_path,
+            value = vllm_config_hash(definition.image, own, definition.model_path,
                                      definition.served_name, definition.extra_args, definition.memory_budget_gib)
         except ValueError:  # extra_args stored before they were checked: a hash no run matches
             value = "unreadable-args"
-    elif settings == "mlx":
-        value = mlx_config_hash(definition.mlx, definition.model_path, definition.served_name,
-                                definition.extra_args)
+    elif isinstance(own, MlxSettings):
+        value = mlx_config_hash(own, definition.model_path, definition.served_name, definition.extra_args)
     else:
         value = config_hash(definition.settings, definition.model_path, definition.served_name,
                             definition.extra_args, definition.adapters, rpc_nodes=definition.rpc_nodes)

@@ -134,6 +134,7 @@ def test_config_hash_follows_what_runs() -> None:
 
 def test_settings_schema_names_flag_default_and_unit() -> None:
     props = MlxSettings.model_json_schema()["properties"]
+    assert props.pop("runtime")["const"] == "mlx"  # the settings union's tag (agent.api.runtimes): no flag
     assert props["max_tokens"]["flag"] == "--max-tokens" and props["max_tokens"]["runtime_default"] == 512
     assert props["decode_concurrency"]["unit"] == "requests"
     assert all({"flag", "runtime_default", "unit"} <= set(p) for p in props.values())

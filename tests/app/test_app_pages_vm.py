@@ -22,7 +22,7 @@ from daemon.api.models import DaemonSettings, HistoryPoint, ModelState
 # --- settings editor ------------------------------------------------------------------------------
 def test_every_llamacpp_setting_has_an_editor_row_with_its_flag_unit_and_default() -> None:
     specs = {s.key: s for s in llamacpp_fields()}
-    assert set(specs) == {f"settings.{name}" for name in LlamaCppSettings.model_fields}
+    assert set(specs) == {f"settings.{name}" for name in LlamaCppSettings.model_fields} - {"settings.runtime"}
     ctx = specs["settings.ctx_size"]
     assert (ctx.kind, ctx.flag, ctx.unit, ctx.placeholder) == ("int", "--ctx-size", "tokens", "default: from model")
     assert specs["settings.flash_attn"].choices == ("on", "off", "auto")

@@ -202,7 +202,8 @@ REGISTRY = Path("agent/api/runtimes.py")
 
 def _names_a_runtime(node: ast.expr) -> bool:
     name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
-    return name == "runtime" or name.endswith("_runtime")
+    # settings_field == "vllm" is a runtime switch in disguise: the settings' type says it (settings_type)
+    return name in ("runtime", "settings_field") or name.endswith("_runtime")
 
 
 def _a_runtime_id(node: ast.expr) -> bool:
@@ -242,3 +243,44 @@ def test_the_runtime_switch_check_sees_one() -> None:
     assert runtime_switches("y = runtime != EXTERNAL") == [1]
     assert runtime_switches("z = profile(definition.runtime).takes_folder") == []
     assert runtime_switches("w = form.runtime != self.runtime") == []
+    assert runtime_switches('v = profile(definition.runtime).settings_field == "vllm"') == [1]
+
+
+# --- a runtime's settings are read through the accessor (``definition.runtime_settings``) ------------
+SIDE_BY_SIDE = {"vllm", "mlx"}  # the definition's and launch spec's fields of one runtime's settings each
+CONTRACTS = ("agent/api/", "daemon/api/")  # where those fields are declared (and the registry reads them)
+# A run's records keep the vLLM settings it ran under the same name (daemon.api.jobs CandidateResult.vllm,
+# BenchmarkResult.vllm, mirrored by daemon.jobs.runs.ReadBack): a result, not a model's own settings.
+RESULT_RECORDS = {"cand", "ran"}
+
+
+def settings_reads(source: str) -> list[int]:
+    """Lines that read one runtime's settings by field name (``definition.vllm``, ``spec.mlx``)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in SIDE_BY_SIDE and isinstance(node.ctx, ast.Load):
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if name not in RESULT_RECORDS:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_a_runtimes_settings_are_read_through_the_accessor() -> None:
+    found = []
+    for package in ("core", "agent", "daemon", "app", "mirbadllm", "installers", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(CONTRACTS):
+                continue
+            found += [f"{relative}:{line}" for line in settings_reads(path.read_text(encoding="utf-8"))]
+    assert found == [], "read definition.runtime_settings (agent.api.runtimes.settings_of), not .vllm / .mlx"
+
+
+def test_the_settings_read_check_sees_one() -> None:
+    assert settings_reads("n = definition.vllm.max_num_seqs") == [1]
+    assert settings_reads("check(spec.mlx, path)") == [1]
+    assert settings_reads("x = self.definition.vllm") == [1]
+    assert settings_reads("s = definition.runtime_settings") == []
+    assert settings_reads("w = cand.vllm") == []  # a tuning candidate's record
+    assert settings_reads("update = {'vllm': settings}") == []

@@ -275,6 +275,7 @@ def test_settings_schema_names_each_flag_for_the_editor() -> None:
     flags = {name: prop.get("flag") for name, prop in schema["properties"].items()}
     assert flags["max_num_batched_tokens"] == "--max-num-batched-tokens"
     assert flags["speculative"] == "--speculative-config"
+    assert flags.pop("runtime") is None  # the settings union's tag (agent.api.runtimes.RuntimeSettings): no flag
     assert all(flags.values()), flags
     assert json.dumps(schema)  # serializable for the app
 
