@@ -16,6 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# With PYTHONDONTWRITEBYTECODE set, every pytest process (each xdist worker) compiled and
+# assertion-rewrote all it imports again: about half of a worker's collection time. Keep the
+# source tree as clean as asked, and cache this process's bytecode beside it instead.
+if sys.dont_write_bytecode and not sys.pycache_prefix:
+    sys.pycache_prefix = str(Path.home() / ".cache" / "mirbadllm-tests" / "pycache")
+    sys.dont_write_bytecode = False
+
 from tests.fakes import write_fake_runtime
 from tests.fakes.gguf_files import gguf_bytes
 from tests.fakes.keychain import MemoryKeychain
