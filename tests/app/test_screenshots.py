@@ -57,7 +57,8 @@ def test_every_dialog_class_has_a_screenshot() -> None:
 @pytest.mark.gui
 @pytest.mark.slow
 def test_the_screenshots_run_writes_every_listed_picture(tmp_path: Path) -> None:
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    # Every page still settles (loop and Qt run between grabs), for a tenth of the docs' time.
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MIRBADLLM_SCREENSHOT_SETTLE": "0.1"}
     done = subprocess.run([sys.executable, "-m", "app.screenshots", str(tmp_path)], check=False, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
