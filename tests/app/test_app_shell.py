@@ -91,13 +91,15 @@ def test_a_chart_of_counts_never_shows_a_negative_axis(qapp: QApplication) -> No
 
 @pytest.mark.slow
 def test_screenshot_tool_writes_every_page_at_1280x800(qloop: Any, qapp: QApplication, qtbot: Any,
-                                                        tmp_path: Path) -> None:
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
     from PySide6.QtGui import QImage
 
+    from app import screenshots
     from app.screenshots import shoot
 
+    monkeypatch.setattr(screenshots, "SETTLE_SCALE", 0.1)  # pages still settle, for a tenth of the docs' time
     task = asyncio.ensure_future(shoot(qapp, tmp_path, modes=("light",)))
     qtbot.waitUntil(task.done, timeout=30_000)
     names = {p.stem for p in task.result()}
