@@ -87,7 +87,14 @@ async def read_json(request: web.Request, limit: int, empty: Any = _NO_DEFAULT) 
     body is ``empty`` when given."""
     if request.content_length is not None and request.content_length > limit:
         raise DaemonProblem(413, "request_too_large", "Request body is too large.")
-    raw = await request.read()
+    chunks: list[bytes] = []  # read here, not by request.read(): that stops at the app's 1 MiB, not at limit
+    size = 0
+    while chunk := await request.content.readany():
+        size += len(chunk)
+        if size > limit:
+            raise DaemonProblem(413, "request_too_large", "Request body is too large.")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if empty is not _NO_DEFAULT and not raw.strip():
         return empty
     try:

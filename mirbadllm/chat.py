@@ -37,7 +37,12 @@ import aiohttp
 
 from agent.api.client import iter_sse_data
 from daemon.api.client import DaemonClient, DaemonError
-from daemon.api.conversations import ConversationCreate, ConversationMessage
+from daemon.api.conversations import (
+    MAX_SAVED_IMAGE_BYTES,
+    ConversationCreate,
+    ConversationImage,
+    ConversationMessage,
+)
 from daemon.api.hub import is_short_name
 from daemon.api.models import ModelState, ModelView
 from daemon.api.sources import FitQuery
@@ -143,8 +148,12 @@ class ChatSaver:
     def restart(self) -> None:
         self.chat_id = None
 
-    async def add(self, line: str, answer: str, images: list[str]) -> None:
-        messages = [ConversationMessage(role="user", content=line, images=images),
+    async def add(self, line: str, answer: str, images: list[tuple[str, str]]) -> None:
+        """Save one exchange; ``images`` are (name, data URL): kept up to MAX_SAVED_IMAGE_BYTES, else named."""
+        kept = [ConversationImage(name=name, data_url=url) for name, url in images
+                if (len(url) - url.find(",") - 1) * 3 // 4 <= MAX_SAVED_IMAGE_BYTES]
+        messages = [ConversationMessage(role="user", content=line, images=[name for name, _ in images],
+                                        attachments=kept),
                     ConversationMessage(role="assistant", content=answer, model=self.model)]
         try:
             if self.chat_id is None:
@@ -269,7 +278,8 @@ class Chat:
     async def _turn(self, session: aiohttp.ClientSession, text: str) -> None:
         self.answering = asyncio.get_running_loop().create_task(self.answer(session, text))
         try:
-            answer, images = await self.answering, list(self.conversation.image_names)
+            answer = await self.answering
+            images = list(zip(self.conversation.image_names, self.conversation.images, strict=True))
             self.conversation.answered(text, answer)
             if self.saver is not None:
                 await self.saver.add(text, answer, images)

@@ -84,7 +84,7 @@ class AnswerStats:
 @dataclass(frozen=True)
 class ImageAttachment:
     name: str
-    data_url: str  # "" for an image of a reopened chat: only its name was saved
+    data_url: str  # "" for an image of a reopened chat that kept only its name (older, or too big to keep)
 
 
 @dataclass(frozen=True)
@@ -316,6 +316,9 @@ class PlaygroundViewModel(SavedChats):
         s = self.state.value
         if s.busy or len(s.messages) < 2 or s.messages[-1].role != "assistant" or not s.model:
             return None
+        if any(i.data_url for m in s.messages for i in m.images) and (why := self.cannot_see()):
+            self.state.set(replace(s, notice=why))  # a saved chat's images go again, and this model cannot see
+            return None
         return self._start(s.messages[:-1], len(s.messages) - 1)
 
     def edit(self, index: int, text: str) -> asyncio.Task[None] | None:
@@ -425,7 +428,7 @@ class PlaygroundViewModel(SavedChats):
 
 def _content(message: ChatMessage) -> str | list[dict[str, Any]]:
     """A message's content for /v1: its text, or (with images) the text and each image as a part."""
-    images = [image for image in message.images if image.data_url]  # a reopened chat's have no data
+    images = [image for image in message.images if image.data_url]  # one kept only by name has no data
     if not images:
         return message.content
     return [{"type": "text", "text": message.content},

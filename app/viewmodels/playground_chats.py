@@ -3,7 +3,9 @@ the app and ``mirbadllm ctl chats`` see the same list; listed, reopened, renamed
 
 After every answer (finished, failed or stopped) the messages that changed are written: a new chat
 is created with all of them; a later turn appends; a regenerate or an edit replaces what followed the
-first changed message (``keep``). Writes go one at a time, in order, each to the chat it belongs
+first changed message (``keep``). Images are kept with their message (up to the daemon's
+``MAX_SAVED_IMAGE_BYTES`` each; a bigger one keeps only its name), so a reopened chat shows them and
+a regenerate or an edit sends them again. Writes go one at a time, in order, each to the chat it belongs
 to even when another is shown by then (a chat is known by its generation: every new or reopened
 chat is a new one). A failed write never stops the chat: the page says it was not saved and why.
 """
@@ -17,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.api.client import DaemonError
 from daemon.api.conversations import (
+    MAX_SAVED_IMAGE_BYTES,
     ConversationCreate,
+    ConversationImage,
     ConversationMessage,
     ExportFormat,
 )
@@ -25,15 +29,32 @@ from daemon.api.conversations import (
 if TYPE_CHECKING:
     from app.viewmodels.fleet import FleetViewModel
     from app.viewmodels.observable import Observable
-    from app.viewmodels.playground import ChatMessage, PlaygroundState
+    from app.viewmodels.playground import ChatMessage, ImageAttachment, PlaygroundState
 
 _LOGGER = logging.getLogger(__name__)
+
+
+def _keepable(data_url: str) -> bool:
+    """Small enough to keep (the base64 after the comma is 4/3 of the bytes)."""
+    return bool(data_url) and (len(data_url) - data_url.find(",") - 1) * 3 // 4 <= MAX_SAVED_IMAGE_BYTES
 
 
 def to_saved(message: ChatMessage) -> ConversationMessage:
     return ConversationMessage(role="user" if message.role == "user" else "assistant", content=message.content,
                                reasoning=message.reasoning or None, model=message.model,
-                               images=[image.name for image in message.images], error=message.error)
+                               images=[image.name for image in message.images], error=message.error,
+                               attachments=[ConversationImage(name=image.name, data_url=image.data_url)
+                                            for image in message.images if _keepable(image.data_url)])
+
+
+def _reopened_images(message: ConversationMessage, attachment: type[ImageAttachment]) -> tuple[ImageAttachment, ...]:
+    """A saved message's images: the kept ones with their bytes, the others by name only."""
+    kept = [image.data_url for image in message.attachments]
+    names = list(message.images) or [image.name for image in message.attachments]
+    by_name = {image.name: image.data_url for image in message.attachments}
+    if len(kept) == len(names):
+        return tuple(attachment(name, data) for name, data in zip(names, kept, strict=True))
+    return tuple(attachment(name, by_name.get(name, "")) for name in names)
 
 
 class SavedChats:
@@ -106,7 +127,7 @@ class SavedChats:
         await self.saved()
         chat = await self.fleet.client.get_conversation(conversation_id)
         messages = tuple(ChatMessage(role=m.role, content=m.content, model=m.model, reasoning=m.reasoning or "",
-                                     error=m.error, images=tuple(ImageAttachment(name, "") for name in m.images))
+                                     error=m.error, images=_reopened_images(m, ImageAttachment))
                          for m in chat.messages if m.role != "system")
         s = self.state.value
         changes: dict[str, Any] = {"messages": messages, "conversation_id": chat.id, "system_prompt": chat.system_prompt,

@@ -1,7 +1,8 @@
 """``ConversationStore``: saved chats in ``conversations.sqlite`` (WAL), on a thread of their own.
 
-Two tables: ``conversations`` (one row a chat: title, model, system prompt, times) and ``messages``
-(one row a message, numbered from 0 by ``seq`` within its chat). Appending after the first ``keep``
+Three tables: ``conversations`` (one row a chat: title, model, system prompt, times), ``messages``
+(one row a message, numbered from 0 by ``seq`` within its chat) and ``message_images`` (the bytes of
+a message's kept images, a BLOB each, returned as data URLs). Appending after the first ``keep``
 messages deletes the later ones in the same transaction, so a regenerate or an edit never leaves a
 chat half-replaced. A chat's id is a random hex string; an unknown one is ``None`` here and a 404 in
 the API.
@@ -22,9 +23,12 @@ from daemon.api.conversations import (
     Conversation,
     ConversationAppend,
     ConversationCreate,
+    ConversationImage,
     ConversationMessage,
     ConversationSummary,
+    data_url,
     default_title,
+    image_bytes,
 )
 from daemon.sqlite_worker import SqliteWorker
 
@@ -38,6 +42,9 @@ CREATE TABLE IF NOT EXISTS conversations (id TEXT PRIMARY KEY, title TEXT NOT NU
 CREATE TABLE IF NOT EXISTS messages (conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     seq INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, reasoning TEXT, model TEXT NOT NULL,
     images TEXT NOT NULL, error TEXT, created_at REAL NOT NULL, PRIMARY KEY (conversation_id, seq));
+CREATE TABLE IF NOT EXISTS message_images (conversation_id TEXT NOT NULL
+    REFERENCES conversations(id) ON DELETE CASCADE, seq INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL,
+    media_type TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (conversation_id, seq, idx));
 CREATE INDEX IF NOT EXISTS conversations_updated ON conversations(updated_at);
 """
 _SUMMARY = ("SELECT c.id, c.title, c.model, c.created_at, c.updated_at,"
@@ -77,10 +84,16 @@ class ConversationStore(SqliteWorker):
             return None
         system = self._db.execute("SELECT system_prompt FROM conversations WHERE id = ?",
                                   (conversation_id,)).fetchone()[0]
-        messages = self._db.execute("SELECT role, content, reasoning, model, images, error, created_at FROM messages"
+        messages = self._db.execute("SELECT seq, role, content, reasoning, model, images, error, created_at FROM messages"
                                     " WHERE conversation_id = ? ORDER BY seq", (conversation_id,)).fetchall()
+        kept: dict[int, list[ConversationImage]] = {}
+        for seq, name, media_type, data in self._db.execute(
+                "SELECT seq, name, media_type, data FROM message_images WHERE conversation_id = ? ORDER BY seq, idx",
+                (conversation_id,)):
+            kept.setdefault(seq, []).append(ConversationImage.model_construct(name=name,
+                                                                              data_url=data_url(media_type, data)))
         return Conversation(**_summary(row).model_dump(), system_prompt=system,
-                            messages=[_message(m) for m in messages])
+                            messages=[_message(m[1:], kept.get(m[0], [])) for m in messages])
 
     # --- writes -------------------------------------------------------------------------------
     async def create(self, new: ConversationCreate) -> Conversation:
@@ -104,6 +117,10 @@ class ConversationStore(SqliteWorker):
             "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(conversation_id, first + i, m.role, m.content, m.reasoning, m.model, json.dumps(m.images), m.error,
               m.created_at or now) for i, m in enumerate(messages)])
+        self._db.executemany(
+            "INSERT INTO message_images VALUES (?, ?, ?, ?, ?, ?)",
+            [(conversation_id, first + i, j, image.name, *image_bytes(image.data_url))
+             for i, m in enumerate(messages) for j, image in enumerate(m.attachments)])
 
     async def append(self, conversation_id: str, change: ConversationAppend) -> Conversation | None:
         """Keep the first ``change.keep`` messages (all when unset), then add ``change.messages``."""
@@ -121,6 +138,8 @@ class ConversationStore(SqliteWorker):
             count = row[1]
             keep = count if change.keep is None else min(change.keep, count)
             self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND seq >= ?", (conversation_id, keep))
+            self._db.execute("DELETE FROM message_images WHERE conversation_id = ? AND seq >= ?",
+                             (conversation_id, keep))
             self._insert(conversation_id, keep, change.messages, now)
             self._db.execute("UPDATE conversations SET updated_at = ?, model = COALESCE(?, model) WHERE id = ?",
                              (now, change.model, conversation_id))
@@ -148,6 +167,7 @@ class ConversationStore(SqliteWorker):
     def _delete(self, conversation_id: str) -> bool:
         assert self._db is not None
         with self._db:
+            self._db.execute("DELETE FROM message_images WHERE conversation_id = ?", (conversation_id,))
             self._db.execute("DELETE FROM messages WHERE conversation_id = ?", (conversation_id,))
             cursor = self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
         return cursor.rowcount > 0
@@ -158,7 +178,8 @@ def _summary(row: tuple[Any, ...]) -> ConversationSummary:
                                message_count=row[5])
 
 
-def _message(row: tuple[Any, ...]) -> ConversationMessage:
+def _message(row: tuple[Any, ...], attachments: list[ConversationImage]) -> ConversationMessage:
     role, content, reasoning, model, images, error, created_at = row
-    return ConversationMessage(role=role, content=content, reasoning=reasoning, model=model,
-                               images=json.loads(images), error=error, created_at=created_at)
+    return ConversationMessage.model_construct(role=role, content=content, reasoning=reasoning, model=model,
+                                               images=json.loads(images), attachments=attachments, error=error,
+                                               created_at=created_at)

@@ -1,11 +1,13 @@
 """The Playground page as people use it: a saved chat listed and reopened, its answer's Markdown with
 each code block's Copy putting the code on the clipboard, the reasoning folded until opened,
-Regenerate replacing the last answer, Edit sending a question again, an image refused on a model that cannot see with the reason on
+Regenerate replacing the last answer, Edit sending a question again, a saved chat's image shown as a
+thumbnail and sent again on Regenerate and Edit, an image refused on a model that cannot see with the reason on
 the page, and the model list marking the models that see images."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -16,12 +18,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fake_daemon import FakeDaemonClient, definition
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt
+from PySide6.QtGui import QGuiApplication, QImage
 from PySide6.QtWidgets import QLabel
 
 from app.ui.pages.chat_bubble import CodeBlock
-from daemon.api.conversations import Conversation, ConversationMessage
+from daemon.api.conversations import (
+    Conversation,
+    ConversationImage,
+    ConversationMessage,
+)
 from daemon.api.models import ModelState
 
 CODE = "def add(a, b):\n    return a + b"
@@ -141,3 +147,53 @@ def test_an_image_on_a_model_that_cannot_see_is_refused_with_the_reason_shown(
     details = {w.text() for w in window.models.findChildren(QLabel, "ModelDetail")}
     assert any(d.startswith("eye · ") and d.endswith(" · sees images") for d in details)
     assert not any(d.startswith("plain · ") and "sees images" in d for d in details)
+
+
+def _png() -> bytes:
+    image = QImage(24, 16, QImage.Format.Format_RGB32)
+    image.fill(0x3366CC)
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    image.save(buffer, "PNG")
+    return bytes(data.data())
+
+
+def test_a_reopened_chat_shows_its_image_and_sends_it_again_on_regenerate_and_edit(
+        daemon: FakeDaemonClient, upstream: tuple[Upstream, str], open_main_window: Any, qtbot: Any) -> None:
+    photo = f"data:image/png;base64,{base64.b64encode(_png()).decode('ascii')}"
+    daemon.set_state("eye", ModelState.READY)
+    now = time.time()
+    daemon.conversations["seen-1"] = Conversation(
+        id="seen-1", title="What is this?", model="eye-4b", created_at=now, updated_at=now + 1, message_count=2,
+        messages=[ConversationMessage(role="user", content="What is this?",
+                                      attachments=[ConversationImage(name="swatch.png", data_url=photo)]),
+                  ConversationMessage(role="assistant", model="eye-4b", content="A blue swatch.")])
+    window = open_main_window(daemon)
+    window.show_page("playground")
+    page = window.playground
+    qtbot.waitUntil(lambda: page.chat_list.count() == 2)
+    item = next(page.chat_list.item(i) for i in range(2) if page.chat_list.item(i).text() == "What is this?")
+    page.chat_list.itemClicked.emit(item)
+    qtbot.waitUntil(lambda: len(page.bubbles) == 2 and page.bubbles[0].thumbnails != [])
+    question = page.bubbles[0]
+    assert question.images.text() == "Attached: swatch.png"
+    [picture] = question.thumbnails
+    assert picture.toolTip() == "swatch.png" and picture.pixmap().width() == 24  # the picture itself
+
+    page.model.setCurrentText("eye-4b")
+    page.bubbles[1].regenerate_button.click()
+    qtbot.waitUntil(lambda: not page.vm.state.value.busy and page.bubbles[1].text.text() == "A shorter answer.")
+    sent = upstream[0].bodies[-1]["messages"][-1]
+    assert sent == {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                                {"type": "image_url", "image_url": {"url": photo}}]}
+
+    page.bubbles[0].edit_button.click()
+    page.input.setPlainText("And its colour?")
+    page.send()
+    qtbot.waitUntil(lambda: not page.vm.state.value.busy and page.bubbles[0].text.text() == "And its colour?")
+    assert upstream[0].bodies[-1]["messages"][-1]["content"][1] == {"type": "image_url", "image_url": {"url": photo}}
+    qtbot.waitUntil(lambda: [m.content for m in daemon.conversations["seen-1"].messages]
+                    == ["And its colour?", "A shorter answer."])
+    kept = daemon.conversations["seen-1"].messages[0].attachments
+    assert [(i.name, i.data_url) for i in kept] == [("swatch.png", photo)]  # saved again, byte for byte

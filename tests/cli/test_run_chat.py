@@ -161,3 +161,25 @@ def test_an_image_goes_with_the_first_message_as_an_image_part(tmp_path: Path) -
     _, later = conversation.request("Sure?")
     assert later["messages"][-1] == {"role": "user", "content": "Sure?"}  # the next message carries none
     assert later["messages"][0]["content"][1]["type"] == "image_url"  # the history keeps it
+
+
+async def test_the_saved_chat_keeps_the_image_itself_and_only_names_one_too_big_to_keep(tmp_path: Path) -> None:
+    import base64
+
+    from daemon.api.conversations import MAX_SAVED_IMAGE_BYTES, ConversationCreate
+    from mirbadllm.chat import ChatSaver
+
+    class Daemon:  # only what ChatSaver calls
+        created: list[ConversationCreate] = []
+
+        async def create_conversation(self, new: ConversationCreate) -> object:
+            self.created.append(new)
+            return type("Chat", (), {"id": "c1"})()
+
+    small = "data:image/png;base64," + base64.b64encode(b"\x89PNG tiny").decode()
+    huge = "data:image/png;base64," + base64.b64encode(bytes(MAX_SAVED_IMAGE_BYTES + 3)).decode()
+    daemon = Daemon()
+    await ChatSaver(daemon, "eye", None).add("What are these?", "Two.", [("a.png", small), ("scan.png", huge)])  # type: ignore[arg-type]
+    question = daemon.created[0].messages[0]
+    assert question.images == ["a.png", "scan.png"]  # both named in the transcript
+    assert [(i.name, i.data_url) for i in question.attachments] == [("a.png", small)]  # the small one kept

@@ -1,10 +1,13 @@
 """Saved chats: ``/api/conversations`` on a real daemon and real SQLite. A chat is created, grows,
 is renamed, has its last answer replaced, is exported as Markdown and JSON and deleted; it is still
-there after a restart; an unknown id is 404 and oversize input 422, in the API's error shape."""
+there after a restart; an unknown id is 404 and oversize input 422, in the API's error shape. A
+message's images come back byte for byte (and go with the JSON export); one over 10 MiB is 422."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +18,9 @@ import pytest_asyncio
 from daemon.api.client import DaemonError
 from daemon.api.conversations import (
     MAX_CONTENT,
+    MAX_SAVED_IMAGE_BYTES,
     ConversationCreate,
+    ConversationImage,
     ConversationMessage,
 )
 from daemon.conversations.store import ConversationStore
@@ -105,6 +110,50 @@ async def test_oversize_input_is_refused_with_422_and_nothing_is_saved(daemon: R
     assert status == 400 and error["error"]["code"] == "invalid_parameter"  # type: ignore[index]
     assert len(await daemon.client.list_conversations()) == len(before) + 1
     await daemon.client.delete_conversation(chat.id)
+
+
+def _data_url(data: bytes, kind: str = "image/png") -> str:
+    return f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+async def test_a_messages_images_are_kept_byte_for_byte_and_replaced_with_it(daemon: RunningDaemon) -> None:
+    photo, chart = os.urandom(300_000), b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    client = daemon.client
+    chat = await client.create_conversation(ConversationCreate(messages=[
+        _user("What is in these?", attachments=[ConversationImage(name="cat.jpg", data_url=_data_url(photo, "image/jpeg")),
+                                                ConversationImage(name="chart.png", data_url=_data_url(chart))]),
+        _answer("A cat and a chart.")]))
+    got = await client.get_conversation(chat.id)
+    first = got.messages[0]
+    assert first.images == ["cat.jpg", "chart.png"]  # named by their attachments
+    assert [(i.name, i.data_url.split(",")[0]) for i in first.attachments] == [
+        ("cat.jpg", "data:image/jpeg;base64"), ("chart.png", "data:image/png;base64")]
+    assert [base64.b64decode(i.data_url.split(",")[1]) for i in first.attachments] == [photo, chart]
+    assert got.messages[1].attachments == []
+
+    exported = json.loads(await client.export_conversation(chat.id, "json"))
+    assert exported["messages"][0]["attachments"][1] == {"name": "chart.png", "data_url": _data_url(chart)}
+    assert "Attached: cat.jpg, chart.png" in await client.export_conversation(chat.id, "md")
+
+    edited = await client.append_messages(chat.id, [_user("And this?", attachments=[
+        ConversationImage(name="dog.png", data_url=_data_url(b"woof"))])], keep=0)  # the edit replaces the images too
+    assert [(m.content, [i.name for i in m.attachments]) for m in edited.messages] == [("And this?", ["dog.png"])]
+    assert base64.b64decode(edited.messages[0].attachments[0].data_url.split(",")[1]) == b"woof"
+    await client.delete_conversation(chat.id)
+
+
+async def test_an_image_over_the_cap_or_not_an_image_is_422_and_nothing_is_saved(daemon: RunningDaemon) -> None:
+    before = await daemon.client.list_conversations()
+    too_big = _data_url(bytes(MAX_SAVED_IMAGE_BYTES + 1))
+    status, error = await _raw(daemon, "POST", "/api/conversations", {"messages": [
+        {"role": "user", "content": "look", "attachments": [{"name": "scan.png", "data_url": too_big}]}]})
+    assert status == 422 and error["error"]["code"] == "invalid_request"  # type: ignore[index]
+    message = error["error"]["message"]  # type: ignore[index]
+    assert "messages.0.attachments.0.data_url" in message and "at most 10 MiB" in message
+    status, error = await _raw(daemon, "POST", "/api/conversations", {"messages": [
+        {"role": "user", "content": "look", "attachments": [{"name": "x.txt", "data_url": "data:text/plain,hi"}]}]})
+    assert status == 422 and "data:image/" in error["error"]["message"]  # type: ignore[index]
+    assert await daemon.client.list_conversations() == before
 
 
 async def test_chats_outlive_a_restart_of_the_store(tmp_path: Path) -> None:

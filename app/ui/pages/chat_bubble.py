@@ -1,15 +1,18 @@
 """One message of the Playground: Markdown prose, each fenced code block with a Copy button, the
-model's reasoning folded under "Reasoning" (open it to read), attached images by name, the answer's
+model's reasoning folded under "Reasoning" (open it to read), attached images by name with a
+thumbnail of each one whose bytes are at hand (attached now, or kept in a saved chat), the answer's
 figures, and the actions that go with it (Edit on the user's messages, Regenerate on the last answer).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QPixmap
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -24,6 +27,22 @@ from app.viewmodels.chat_text import Segment, segments
 from app.viewmodels.playground import ChatMessage
 
 _LOGGER = logging.getLogger(__name__)
+THUMBNAIL_PX = 96
+
+
+def thumbnail(data_url: str) -> QPixmap | None:
+    """An image data URL as a pixmap at most ``THUMBNAIL_PX`` on its longer side; None when it is not one."""
+    try:
+        data = base64.b64decode(data_url.split(",", 1)[1], validate=True)
+    except (IndexError, binascii.Error, ValueError):
+        return None
+    pixmap = QPixmap()
+    if not pixmap.loadFromData(data):
+        return None
+    if max(pixmap.width(), pixmap.height()) <= THUMBNAIL_PX:
+        return pixmap
+    return pixmap.scaled(THUMBNAIL_PX, THUMBNAIL_PX, Qt.AspectRatioMode.KeepAspectRatio,
+                         Qt.TransformationMode.SmoothTransformation)
 
 
 class CodeBlock(QFrame):
@@ -103,6 +122,10 @@ class Bubble(QFrame):
         self.images = label("", muted=True, wrap=True)
         self.images.setObjectName("BubbleImages")
         layout.addWidget(self.images)
+        self.thumbnail_row = QHBoxLayout()
+        self.thumbnail_row.setSpacing(6)
+        layout.addLayout(self.thumbnail_row)
+        self.thumbnails: list[QLabel] = []
         self.body = QVBoxLayout()
         self.body.setSpacing(6)
         layout.addLayout(self.body)
@@ -117,6 +140,7 @@ class Bubble(QFrame):
         self.regenerate_button = self._action("Regenerate", "Regenerate", on_regenerate, actions)
         layout.addLayout(actions)
         self.message: ChatMessage | None = None
+        self.message_images: tuple[tuple[str, str], ...] = ()
         self.show_state(message)
 
     @staticmethod
@@ -145,6 +169,7 @@ class Bubble(QFrame):
         names = ", ".join(image.name for image in message.images)
         self.images.setText(f"Attached: {names}" if names else "")
         self.images.setVisible(bool(names))
+        self._show_thumbnails(message)
         self._show_body(message)
         if message.error:
             self.stats.setText(f"Error: {message.error}")
@@ -152,6 +177,30 @@ class Bubble(QFrame):
         else:
             self.stats.setText(message.stats.describe() if message.stats else "")
         self.stats.setVisible(bool(self.stats.text()))
+
+    def _show_thumbnails(self, message: ChatMessage) -> None:
+        shown = self.message_images
+        wanted = tuple((image.name, image.data_url) for image in message.images if image.data_url)
+        if wanted == shown:
+            return
+        self.message_images = wanted
+        while self.thumbnail_row.count():  # the old pictures and their stretch
+            item = self.thumbnail_row.takeAt(0)
+            if (old := item.widget()) is not None:
+                old.deleteLater()
+        self.thumbnails = []
+        for name, url in wanted:
+            pixmap = thumbnail(url)
+            if pixmap is None:
+                continue
+            picture = QLabel()
+            picture.setObjectName("BubbleThumbnail")
+            picture.setPixmap(pixmap)
+            picture.setToolTip(name)
+            self.thumbnail_row.addWidget(picture)
+            self.thumbnails.append(picture)
+        if self.thumbnails:
+            self.thumbnail_row.addStretch(1)
 
     def _show_body(self, message: ChatMessage) -> None:
         cursor = " ▍" if message.streaming else ""
