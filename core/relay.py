@@ -22,7 +22,12 @@ The policy, the same wherever a request is relayed to a runtime:
   silent for ``stall_after_s`` while the relay waits on it (not while a slow client drains) is cut:
   one error event (code ``upstream_stalled``) naming the model and the silence, ``Record.stalled``
   says why, and the connection is cut as for a broken answer. The upstream connection is closed,
-  which frees the runtime's slot.
+  which frees the runtime's slot. Before the first event, silence is not stalling (a 50k-token
+  prompt on a CPU reads for minutes): a runtime that reports its prompt's progress
+  (``Silence.progress``, llama-server's ``/slots``) is polled from the first heartbeat on, and
+  one whose progress stands still for ``stall_after_s`` (or that does not answer: a stopped
+  process, a frozen driver) is cut the same way; a progressing prompt never is, however long.
+  Without a progress signal (vLLM, MLX, an external endpoint) nothing is cut before the first event.
 - A server that stops (``Endings``, the daemon's restart or update) gives the SSE answers in flight
   a grace to finish, then ends each still running with one error event (code ``server_stopping``)
   and cuts it, so a client knows to ask again rather than seeing a dropped connection.
@@ -39,7 +44,7 @@ import logging
 import re
 import ssl as ssl_module
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -63,6 +68,9 @@ STALLED_CODE = "upstream_stalled"
 STOPPING_CODE = "server_stopping"
 _BROKEN_MARK = f'"{BROKEN_CODE}"'.encode()
 HEARTBEAT = b": waiting for the first token\n\n"  # an SSE comment: every client ignores it
+# The runtime's count of work done on its prompts (tokens read and generated): any change is progress;
+# None when it could not be read. Called with the answer's upstream (its base, headers, session).
+Progress = Callable[["Upstream"], Awaitable["int | None"]]
 
 Headers = CIMultiDictProxy[str] | CIMultiDict[str]
 
@@ -120,15 +128,52 @@ class Record:
 @dataclass(frozen=True, slots=True)
 class Silence:
     """How an SSE answer's silences are handled: heartbeats before its first event, a cut after
-    ``stall_after_s`` of silence once events flow. ``name`` is the model the client asked for."""
+    ``stall_after_s`` of silence once events flow. ``name`` is the model the client asked for;
+    ``progress``: how to read the runtime's prompt progress, polled only while the first event is
+    awaited past a heartbeat (None: the runtime offers none, nothing is cut before the first event)."""
 
     heartbeat_s: float
     stall_after_s: float
     name: str
+    progress: Progress | None = None
 
 
 class _Stalled(Exception):
     """Set on the upstream's stream by the silence watch: its next read raises it."""
+
+
+class _PromptStalled(Exception):
+    """Raised while the first event is awaited: the runtime's prompt progress stood still."""
+
+
+class _PromptWatch:
+    """Polls the runtime's prompt progress in a task of its own; ``stopped`` says when it last
+    changed more than ``stall_after_s`` ago (a poll with no answer is no change)."""
+
+    __slots__ = ("changed", "loop", "task")
+
+    def __init__(self, silence: Silence, progress: Progress, upstream: Upstream) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.changed = self.loop.time()
+        self.task = self.loop.create_task(self._poll(silence, progress, upstream))
+
+    async def _poll(self, silence: Silence, progress: Progress, upstream: Upstream) -> None:
+        period, last = max(0.05, silence.stall_after_s / 4), None
+        while True:
+            try:
+                async with asyncio.timeout(silence.stall_after_s):  # an unanswered poll is no progress
+                    seen = await progress(upstream)
+            except Exception:  # noqa: BLE001 - a runtime that cannot say is not progressing
+                seen = None
+            if seen is not None and seen != last:
+                self.changed, last = self.loop.time(), seen
+            await asyncio.sleep(period)
+
+    def stopped(self, stall_after_s: float) -> bool:
+        return self.loop.time() - self.changed >= stall_after_s
+
+    def cancel(self) -> None:
+        self.task.cancel()
 
 
 class _Watch:
@@ -235,7 +280,7 @@ async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: by
         if prepared is not None and (answer.status != 200 or answer.content_type != "text/event-stream"):
             return await _refused_in_stream(prepared, answer, record, request_id)
         return await _stream(request, answer, record, log, label, request_id, sse_rewrite, tail_bytes, silence,
-                             prepared, endings)
+                             prepared, endings, upstream)
     finally:
         answer.close()  # a no-op once fully read; drops the connection (and the generation) if not
         if retry_session is not None:
@@ -289,7 +334,8 @@ class _Coalesced(web.StreamResponse):
 async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
                   label: str, request_id: str | None, sse_rewrite: Rewrite | None,
                   tail_bytes: int, silence: Silence | None = None,
-                  prepared: web.StreamResponse | None = None, endings: Endings | None = None) -> web.StreamResponse:
+                  prepared: web.StreamResponse | None = None, endings: Endings | None = None,
+                  upstream: Upstream | None = None) -> web.StreamResponse:
     record.status, record.headers_at = answer.status, time.perf_counter()
     sse = answer.content_type == "text/event-stream"
     rewrite = sse_rewrite if sse else None
@@ -325,7 +371,7 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
     try:
         if silence is not None:
             if pending is None:
-                pending = await _first_bytes(response, content, record, silence.heartbeat_s)
+                pending = await _first_bytes(response, content, record, silence, upstream)
             watch = _Watch(content, silence.stall_after_s)
         while True:
             try:
@@ -375,6 +421,10 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
         assert endings is not None
         await _stopping(request, response, record, log, label, request_id, relayed, endings.what)
         return response
+    except _PromptStalled:
+        assert silence is not None
+        await _stalled(request, response, record, log, label, request_id, relayed, silence, prompt=True)
+        return response
     finally:
         if watch is not None:
             watch.cancel()
@@ -412,29 +462,49 @@ async def _refused_in_stream(response: web.StreamResponse, answer: aiohttp.Clien
 
 
 async def _first_bytes(response: web.StreamResponse, content: aiohttp.StreamReader, record: Record,
-                       heartbeat_s: float) -> bytes:
+                       silence: Silence, upstream: Upstream | None) -> bytes:
     """The upstream's first bytes, however long a prompt takes to read: an SSE comment goes to the
-    client every ``heartbeat_s`` meanwhile. A cancelled read loses nothing (the bytes stay buffered)."""
-    while True:
-        try:
-            async with asyncio.timeout(heartbeat_s):  # no task of its own, unlike wait_for
-                return await content.readany()
-        except TimeoutError:
-            await response.write(HEARTBEAT)
-            record.heartbeats += 1
+    client every ``heartbeat_s`` meanwhile. A cancelled read loses nothing (the bytes stay buffered).
+    From the first heartbeat on (never for an answer that starts sooner), a runtime with
+    ``silence.progress`` is polled; raises ``_PromptStalled`` once its progress stood still for
+    ``stall_after_s`` (checked at each heartbeat)."""
+    watch: _PromptWatch | None = None
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(silence.heartbeat_s):  # no task of its own, unlike wait_for
+                    return await content.readany()
+            except TimeoutError:
+                if watch is not None and watch.stopped(silence.stall_after_s):
+                    raise _PromptStalled() from None
+                await response.write(HEARTBEAT)
+                record.heartbeats += 1
+                if watch is None and silence.progress is not None and upstream is not None:
+                    watch = _PromptWatch(silence, silence.progress, upstream)
+    finally:
+        if watch is not None:
+            watch.cancel()
 
 
 async def _stalled(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,
-                   label: str, request_id: str | None, relayed: int, silence: Silence) -> None:
-    """The upstream went silent mid-answer: one error event naming the model and the silence,
-    then the connection is cut (no final chunk) and the upstream closed by the caller."""
-    reason = (f"the runtime of '{silence.name}' went silent for {silence.stall_after_s:g} s in the middle "
-              f"of its answer (after {relayed} bytes)")
+                   label: str, request_id: str | None, relayed: int, silence: Silence, *, prompt: bool = False) -> None:
+    """The upstream went silent mid-answer (``prompt``: its prompt stopped progressing before the
+    first token): one error event naming the model and the silence, then the connection is cut
+    (no final chunk) and the upstream closed by the caller."""
+    if prompt:
+        reason = (f"the runtime of '{silence.name}' stopped progressing on the prompt for "
+                  f"{silence.stall_after_s:g} s before its first token")
+        told = (f"The model '{silence.name}' stopped progressing on the prompt for {silence.stall_after_s:g} s "
+                "before its first token; the request was ended.")
+    else:
+        reason = (f"the runtime of '{silence.name}' went silent for {silence.stall_after_s:g} s in the middle "
+                  f"of its answer (after {relayed} bytes)")
+        told = (f"The model '{silence.name}' went silent for {silence.stall_after_s:g} s in the middle of its "
+                "answer; the request was ended.")
     log.warning("%s: %s; the request was ended", label, reason)
     record.status, record.stalled = 504, reason
     record.failures.append(reason)
-    await _cut(request, response, STALLED_CODE, f"The model '{silence.name}' went silent for "
-               f"{silence.stall_after_s:g} s in the middle of its answer; the request was ended.", request_id)
+    await _cut(request, response, STALLED_CODE, told, request_id)
 
 
 async def _stopping(request: web.Request, response: web.StreamResponse, record: Record, log: logging.Logger,

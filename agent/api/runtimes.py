@@ -51,6 +51,7 @@ class RuntimeProfile:
     reserves_gpu_share: bool = False  # takes a fixed share of each GPU up front (vLLM's gpu_memory_utilization)
     context_setting: str | None = None  # the setting that caps its context (llama.cpp ctx_size, vLLM max_model_len)
     tunable: bool = False  # the tuning wizard has a search space for it
+    prompt_progress: bool = False  # says how far it read a prompt (llama-server's /slots): a wedged one is cut
     flags_lifted: bool = False  # typed flags in extra_args are moved into its settings' fields
     settings_field: str | None = None  # the model definition's field holding its settings
     executable: str = ""  # what runs it, as people know it
@@ -63,7 +64,7 @@ class RuntimeProfile:
 _SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("max_tokens", "max_tokens"))
 PROFILES: dict[RuntimeId, RuntimeProfile] = {p.id: p for p in (
     RuntimeProfile("llamacpp", "llama.cpp", reads_gguf=True, spreads_over_nodes=True, takes_adapters=True,
-                   gpu_backends=True, tunable=True, flags_lifted=True, settings_field="settings",
+                   gpu_backends=True, tunable=True, flags_lifted=True, settings_field="settings", prompt_progress=True,
                    context_setting="ctx_size", executable="llama-server", sampling=_SAMPLING + (
                        ("top_k", "top_k"), ("min_p", "min_p"), ("repeat_penalty", "repeat_penalty"))),
     RuntimeProfile("vllm", "vLLM", takes_folder=True, container=True, reserves_gpu_share=True, tunable=True,

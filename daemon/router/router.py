@@ -54,6 +54,7 @@ from daemon.nodes.links import Links
 from daemon.router.early import EarlyStream
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
 from daemon.router.metrics import RouterMetrics
+from daemon.router.progress import slot_progress
 
 if TYPE_CHECKING:  # daemon.deps imports it only when tracing is on: opentelemetry stays unloaded when off
     from daemon.tracing.spans import RequestTrace, RouterTracing
@@ -496,7 +497,8 @@ class Router:
                     target: Upstream) -> web.StreamResponse:
         request_id = request[REQUEST_ID]
         path_qs = request.path_qs
-        if not profile(definition.runtime).on_node:  # an endpoint's base_url ends where /v1 does
+        runtime = profile(definition.runtime)
+        if not runtime.on_node:  # an endpoint's base_url ends where /v1 does
             path_qs = path_qs.removeprefix("/v1")
         if "x-api-key" in request.headers or "cookie" in request.headers or exchange.job_pass is not None:
             # the client's own key, cookies and a job's window token stay here
@@ -508,7 +510,8 @@ class Router:
         relaying = relay(request, target, path_qs, body, record=exchange, log=_LOGGER, prepared=prepared,
                          label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
                          sse_rewrite=_UsageFilter() if exchange.strip_usage else None, tail_bytes=USAGE_TAIL_BYTES,
-                         silence=Silence(definition.heartbeat_s, definition.stall_timeout_s, definition.served_name),
+                         silence=Silence(definition.heartbeat_s, definition.stall_timeout_s, definition.served_name,
+                                         slot_progress if runtime.prompt_progress else None),
                          endings=self.endings)
         try:
             response = await (relaying if trace is None else trace.relayed(relaying, span, exchange))

@@ -2,7 +2,8 @@
 
 The real daemon and agent with the fake llama-server's fault switches: ``silent_after`` wedges a
 stream after some tokens (its connection held open), ``prompt_delay_s`` sends the headers at once
-and the first token later, as llama-server reads a long prompt."""
+and the first token later, its ``/slots`` progress growing, as llama-server reads a long prompt;
+``prompt_wedged`` stands still on the prompt."""
 
 from __future__ import annotations
 
@@ -82,8 +83,8 @@ async def _no(value) -> bool:  # type: ignore[no-untyped-def]
 
 
 async def test_a_long_prompt_gets_heartbeats_and_is_never_cut(tmp_path: Path, model_file: Path) -> None:
-    """The first token comes after 2 s (a long prompt) with a 1 s stall time: heartbeats keep the
-    client's stream alive, and the answer arrives whole."""
+    """The first token comes after 2 s (a long prompt, its /slots progress growing) with a 1 s stall
+    time: it is never cut, heartbeats keep the client's stream alive, and the answer arrives whole."""
     runtime = write_fake_runtime(tmp_path / "bin", tokens=3, prompt_delay_s=2.0)
     async with running_daemon(tmp_path / "home", runtime) as d:
         await d.client.create_model(model("m", str(model_file), stall_timeout_s=1.0, heartbeat_s=0.25))
@@ -103,6 +104,35 @@ async def test_a_long_prompt_gets_heartbeats_and_is_never_cut(tmp_path: Path, mo
         pieces = [c.choices[0].delta.content async for c in await oa.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hi"}], stream=True) if c.choices]
         assert "".join(p or "" for p in pieces) == "Hello from the"
+
+
+async def test_a_prompt_that_stops_progressing_is_cut_and_the_model_flagged_stalled(
+        tmp_path: Path, model_file: Path) -> None:
+    """The runtime reads one batch of the prompt, then its /slots stand still: after heartbeats, one
+    error event saying the prompt stopped progressing, the stream cut, the model flagged Stalled."""
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=3, prompt_wedged=True)
+    async with running_daemon(tmp_path / "home", runtime) as d:
+        await d.client.create_model(model("m", str(model_file), stall_timeout_s=1.0, heartbeat_s=0.25,
+                                          settings={"parallel": 1}))
+        await d.client.start_model("m", wait=True)
+        async with aiohttp.ClientSession() as session:
+            lines, ended = await asyncio.wait_for(_read(session, f"{d.v1}/chat/completions"), 30)
+        assert ended == "ClientPayloadError"  # cut without a final chunk
+        assert lines[0].startswith(b":")  # heartbeats while the prompt was awaited
+        events = [json.loads(line[6:]) for line in lines if line.startswith(b"data: ")]
+        assert len(events) == 1 and events[0]["error"]["code"] == "upstream_stalled"
+        assert "'m' stopped progressing on the prompt for 1 s" in events[0]["error"]["message"]
+
+        status = (await d.client.get_model("m")).status
+        assert status.state == ModelState.READY and status.stalled and "stopped progressing" in status.stalled
+        row = (await d.logged_requests(1))[-1]
+        assert row.status == 504 and "stopped progressing on the prompt" in (row.error or "")
+
+        # The slot is free again (one slot): an answer that is not streamed comes, and clears the flag.
+        oa = openai.AsyncOpenAI(base_url=d.v1, api_key="none", max_retries=0, timeout=20)
+        done = await oa.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert done.choices[0].message.content
+        await _until(lambda: _no(_stalled(d)), "the Stalled flag to go after a completed answer")
 
 
 async def test_repeated_stalls_restart_the_model_as_a_crash(tmp_path: Path, model_file: Path) -> None:

@@ -23,6 +23,7 @@ SWITCHES |= {"log_bodies"}  # a line with each generation request's JSON body
 SWITCHES |= {"headers_file"}  # a JSON line with each /v1 request's trace headers
 SWITCHES |= {"silent_after", "prompt_delay_s", "slow_after", "slow_factor"}  # a wedged stream; a long prompt read before the first token
 SWITCHES |= {"stall_after"}  # a runtime that passes the agent's first-sight check, then wedges
+SWITCHES |= {"prompt_wedged"}  # a runtime that wedges while it reads the prompt (its /slots stand still)
 
 
 def fake_runtime_script(switches: dict[str, object], platform: str = sys.platform,

@@ -24,7 +24,10 @@ llama-server does. Fault switches (environment):
     FAKE_SLOW_AFTER       after this many generations, generate FAKE_SLOW_FACTOR (default 10) times slower
                           (a runtime whose host starts swapping)
     FAKE_PROMPT_DELAY_S   a stream's headers come at once, its first token after this long (a long prompt
-                          being read, as llama-server does)
+                          being read, as llama-server does); meanwhile its slot's
+                          ``n_prompt_tokens_processed`` in /slots grows by a batch of 64 every 50 ms
+    FAKE_PROMPT_WEDGED    a stream's headers come at once, its slot reads one batch of the prompt and then
+                          stands still (a runtime wedged on the prompt): no token, until the client hangs up
     FAKE_STARTS_FILE      append one line to this file at every start (tests count spawns)
     FAKE_HEADERS_FILE     append a JSON line per /v1 request: its path and its W3C trace headers
                           (``traceparent``, ``tracestate``; null when absent)
@@ -122,6 +125,17 @@ class FakeServer:
         self.deferred = 0
         self.counters = {"prompt_tokens": 0, "tokens_predicted": 0, "requests": 0}
         self.held: list[int | None] = [None] * args.parallel  # tokens each slot's sequence holds
+        self.reading: list[float | None] = [None] * args.parallel  # when each slot began reading its prompt
+        self.done: list[int] = [0] * args.parallel  # each slot's prompt tokens read, once read
+
+    def processed(self, slot: int) -> int:
+        """The slot's ``n_prompt_tokens_processed``: a batch of 64 per 50 ms while it reads a prompt,
+        one batch only when FAKE_PROMPT_WEDGED."""
+        since = self.reading[slot]
+        if since is None:
+            return self.done[slot]
+        batches = 1 if os.environ.get("FAKE_PROMPT_WEDGED") else 1 + int((time.monotonic() - since) / 0.05)
+        return 64 * batches
 
     # --- slots -------------------------------------------------------------------------------
     async def acquire(self) -> int:
@@ -171,8 +185,8 @@ class FakeServer:
         for i, busy in enumerate(self.busy):
             slot: dict[str, Any] = {"id": i, "n_ctx": n_ctx, "speculative": False, "is_processing": busy}
             if self.held[i] is not None:
-                slot.update(id_task=self.counters["requests"], n_prompt_tokens=self.held[i], n_prompt_tokens_processed=0,
-                            n_prompt_tokens_cache=0)
+                slot.update(id_task=self.counters["requests"], n_prompt_tokens=self.held[i],
+                            n_prompt_tokens_processed=self.processed(i), n_prompt_tokens_cache=0)
             slots.append(slot)
         return web.json_response(slots)
 
@@ -255,6 +269,7 @@ class FakeServer:
                 pieces.append(WORDS[i % len(WORDS)])
             return web.json_response(self.whole(chat, "".join(pieces), prompt_tokens, count))
         finally:
+            self.reading[slot] = None
             await self.release(slot)
 
     async def tick(self) -> None:
@@ -326,8 +341,13 @@ class FakeServer:
                      "choices": [choice], **extra}
             return f"data: {json.dumps(event)}\n\n".encode()
 
+        if os.environ.get("FAKE_PROMPT_WEDGED"):
+            self.reading[slot] = time.monotonic()
+            await asyncio.Future()  # wedged on the prompt: the client's hang-up cancels this
         if prompt_delay := env_float("FAKE_PROMPT_DELAY_S"):
+            self.reading[slot] = time.monotonic()
             await asyncio.sleep(prompt_delay)  # the prompt is read: the headers went out, no token yet
+            self.done[slot], self.reading[slot] = self.processed(slot), None
         if chat:
             await response.write(f"data: {json.dumps({'id': ident, 'object': kind, 'model': self.alias, 'choices': [{'index': 0, 'finish_reason': None, 'delta': {'role': 'assistant', 'content': None}}]})}\n\n".encode())
         break_after = int(env_float("FAKE_BREAK_AFTER", -1))
