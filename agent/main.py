@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.admission import AdmissionPolicy
+from agent.api.upgrade import DEB_UPGRADE_FEATURE
 from agent.deps import AgentDeps, agent_version, build_deps
 from agent.discovery import mdns_disabled_by_env
 from agent.identity import (
@@ -83,6 +84,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--upgrade-target", metavar="PATH", default=None,
                         help="the agent build an upgrade from the daemon replaces (also "
                              "MIRBADLLM_AGENT_UPGRADE_TARGET); without it upgrades are refused")
+    parser.add_argument("--installed-by", choices=("deb",), default=None,
+                        help="deb: the Debian package installed this agent (its service unit says so); "
+                             "upgrades are installed through the package manager")
     return parser.parse_args(argv)
 
 
@@ -106,8 +110,10 @@ async def serve(args: argparse.Namespace, home: Path, attach_stop: AttachStop | 
                           first_port=args.first_port, allow_private_sources=args.allow_private_sources,
                           admission_policy=AdmissionPolicy(reserve_bytes=int(args.memory_reserve * (1 << 30))))
         deps.version = version
-        deps.upgrades = AgentUpgrades(home / "upgrades", installer_for(args.upgrade_target), version,
-                                      on_installed=restart_after_upgrade)
+        installer = installer_for(args.upgrade_target, installed_by=args.installed_by, folder=home / "upgrades")
+        deps.upgrades = AgentUpgrades(home / "upgrades", installer, version, on_installed=restart_after_upgrade)
+        if args.installed_by == "deb":
+            deps.features.append(DEB_UPGRADE_FEATURE)  # the daemon pushes the package, not the agent build
         return deps
 
     lifecycle = AgentLifecycle(

@@ -10,8 +10,14 @@ answers by starting it again. Runtimes live in their own sessions, so the next a
 (``agent.records``: same PID, creation time and executable).
 
 ``FileInstaller`` replaces one file (``--upgrade-target``: a single-file agent build) with one
-``os.replace``, keeping the previous as ``NAME.old``; without a target the agent says it cannot be
-upgraded. ``MIRBADLLM_AGENT_VERSION_FILE`` names a file whose first line is the version the agent
+``os.replace``, keeping the previous as ``NAME.old``. ``DebInstaller`` is the agent the Debian package
+installed (its unit passes ``--installed-by deb``; said, not guessed from paths): it takes the
+release's package (``linux-x86_64-deb``), moves it to ``LINUX_DEB_UPGRADE_FILE`` and starts the
+package's oneshot unit ``mirbadllm-agent-upgrade.service``, the one thing the package's polkit rule
+lets the agent's user do; its root helper checks the file and installs it with the package manager
+(``installers.linux_deb``). Not sudo: the agent's unit has ``NoNewPrivileges=yes``. Each installer
+takes only its own artefact: a file agent refuses the package, a .deb agent the single-file build.
+Without either the agent says it cannot be upgraded. ``MIRBADLLM_AGENT_VERSION_FILE`` names a file whose first line is the version the agent
 reports (packagers and tests: a test's "build" is such a file, installed over it).
 """
 
@@ -22,15 +28,22 @@ import hashlib
 import logging
 import os
 import platform
-from collections.abc import AsyncIterator, Callable, Mapping
+import subprocess
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer, agent_platform
+from agent.api.upgrade import (
+    AgentUpgradeAnswer,
+    AgentUpgradeOffer,
+    agent_platform,
+    deb_platform,
+)
 from agent.problems import AgentProblem, validation_message
+from agent.service.units import LINUX_DEB_UPGRADE_FILE, LINUX_UPGRADE_UNIT
 from core.file_swap import previous_of, swap_in
 
 _LOGGER = logging.getLogger(__name__)
@@ -64,6 +77,11 @@ class AgentInstaller(Protocol):
         """Why this agent cannot be upgraded in place (the daemon shows it), or None."""
         ...
 
+    @property
+    def takes(self) -> str | None:
+        """The feed's platform key it installs; None: this machine's agent build."""
+        ...
+
     def apply(self, artefact: Path, offer: AgentUpgradeOffer) -> None:
         """Swap the verified ``artefact`` in, so the next start runs it. Blocking."""
         ...
@@ -73,6 +91,7 @@ class FileInstaller:
     """Replaces ``target`` with the artefact in one rename; the previous file stays as ``NAME.old``."""
 
     unsupported: str | None = None
+    takes: str | None = None
 
     def __init__(self, target: Path) -> None:
         self.target = target
@@ -91,7 +110,48 @@ class FileInstaller:
                      self.previous.name)
 
 
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
+
+
+class DebInstaller:
+    """The .deb's agent: the verified package goes to ``package`` and the package's upgrade unit,
+    started through systemd (polkit: this unit, verb start, the agent's user only), installs it."""
+
+    unsupported: str | None = None
+
+    def __init__(self, package: Path = Path(LINUX_DEB_UPGRADE_FILE), machine: str | None = None,
+                 run: Runner = run_command) -> None:
+        self.package = package
+        self.takes: str | None = deb_platform(machine or platform.machine())
+        self._run = run
+
+    def start_argv(self) -> list[str]:
+        return ["systemctl", "start", LINUX_UPGRADE_UNIT]
+
+    def apply(self, artefact: Path, offer: AgentUpgradeOffer) -> None:
+        os.replace(artefact, self.package)
+        try:
+            result = self._run(self.start_argv())
+        except OSError as exc:
+            result = subprocess.CompletedProcess(self.start_argv(), 127, "", str(exc))
+        finally:
+            self.package.unlink(missing_ok=True)  # the helper installed its own copy, or failed
+        if result.returncode != 0:
+            said = (result.stderr or result.stdout or "").strip().splitlines()
+            raise AgentProblem(f"the package manager did not install {offer.version} "
+                               f"({' '.join(self.start_argv())} exited {result.returncode}"
+                               f"{': ' + said[-1] if said else ''}); this node still runs the previous version",
+                               status=500, code="upgrade_failed")
+        _LOGGER.info("installed the package of agent %s through %s", offer.version, LINUX_UPGRADE_UNIT)
+
+
 class UnsupportedInstaller:
+    takes: str | None = None
+
     def __init__(self, reason: str) -> None:
         self.unsupported: str | None = reason
 
@@ -99,8 +159,18 @@ class UnsupportedInstaller:
         raise AgentProblem(str(self.unsupported), status=409, code="upgrade_unsupported")
 
 
-def installer_for(target: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> AgentInstaller:
-    """``FileInstaller`` for ``target`` (else ``$MIRBADLLM_AGENT_UPGRADE_TARGET``), else unsupported."""
+def installer_for(target: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None,
+                  installed_by: str | None = None, folder: Path | None = None) -> AgentInstaller:
+    """``DebInstaller`` for an agent the .deb installed (its upgrades ``folder`` must be the one the
+    package's helper reads), ``FileInstaller`` for ``target`` (else ``$MIRBADLLM_AGENT_UPGRADE_TARGET``),
+    else unsupported."""
+    if installed_by == "deb":
+        package = Path(LINUX_DEB_UPGRADE_FILE)
+        if folder is not None and folder != package.parent:
+            return UnsupportedInstaller(f"this agent was installed from the .deb but keeps its upgrades in {folder}; "
+                                        f"the package's helper installs only from {package.parent} (run it with "
+                                        "the package's service unit), or upgrade with apt on that machine")
+        return DebInstaller(package)
     target = target or (os.environ if environ is None else environ).get(UPGRADE_TARGET_ENV)
     if target:
         return FileInstaller(Path(target))
@@ -130,9 +200,13 @@ class AgentUpgrades:
         async with self._lock:
             if self.installer.unsupported:
                 raise AgentProblem(self.installer.unsupported, status=409, code="upgrade_unsupported")
-            if offer.platform != self.platform:
-                raise UpgradeRefused(f"upgrade refused: the build is for {offer.platform}, this node runs "
-                                     f"{self.platform or platform.system() + '/' + platform.machine()}; "
+            takes = self.installer.takes or self.platform
+            if offer.platform != takes and offer.platform.endswith("-deb"):
+                raise UpgradeRefused(f"upgrade refused: {offer.platform} is the Debian package and this agent was "
+                                     f"not installed from it (it takes {takes or 'no build'}); nothing was replaced")
+            if offer.platform != takes:
+                raise UpgradeRefused(f"upgrade refused: the build is for {offer.platform}, this node takes "
+                                     f"{takes or platform.system() + '/' + platform.machine()}; "
                                      "nothing was replaced")
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self._prepare)

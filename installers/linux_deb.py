@@ -8,7 +8,16 @@ tests; ``build_deb`` lays out the tree and calls ``dpkg-deb``. Layout:
 - ``/usr/bin/mirbadllm``: a link to it;
 - ``/usr/share/applications/mirbadllm.desktop`` and the icons in ``/usr/share/icons/hicolor``;
 - ``/usr/lib/systemd/system/mirbadllm-agent.service`` (for a node: ``mirbadllm agent
-  install-service`` enables it) and ``/usr/lib/systemd/user/mirbadllm-daemon.service``.
+  install-service`` enables it) and ``/usr/lib/systemd/user/mirbadllm-daemon.service``;
+- the agent's upgrade path (``agent.upgrade.DebInstaller``): the oneshot unit
+  ``mirbadllm-agent-upgrade.service``, run as root, whose helper ``/opt/mirbadllm/libexec/install-deb``
+  installs ``/var/lib/mirbadllm-agent/upgrades/mirbadllm-agent-upgrade.deb`` (a regular file owned by
+  the agent's user, of the package ``mirbadllm``) with apt, and the polkit rule
+  ``/usr/share/polkit-1/rules.d/50-mirbadllm-agent-upgrade.rules`` that lets the agent's user start
+  that unit and nothing else (polkit 0.106 or newer reads it; on older ones the start is refused
+  and the node is upgraded by hand). An upgrade keeps the agent and its runtimes running; the
+  agent restarts itself after its own, and a hand-run upgrade restarts the running agent
+  (``KillMode=process``: its runtimes stay and are adopted).
 
 Nothing is enabled at install: the app starts the daemon, which runs this machine's agent as its
 child. Removing the package removes all of it; purging also removes the service's state and user.
@@ -28,6 +37,8 @@ from agent.service.units import (
     LINUX_AGENT_UNIT,
     LINUX_AGENT_USER,
     LINUX_DAEMON_UNIT,
+    LINUX_DEB_UPGRADE_FILE,
+    LINUX_UPGRADE_UNIT,
     AgentCommand,
     systemd_agent_unit,
     systemd_daemon_user_unit,
@@ -39,6 +50,9 @@ PACKAGE = "mirbadllm"
 INSTALL_DIR = "/opt/mirbadllm"
 EXECUTABLE = "/usr/bin/mirbadllm"
 ICON_SIZES = (16, 32, 64, 256)
+INSTALL_HELPER = f"{INSTALL_DIR}/libexec/install-deb"
+POLKIT_RULE = "/usr/share/polkit-1/rules.d/50-mirbadllm-agent-upgrade.rules"
+SELF_UPGRADE_ENV = "MIRBADLLM_AGENT_SELF_UPGRADE"  # set by the upgrade unit: the agent restarts itself
 
 # What Qt's xcb platform plugin, OpenGL, fonts, D-Bus (the tray) and llama.cpp's OpenMP need from
 # the system: PyInstaller bundles Qt itself but not these.
@@ -90,7 +104,75 @@ def desktop_entry() -> str:
             "StartupWMClass=mirbadllm\n")
 
 
+def install_helper_text(package_file: str = LINUX_DEB_UPGRADE_FILE, user: str = LINUX_AGENT_USER,
+                        package: str = PACKAGE) -> str:
+    """The root helper the upgrade unit runs with ``package_file``: it refuses any other path, a link,
+    a file its agent's user does not own and a package other than ``package``; it installs a copy of
+    its own (the agent cannot change it after the checks) with apt-get (dpkg -i without apt)."""
+    folder = package_file.rsplit("/", 1)[0]
+    return f"""#!/bin/sh
+# MirbadLLM: installs the package the agent received and verified against the signed release feed.
+# Run as root only by {LINUX_UPGRADE_UNIT}, which polkit lets {user} start.
+set -eu
+folder={folder}
+user={user}
+refuse() {{ echo "install-deb: refused: $*" >&2; exit 2; }}
+[ "$#" -eq 1 ] || refuse "usage: install-deb $folder/NAME.deb"
+path=$1
+case "$path" in
+    "$folder"/*.deb) ;;
+    *) refuse "$path is not a .deb in $folder" ;;
+esac
+case "${{path#"$folder"/}}" in
+    */*|.*) refuse "$path is not a file of $folder itself" ;;
+esac
+if [ ! -f "$path" ] || [ -L "$path" ]; then refuse "$path is not a regular file"; fi
+if [ "$(stat -c %U -- "$path")" != "$user" ]; then refuse "$path is not owned by $user"; fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp -- "$path" "$work/package.deb"
+if [ "$(dpkg-deb --field "$work/package.deb" Package)" != {package} ]; then
+    refuse "$path is not the {package} package"
+fi
+export {SELF_UPGRADE_ENV}=1 DEBIAN_FRONTEND=noninteractive
+if command -v apt-get >/dev/null; then
+    apt-get install -y --no-install-recommends "$work/package.deb"
+else
+    dpkg -i "$work/package.deb"
+fi
+"""
+
+
+def upgrade_unit_text(helper: str = INSTALL_HELPER, package_file: str = LINUX_DEB_UPGRADE_FILE) -> str:
+    """The oneshot system unit the agent starts (``systemctl start``) to install its upgrade as root."""
+    return f"""[Unit]
+Description=MirbadLLM agent upgrade: install the package the agent received
+Documentation=https://github.com/mirbadllm/mirbadllm
+
+[Service]
+Type=oneshot
+ExecStart={helper} {package_file}
+TimeoutStartSec=15min
+"""
+
+
+def polkit_rule_text(user: str = LINUX_AGENT_USER, unit: str = LINUX_UPGRADE_UNIT) -> str:
+    """Lets ``user`` start ``unit`` and nothing else (not stop, not restart, no other unit)."""
+    return f"""// MirbadLLM: the agent's user ({user}) may start {unit}, which installs the
+// upgrade package the agent verified; no other unit, no other verb.
+polkit.addRule(function(action, subject) {{
+    if (action.id == "org.freedesktop.systemd1.manage-units" && subject.user == "{user}" &&
+            action.lookup("unit") == "{unit}" && action.lookup("verb") == "start") {{
+        return polkit.Result.YES;
+    }}
+    return polkit.Result.NOT_HANDLED;
+}});
+"""
+
+
 def postinst_text() -> str:
+    """On an upgrade run by hand, restart the running agent so the new program runs (its runtimes
+    stay: ``KillMode=process``); the agent's own upgrade (``MIRBADLLM_AGENT_SELF_UPGRADE``) restarts itself."""
     return f"""#!/bin/sh
 set -e
 if [ "$1" = "configure" ]; then
@@ -101,6 +183,9 @@ if [ "$1" = "configure" ]; then
         if getent group "$group" >/dev/null; then adduser --quiet {LINUX_AGENT_USER} "$group"; fi
     done
     if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi
+    if [ -n "$2" ] && [ -z "${{{SELF_UPGRADE_ENV}:-}}" ] && [ -d /run/systemd/system ]; then
+        systemctl try-restart {LINUX_AGENT_UNIT} || true
+    fi
     if command -v update-desktop-database >/dev/null; then update-desktop-database -q || true; fi
     if command -v gtk-update-icon-cache >/dev/null; then gtk-update-icon-cache -q /usr/share/icons/hicolor || true; fi
 fi
@@ -109,16 +194,18 @@ exit 0
 
 
 def prerm_text(install_dir: str = INSTALL_DIR) -> str:
-    """Stop the agent's service; on removal (not on an upgrade, whose new files adopt what runs) also
-    every process running from the package's files: the app, its daemon, agents and the llama-server
-    runtimes they started, which would otherwise run on from deleted files."""
+    """On removal, stop and disable the agent's service and every process running from the
+    package's files: the app, its daemon, agents and the llama-server runtimes they started, which
+    would otherwise run on from deleted files. An upgrade stops nothing: the agent keeps serving
+    (it may be the one installing it) and is restarted by postinst or by itself; its runtimes are
+    adopted by the new program."""
     return f"""#!/bin/sh
 set -e
-if [ -d /run/systemd/system ] && systemctl is-active --quiet {LINUX_AGENT_UNIT}; then
-    systemctl stop {LINUX_AGENT_UNIT} || true
-fi
-if [ -d /run/systemd/system ]; then systemctl disable {LINUX_AGENT_UNIT} >/dev/null 2>&1 || true; fi
 if [ "$1" = "remove" ]; then
+    if [ -d /run/systemd/system ] && systemctl is-active --quiet {LINUX_AGENT_UNIT}; then
+        systemctl stop {LINUX_AGENT_UNIT} || true
+    fi
+    if [ -d /run/systemd/system ]; then systemctl disable {LINUX_AGENT_UNIT} >/dev/null 2>&1 || true; fi
     ours() {{
         for link in /proc/[0-9]*/exe; do
             case "$(readlink "$link" 2>/dev/null)" in
@@ -180,7 +267,10 @@ def lay_out(frozen_dir: Path, resources: Path, root: Path, version: str, arch: s
     svg.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(resources / "icons" / "app.svg", svg)
     _write(root / f"usr/lib/systemd/system/{LINUX_AGENT_UNIT}",
-           systemd_agent_unit(AgentCommand(EXECUTABLE, LINUX_AGENT_HOME)))
+           systemd_agent_unit(AgentCommand(EXECUTABLE, LINUX_AGENT_HOME, installed_by="deb")))
+    _write(root / f"usr/lib/systemd/system/{LINUX_UPGRADE_UNIT}", upgrade_unit_text())
+    _write(root / INSTALL_HELPER.lstrip("/"), install_helper_text(), 0o755)
+    _write(root / POLKIT_RULE.lstrip("/"), polkit_rule_text())
     _write(root / f"usr/lib/systemd/user/{LINUX_DAEMON_UNIT}", systemd_daemon_user_unit(EXECUTABLE))
     _write(root / "usr/share/doc/mirbadllm/copyright",
            "MirbadLLM is licensed under the Apache License 2.0.\n"

@@ -196,7 +196,8 @@ class AgentClient:
         with build.open("rb") as body:
             text = await self._http.text("POST", "/upgrade", params=params, data=body,
                                          headers={"Content-Type": "application/octet-stream"},
-                                         timeout=self._http.timeout(None, sock_read=120))
+                                         # a .deb's agent answers once apt has installed the package
+                                         timeout=self._http.timeout(None, sock_read=900))
         return AgentUpgradeAnswer.model_validate_json(text)
 
     async def runtime_build(self, offer: LlamaCppBuildOffer, archive: Path,

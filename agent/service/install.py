@@ -105,13 +105,23 @@ def _pairing_hint(executable: str, platform: str) -> list[str]:
 
 
 LINUX_AGENT_APPIMAGE = f"{LINUX_AGENT_HOME}/mirbadllm.AppImage"
+LINUX_DEB_PROGRAM_DIR = "/opt/mirbadllm"  # the .deb's program: its package manager upgrades it
+
+
+def linux_agent_command(executable: str) -> AgentCommand:
+    """An AppImage is copied into the service's own folder, so the agent can replace it on upgrade;
+    the .deb's program is upgraded through the package (``--installed-by deb``)."""
+    if executable.endswith(".AppImage"):
+        return AgentCommand(LINUX_AGENT_APPIMAGE, LINUX_AGENT_HOME, upgrade_target=LINUX_AGENT_APPIMAGE)
+    if PurePath(executable).is_relative_to(LINUX_DEB_PROGRAM_DIR):
+        return AgentCommand(executable, LINUX_AGENT_HOME, installed_by="deb")
+    return AgentCommand(executable, LINUX_AGENT_HOME)
 
 
 def linux_install_plan(executable: str, user_exists: bool, groups: Sequence[str]) -> Plan:
     """An AppImage is copied into the service's own folder, so the agent can replace it on upgrade."""
     appimage = executable.endswith(".AppImage")
-    command = (AgentCommand(LINUX_AGENT_APPIMAGE, LINUX_AGENT_HOME, upgrade_target=LINUX_AGENT_APPIMAGE)
-               if appimage else AgentCommand(executable, LINUX_AGENT_HOME))
+    command = linux_agent_command(executable)
     unit = systemd_agent_unit(command)
     runs = PurePath(command.executable)
     if runs.is_relative_to("/home") or runs.is_relative_to("/root"):

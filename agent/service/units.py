@@ -25,6 +25,11 @@ LINUX_DAEMON_UNIT = "mirbadllm-daemon.service"
 LINUX_AGENT_USER = "mirbadllm-agent"
 LINUX_STATE_DIRECTORY = "mirbadllm-agent"
 LINUX_AGENT_HOME = f"/var/lib/{LINUX_STATE_DIRECTORY}"
+# The .deb's agent upgrades through the package manager: it leaves the verified package here and
+# starts this one oneshot unit (the package's polkit rule lets its user start it, nothing else),
+# whose root helper installs that file (installers.linux_deb).
+LINUX_UPGRADE_UNIT = "mirbadllm-agent-upgrade.service"
+LINUX_DEB_UPGRADE_FILE = f"{LINUX_AGENT_HOME}/upgrades/mirbadllm-agent-upgrade.deb"
 
 MACOS_LABEL = "com.mirbadllm.agent"
 MACOS_PLIST = f"/Library/LaunchDaemons/{MACOS_LABEL}.plist"
@@ -48,11 +53,14 @@ class AgentCommand:
     home: str
     port: int = AGENT_PORT
     upgrade_target: str | None = None  # a single-file build (AppImage) the agent may replace itself
+    installed_by: str | None = None  # "deb": the package manager owns the program and upgrades it
 
     def argv(self) -> list[str]:
         argv = [self.executable, "agent", "--home", self.home, "--port", str(self.port)]
         if self.upgrade_target:
             argv += ["--upgrade-target", self.upgrade_target]
+        if self.installed_by:
+            argv += ["--installed-by", self.installed_by]
         return argv
 
 

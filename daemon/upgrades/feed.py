@@ -3,7 +3,7 @@
 ``fetch_release`` reads the feed with ``core.releases.fetch`` (its Ed25519 signature checked over the
 raw bytes before any is parsed), refuses a feed whose version is not this daemon's own (the nodes
 follow the daemon: an older feed is a downgrade or a replay, a newer one waits until this machine
-is updated), then downloads each agent build the nodes need into ``{home}/agent-release-feed/``
+is updated), then downloads each agent build (or Debian package) the nodes need into ``{home}/agent-release-feed/``
 against the feed's size and SHA-256 (a build already there and matching is kept). A refusal is an
 ``UpdateError`` naming the check, and nothing is told to any node.
 """
@@ -20,6 +20,7 @@ import aiohttp
 from packaging.version import InvalidVersion, Version
 from yarl import URL
 
+from agent.api.upgrade import is_node_artefact
 from core.hashing import file_sha256
 from core.releases.feed import ReleaseArtefact, ReleaseFeed
 from core.releases.fetch import UpdateError, download_artefact, fetch_signed_feed
@@ -73,7 +74,7 @@ async def fetch_release(feed_url: str, home: Path, platforms: Iterable[str], tru
     async with aiohttp.ClientSession() as session:
         feed = await fetch_signed_feed(session, url, trusted_keys)
         _same_version(feed, daemon_version)
-        wanted = [a for a in feed.artefacts if a.platform.startswith("agent-") and a.platform in set(platforms)]
+        wanted = [a for a in feed.artefacts if is_node_artefact(a.platform) and a.platform in set(platforms)]
         if not wanted:
             raise UpdateError("platform", f"Platform check failed: MirbadLLM {feed.version} has no agent build for "
                                           f"the nodes' platforms ({', '.join(sorted(set(platforms))) or 'none'})")

@@ -19,7 +19,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from agent.api.upgrade import agent_platform
+from agent.api.client import AgentError
+from agent.api.upgrade import agent_platform, upgrade_platform
 from core.releases.fetch import UpdateError
 from core.releases.signing import RELEASE_PUBLIC_KEYS
 from daemon.api.nodes import NodeView
@@ -86,12 +87,25 @@ class UpgradeManager:
     async def _release(self, request: UpgradeRequest, targets: list[NodeTarget]) -> StagedRelease:
         """The staged folder's release, or the signed feed's (when asked for, and no folder is)."""
         if request.feed_url and not request.folder:
-            names = {t.node_id for t in targets}
-            platforms = {agent_platform(n.os, n.arch) for n in self._nodes() if n.id in names}
+            platforms = await self._platforms(targets)
             return await fetch_release(request.feed_url, self._home, {p for p in platforms if p},
                                        self.trusted_keys, self.daemon_version)
         folder = Path(request.folder).expanduser() if request.folder else self.default_folder
         return await load_release_async(folder, self.trusted_keys)
+
+    async def _platforms(self, targets: list[NodeTarget]) -> set[str | None]:
+        """What each node installs (its agent build, or the Debian package for a .deb's agent, as its
+        status says); a node that does not answer now is taken by its recorded OS and architecture."""
+        recorded = {n.id: n for n in self._nodes()}
+        platforms: set[str | None] = set()
+        for target in targets:
+            try:
+                status = await target.client.status()
+                platforms.add(upgrade_platform(status.os, status.arch, status.features))
+            except AgentError:
+                node = recorded.get(target.node_id)
+                platforms.add(agent_platform(node.os, node.arch) if node is not None else None)
+        return platforms
 
     def _downgrade(self, version: str, targets: list[NodeTarget]) -> str | None:
         """What already runs a newer version than ``version`` (this daemon, or a node), or None."""

@@ -1,10 +1,10 @@
 """The agent release a rollout ships: a signed feed and the agent builds it names, staged locally.
 
 The folder (``{home}/agent-release/`` unless the request names another) holds ``feed.json``, its
-detached Ed25519 signature ``feed.json.sig`` and each agent build under the file name of its URL.
-The signature is checked over the raw bytes before parsing (``verify_feed_signature``, the same
-check the app's updates use); every ``agent-*`` build present must then match the feed's size and
-SHA-256. A refusal is an ``UpdateError`` naming the check.
+detached Ed25519 signature ``feed.json.sig`` and each agent build (and the Debian package, for
+agents the .deb installed) under the file name of its URL. The signature is checked over the raw
+bytes before parsing (``verify_feed_signature``, the same check the app's updates use); every
+``agent-*`` build or ``linux-*-deb`` package present must then match the feed's size and SHA-256. A refusal is an ``UpdateError`` naming the check.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
+from agent.api.upgrade import is_node_artefact
 from core.hashing import file_sha256
 from core.releases.feed import (
     FEED_NAME,
@@ -65,7 +66,7 @@ def load_release(folder: Path, trusted_keys: Sequence[str]) -> StagedRelease:
         raise UpdateError("feed", f"The signed feed is not a release feed: {exc.errors()[0]['msg']}") from None
     builds: dict[str, StagedBuild] = {}
     for artefact in feed.artefacts:
-        if not artefact.platform.startswith("agent-"):
+        if not is_node_artefact(artefact.platform):
             continue
         path = folder / PurePosixPath(urlparse(artefact.url).path).name
         if not path.is_file():

@@ -1,8 +1,10 @@
 """One rollout: the nodes upgraded strictly one at a time, the first failure stopping the rest.
 
 For each node in order: read its status (version, platform) and the runtimes it runs (instance →
-PID); push the build for its platform (``AgentClient.upgrade``: the agent checks size and SHA-256
-before it replaces anything, answers, exits 75 and is started again by its service manager); then
+PID); push the build for its platform, or the release's Debian package to an agent the package
+installed (its status lists ``upgrade-deb``: ``agent.api.upgrade.upgrade_platform``)
+(``AgentClient.upgrade``: the agent checks size and SHA-256 before it installs anything, answers,
+exits 75 and is started again by its service manager); then
 poll until the node answers with the release's version and every runtime it ran before is ready
 under the same PID (adopted, not restarted). Only then is the next node told. A refusal, an
 unreachable node or a node not back ready within ``ready_timeout_s`` fails that node with the
@@ -22,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from agent.api.client import AgentError
 from agent.api.models import AgentStatus, InstancesPage, InstanceState
-from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer, agent_platform
+from agent.api.upgrade import AgentUpgradeAnswer, AgentUpgradeOffer, upgrade_platform
 from daemon.api.models import LOCAL_NODE
 from daemon.api.nodes import NodeView
 from daemon.api.upgrades import (
@@ -122,7 +124,7 @@ class Rollout:
             before = _ready_pids(await client.instances())
         except AgentError as exc:
             raise NodeFailed(f"unreachable before the upgrade: {exc.message}") from exc
-        platform = agent_platform(status.os, status.arch)
+        platform = upgrade_platform(status.os, status.arch, status.features)
         self._node(index, state=NodeUpgradeState.UPGRADING, platform=platform, from_version=status.version,
                    started_at=time.time())
         if status.version == version:
@@ -130,7 +132,9 @@ class Rollout:
             return
         build = self.release.builds.get(platform or "")
         if build is None:
-            raise NodeFailed(f"the release {version} has no agent build for {status.os}/{status.arch}"
+            what = ("Debian package (its agent was installed from the .deb and upgrades through it)"
+                    if platform and platform.endswith("-deb") else "agent build")
+            raise NodeFailed(f"the release {version} has no {what} for {status.os}/{status.arch}"
                              f"{f' ({platform})' if platform else ''}")
         offer = AgentUpgradeOffer(platform=build.artefact.platform, version=version, size=build.artefact.size,
                                   sha256=build.artefact.sha256)

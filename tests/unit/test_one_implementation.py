@@ -30,6 +30,8 @@ RENAME_SITES = {
         "moves an unpacked build folder into place",
     "agent/runtimes/rollout.py::LlamaCppBuilds._install":
         "moves a verified build folder into place",
+    "agent/upgrade.py::DebInstaller.apply":
+        "moves the verified upgrade package to the one path the package's root helper installs from",
     "app/updates/checker.py::UpdateChecker._stage":
         "moves a verified download into the staging folder (stream-then-rename)",
     "app/updates/installer.py::MacInstaller.apply":
