@@ -8,7 +8,8 @@
   the SPIR-V headers) and a Vulkan device to run it on with no GPU: Mesa's ``lavapipe``
   (``mesa-vulkan-drivers``). Debian 12's Mesa 22.3 lavapipe crashes at llama.cpp's first
   computation; Mesa 25 from ``bookworm-backports`` runs it, so on bookworm that source is added and
-  Mesa is taken from it.
+  Mesa is taken from it;
+- ``shellcheck``: the release workflow's shell steps are linted (``tests/shipping/test_workflow_lint.py``).
 
 Without them those tests skip and say why (the Vulkan ones fail under ``make test``, which needs them).
 This needs root and apt; it installs only what is missing, and does nothing elsewhere (it says what
@@ -27,7 +28,7 @@ from installers.appimage import BUILD_PACKAGES
 
 VULKAN_BUILD_PACKAGES = ("libvulkan-dev", "glslc", "spirv-headers")
 VULKAN_RUN_PACKAGES = ("mesa-vulkan-drivers", "vulkan-tools")
-PACKAGES = ("docker.io", "ninja-build", *BUILD_PACKAGES, *VULKAN_BUILD_PACKAGES, *VULKAN_RUN_PACKAGES)
+PACKAGES = ("docker.io", "ninja-build", "shellcheck", *BUILD_PACKAGES, *VULKAN_BUILD_PACKAGES, *VULKAN_RUN_PACKAGES)
 # The oldest Mesa whose lavapipe runs ggml-vulkan (22.3 crashes; 25.0 was checked).
 MESA_MIN_MAJOR = 24
 BACKPORTS_FILE = Path("/etc/apt/sources.list.d/mirbadllm-bookworm-backports.sources")
