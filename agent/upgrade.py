@@ -50,6 +50,8 @@ _LOGGER = logging.getLogger(__name__)
 
 VERSION_FILE_ENV = "MIRBADLLM_AGENT_VERSION_FILE"
 UPGRADE_TARGET_ENV = "MIRBADLLM_AGENT_UPGRADE_TARGET"
+# Tests: where a .deb agent leaves the package (the package's unit and helper read only the fixed one).
+DEB_UPGRADE_FILE_ENV = "MIRBADLLM_AGENT_DEB_UPGRADE_FILE"
 CHUNK = 1 << 20
 
 
@@ -164,14 +166,15 @@ def installer_for(target: str | os.PathLike[str] | None, environ: Mapping[str, s
     """``DebInstaller`` for an agent the .deb installed (its upgrades ``folder`` must be the one the
     package's helper reads), ``FileInstaller`` for ``target`` (else ``$MIRBADLLM_AGENT_UPGRADE_TARGET``),
     else unsupported."""
+    environ = os.environ if environ is None else environ
     if installed_by == "deb":
-        package = Path(LINUX_DEB_UPGRADE_FILE)
+        package = Path(environ.get(DEB_UPGRADE_FILE_ENV) or LINUX_DEB_UPGRADE_FILE)
         if folder is not None and folder != package.parent:
             return UnsupportedInstaller(f"this agent was installed from the .deb but keeps its upgrades in {folder}; "
                                         f"the package's helper installs only from {package.parent} (run it with "
                                         "the package's service unit), or upgrade with apt on that machine")
         return DebInstaller(package)
-    target = target or (os.environ if environ is None else environ).get(UPGRADE_TARGET_ENV)
+    target = target or environ.get(UPGRADE_TARGET_ENV)
     if target:
         return FileInstaller(Path(target))
     return UnsupportedInstaller("this agent cannot be upgraded in place: it was not started with "
