@@ -108,8 +108,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     telemetry = TelemetryCollector(manager, seen, telemetry_interval_s, models_dir=paths.models_dir)
     services = HostServices(service_manager or platform_manager(),
                             ServicePolicy(read_policy_file(paths.services_policy_file), own_service_names()))
-    rpc = RpcServers(paths, catalog, memory_probe or PsutilMemoryProbe(), probe,
-                     lambda: [run.port for run in manager.runs().values()])
+    rpc = RpcServers(paths, catalog, memory_probe or PsutilMemoryProbe(), probe, manager.records, manager.session,
+                     lambda: [run.port for run in manager.runs().values()])  # one processes.json, two parts
     return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager, rpc=rpc,
                      telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources,
                      runtime_builds=builds, services=services)

@@ -4,6 +4,10 @@ Runtimes outlive the agent (own session, log file instead of a pipe). A record n
 the process creation time and executable, so a PID the kernel has since handed to some other
 program is never mistaken for ours. The file holds the per-instance API keys: it is 0600 and
 written atomically (``core.json_store``: temp file + ``os.replace``).
+
+Two owners share the file, each reading and writing its own part: the ``InstanceManager``'s models
+(adopted by a later agent) and ``agent.rpc.servers``'s rpc-servers (``runtime == "rpc"``): those are
+never adopted, a later agent stops them as leftovers (a split model cannot outlive its agents).
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ RECORDS_VERSION = 1
 # psutil derives the creation time from boot time + clock ticks: equal for one process, but a
 # float; anything closer than this is the same start.
 CREATE_TIME_TOLERANCE_S = 0.05
+RPC_RUNTIME = "rpc"  # a helper's ggml-rpc-server (agent.rpc.servers): stopped as a leftover, never adopted
 
 
 class ProcessRecord(BaseModel):
     """One running runtime, as stored (a storage shape, not a wire shape)."""
 
     instance_id: str
-    runtime: str = Field(default="llamacpp", description="The driver that started it (records before 0.x: llama.cpp).")
+    runtime: str = Field(default="llamacpp", description="The driver that started it (records before 0.x: "
+                         "llama.cpp); \"rpc\": an rpc-server, which a later agent stops instead of adopting.")
     pid: int
     create_time: float
     executable: str = Field(description="What the agent launched (argv[0]).")
@@ -64,8 +70,13 @@ class ProcessRecords:
         self.path = path
         self._store = JsonStore(path, _RecordsFile)
         self._last_written: bytes | None = None
+        self._held: dict[str, ProcessRecord] | None = None  # both parts, as last read or written
 
-    def load(self) -> dict[str, ProcessRecord]:
+    def load(self, rpc: bool = False) -> dict[str, ProcessRecord]:
+        """The models' records (adoption's), or with ``rpc`` the rpc-servers' (the leftovers to stop)."""
+        return {i: r for i, r in self._load_all().items() if (r.runtime == RPC_RUNTIME) == rpc}
+
+    def _load_all(self) -> dict[str, ProcessRecord]:
         try:
             data = self._store.read()
         except UnreadableStore as exc:
@@ -81,9 +92,12 @@ class ProcessRecords:
             records[record.instance_id] = record
         return records
 
-    def save(self, records: Mapping[str, ProcessRecord]) -> None:
-        """Write the records (0600, atomically); skipped when nothing changed."""
-        body = self._store.encode(_RecordsFile(processes=[r.model_dump() for _, r in sorted(records.items())]))
+    def save(self, records: Mapping[str, ProcessRecord], rpc: bool = False) -> None:
+        """Write the models' records (or with ``rpc`` the rpc-servers'), keeping the other part as it is
+        (0600, atomically); skipped when nothing changed."""
+        held = self._held if self._held is not None else self._load_all()
+        self._held = {**{i: r for i, r in held.items() if (r.runtime == RPC_RUNTIME) != rpc}, **records}
+        body = self._store.encode(_RecordsFile(processes=[r.model_dump() for _, r in sorted(self._held.items())]))
         if body == self._last_written:
             return
         self._store.write_bytes(body)

@@ -3,6 +3,8 @@
 States are ``stopped -> starting -> ready -> stopping -> stopped``, plus ``failed``. Every
 transition is made under one lock; a background task per run waits for readiness and then for an
 exit nobody asked for (which makes the instance ``failed``, with the exit code and last log lines).
+A model's instance and a helper's rpc-server (``agent.rpc.servers``) are supervised alike: only the
+``wait_ready`` differs (the driver's probe; for an rpc-server, its port taking a connection).
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ class InstanceSupervisor:
 
     async def start(self, spec: LaunchSpec, launch: Callable[[LogRing], RuntimeRun]) -> InstanceInfo:
         """Spawn through ``launch`` and return at once in ``starting`` (or ``failed``)."""
+        return await self.spawn(launch, spec.startup_timeout_s, served_name=spec.served_name,
+                                model_path=spec.model_path)
+
+    async def spawn(self, launch: Callable[[LogRing], RuntimeRun], startup_timeout_s: float,
+                    served_name: str = "", model_path: str = "") -> InstanceInfo:
+        """``start`` without a model's spec (an rpc-server): ``failed`` at once when ``launch`` raises."""
         async with self._lock:
             if self.busy:
                 raise AlreadyRunning(f"instance {self.instance_id} is {self._state.value}; stop it first")
@@ -100,7 +108,7 @@ class InstanceSupervisor:
                 run = launch(self.logs)
             except (OSError, RuntimeUnusable) as exc:  # the executable cannot be run (here)
                 self._reset(adopted=False)
-                self._spec_facts = {"served_name": spec.served_name, "model_path": spec.model_path}
+                self._spec_facts = {"served_name": served_name, "model_path": model_path}
                 error = str(exc) if isinstance(exc, RuntimeUnusable) else f"cannot start the runtime: {exc}"
                 await self._transition(InstanceState.FAILED, error=error)
                 return self.info()
@@ -108,7 +116,7 @@ class InstanceSupervisor:
             self._run = run
             self._remember(run)
             await self._transition(InstanceState.STARTING)
-            self._task = asyncio.create_task(self._lifecycle(run, spec.startup_timeout_s),
+            self._task = asyncio.create_task(self._lifecycle(run, startup_timeout_s),
                                              name=f"supervise {self.instance_id}")
             return self.info()
 

@@ -3,48 +3,56 @@
 ``RpcServers.start`` checks the memory the grant lends (on the named GPUs, else system memory),
 picks a free loopback port (``agent.runtimes.ports``), starts the catalog's ``ggml-rpc-server``
 with ``-H 127.0.0.1 -p PORT`` (and ``-d``/``-t`` from the request) in its own session with its log
-in ``logs/rpc-<grant>.log``, and answers once the port takes a connection. The grant is open while
-the server runs: ``allows`` is what the peer gate and the tunnel ask. ``stop`` (DELETE), the
-server's own exit and the agent's shutdown close the grant and every tunnel through it.
+in ``logs/rpc-<grant>.log``, and answers once the port takes a connection. The process is a model's
+kin: an ``InstanceSupervisor`` (``agent.supervisor``) runs and watches it (states, log ring, the
+lifecycle task; its ``wait_ready`` is "the port accepts a connection") and ``processes.json``
+(``agent.records``, runtime ``"rpc"``) records it. This module is the grant layer above: the grant is
+open while the server is ready; ``allows`` is what the peer gate and the tunnel ask. ``stop``
+(DELETE), the server's own exit and the agent's shutdown close the grant and every tunnel through it.
 
 rpc-servers are not adopted by a later agent: a split model cannot outlive the agents that carry
-its RPC. The agent records their PIDs (``rpc-servers.json``) and a new agent stops any that an
-agent killed outright left running (``reap_leftovers``).
+its RPC. A new agent stops any that an agent killed outright left running (``reap_leftovers``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+import aiohttp
 import psutil
 
 from agent.admission import MemoryProbe
 from agent.api.llamacpp import device_names
+from agent.api.models import InstanceState
 from agent.api.rpc import RpcServerInfo, RpcServerRequest, RpcServerState
 from agent.gpu import GpuProbe
 from agent.logring import LogRing, LogTailer
 from agent.paths import AgentPaths
 from agent.problems import AgentProblem, InsufficientMemory
-from agent.runtimes.catalog import RuntimeCatalog
+from agent.records import RPC_RUNTIME, ProcessRecord, ProcessRecords, find_live_process
+from agent.runtimes.catalog import RuntimeCatalog, RuntimeExecutable
 from agent.runtimes.llamacpp import API_KEY_ENV, child_env
 from agent.runtimes.ports import LOOPBACK, find_free_port
-from agent.runtimes.process import RuntimeProcess, describe_exit
-from core.json_store import write_json_atomic
+from agent.runtimes.process import RuntimeProcess
+from agent.runtimes.run import RuntimeRun
+from agent.supervisor import InstanceSupervisor
 
 _LOGGER = logging.getLogger(__name__)
 
 RPC_FIRST_PORT = 50052  # llama.cpp's own default rpc-server port; a free one from here, loopback only
-READY_TIMEOUT_S = 30.0
-READY_POLL_S = 0.05
+READY_TIMEOUT_S = 30.0  # silence before it listens (``RuntimeRun.wait_ready``)
 STOP_TIMEOUT_S = 5.0
-RECORDS_FILE = "rpc-servers.json"
+RUNTIME_NAME = "ggml-rpc-server"
+# The supervisor's state as the wire names it: starting is the grant being opened (POST answers once
+# it is ready or failed), stopping is its closing.
+_WIRE_STATE = {InstanceState.STARTING: RpcServerState.READY, InstanceState.READY: RpcServerState.READY,
+               InstanceState.FAILED: RpcServerState.FAILED, InstanceState.STOPPING: RpcServerState.STOPPED,
+               InstanceState.STOPPED: RpcServerState.STOPPED}
 
 
 class NoRpcServer(AgentProblem):
@@ -67,27 +75,28 @@ class RpcServerFailed(AgentProblem):
     code = "rpc_server_failed"
 
 
+def record_id(grant_id: str) -> str:
+    """A grant's key in ``processes.json`` (``:`` is in no instance id: never a model's)."""
+    return f"{RPC_RUNTIME}:{grant_id}"
+
+
 @dataclass
-class _Server:
+class _Grant:
     request: RpcServerRequest
-    state: RpcServerState
+    supervisor: InstanceSupervisor
     devices: list[str]
-    port: int | None = None
-    process: RuntimeProcess | None = None
-    tailer: LogTailer | None = None
-    ring: LogRing = field(default_factory=LogRing)
-    started_at: float | None = None
-    error: str | None = None
-    watcher: asyncio.Task[None] | None = None
     tunnels: set[Callable[[], object]] = field(default_factory=set)  # each closes one open tunnel
 
+    @property
+    def open(self) -> bool:
+        return self.supervisor.state is InstanceState.READY
+
     def info(self) -> RpcServerInfo:
-        lines = self.tailer.lines(20) if self.tailer is not None else []
+        sup = self.supervisor.info()
         return RpcServerInfo(grant_id=self.request.grant_id, peer_node_id=self.request.peer_node_id,
-                             state=self.state, pid=self.process.pid if self.process else None, port=self.port,
-                             devices=self.devices, memory_bytes=self.request.memory_bytes,
-                             started_at=self.started_at, error=self.error,
-                             last_log_lines=lines if self.state is RpcServerState.FAILED else [])
+                             state=_WIRE_STATE[sup.state], pid=sup.pid, port=sup.port, devices=self.devices,
+                             memory_bytes=self.request.memory_bytes, started_at=sup.started_at, error=sup.error,
+                             last_log_lines=sup.last_log_lines if sup.state is InstanceState.FAILED else [])
 
 
 def devices_for(request: RpcServerRequest) -> list[str]:
@@ -108,9 +117,10 @@ def build_rpc_args(request: RpcServerRequest, port: int) -> list[str]:
     return argv
 
 
-async def _accepts(port: int) -> bool:
+async def _accepts(run: RuntimeRun, _session: aiohttp.ClientSession) -> bool:
+    """An rpc-server's readiness: its loopback port takes a connection."""
     try:
-        _reader, writer = await asyncio.open_connection(LOOPBACK, port)
+        _reader, writer = await asyncio.open_connection(LOOPBACK, run.port)
     except OSError:
         return False
     writer.close()
@@ -119,64 +129,65 @@ async def _accepts(port: int) -> bool:
     return True
 
 
+async def _wait_ready(run: RuntimeRun, session: aiohttp.ClientSession, startup_timeout_s: float) -> None:
+    await run.wait_ready(session, startup_timeout_s, _accepts)
+
+
 class RpcServers:
-    """Every grant this (helper) node holds, and its rpc-server."""
+    """Every grant this (helper) node holds, and its rpc-server's supervisor."""
 
     def __init__(self, paths: AgentPaths, catalog: RuntimeCatalog, memory: MemoryProbe, gpus: GpuProbe,
+                 records: ProcessRecords, session: Callable[[], aiohttp.ClientSession],
                  taken_ports: Callable[[], Iterable[int]] = tuple, first_port: int = RPC_FIRST_PORT) -> None:
         self.paths = paths
         self.catalog = catalog
         self.memory = memory
         self.gpus = gpus
+        self.records = records
+        self.session = session
         self.taken_ports = taken_ports
         self.first_port = first_port
-        self._servers: dict[str, _Server] = {}
+        self._grants: dict[str, _Grant] = {}
         self._lock = asyncio.Lock()
-
-    @property
-    def records_file(self) -> Path:
-        return self.paths.home / RECORDS_FILE
+        self._changed = asyncio.Condition()
 
     def executable(self) -> str | None:
         exe = self.catalog.rpc_server()
         return str(exe.path) if exe is not None else None
 
     def list(self) -> list[RpcServerInfo]:
-        return [s.info() for s in self._servers.values()]
+        return [g.info() for g in self._grants.values()]
 
     def info(self, grant_id: str) -> RpcServerInfo:
         return self._get(grant_id).info()
 
-    def _get(self, grant_id: str) -> _Server:
-        server = self._servers.get(grant_id)
-        if server is None:
+    def _get(self, grant_id: str) -> _Grant:
+        grant = self._grants.get(grant_id)
+        if grant is None:
             raise UnknownGrant(f"no rpc-server for grant {grant_id!r} on this node")
-        return server
+        return grant
 
     def allows(self, grant_id: str, node_id: str) -> bool:
         """Whether ``node_id`` may tunnel to ``grant_id``'s rpc-server now."""
-        server = self._servers.get(grant_id)
-        return (server is not None and server.state is RpcServerState.READY
-                and server.request.peer_node_id == node_id)
+        grant = self._grants.get(grant_id)
+        return grant is not None and grant.open and grant.request.peer_node_id == node_id
 
     def tunnel_port(self, grant_id: str, node_id: str) -> int | None:
-        server = self._servers.get(grant_id)
-        if server is None or not self.allows(grant_id, node_id):
-            return None
-        return server.port
+        run = self._grants[grant_id].supervisor.run if self.allows(grant_id, node_id) else None
+        return run.port if run is not None else None
 
     def add_tunnel(self, grant_id: str, close: Callable[[], object]) -> bool:
         """Register an open tunnel's closer, so closing the grant ends it; False when it is closed."""
-        server = self._servers.get(grant_id)
-        if server is None or server.state is not RpcServerState.READY:
+        grant = self._grants.get(grant_id)
+        if grant is None or not grant.open:
             return False
-        server.tunnels.add(close)
+        grant.tunnels.add(close)
         return True
 
     def remove_tunnel(self, grant_id: str, close: Callable[[], object]) -> None:
-        server = self._servers.get(grant_id)
-        if server is not None:
-            server.tunnels.discard(close)
+        grant = self._grants.get(grant_id)
+        if grant is not None:
+            grant.tunnels.discard(close)
 
     async def _check_memory(self, request: RpcServerRequest) -> None:
         wanted = request.memory_bytes
@@ -201,8 +212,8 @@ class RpcServers:
     async def start(self, request: RpcServerRequest) -> RpcServerInfo:
         """Start the grant's rpc-server and answer once it listens on loopback."""
         async with self._lock:
-            known = self._servers.get(request.grant_id)
-            if known is not None and known.state is RpcServerState.READY:
+            known = self._grants.get(request.grant_id)
+            if known is not None and known.open:
                 if known.request.peer_node_id != request.peer_node_id:
                     raise GrantConflict(f"grant {request.grant_id!r} is open for another node")
                 return known.info()
@@ -211,120 +222,79 @@ class RpcServers:
                 raise NoRpcServer("this node's llama.cpp has no ggml-rpc-server: roll out a build with RPC "
                                   "(make runtime) to lend its memory to a model on another node")
             await self._check_memory(request)
-            taken = [*self.taken_ports(), *(s.port for s in self._servers.values()
-                                            if s.port is not None and s.state is RpcServerState.READY)]
+            taken = [*self.taken_ports(), *(g.supervisor.run.port for g in self._grants.values()
+                                            if g.supervisor.run is not None)]
             port = await asyncio.to_thread(find_free_port, taken, self.first_port)
-            server = _Server(request=request, state=RpcServerState.READY, devices=devices_for(request), port=port)
-            argv = [str(exe.path), *build_rpc_args(request, port)]
-            gpu_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if request.gpus else {}
-            env = child_env(gpu_env, "", exe.library_dir)
-            env.pop(API_KEY_ENV, None)
-            log_path = self.paths.logs_dir / f"rpc-{request.grant_id}.log"
-            self.paths.logs_dir.mkdir(parents=True, exist_ok=True)
-            log_path.unlink(missing_ok=True)
-            try:
-                process = RuntimeProcess.spawn(argv, env, log_path, cwd=self.paths.home)
-            except OSError as exc:
-                raise NoRpcServer(f"cannot start {exe.path}: {exc}") from exc
-            server.process, server.started_at = process, time.time()
-            server.tailer = LogTailer(log_path, server.ring)
-            server.tailer.start()
-            self._servers[request.grant_id] = server
-            self._record()
-            _LOGGER.info("rpc-server for grant %s: pid %d on %s:%d", request.grant_id, process.pid, LOOPBACK, port)
-            try:
-                await self._wait_listening(server)
-            except RpcServerFailed:
-                await self._close(server, RpcServerState.FAILED)
-                raise
-            server.watcher = asyncio.create_task(self._watch(server), name=f"rpc-server {request.grant_id}")
-            return server.info()
+            sup = known.supervisor if known is not None else InstanceSupervisor(
+                record_id(request.grant_id), self._on_change, self.session, _wait_ready)
+            grant = _Grant(request=request, supervisor=sup, devices=devices_for(request))
+            self._grants[request.grant_id] = grant
+            started = await sup.spawn(lambda ring: self._launch(request, exe, port, ring),
+                                      READY_TIMEOUT_S, served_name=f"rpc {request.grant_id}")
+            if started.state is InstanceState.FAILED:  # it could not even be spawned
+                del self._grants[request.grant_id]
+                raise NoRpcServer(f"cannot start {exe.path}: {started.error}")
+            async with self._changed:
+                await self._changed.wait_for(lambda: sup.state is not InstanceState.STARTING)
+            info = grant.info()
+            if info.state is not RpcServerState.READY:
+                raise RpcServerFailed(info.error or f"{RUNTIME_NAME} failed before it listened", details={"last_log_lines": info.last_log_lines})
+            return info
 
-    async def _wait_listening(self, server: _Server) -> None:
-        assert server.process is not None and server.port is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not await _accepts(server.port):
-            if server.process.poll():
-                code = await server.process.wait()
-                if server.tailer is not None:
-                    server.tailer.flush()
-                lines = server.tailer.lines(20) if server.tailer else []
-                server.error = f"ggml-rpc-server {describe_exit(code)} before it listened"
-                raise RpcServerFailed(server.error, details={"last_log_lines": lines})
-            if time.monotonic() > deadline:
-                server.error = f"ggml-rpc-server did not listen within {READY_TIMEOUT_S:.0f} s"
-                raise RpcServerFailed(server.error)
-            await asyncio.sleep(READY_POLL_S)
+    def _launch(self, request: RpcServerRequest, exe: RuntimeExecutable, port: int, ring: LogRing) -> RuntimeRun:
+        """Spawn the grant's rpc-server (the supervisor's ``launch``), recorded as runtime ``rpc``."""
+        argv = [str(exe.path), *build_rpc_args(request, port)]
+        gpu_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if request.gpus else {}
+        env = child_env(gpu_env, "", exe.library_dir)
+        env.pop(API_KEY_ENV, None)
+        log_path = self.paths.logs_dir / f"rpc-{request.grant_id}.log"
+        self.paths.logs_dir.mkdir(parents=True, exist_ok=True)
+        log_path.unlink(missing_ok=True)
+        process = RuntimeProcess.spawn(argv, env, log_path, cwd=self.paths.home)
+        _LOGGER.info("rpc-server for grant %s: pid %d on %s:%d", request.grant_id, process.pid, LOOPBACK, port)
+        record = ProcessRecord(instance_id=record_id(request.grant_id), runtime=RPC_RUNTIME, pid=process.pid,
+                               create_time=process.create_time, executable=str(exe.path), port=port, api_key="", argv=argv,
+                               model_path="", served_name=f"rpc {request.grant_id}", config_hash="",
+                               started_at=time.time(), startup_timeout_s=READY_TIMEOUT_S)
+        return RuntimeRun(RUNTIME_NAME, process, record, LogTailer(log_path, ring))
 
-    async def _watch(self, server: _Server) -> None:
-        assert server.process is not None
-        code = await server.process.wait()
-        if server.state is RpcServerState.READY:
-            server.error = f"ggml-rpc-server {describe_exit(code)}"
-            _LOGGER.warning("rpc-server for grant %s: %s", server.request.grant_id, server.error)
-            await self._close(server, RpcServerState.FAILED)
-
-    async def _close(self, server: _Server, state: RpcServerState) -> None:
-        """Close the grant: no new tunnel, the open ones ended, the process stopped."""
-        server.state = state
-        for close in list(server.tunnels):
-            close()
-        server.tunnels.clear()
-        if server.process is not None:
-            await server.process.terminate(STOP_TIMEOUT_S)
-        if server.tailer is not None:
-            server.tailer.flush()
-            await server.tailer.stop()
-        watcher, server.watcher = server.watcher, None
-        if watcher is not None and watcher is not asyncio.current_task():
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        self._record()
+    async def _on_change(self) -> None:
+        """Any supervisor's transition: a grant no longer ready ends its tunnels; the records follow."""
+        for grant in self._grants.values():
+            if not grant.open and grant.tunnels:
+                for close in list(grant.tunnels):
+                    close()
+                grant.tunnels.clear()
+        self.records.save({record_id(i): g.supervisor.run.record for i, g in self._grants.items()
+                           if g.supervisor.run is not None}, rpc=True)
+        async with self._changed:
+            self._changed.notify_all()
 
     async def stop(self, grant_id: str) -> RpcServerInfo:
-        """Stop a grant's rpc-server (DELETE): the grant closes with it."""
+        """Stop a grant's rpc-server (DELETE): the grant closes with it; a failed one is acknowledged."""
         async with self._lock:
-            server = self._get(grant_id)
-            if server.state is RpcServerState.READY:
-                await self._close(server, RpcServerState.STOPPED)
-                _LOGGER.info("rpc-server for grant %s stopped", grant_id)
-            elif server.state is RpcServerState.FAILED:  # acknowledged: stopped now
-                server.state = RpcServerState.STOPPED
-            return server.info()
+            grant = self._get(grant_id)
+            await grant.supervisor.stop(STOP_TIMEOUT_S)
+            _LOGGER.info("rpc-server for grant %s stopped", grant_id)
+            return grant.info()
 
     async def close(self) -> None:
         """The agent is going away: every rpc-server stops (none is adopted later)."""
         async with self._lock:
-            for server in self._servers.values():
-                if server.state is RpcServerState.READY:
-                    await self._close(server, RpcServerState.STOPPED)
-
-    def _record(self) -> None:
-        live = [{"pid": s.process.pid, "create_time": s.process.create_time,
-                 "executable": s.process.executable()}
-                for s in self._servers.values()
-                if s.process is not None and s.state is RpcServerState.READY]
-        write_json_atomic(self.records_file, live, mode=0o644)
+            for grant in self._grants.values():
+                if grant.supervisor.busy:
+                    await grant.supervisor.stop(STOP_TIMEOUT_S)
 
     def reap_leftovers(self) -> int:
         """Stop the rpc-servers an earlier agent recorded and left running; how many were."""
-        try:
-            records = json.loads(self.records_file.read_text())
-        except (OSError, ValueError):
-            return 0
         reaped = 0
-        for rec in records if isinstance(records, list) else []:
-            try:
-                proc = psutil.Process(int(rec["pid"]))
-                same = (abs(proc.create_time() - float(rec["create_time"])) < 1.0
-                        and (rec.get("executable") is None or proc.exe() == rec["executable"]))
-                if same:
+        for record in self.records.load(rpc=True).values():
+            proc = find_live_process(record)
+            if proc is not None:
+                with contextlib.suppress(psutil.Error):
                     proc.kill()
                     reaped += 1
-            except (psutil.Error, KeyError, TypeError, ValueError):
-                continue
-        self.records_file.unlink(missing_ok=True)
+        self.records.save({}, rpc=True)
         if reaped:
             _LOGGER.warning("stopped %d rpc-server(s) an earlier agent left running", reaped)
         return reaped

@@ -116,3 +116,18 @@ def test_records_survive_a_round_trip_and_ignore_garbage(tmp_path: Path) -> None
     assert records.path.stat().st_mode & 0o777 == 0o600
     records.path.write_text("{not json")
     assert ProcessRecords(records.path).load() == {}
+
+
+def test_models_and_rpc_servers_each_write_their_own_part(tmp_path: Path) -> None:
+    """One processes.json, two owners: a model's save keeps the rpc-servers' records, and the other
+    way round; adoption reads only the models' part (an rpc-server is a leftover to stop)."""
+    path = tmp_path / "processes.json"
+    model = _record(123, 1.5, "/bin/x")
+    rpc = _record(456, 2.5, "/bin/rpc").model_copy(update={"instance_id": "rpc:grant-0001", "runtime": "rpc"})
+    ProcessRecords(path).save({"rpc:grant-0001": rpc}, rpc=True)
+    models = ProcessRecords(path)  # a later agent: its first save keeps what it has not read yet
+    models.save({"m": model})
+    assert ProcessRecords(path).load() == {"m": model}
+    assert ProcessRecords(path).load(rpc=True) == {"rpc:grant-0001": rpc}
+    models.save({}, rpc=True)
+    assert (ProcessRecords(path).load(), ProcessRecords(path).load(rpc=True)) == ({"m": model}, {})

@@ -32,6 +32,7 @@ from agent.deps import AgentDeps, build_deps
 from agent.identity import AgentIdentity, load_or_create_identity, make_csr
 from agent.pairing.enrollment import install_enrollment, paired_ssl_context
 from agent.paths import AgentPaths
+from agent.records import ProcessRecords
 from agent.rpc.forwards import RpcForwards, peer_client_context
 from agent.rpc.peers import PeerPolicy
 from agent.server import create_app, start_server
@@ -194,6 +195,51 @@ async def test_closing_a_grant_ends_its_tunnels_and_its_rpc_server(nodes: Any) -
     with pytest.raises(AgentError) as unknown:
         await helper.daemon.stop_rpc_server("grant-9999")
     assert (unknown.value.status, unknown.value.code) == (404, "grant_not_found")
+
+
+def _recorded_rpc(paths: AgentPaths) -> list[int]:
+    """The rpc-servers' PIDs in ``processes.json`` (the part a later agent stops, never adopts)."""
+    return [r.pid for r in ProcessRecords(paths.records_file).load(rpc=True).values()]
+
+
+async def test_an_rpc_server_that_dies_fails_its_grant_and_leaves_the_records(nodes: Any) -> None:
+    helper, main = await nodes("helper"), await nodes("main")
+    info = await helper.daemon.start_rpc_server(grant(main))
+    assert info.pid is not None and _recorded_rpc(helper.deps.paths) == [info.pid]
+    psutil.Process(info.pid).kill()
+    failed = await eventually(lambda: _state_is(helper, RpcServerState.FAILED), what="the grant failed")
+    assert failed.error and "ggml-rpc-server" in failed.error and failed.last_log_lines
+    as_main = AgentClient(helper.url, peer_client_context(main.identity))
+    try:
+        assert (await refusal(as_main.session, tunnel(helper, "grant-0001"))) == (403, "grant_not_open")
+    finally:
+        await as_main.close()
+    assert _recorded_rpc(helper.deps.paths) == []
+    assert (await helper.daemon.stop_rpc_server("grant-0001")).state is RpcServerState.STOPPED  # acknowledged
+    again = await helper.daemon.start_rpc_server(grant(main))  # the grant opens anew
+    assert again.state is RpcServerState.READY and again.pid not in (None, info.pid)
+
+
+async def _state_is(node: Node, state: RpcServerState) -> Any:
+    info = await node.daemon.rpc_server("grant-0001")
+    return info if info.state is state else None
+
+
+async def test_the_next_agent_stops_an_rpc_server_left_running_and_adopts_nothing(nodes: Any,
+                                                                                    tmp_path: Path) -> None:
+    helper, main = await nodes("helper"), await nodes("main")
+    info = await helper.daemon.start_rpc_server(grant(main))
+    assert info.pid is not None
+    # Another agent on the same home, as after this one was killed outright: adoption on.
+    deps = build_deps(helper.deps.paths.home, llama_server=write_fake_runtime(tmp_path / "bin-next"),
+                      gpu_probe=FakeGpuProbe(), memory_probe=FakeMemoryProbe(available=12 * GiB))
+    runner, _port = await start_server(create_app(deps), "127.0.0.1", 0, None)
+    try:
+        assert not psutil.pid_exists(info.pid) or psutil.Process(info.pid).status() == psutil.STATUS_ZOMBIE
+        assert deps.manager.page().instances == [] and deps.rpc is not None and deps.rpc.list() == []
+        assert _recorded_rpc(deps.paths) == []
+    finally:
+        await runner.cleanup()
 
 
 async def test_the_rpc_port_takes_no_connection_from_another_address(nodes: Any) -> None:
