@@ -1,13 +1,13 @@
 """``mirbadllm ctl downloads``: every transfer the daemon owns (``/api/transfers``), and its verbs.
 
     mirbadllm ctl downloads [list]     running, paused and finished ones: progress, speed, ETA, why one failed
-    mirbadllm ctl downloads pause ID   stop a download, keeping its partial file
-    mirbadllm ctl downloads resume ID  go on from the partial file (an HTTP Range request)
+    mirbadllm ctl downloads pause ID   stop a download or mirror push, keeping its partial file
+    mirbadllm ctl downloads resume ID  go on from the partial file (an HTTP Range request; the node's part)
     mirbadllm ctl downloads cancel ID  stop it and delete its partial file
-    mirbadllm ctl downloads retry ID   run a failed or cancelled download again
+    mirbadllm ctl downloads retry ID   run a failed or cancelled download or mirror push again
 
 Hub and URL downloads, Ollama, LM Studio and folder imports, and mirror pushes to a node are all
-listed; only downloads pause (``daemon.sources.downloads``). A refused verb exits 1 with the daemon's reason.
+listed; downloads and mirror pushes pause (``daemon.sources.downloads``), imports only cancel. A refused verb exits 1 with the daemon's reason.
 """
 
 from __future__ import annotations

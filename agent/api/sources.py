@@ -253,8 +253,8 @@ class TransferInfo(BaseModel):
     result: list[ImportedModel] = Field(default_factory=list)
     created_at: float = 0.0
     finished_at: float | None = None
-    pausable: bool = Field(default=False, description="A download: a pause keeps its partial files and a "
-                           "resume (or a retry) goes on from them with HTTP Range requests.")
+    pausable: bool = Field(default=False, description="A download or a mirror push: a pause keeps its partial "
+                           "files and a resume (or a retry) goes on from them (HTTP Range; the node's partial).")
 
 
 class TransfersPage(BaseModel):

@@ -4,9 +4,11 @@ Every transfer (a hub or URL download, an Ollama, LM Studio or folder import, a 
 node) is a ``Transfer`` in ``daemon.sources.transfers``; the daemon owns the list, so it outlives the
 add-model dialog and the app. Here:
 
-- **pause** (a download only: ``Transfer.pausable``): the node's agent stops it and keeps its partial
-  file (``agent.sources.fetch``); **resume** runs the same download again on the agent, which goes on
-  from the partial with an HTTP ``Range`` request and checks the whole file's SHA-256 at the end.
+- **pause** (a download or a mirror push: ``Transfer.pausable``): the node's agent stops it and keeps its
+  partial file (``agent.sources.fetch``); **resume** runs the same download again on the agent, which goes
+  on from the partial with an HTTP ``Range`` request and checks the whole file's SHA-256 at the end. A
+  mirror push is the daemon's own (``Mirror.pause``/``again``): the node keeps what it received and the
+  push goes on from it.
 - **cancel**: a running or paused transfer stops and its partial files are deleted.
 - **retry**: a failed or cancelled download runs again; when the agent no longer knows it (it
   restarted), the daemon sends the original request again (``Transfers.track``'s ``again``).
@@ -50,6 +52,10 @@ class Downloads:
                                 "`mirbadllm ctl downloads` lists them")
         return found
 
+    def _owns(self, transfer: Transfer) -> bool:
+        """A transfer the daemon runs itself (a mirror push), paused and run again here."""
+        return transfer.kind == "mirror" and not transfer.agent_id and self._mirror is not None
+
     async def cancel(self, transfer_id: str) -> Transfer:
         transfer = self.find(transfer_id)
         if transfer.state not in FINISHED_TRANSFERS and transfer.kind == "mirror":
@@ -64,11 +70,15 @@ class Downloads:
 
     async def pause(self, transfer_id: str) -> Transfer:
         transfer = self.find(transfer_id)
-        if not transfer.pausable or not transfer.agent_id:
+        if not transfer.pausable or not (transfer.agent_id or self._owns(transfer)):
             raise _refused(f"a {transfer.kind} transfer cannot be paused, only cancelled")
         if transfer.state in FINISHED_TRANSFERS:
             raise _refused(f"transfer {transfer.id} is {transfer.state.value}: there is nothing to pause")
-        if transfer.state is not TransferState.PAUSED:
+        if transfer.state is not TransferState.PAUSED and self._owns(transfer):
+            assert self._mirror is not None
+            await self._mirror.pause(transfer.id)
+            await self._history.audit("admin", "transfer.pause", transfer.id)
+        elif transfer.state is not TransferState.PAUSED:
             info = await self._links.online_client(transfer.node).pause_transfer(transfer.agent_id)
             await self._transfers.update(transfer.id, info)
             await self._history.audit("admin", "transfer.pause", transfer.id)
@@ -93,7 +103,12 @@ class Downloads:
 
     async def _again(self, transfer: Transfer, action: str) -> Transfer:
         """The same download again on its node: the agent's own transfer if it still has it (its partial
-        files), else the original request sent anew."""
+        files), else the original request sent anew; a mirror push runs again from what the node kept."""
+        if self._owns(transfer):
+            assert self._mirror is not None
+            await self._mirror.again(transfer.id)
+            await self._history.audit("admin", action, transfer.id)
+            return self.find(transfer.id)
         if not transfer.pausable or not transfer.agent_id:
             raise _refused(f"a {transfer.kind} transfer cannot be run again; start it anew")
         client = self._links.online_client(transfer.node)

@@ -27,7 +27,10 @@ files on ``local``; ``Mirror.start`` checks the request at once and answers a ``
 **cancel** (``POST /api/transfers/{id}/cancel``, ``Mirror.cancel``): the push task is stopped, its
 connection closes, the node drops every partial of the version (``DELETE /mirror/{name}``) and the
 transfer is ``cancelled``. Once the version is being placed (commit, register) it is let finish:
-whole or nothing.
+whole or nothing. **pause** (``Mirror.pause``) stops the push the same way but the node keeps its
+partials; **resume** and **retry** (``Mirror.again``) run the mirror again from step 1, so each file
+goes on from the bytes the node has (none after a cancel or a checksum refusal: from 0). The request
+is kept in memory: after a daemon restart a finished mirror is started anew instead.
 
 Test seams: ``cut_at`` (the next push breaks once its stream passes that byte, after the node has
 received the bytes before it), ``tamper_at`` (that byte of the next push is flipped, once),
@@ -52,6 +55,7 @@ from agent.api.client import AgentError
 from agent.api.mirror import MirrorClient, MirrorFile
 from agent.api.sources import (
     FINISHED_TRANSFERS,
+    SETTLED_TRANSFERS,
     ImportedModel,
     TransferInfo,
     TransferState,
@@ -139,6 +143,7 @@ class Mirror:
         self.held = asyncio.Event()  # test seam: a push waits at hold_at
         self._tasks: dict[str, asyncio.Task[None]] = {}  # transfer id -> its running mirror
         self._placing: set[str] = set()  # past the push: let finish, not cancelled
+        self._jobs: dict[str, tuple[list[SourceFile], MirrorQuery, ModelDefinition | None]] = {}  # for resume, retry
 
     # --- the request -----------------------------------------------------------------------------
     async def start(self, query: MirrorQuery) -> Transfer:
@@ -166,10 +171,52 @@ class Mirror:
         label = f"{files[0].name} -> {query.target_node}"
         info = TransferInfo(id="", kind="mirror", label=label[:300], state=TransferState.RUNNING, stage="checking",
                             bytes_total=sum(f.size for f in files), files=[f.name for f in files],
-                            created_at=time.time())
+                            created_at=time.time(), pausable=True)
         transfer = await self._transfers.own(query.target_node, info)
+        for gone in [t for t in self._jobs if self._transfers.get(t) is None]:  # no longer listed
+            del self._jobs[gone]
+        self._jobs[transfer.id] = (files, query, source)
         self._spawn(self._run(transfer.id, files, query, source))
         return transfer
+
+    async def pause(self, transfer_id: str) -> None:
+        """Stop a running mirror's push; the node keeps what it received for ``again`` to go on from."""
+        transfer = self._transfers.get(transfer_id)
+        if transfer is None or transfer.kind != "mirror" or transfer.state in SETTLED_TRANSFERS:
+            return
+        if transfer_id in self._placing:
+            raise DaemonProblem(409, "transfer_refused", f"mirror {transfer_id} is being placed on the node; "
+                                "it finishes whole (or not at all) and cannot be paused now")
+        task = self._tasks.get(transfer_id)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        current = self._transfers.get(transfer_id)
+        if current is not None and current.state not in SETTLED_TRANSFERS:  # not finished before the pause
+            await self._transfers.update(transfer_id, current.model_copy(update={"state": TransferState.PAUSED,
+                                                                                "stage": "paused"}))
+
+    async def again(self, transfer_id: str) -> None:
+        """Run a paused, failed or cancelled mirror again: each file goes on from what the node has."""
+        transfer = self._transfers.get(transfer_id)
+        job = self._jobs.get(transfer_id)
+        if transfer is None or job is None:
+            raise DaemonProblem(409, "transfer_refused", f"the daemon restarted since mirror {transfer_id} began "
+                                "and no longer has its request: start the mirror anew (what the node kept is "
+                                "used again)")
+        if transfer.state not in SETTLED_TRANSFERS:
+            return  # running already
+        if (finishing := self._tasks.get(transfer_id)) is not None:
+            await asyncio.wait([finishing])  # its end is said before its task is over
+            transfer = self._transfers.get(transfer_id) or transfer
+        old_files, query, source = job
+        files = [self._source(f.name) for f in old_files]  # checked again: still here, not being downloaded
+        self._links.online_client(query.target_node)
+        self._jobs[transfer_id] = (files, query, source)
+        update = {"state": TransferState.RUNNING, "stage": "checking", "error": None, "finished_at": None,
+                  "bytes_total": sum(f.size for f in files)}
+        await self._transfers.update(transfer_id, transfer.model_copy(update=update))
+        self._spawn(self._run(transfer_id, files, query, source))
 
     def _source(self, raw: str) -> SourceFile:
         """``raw`` (absolute, or relative to the models folder) as a file inside the models folder."""
@@ -207,7 +254,7 @@ class Mirror:
             self._tasks[transfer_id] = task
         try:
             current = self._transfers.get(transfer_id)
-            if current is not None and current.state not in FINISHED_TRANSFERS:  # not cancelled before it began
+            if current is not None and current.state not in SETTLED_TRANSFERS:  # not cancelled/paused before it began
                 await self._mirror(transfer_id, files, query, source)
         except Exception as exc:
             _LOGGER.exception("mirror %s failed", transfer_id)

@@ -175,3 +175,20 @@ def test_the_kept_history_is_bounded_and_an_unreadable_one_starts_empty(tmp_path
     assert [t.id for t in log.load()] == ["x3", "x4", "x5"]
     (tmp_path / "transfers.json").write_text("{not json")
     assert log.load() == []
+
+
+async def test_a_mirror_the_daemon_no_longer_has_the_request_of_is_refused_a_retry_saying_why(
+        tmp_path: Path) -> None:
+    from agent.api.sources import TransferInfo
+
+    async with running_daemon(tmp_path / "home", None, local_agent=False) as rd:
+        info = TransferInfo(id="", kind="mirror", label="tiny.gguf -> beta", state=TransferState.RUNNING,
+                            files=["tiny.gguf"], created_at=time.time(), pausable=True)
+        owned = await rd.daemon.transfers.own("beta", info)  # as one listed from before a restart
+        await rd.daemon.transfers.update(owned.id, owned.model_copy(update={"state": TransferState.FAILED,
+                                                                            "error": "the node went away"}))
+        with pytest.raises(DaemonError) as refused:
+            await rd.client.retry_transfer(owned.id)
+        assert refused.value.status == 409 and refused.value.code == "transfer_refused"
+        assert "no longer has its request" in refused.value.message and "start the mirror anew" in refused.value.message
+        assert (await rd.client.transfer(owned.id)).state == TransferState.FAILED  # nothing changed

@@ -42,7 +42,7 @@ from daemon.api.sources import Transfer
 COLUMNS = ["Download", "Kind", "Node", "Progress", "Size", "State", "Speed", "Time left"]
 PROGRESS_COLUMN, STATE_COLUMN = 3, 5
 VERBS = (("pause", "Pause"), ("resume", "Resume"), ("cancel", "Cancel"), ("retry", "Retry"))
-NOTE = ("A paused download keeps the part it has; Resume goes on from there. Cancel deletes the part. "
+NOTE = ("A paused download or mirror push keeps the part it has; Resume goes on from there. Cancel deletes the part. "
         "Downloads go on when the add-model dialog or this app closes: the daemon runs them.")
 
 
