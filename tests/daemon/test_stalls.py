@@ -135,9 +135,11 @@ async def test_a_prompt_that_stops_progressing_is_cut_and_the_model_flagged_stal
         await _until(lambda: _no(_stalled(d)), "the Stalled flag to go after a completed answer")
 
 
-async def test_repeated_stalls_restart_the_model_as_a_crash(tmp_path: Path, model_file: Path) -> None:
+@pytest.mark.parametrize("wedge", [{"silent_after": 1}, {"prompt_wedged": True}], ids=["mid_answer", "on_the_prompt"])
+async def test_repeated_stalls_restart_the_model_as_a_crash(tmp_path: Path, model_file: Path,
+                                                            wedge: dict[str, object]) -> None:
     starts = tmp_path / "starts.txt"
-    runtime = write_fake_runtime(tmp_path / "bin", tokens=8, silent_after=1, starts_file=starts)
+    runtime = write_fake_runtime(tmp_path / "bin", tokens=8, starts_file=starts, **wedge)
     async with running_daemon(tmp_path / "home", runtime) as d:
         d.daemon.health.policy = d.daemon.health.policy.model_copy(update={"backoff_s": (0.1,)})
         await d.client.create_model(model("m", str(model_file), stall_timeout_s=0.6, heartbeat_s=0.3))
