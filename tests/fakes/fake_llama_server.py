@@ -81,16 +81,68 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def fake_module() -> dict[str, object] | None:
+    """The fake GPU module ``GGML_BACKEND_PATH`` names, or None (see the docstring)."""
+    path = os.environ.get("GGML_BACKEND_PATH")
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {"list": "unloadable", "why": "invalid ELF header"}
+    return data if isinstance(data, dict) else None
+
+
+def crash_by_sigsegv(where: str) -> None:
+    log(f"fake: crashing by SIGSEGV {where}, as the module asks")
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def list_devices() -> int:
+    module = fake_module()
+    if module is not None and module.get("list") == "crash":
+        crash_by_sigsegv("while listing devices")
+    if module is not None and module.get("list") == "unloadable":
+        print(f"load_backend: failed to load {os.environ['GGML_BACKEND_PATH']}: {module.get('why', 'cannot open')}",
+              flush=True)
+        module = None
+    print("Available devices:", flush=True)
+    devices = list(module.get("devices", [])) if module is not None else []
+    if not devices:
+        print("  (none)")
+    for name, description, total, free in devices:
+        print(f"  {name}: {description} ({total} MiB, {free} MiB free)")
+    return 0
+
+
+def answer_without_serving(argv: list[str]) -> int | None:
+    """What llama-server answers and exits on (``--list-devices``, ``--version``), else None."""
+    if "--list-devices" in argv:  # as llama-server: to stdout, then exit
+        return list_devices()
+    if "--version" in argv:  # as llama-server: to stderr, then exit
+        log(os.environ.get("FAKE_VERSION", "version: 4242 (fa4e1234)"))
+        log("built with fake cc for fake-arch")
+        return 0
+    return None
+
+
+# The agent asks every new build --version: answered before aiohttp is imported (a third of a
+# second of CPU at each agent start), which only serving needs.
+if __name__ == "__main__" and (_answered := answer_without_serving(sys.argv[1:])) is not None:
+    sys.exit(_answered)
+
+from aiohttp import web  # after the answers above, which need none of it
 
 _LOGGER = logging.getLogger(__name__)
 
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models"}
 WORDS = ["Hello", " from", " the", " fake", " llama", " server", ".", " It", " streams", " tokens"]
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def append_line(path: str, line: str) -> None:
@@ -537,41 +589,6 @@ def crash() -> None:
 LAYERS = 19  # Gemma 3 270M's count (18 blocks and the output layer)
 
 
-def fake_module() -> dict[str, object] | None:
-    """The fake GPU module ``GGML_BACKEND_PATH`` names, or None (see the docstring)."""
-    path = os.environ.get("GGML_BACKEND_PATH")
-    if not path:
-        return None
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {"list": "unloadable", "why": "invalid ELF header"}
-    return data if isinstance(data, dict) else None
-
-
-def crash_by_sigsegv(where: str) -> None:
-    log(f"fake: crashing by SIGSEGV {where}, as the module asks")
-    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGSEGV)
-
-
-def list_devices() -> int:
-    module = fake_module()
-    if module is not None and module.get("list") == "crash":
-        crash_by_sigsegv("while listing devices")
-    if module is not None and module.get("list") == "unloadable":
-        print(f"load_backend: failed to load {os.environ['GGML_BACKEND_PATH']}: {module.get('why', 'cannot open')}",
-              flush=True)
-        module = None
-    print("Available devices:", flush=True)
-    devices = list(module.get("devices", [])) if module is not None else []
-    if not devices:
-        print("  (none)")
-    for name, description, total, free in devices:
-        print(f"  {name}: {description} ({total} MiB, {free} MiB free)")
-    return 0
-
-
 def log_offload(argv: list[str]) -> None:
     """What llama-server's load says about placement: layers to the GPU, buffers per device."""
     module = fake_module()
@@ -591,12 +608,9 @@ def log_offload(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if "--list-devices" in (sys.argv[1:] if argv is None else argv):  # as llama-server: to stdout, then exit
-        return list_devices()
-    if "--version" in (sys.argv[1:] if argv is None else argv):  # as llama-server: to stderr, then exit
-        log(os.environ.get("FAKE_VERSION", "version: 4242 (fa4e1234)"))
-        log("built with fake cc for fake-arch")
-        return 0
+    answered = answer_without_serving(sys.argv[1:] if argv is None else argv)
+    if answered is not None:
+        return answered
     args = parse(list(sys.argv[1:] if argv is None else argv))
     log(f"build: fake llama-server (pid {os.getpid()})")
     if os.environ.get("FAKE_STARTS_FILE"):
