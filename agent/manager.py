@@ -19,7 +19,12 @@ from agent.api.models import InstanceInfo, InstancesPage, InstanceState, LaunchS
 from agent.api.runtime_builds import pin_mismatch
 from agent.problems import RuntimeVersionMismatch
 from agent.records import ProcessRecords
-from agent.runtimes.driver import NoRuntime, RuntimeDriver
+from agent.runtimes.driver import (
+    ContainerDriver,
+    NoRuntime,
+    RuntimeDriver,
+    container_driver,
+)
 from agent.runtimes.drivers import Drivers
 from agent.runtimes.ports import FIRST_PORT, find_free_port
 from agent.runtimes.run import RuntimeRun
@@ -133,12 +138,14 @@ class InstanceManager:
                 raise RuntimeVersionMismatch(why, details={"wanted": spec.runtime_version, "version": offer.version,
                                                            "digest": offer.digest})
         driver.check(spec)
-        prepare = getattr(driver, "prepare", None)  # a container driver's image (pulled when missing)
+        # A driver's own step before a start (not a runtime's capability: llama.cpp picks its backend,
+        # vLLM pulls its image when missing); NoRuntime with the engine's word when it cannot be had.
+        prepare = getattr(driver, "prepare", None)
         if prepare is not None:
             sup = self._supervisor(spec.instance_id)
             if sup.busy:
                 raise AlreadyRunning(f"instance {spec.instance_id} is {sup.state.value}; stop it first")
-            await prepare(spec, sup.logs)  # NoRuntime with the engine's word when it cannot be had
+            await prepare(spec, sup.logs)
         async with self._start_lock:
             sup = self._supervisor(spec.instance_id)
             if sup.busy:
@@ -157,10 +164,8 @@ class InstanceManager:
         failed = sup.state is InstanceState.FAILED
         info = await sup.stop(timeout)
         if failed:  # acknowledging a failure also removes an exited container a driver kept of it
-            for driver in self.drivers:
-                discard = getattr(driver, "discard", None)
-                if discard is not None:
-                    await discard(instance_id)
+            for container in self._containers():
+                await container.discard(instance_id)
         return info
 
     async def adopt_recorded(self) -> list[str]:
@@ -191,11 +196,8 @@ class InstanceManager:
         """Adopt what a driver finds running on its own (containers, by label) and no record named:
         for a container driver, Docker is the truth, not ``processes.json``."""
         adopted: list[str] = []
-        for driver in self.drivers:
-            discover = getattr(driver, "discover", None)
-            if discover is None:
-                continue
-            for record in await discover():
+        for driver in self._containers():
+            for record in await driver.discover():
                 if record.instance_id in known or self._supervisor_busy(record.instance_id):
                     continue
                 sup = self._supervisor(record.instance_id)
@@ -209,13 +211,14 @@ class InstanceManager:
             await self._report_exited(driver, known | set(adopted))
         return adopted
 
-    async def _report_exited(self, driver: RuntimeDriver, known: set[str]) -> None:
+    def _containers(self) -> list[ContainerDriver]:
+        """The drivers whose runtime's profile says it runs in a container."""
+        return [c for c in map(container_driver, self.drivers) if c is not None]
+
+    async def _report_exited(self, driver: ContainerDriver, known: set[str]) -> None:
         """What a container driver finds exited (or dead) with nobody watching: each such instance
         is ``failed`` with Docker's exit code and last log lines; its next start removes the container."""
-        exited = getattr(driver, "exited", None)
-        if exited is None:
-            return
-        for found in await exited():
+        for found in await driver.exited():
             instance_id = found.record.instance_id
             if instance_id in known or self._supervisor_busy(instance_id):
                 continue
@@ -230,7 +233,7 @@ class InstanceManager:
         """Stop supervising; runtimes keep running and stay in the records for the next agent."""
         for sup in self._supervisors.values():
             await sup.close()
-        for driver in self.drivers:
+        for driver in self.drivers:  # a driver's own leaving (llama.cpp's RPC forwards, vLLM's engine)
             closer = getattr(driver, "close", None)
             if closer is not None:
                 await closer()

@@ -10,21 +10,28 @@ The errors a driver raises are these, whichever runtime it drives: ``SpecRejecte
 cannot run as it is; HTTP 400), ``NoRuntime`` (no executable for it here; HTTP 503),
 ``RuntimeUnusable`` (this build is known not to run on this machine: the instance fails at once
 with that text), ``StartFailed`` (from ``wait_ready``: not ready, with the honest reason).
+
+A runtime whose profile says it runs in a container (``profile(runtime).container``: vLLM) has a
+``ContainerDriver``: the engine, not ``processes.json``, is the truth of what runs and what exited.
+The manager asks the profile (``container_driver``), not what methods a driver happens to have.
+(``prepare`` before a start and ``close`` are a driver's own optional steps, whatever its runtime.)
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Protocol, cast
 
 import aiohttp
 
 from agent.api.models import LaunchSpec
-from agent.api.runtimes import RuntimeOffer
+from agent.api.runtimes import RuntimeOffer, profile
 from agent.logring import LogRing
 from agent.records import ProcessRecord
 from agent.runtimes.run import RuntimeRun, StartFailed
 
-__all__ = ["Figures", "NoRuntime", "RuntimeDriver", "RuntimeUnusable", "SpecRejected", "StartFailed"]
+__all__ = ["ContainerDriver", "ExitedContainer", "Figures", "NoRuntime", "RuntimeDriver", "RuntimeUnusable",
+           "SpecRejected", "StartFailed", "container_driver"]
 
 # ``InstanceSample`` field name -> value, what one scrape of a ready runtime says.
 Figures = dict[str, float | int | str | None]
@@ -92,3 +99,35 @@ class RuntimeDriver(Protocol):
         """The figures of a ready run, read from its endpoints with short timeouts; what cannot
         be read is left out (never raises for an unreachable or odd runtime)."""
         ...
+
+
+@dataclass(frozen=True)
+class ExitedContainer:
+    """A container of ours that stopped while no agent watched it (exited, or dead): the instance
+    is ``failed`` with Docker's exit code and the last lines of Docker's log of it."""
+
+    record: ProcessRecord
+    exit_code: int | None
+    lines: list[str]
+    error: str
+
+
+class ContainerDriver(RuntimeDriver, Protocol):
+    """The driver of a runtime that runs from an image in the node's container engine."""
+
+    async def discover(self) -> list[ProcessRecord]:
+        """The running containers of ours on the engine, as records to adopt."""
+        ...
+
+    async def exited(self) -> list[ExitedContainer]:
+        """The containers of ours that stopped with no agent watching."""
+        ...
+
+    async def discard(self, instance_id: str) -> None:
+        """Remove the instance's container when it no longer runs (a failure acknowledged)."""
+        ...
+
+
+def container_driver(driver: RuntimeDriver) -> ContainerDriver | None:
+    """``driver`` as the container driver its runtime's profile says it is; None for a native runtime."""
+    return cast("ContainerDriver", driver) if profile(driver.runtime).container else None

@@ -44,7 +44,6 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -72,7 +71,7 @@ from agent.runtimes.docker import (
     DockerUnavailable,
     NotFound,
 )
-from agent.runtimes.driver import Figures, NoRuntime, SpecRejected
+from agent.runtimes.driver import ExitedContainer, Figures, NoRuntime, SpecRejected
 from agent.runtimes.process import describe_exit
 from agent.runtimes.run import FAILURE_LINES, HEALTH_TIMEOUT, RuntimeRun
 from core.json_store import write_json_atomic
@@ -287,17 +286,6 @@ def record_from_inspect(info: Mapping[str, Any], startup_timeout_s: float = 120.
                          model_path=model, served_name=labels.get(LABEL_SERVED_NAME, ""),
                          config_hash=labels.get(LABEL_HASH, ""), started_at=_started_at(state),
                          startup_timeout_s=startup_timeout_s)
-
-
-@dataclass(frozen=True)
-class ExitedContainer:
-    """A container of ours that stopped while no agent watched it (exited, or dead): the instance
-    is ``failed`` with Docker's exit code and the last lines of Docker's log of it."""
-
-    record: ProcessRecord
-    exit_code: int | None
-    lines: list[str]
-    error: str
 
 
 def exit_error(state: Mapping[str, Any], lines: Sequence[str]) -> str:

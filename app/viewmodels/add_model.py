@@ -296,12 +296,12 @@ class AddModelState:
     @property
     def runtime_choices(self) -> tuple[tuple[str, str], ...]:
         """(runtime id, label) of the runtimes the chosen node offers this source; a GGUF download, an
-        Ollama or an LM Studio import is for llama.cpp only."""
+        Ollama or an LM Studio import is for a runtime that reads one .gguf (llama.cpp)."""
         offered = available_runtimes(self.chosen_node)
         if self.external:
             return ()
         if self.source != "file":
-            offered = tuple(r for r in offered if r == "llamacpp")
+            offered = tuple(r for r in offered if profile(r).reads_gguf)
         return tuple((r, RUNTIME_LABELS.get(r, r)) for r in offered)
 
     @property

@@ -11,7 +11,7 @@ from agent.api.backends import Offload
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
-from agent.api.runtimes import RuntimeId, RuntimeSettings, settings_of
+from agent.api.runtimes import PROFILES, RuntimeId, RuntimeSettings, settings_of
 from agent.api.sources import SourceFile
 from agent.api.vllm import VllmSettings
 from core.key_store import KeysAtRest
@@ -131,7 +131,8 @@ class ModelDefinition(BaseModel):
     @classmethod
     def _external_is_placed_nowhere(cls, data: Any) -> Any:
         """An external model has no node and no file: node is 'local', model_path may be left out."""
-        if isinstance(data, dict) and data.get("runtime") == "external":
+        runtime = data.get("runtime") if isinstance(data, dict) else None
+        if isinstance(runtime, str) and runtime in PROFILES and not PROFILES[runtime].on_node:
             data = {**data, "node": LOCAL_NODE}
             data.setdefault("model_path", "(external)")
         return data

@@ -182,3 +182,18 @@ async def test_a_record_the_driver_cannot_adopt_is_dropped_and_leaves_no_instanc
         assert ProcessRecords(paths.records_file).load() == {}
     finally:
         await manager.close()
+
+
+def test_the_manager_asks_the_profile_which_drivers_run_containers() -> None:
+    """vLLM's driver is the container driver its profile says (image prepared, engine adopted); a
+    native driver is never asked for container steps, whatever methods it has."""
+    from agent.runtimes.driver import ContainerDriver, container_driver
+    from agent.runtimes.vllm import VllmDriver
+
+    steps = [name for name in vars(ContainerDriver) if not name.startswith("_")]
+    assert all(callable(getattr(VllmDriver, name, None)) for name in steps), steps
+    vllm = VllmDriver.__new__(VllmDriver)
+    assert container_driver(vllm) is vllm
+    native = MinimalDriver.__new__(MinimalDriver)
+    native.discover = lambda: None  # type: ignore[attr-defined]  # a method of that name makes it no container
+    assert container_driver(native) is None
