@@ -5,7 +5,7 @@ mutual-TLS connection (``agent.api.trust``). The listening socket keeps the cont
 with; that context's SNI callback, run in every handshake (with or without a server name), hands
 the connection the newest context (``LiveTls.current``), so the agent's certificate and the CAs it
 trusts change for every new connection at once, without closing the server or any open connection
-(and without touching a runtime). The peer gate's daemon pins change with it (``PeerPolicy.replace``).
+(and without touching a runtime). The peer gate's daemon pins change with it (``PeerPolicy.repin``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class TrustTarget:
         except IdentityError as exc:
             raise AgentProblem(f"trust not installed: {exc}", status=422, code="bad_trust") from exc
         self.set_identity(identity)
-        self.peers.replace(read_pins(daemon_pin_file(paths)))
+        self.peers.repin(read_pins(daemon_pin_file(paths)))
         tls.reload(context)
         cas = len(pinned_cas(paths))
         _LOGGER.info("new trust installed: certificate %s, %d CA(s)", identity.node_id[:12], cas)

@@ -74,9 +74,9 @@ class PeerPolicy:
     """Tells the daemon from a peer agent by the client certificate of a TLS connection."""
 
     def __init__(self, daemon_pin_der: bytes | list[bytes] | None) -> None:
-        self.replace(daemon_pin_der)
+        self.repin(daemon_pin_der)
 
-    def replace(self, daemon_pin_der: bytes | list[bytes] | None) -> None:
+    def repin(self, daemon_pin_der: bytes | list[bytes] | None) -> None:
         """Pin these daemon certificates from the next request on (``agent.trust``); none: unpinned."""
         pins = [daemon_pin_der] if isinstance(daemon_pin_der, bytes) else list(daemon_pin_der or [])
         self._pins = frozenset(pins)

@@ -30,6 +30,10 @@ RENAME_SITES = {
         "moves an unpacked build folder into place",
     "agent/runtimes/rollout.py::LlamaCppBuilds._install":
         "moves a verified build folder into place",
+    "installers/agent_build.py::build":
+        "moves the frozen agent PyInstaller wrote into dist under its release name (no bytes in memory)",
+    "daemon/upgrades/feed.py::_build":
+        "streams a checked agent build to .partial, then renames it (stream-then-rename)",
     "agent/upgrade.py::DebInstaller.apply":
         "moves the verified upgrade package to the one path the package's root helper installs from",
     "app/updates/checker.py::UpdateChecker._stage":
