@@ -29,7 +29,7 @@ from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeOffer
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.nodes import DiscoveredNode, NodeView, llamacpp_offer
 from daemon.api.runtime_upgrades import RuntimeRolloutView
-from daemon.api.upgrades import NodeUpgradeView, RolloutState
+from daemon.api.upgrades import NodeUpgradeView, RolloutState, RolloutView
 from mirbadllm.ctl_ca_rotation import rotate_ca
 
 
@@ -186,18 +186,18 @@ def fmt_upgrade_node(node: NodeUpgradeView) -> str:
     return f"  {node.name:<20} {node.state.value:<9}{was}{reason}"
 
 
+def fmt_rollout_view(view: RuntimeRolloutView | RolloutView, what: str, none: str) -> str:
+    """A rollout's outcome (``what``: "llama.cpp b1234", "agent 0.2.0"; ``none``: said when there was
+    none), then one line per node in rollout order."""
+    heads = {RolloutState.DONE: f"{what}: done on {len(view.nodes)} node(s)",
+             RolloutState.FAILED: f"{what}: failed: {view.reason or 'no reason given'}",
+             RolloutState.RUNNING: f"{what}: running"}
+    return "\n".join([heads.get(view.state, none), *(fmt_upgrade_node(n) for n in view.nodes)])
+
+
 def fmt_runtime_rollout(view: RuntimeRolloutView) -> str:
-    """The rollout's outcome, then one line per node in rollout order."""
-    build = view.build or "no build"
-    if view.state == RolloutState.DONE:
-        head = f"llama.cpp {build}: done on {len(view.nodes)} node(s)"
-    elif view.state == RolloutState.FAILED:
-        head = f"llama.cpp {build}: failed: {view.reason or 'no reason given'}"
-    elif view.state == RolloutState.RUNNING:
-        head = f"llama.cpp {build}: running"
-    else:
-        head = "no llama.cpp build rollout since the daemon started"
-    return "\n".join([head, *(fmt_upgrade_node(n) for n in view.nodes)])
+    return fmt_rollout_view(view, f"llama.cpp {view.build or 'no build'}",
+                            "no llama.cpp build rollout since the daemon started")
 
 
 async def _runtime_upgrade(args: argparse.Namespace, client: DaemonClient) -> int:

@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from daemon.api.client import DaemonClient
 from daemon.api.nodes import NodeView
 from daemon.api.upgrades import RolloutState, RolloutView
-from mirbadllm.ctl_nodes import fmt_upgrade_node
+from mirbadllm.ctl_nodes import fmt_rollout_view
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -58,16 +58,7 @@ def fmt_versions(daemon_version: str, nodes: list[NodeView]) -> list[str]:
 
 def fmt_rollout(view: RolloutView) -> str:
     """The last rollout's outcome, then one line per node in rollout order."""
-    version = view.version or "no release"
-    if view.state == RolloutState.DONE:
-        head = f"agent {version}: done on {len(view.nodes)} node(s)"
-    elif view.state == RolloutState.FAILED:
-        head = f"agent {version}: failed: {view.reason or 'no reason given'}"
-    elif view.state == RolloutState.RUNNING:
-        head = f"agent {version}: running"
-    else:
-        head = "no agent rollout since the daemon started"
-    return "\n".join([head, *(fmt_upgrade_node(n) for n in view.nodes)])
+    return fmt_rollout_view(view, f"agent {view.version or 'no release'}", "no agent rollout since the daemon started")
 
 
 async def _status(client: DaemonClient) -> int:
