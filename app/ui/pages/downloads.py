@@ -171,7 +171,7 @@ class DownloadsPage(QScrollArea):
     def _detail(t: Transfer | None) -> str:
         if t is None:
             return ""
-        lines = [f"{t.label} ({t.id})"]
+        lines = [f"{t.label} · transfer {t.id} (`mirbadllm ctl downloads` names it so)"]
         if t.error:
             lines.append(f"Failed: {t.error}. Retry runs it again.")
         if t.register_error:
