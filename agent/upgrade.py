@@ -24,7 +24,6 @@ reports (packagers and tests: a test's "build" is such a file, installed over it
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import platform
@@ -34,7 +33,6 @@ from pathlib import Path
 from typing import Protocol
 
 from aiohttp import web
-from pydantic import ValidationError
 
 from agent.api.upgrade import (
     AgentUpgradeAnswer,
@@ -42,8 +40,9 @@ from agent.api.upgrade import (
     agent_platform,
     deb_platform,
 )
-from agent.problems import AgentProblem, validation_message
+from agent.problems import AgentProblem
 from agent.service.units import LINUX_DEB_UPGRADE_FILE, LINUX_UPGRADE_UNIT
+from agent.uploads import body_chunks, clear_stale, offer_from_query, receive_exact
 from core.file_swap import previous_of, swap_in
 
 _LOGGER = logging.getLogger(__name__)
@@ -52,7 +51,6 @@ VERSION_FILE_ENV = "MIRBADLLM_AGENT_VERSION_FILE"
 UPGRADE_TARGET_ENV = "MIRBADLLM_AGENT_UPGRADE_TARGET"
 # Tests: where a .deb agent leaves the package (the package's unit and helper read only the fixed one).
 DEB_UPGRADE_FILE_ENV = "MIRBADLLM_AGENT_DEB_UPGRADE_FILE"
-CHUNK = 1 << 20
 
 
 class UpgradeRefused(AgentProblem):
@@ -212,40 +210,17 @@ class AgentUpgrades:
                                      f"{takes or platform.system() + '/' + platform.machine()}; "
                                      "nothing was replaced")
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._prepare)
+            await loop.run_in_executor(None, clear_stale, self.folder, ".*.partial")
             partial = self.folder / f".{offer.platform}-{offer.version}.partial"
             try:
-                await self._write(partial, offer, chunks)
+                await receive_exact(partial, offer.size, offer.sha256, chunks, UpgradeRefused,
+                                    named_by="the release feed", what="the build", nothing="nothing was replaced")
                 await loop.run_in_executor(None, self.installer.apply, partial, offer)
             finally:
                 partial.unlink(missing_ok=True)
             self.installed = offer
         _LOGGER.warning("upgraded from %s to %s: restarting so the new build runs", self.version, offer.version)
         return AgentUpgradeAnswer(version=offer.version, previous_version=self.version)
-
-    def _prepare(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for stale in self.folder.glob(".*.partial"):
-            stale.unlink(missing_ok=True)
-
-    async def _write(self, partial: Path, offer: AgentUpgradeOffer, chunks: Callable[[], AsyncIterator[bytes]]) -> None:
-        loop = asyncio.get_running_loop()
-        digest, size = hashlib.sha256(), 0
-        with partial.open("wb") as fh:
-            async for chunk in chunks():
-                size += len(chunk)
-                if size > offer.size:
-                    raise UpgradeRefused(f"size check failed: the body is larger than the {offer.size} bytes "
-                                         "the release feed names; nothing was replaced")
-                digest.update(chunk)
-                await loop.run_in_executor(None, fh.write, chunk)
-            await loop.run_in_executor(None, os.fsync, fh.fileno())
-        if size != offer.size:
-            raise UpgradeRefused(f"size check failed: received {size} bytes, the release feed names "
-                                 f"{offer.size}; nothing was replaced")
-        if digest.hexdigest() != offer.sha256:
-            raise UpgradeRefused(f"checksum check failed: the build's SHA-256 is {digest.hexdigest()}, the "
-                                 f"release feed names {offer.sha256}; nothing was replaced")
 
 
 UpgradesOf = Callable[[web.Request], AgentUpgrades]
@@ -256,12 +231,8 @@ def routes(prefix: str, upgrades_of: UpgradesOf) -> list[web.RouteDef]:
 
     async def upgrade(request: web.Request) -> web.StreamResponse:
         upgrades = upgrades_of(request)
-        try:
-            offer = AgentUpgradeOffer.model_validate(dict(request.query))
-        except ValidationError as exc:
-            raise UpgradeRefused("not a valid upgrade offer: " + validation_message(exc, "query"),
-                                 code="invalid_upgrade") from None
-        answer = await upgrades.receive(offer, lambda: request.content.iter_chunked(CHUNK))
+        offer = offer_from_query(request, AgentUpgradeOffer, UpgradeRefused, "upgrade offer", "invalid_upgrade")
+        answer = await upgrades.receive(offer, body_chunks(request))
         response = web.json_response(answer.model_dump(mode="json"))
         await response.prepare(request)
         await response.write_eof()  # sent before the server that carries it closes

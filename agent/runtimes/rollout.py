@@ -29,7 +29,6 @@ Old builds stay in ``runtimes/`` (the previous one is named in ``preferred.json`
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -41,7 +40,6 @@ from pathlib import Path, PurePosixPath
 
 import aiohttp
 from aiohttp import web
-from pydantic import ValidationError
 
 from agent.api.llamacpp import LlamaCppSettings
 from agent.api.models import LaunchSpec
@@ -53,7 +51,7 @@ from agent.api.runtime_builds import (
 )
 from agent.logring import LogRing
 from agent.paths import AgentPaths
-from agent.problems import AgentProblem, validation_message
+from agent.problems import AgentProblem
 from agent.runtimes.catalog import (
     RUNTIME_MANIFEST,
     PreferredBuild,
@@ -64,11 +62,11 @@ from agent.runtimes.catalog import (
 from agent.runtimes.driver import NoRuntime, RuntimeUnusable, SpecRejected, StartFailed
 from agent.runtimes.llamacpp import LlamaCppDriver, check_model_file, one_token, serves
 from agent.runtimes.ports import find_free_port
+from agent.uploads import body_chunks, clear_stale, offer_from_query, receive_exact
 from core.hashing import file_sha256
 
 _LOGGER = logging.getLogger(__name__)
 
-CHUNK = 1 << 20
 SMOKE_TIMEOUT_S = 120.0  # silence allowed while the smoke model loads, and for its one token
 SMOKE_ID = "runtime-smoke"
 
@@ -185,44 +183,18 @@ class LlamaCppBuilds:
             except SpecRejected as exc:
                 raise BuildRefused(f"no model to smoke-test the build with: {exc}") from None
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._prepare)
+            await loop.run_in_executor(None, clear_stale, self.folder, ".*.partial", ".*.staging")
             partial = self.folder / f".{offer.name}.partial"
             staging = self.folder / f".{offer.name}.staging"
             try:
-                await self._write(partial, offer, chunks)
+                await receive_exact(partial, offer.size, offer.sha256, chunks, BuildRefused,
+                                    named_by="the rollout", what="the archive", nothing="nothing was installed")
                 built = await loop.run_in_executor(None, unpack, partial, offer.name, staging)
                 await loop.run_in_executor(None, verify, built, offer)
                 return await self._install(built, offer)
             finally:
                 partial.unlink(missing_ok=True)
                 await loop.run_in_executor(None, shutil.rmtree, staging, True)
-
-    def _prepare(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for stale in [*self.folder.glob(".*.partial"), *self.folder.glob(".*.staging")]:
-            if stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-            else:
-                stale.unlink(missing_ok=True)
-
-    async def _write(self, partial: Path, offer: LlamaCppBuildOffer,
-                     chunks: Callable[[], AsyncIterator[bytes]]) -> None:
-        loop = asyncio.get_running_loop()
-        digest, size = hashlib.sha256(), 0
-        with partial.open("wb") as fh:
-            async for chunk in chunks():
-                size += len(chunk)
-                if size > offer.size:
-                    raise BuildRefused(f"size check failed: the body is larger than the {offer.size} bytes the "
-                                       "rollout names; nothing was installed")
-                digest.update(chunk)
-                await loop.run_in_executor(None, fh.write, chunk)
-        if size != offer.size:
-            raise BuildRefused(f"size check failed: received {size} bytes, the rollout names {offer.size}; "
-                               "nothing was installed")
-        if digest.hexdigest() != offer.sha256:
-            raise BuildRefused(f"checksum check failed: the archive's SHA-256 is {digest.hexdigest()}, the rollout "
-                               f"names {offer.sha256}; nothing was installed")
 
     async def _install(self, built: Path, offer: LlamaCppBuildOffer) -> LlamaCppBuildAnswer:
         target = self.folder / offer.name
@@ -315,12 +287,8 @@ def routes(prefix: str, builds_of: BuildsOf) -> list[web.RouteDef]:
 
     async def install(request: web.Request) -> web.Response:
         builds = builds_of(request)
-        try:
-            offer = LlamaCppBuildOffer.model_validate(dict(request.query))
-        except ValidationError as exc:
-            raise BuildRefused("not a valid build offer: " + validation_message(exc, "query"),
-                               code="invalid_build_offer") from None
-        answer = await builds.receive(offer, lambda: request.content.iter_chunked(CHUNK))
+        offer = offer_from_query(request, LlamaCppBuildOffer, BuildRefused, "build offer", "invalid_build_offer")
+        answer = await builds.receive(offer, body_chunks(request))
         return web.json_response(answer.model_dump(mode="json"))
 
     return [web.post(f"{prefix}{RUNTIME_BUILD_PATH}", install)]
