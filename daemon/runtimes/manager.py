@@ -9,13 +9,11 @@ node finishes. Audit: ``nodes.runtime_upgrade``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from agent.api.runtime_builds import LlamaCppBuildAnswer
 from core.json_store import write_json_atomic
@@ -38,24 +36,22 @@ from daemon.runtimes.build import (
     newest_build,
 )
 from daemon.runtimes.rollout import RuntimeRollout
-from daemon.upgrades.rollout import NodeTarget, rollout_targets
+from daemon.upgrades.one_at_a_time import OneRolloutAtATime
+from daemon.upgrades.rollout import NodeTarget
 
 _LOGGER = logging.getLogger(__name__)
 
 
-class RuntimeUpgradeManager:
+class RuntimeUpgradeManager(OneRolloutAtATime):
     def __init__(self, home: Path, nodes: Callable[[], list[NodeView]], links: Links, events: EventBus,
                  history: History, smoke_models: Callable[[str], str | None],
                  builds_root: Path | None = None) -> None:
+        super().__init__(nodes, links, events)
         self._home = home
-        self._nodes = nodes
-        self._links = links
-        self._events = events
         self._history = history
         self._smoke_models = smoke_models  # node id -> a llama.cpp model file registered there
         self.builds_root = builds_root or default_builds_root()
         self.rollout: RuntimeRollout | None = None
-        self._task: asyncio.Task[Any] | None = None
         self._wanted = self._load()
 
     @property
@@ -81,16 +77,10 @@ class RuntimeUpgradeManager:
         return RuntimeRolloutView(**base, build=self.rollout.build.name if self.rollout is not None else None,
                                   wanted=dict(self._wanted))
 
-    def _targets(self) -> list[NodeTarget]:
-        return rollout_targets(self._nodes(), self._links)
-
     async def start(self, request: RuntimeUpgradeRequest) -> RuntimeRolloutView:
-        if self._task is not None and not self._task.done():
-            raise DaemonProblem(409, "runtime_upgrade_running", f"A rollout of {self.view().build} is running; wait "
+        self._refuse_if_running("runtime_upgrade_running", f"A rollout of {self.view().build} is running; wait "
                                 "for it to finish (GET /api/nodes/runtime-upgrade).")
-        targets = self._targets()
-        if not targets:
-            raise DaemonProblem(409, "no_nodes", "No paired node to roll a llama.cpp build out to: pair a node first.")
+        targets = self._targets("No paired node to roll a llama.cpp build out to: pair a node first.")
         folder = Path(request.folder).expanduser() if request.folder else newest_build(self.builds_root)
         if folder is None:
             raise DaemonProblem(422, "runtime_build_refused", f"No llama.cpp build in {self.builds_root}: build one "
@@ -104,7 +94,7 @@ class RuntimeUpgradeManager:
             return request.smoke_model or self._smoke_models(node_id)
 
         self.rollout = RuntimeRollout(build, targets, self._publish, smoke, self._installed)
-        self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name="runtime-rollout")
+        self._launch(self.rollout.run(), "runtime-rollout")
         _LOGGER.info("rolling llama.cpp %s out to %d node(s)", build.name, len(targets))
         await self._history.audit("admin", "nodes.runtime_upgrade", "", f"llama.cpp {build.name}")
         return self.view()
@@ -114,17 +104,16 @@ class RuntimeUpgradeManager:
         ``daemon.runtimes.packs``), by the same walk as a rollout: checked, pushed, smoke-tested,
         offered. Raises ``DaemonProblem`` (409 while a rollout runs or the node is not linked; 422
         with the node's reason when it refused or failed)."""
-        if self._task is not None and not self._task.done():
-            raise DaemonProblem(409, "runtime_upgrade_running", f"A rollout of {self.view().build} is running")
+        self._refuse_if_running("runtime_upgrade_running", f"A rollout of {self.view().build} is running")
         link = self._links.get(node_id)
         view = next((n for n in self._nodes() if n.id == node_id), None)
         if link is None or view is None:
             raise DaemonProblem(409, "node_offline", f"node {node_id} is not linked to this daemon")
         self.rollout = RuntimeRollout(build, [NodeTarget(node_id, view.name, link.client)], self._publish,
                                       self._smoke_models, self._installed)
-        self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name=f"runtime-pack-{node_id}")
+        task = self._launch(self.rollout.run(), f"runtime-pack-{node_id}")
         await self._history.audit("admin", "nodes.runtime_upgrade", node_id, f"llama.cpp {build.name} (runtime pack)")
-        outcome = await asyncio.shield(self._task)
+        outcome = await asyncio.shield(task)
         if outcome.nodes and outcome.nodes[0].state != NodeUpgradeState.DONE:
             raise DaemonProblem(422, "runtime_build_refused", outcome.reason or "the node did not take the build")
 
@@ -135,13 +124,3 @@ class RuntimeUpgradeManager:
             self._save()
         except OSError as exc:
             _LOGGER.warning("cannot write %s: %s", self.state_file, exc)
-
-    def _publish(self, type_: str, **data: Any) -> None:
-        self._events.publish(type_, None, **data)
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

@@ -10,12 +10,9 @@ staged folder's (``release.py``), or the signed feed's the request names (``feed
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -31,27 +28,25 @@ from daemon.events import EventBus
 from daemon.history import History
 from daemon.nodes.links import Links
 from daemon.upgrades.feed import fetch_release
+from daemon.upgrades.one_at_a_time import OneRolloutAtATime
 from daemon.upgrades.release import StagedRelease, load_release_async
-from daemon.upgrades.rollout import NodeTarget, Rollout, UpgradePolicy, rollout_targets
+from daemon.upgrades.rollout import NodeTarget, Rollout, UpgradePolicy
 
 _LOGGER = logging.getLogger(__name__)
 
 
 
-class UpgradeManager:
+class UpgradeManager(OneRolloutAtATime):
     def __init__(self, home: Path, policy: UpgradePolicy, nodes: Callable[[], list[NodeView]], links: Links,
                  events: EventBus, history: History, trusted_keys: Sequence[str] = RELEASE_PUBLIC_KEYS,
                  daemon_version: str | None = None) -> None:
+        super().__init__(nodes, links, events)
         self._home = home
         self._policy = policy
-        self._nodes = nodes  # the paired nodes in the order of /api/nodes
-        self._links = links
-        self._events = events
         self._history = history
         self.trusted_keys = trusted_keys  # the release keys; tests hand in their own
         self.daemon_version = daemon_version or program_version()
         self.rollout: Rollout | None = None
-        self._task: asyncio.Task[RolloutView] | None = None
 
     @property
     def default_folder(self) -> Path:
@@ -60,16 +55,10 @@ class UpgradeManager:
     def view(self) -> RolloutView:
         return self.rollout.view if self.rollout is not None else RolloutView()
 
-    def _targets(self) -> list[NodeTarget]:
-        return rollout_targets(self._nodes(), self._links)
-
     async def start(self, request: UpgradeRequest) -> RolloutView:
-        if self._task is not None and not self._task.done():
-            raise DaemonProblem(409, "upgrade_running", f"A rollout of {self.view().version} is running; wait for it "
-                          "to finish (GET /api/nodes/upgrade).")
-        targets = self._targets()
-        if not targets:
-            raise DaemonProblem(409, "no_nodes", "No paired node to upgrade: pair a node first.")
+        self._refuse_if_running("upgrade_running", f"A rollout of {self.view().version} is running; wait for it "
+                                "to finish (GET /api/nodes/upgrade).")
+        targets = self._targets("No paired node to upgrade: pair a node first.")
         try:
             release = await self._release(request, targets)
         except UpdateError as exc:
@@ -79,7 +68,7 @@ class UpgradeManager:
             raise DaemonProblem(422, "release_refused", f"Version check failed: the release {release.version} is "
                                 f"older than {why} (a downgrade or a replayed old feed); no node was told.")
         self.rollout = Rollout(release, targets, self._policy, self._publish)
-        self._task = asyncio.get_running_loop().create_task(self.rollout.run(), name="agent-rollout")
+        self._launch(self.rollout.run(), "agent-rollout")
         _LOGGER.info("rolling out agent %s to %d node(s)", release.version, len(targets))
         await self._history.audit("admin", "nodes.upgrade", "", f"agent {release.version}")
         return self.view()
@@ -117,15 +106,8 @@ class UpgradeManager:
                 return f"{who}, which runs {theirs}"
         return None
 
-    def _publish(self, type_: str, **data: Any) -> None:
-        self._events.publish(type_, None, **data)
-
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await super().close()
         if self.rollout is not None and self.rollout.view.state == RolloutState.RUNNING:
             _LOGGER.warning("the daemon stopped during the rollout of %s", self.rollout.release.version)
 
