@@ -6,7 +6,8 @@ reader trusts nothing: every count, length and offset is checked against a cap a
 real file size *before* anything is allocated or read, and a bad header raises ``GgufError`` with
 what was wrong. The ``gguf`` package's own reader is not used for this: it maps the whole file and
 builds objects for every array element (11 s for a 250 MB model), and it was not written for
-hostile input. Only its table of tensor type sizes is used.
+hostile input. Only its table of tensor type sizes is used, imported when the first tensor is read
+(``gguf`` pulls in numpy and yaml: a quarter second the agent's start does not pay).
 
 The parser works on a prefix of the file: ``parse_header(prefix, file_size)`` raises ``NeedMore``
 when the header runs beyond the prefix, so the same code serves a local file and HTTP range reads.
@@ -19,10 +20,9 @@ import os
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
-
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -36,9 +36,16 @@ MAX_HEADER_BYTES = 64 << 20
 MAX_KEPT_ARRAY = 4096  # numeric arrays up to this length keep their values (per-layer head counts)
 FIRST_READ = 1 << 20
 DEFAULT_ALIGNMENT = 32
-_TYPE_SIZES = {t.value: GGML_QUANT_SIZES[t] for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+
+
+@cache
+def _type_sizes() -> dict[int, tuple[int, int]]:
+    """Tensor type -> (elements per block, bytes per block), from the ``gguf`` package's table."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    return {t.value: GGML_QUANT_SIZES[t] for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
 
 
 class GgufError(ValueError):
@@ -153,12 +160,13 @@ def _tensor(cur: _Cursor, index: int) -> TensorInfo:
     dims = tuple(int(cur.scalar("<Q", f"a dimension of {name}")) for _ in range(n_dims))
     ttype = int(cur.scalar("<I", f"type of {name}"))
     offset = int(cur.scalar("<Q", f"offset of {name}"))
-    if ttype not in _TYPE_SIZES:
+    sizes = _type_sizes()
+    if ttype not in sizes:
         raise GgufError(f"tensor {name!r} has unknown type {ttype}")
     if any(d < 1 or d > 1 << 40 for d in dims):
         raise GgufError(f"tensor {name!r} has a dimension out of range: {dims}")
     elements = math.prod(dims)
-    block, type_size = _TYPE_SIZES[ttype]
+    block, type_size = sizes[ttype]
     if elements > 1 << 50 or dims[0] % block:
         raise GgufError(f"tensor {name!r} has impossible dimensions {dims} for type {ttype}")
     return TensorInfo(name, dims, ttype, offset, elements // block * type_size)

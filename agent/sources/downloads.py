@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp.abc import AbstractResolver
-from huggingface_hub import get_token
 from yarl import URL
 
 from agent.admission import inspect_file
@@ -29,6 +28,7 @@ from agent.sources.huggingface import (
     file_info,
     hub_endpoint,
     hub_settings,
+    hub_token,
     list_files,
     pick_files,
 )
@@ -122,7 +122,7 @@ async def run_hf(req: DownloadRequest, handle: TransferHandle, ctx: DownloadCont
     ref = req.hf
     assert ref is not None
     hub = hub_endpoint()
-    token = req.token or await asyncio.to_thread(get_token)
+    token = req.token or await asyncio.to_thread(hub_token)
     handle.stage("listing")
     model_files, projector = await hf_files(ref, req.with_projector, token, hub)
     infos = [await file_info(ref.repo, path, ref.revision, token, hub) for path in model_files]

@@ -6,6 +6,7 @@ file, or the git SHA-1 of a small one) and lists a repo (``HfApi.list_repo_files
 come through ``agent.sources.fetch`` so that every redirect is checked and the token stays on the hub.
 ``HF_ENDPOINT`` is read when a call is made, so tests and mirrors point it at their own hub.
 A repo, revision or file name is checked (``core.safe_names``) before any URL is built.
+``huggingface_hub`` (and its HTTP stack) is imported when the hub is first asked, not when the agent starts.
 """
 
 from __future__ import annotations
@@ -20,12 +21,6 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp.resolver import ThreadedResolver
-from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    RepositoryNotFoundError,
-)
 from yarl import URL
 
 from agent.api.sources import GgufSummary, HfFileRef
@@ -54,7 +49,16 @@ class BadSourceRequest(AgentProblem):
 
 
 def hub_endpoint() -> str:
+    from huggingface_hub import constants
+
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def hub_token() -> str | None:
+    """The token the hub client keeps (``HF_TOKEN`` or ``huggingface-cli login``); blocking: run it in a thread."""
+    from huggingface_hub import get_token
+
+    return get_token()
 
 
 def origin_of(url: str | URL) -> tuple[str, str, int]:
@@ -120,6 +124,13 @@ async def file_info(repo: str, path: str, revision: str, token: str | None, hub:
         check_relative_name(path, "file")
     except UnsafeName as exc:
         raise BadSourceRequest(str(exc)) from exc
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+    )
+
     url = hf_hub_url(repo, path, revision=revision, endpoint=hub)
     try:
         meta = await asyncio.to_thread(get_hf_file_metadata, url, token=token or False, endpoint=hub,
@@ -148,6 +159,9 @@ async def file_info(repo: str, path: str, revision: str, token: str | None, hub:
 
 
 async def list_files(repo: str, revision: str, token: str | None, hub: str) -> list[str]:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
     def listing() -> list[str]:
         return HfApi(endpoint=hub).list_repo_files(repo, revision=revision, token=token or False)[:MAX_LISTED]
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp.abc import AbstractResolver
-from huggingface_hub import get_token
 
 from agent.admission import Admission
 from agent.api.models import InstanceState
@@ -44,6 +43,7 @@ from agent.sources.huggingface import (
     file_info,
     hub_endpoint,
     hub_settings,
+    hub_token,
     remote_summary,
 )
 from agent.sources.imports import (
@@ -113,7 +113,7 @@ class ModelSources:
         assert ref is not None
         check_ref(ref)
         hub = hub_endpoint()
-        token = req.token or await asyncio.to_thread(get_token)
+        token = req.token or await asyncio.to_thread(hub_token)
         files, _projector = await hf_files(ref, False, token, hub)
         infos = [await file_info(ref.repo, path, ref.revision, token, hub) for path in files]
         settings = await hub_settings(hub, token, self.context.allow_private)
