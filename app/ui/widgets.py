@@ -229,6 +229,16 @@ def page(parent: QWidget | None = None) -> tuple[QWidget, QVBoxLayout]:
     return widget, layout
 
 
+def filled_page(owner: QWidget, title: str, subtitle: str) -> QVBoxLayout:
+    """Fill ``owner`` edge to edge with a ``page`` headed by ``title`` and ``subtitle``; its layout."""
+    body, layout = page(owner)
+    outer = QVBoxLayout(owner)
+    outer.setContentsMargins(0, 0, 0, 0)
+    outer.addWidget(body)
+    layout.addWidget(page_header(title, subtitle))
+    return layout
+
+
 def read_only_table(name: str, headers: list[str]) -> QTableWidget:
     """A table the user reads: named for tests and styles, its column headers, no row numbers,
     no editing, no grid."""

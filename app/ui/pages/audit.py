@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -24,9 +23,8 @@ from app.ui.widgets import (
     StillComboBox,
     StillSpinBox,
     button,
+    filled_page,
     label,
-    page,
-    page_header,
     read_only_table,
 )
 from app.viewmodels.audit import ACTORS, AuditFilters, AuditState, AuditViewModel, diff
@@ -53,12 +51,8 @@ class AuditPage(QWidget):
         super().__init__()
         self.ctx = ctx
         self.vm = AuditViewModel(ctx.fleet)
-        body, layout = page(self)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(body)
-        layout.addWidget(page_header("Audit", "Every change to models, keys, nodes and settings: who made it "
-                                              "(the app, the command line, the daemon itself) and what changed."))
+        layout = filled_page(self, "Audit", "Every change to models, keys, nodes and settings: who made it "
+                                            "(the app, the command line, the daemon itself) and what changed.")
 
         filters = QHBoxLayout()
         self.action = QLineEdit()

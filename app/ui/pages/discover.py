@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -28,9 +27,8 @@ from app.ui.widgets import (
     Card,
     StillComboBox,
     button,
+    filled_page,
     label,
-    page,
-    page_header,
     read_only_table,
 )
 from app.viewmodels.discover import DiscoverState, DiscoverViewModel
@@ -76,12 +74,8 @@ class DiscoverPage(QWidget):
         super().__init__()
         self.ctx = ctx
         self.vm = DiscoverViewModel(ctx.fleet)
-        body, layout = page(self)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(body)
-        layout.addWidget(page_header("Discover", "Find a model on Hugging Face, see whether it fits, and download "
-                                                 "it. With the search box empty: models picked for you."))
+        layout = filled_page(self, "Discover", "Find a model on Hugging Face, see whether it fits, and download "
+                                               "it. With the search box empty: models picked for you.")
         row = QHBoxLayout()
         self.search = QLineEdit()
         self.search.setObjectName("DiscoverSearch")

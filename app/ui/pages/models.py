@@ -21,7 +21,7 @@ from app.format import busy_text
 from app.ui.pages.first_run import FirstRunCard
 from app.ui.pages.model_panel import ModelPanel, RuntimeBadge
 from app.ui.pages.model_update_badge import UpdateBadge
-from app.ui.widgets import StateBadge, StillComboBox, button, label, page, page_header
+from app.ui.widgets import StateBadge, StillComboBox, button, filled_page, label
 from app.viewmodels.model_updates import badge_text
 from app.viewmodels.models_page import ModelsPageState
 from daemon.api.model_updates import ModelUpdate
@@ -66,11 +66,7 @@ class ModelsPage(QWidget):
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.ctx = ctx
-        body, layout = page(self)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(body)
-        layout.addWidget(page_header("Models", "Each model is one runtime process; start, tune and watch it here."))
+        layout = filled_page(self, "Models", "Each model is one runtime process; start, tune and watch it here.")
         self.first_run = FirstRunCard(ctx)  # the empty state's offer, shown only while there is no model
         layout.addWidget(self.first_run)
 

@@ -36,9 +36,8 @@ from app.ui.widgets import (
     StateBadge,
     StillComboBox,
     button,
+    filled_page,
     label,
-    page,
-    page_header,
     set_prop,
 )
 from app.viewmodels.ca_rotation import CONFIRM_ROTATION, rotation_summary
@@ -350,12 +349,8 @@ class NodesPage(QWidget):
         self.vm = ctx.nodes
         self.confirm: Callable[[QWidget, str], bool] = _ask  # tests answer for the user
         self.dialog: PairDialog | None = None
-        body, layout = page(self)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(body)
-        layout.addWidget(page_header("Nodes", "Machines that run models for this daemon. Start `mirbadllm agent` "
-                                     "on another computer, then pair it here."))
+        layout = filled_page(self, "Nodes", "Machines that run models for this daemon. Start `mirbadllm agent` "
+                                            "on another computer, then pair it here.")
         split = QSplitter(Qt.Orientation.Horizontal)
         left = QWidget()
         left_col = QVBoxLayout(left)

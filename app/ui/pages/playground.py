@@ -42,9 +42,8 @@ from app.ui.widgets import (
     StillDoubleSpinBox,
     StillSpinBox,
     button,
+    filled_page,
     label,
-    page,
-    page_header,
 )
 from app.viewmodels.playground import CHAT, COMPLETION, ChatMessage, PlaygroundState
 from daemon.api.client import DaemonError
@@ -58,11 +57,7 @@ class PlaygroundPage(QWidget):
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.vm = ctx.playground
-        body, layout = page(self)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(body)
-        layout.addWidget(page_header("Playground", "Talk to any model through the same /v1 your tools use."))
+        layout = filled_page(self, "Playground", "Talk to any model through the same /v1 your tools use.")
         row = QHBoxLayout()
         row.setSpacing(14)
         layout.addLayout(row, 1)

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -28,9 +27,8 @@ from app.ui.widgets import (
     Card,
     StillComboBox,
     StillSpinBox,
+    filled_page,
     label,
-    page,
-    page_header,
     read_only_table,
 )
 from app.viewmodels.fleet import FleetSnapshot
@@ -109,12 +107,8 @@ class RequestsPage(QWidget):
         super().__init__()
         self.ctx = ctx
         self.vm = RequestsViewModel(ctx.fleet)
-        body, layout = page(self)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(body)
-        layout.addWidget(page_header("Requests", "What happened to a request: every call to /v1, the model that "
-                                                 "answered, how long it took and why it failed."))
+        layout = filled_page(self, "Requests", "What happened to a request: every call to /v1, the model that "
+                                               "answered, how long it took and why it failed.")
         layout.addLayout(self._filters())
 
         log = Card()
