@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.viewmodels.filtered_read import read_filtered
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.audit import (
@@ -127,16 +128,10 @@ class AuditViewModel:
                 "subject": filters.subject.strip() or None, "since": time.time() - span if span else None}
 
     async def refresh(self) -> None:
-        s = self.state.value
-        self.state.set(replace(s, loading=True))
-        try:
-            page = await self.client.audit(**self._query(s.filters), limit=PAGE_SIZE)
-        except DaemonError as exc:
-            self.state.set(replace(self.state.value, loading=False, error=exc.message))
+        read = await read_filtered(self.state, lambda s: self.client.audit(**self._query(s.filters), limit=PAGE_SIZE))
+        if read is None:
             return
-        now = self.state.value
-        if now.filters != s.filters:
-            return  # the filters changed while this was read: their own read is on its way
+        now, page = read
         selected = now.selected if any(e.id == now.selected for e in page.entries) else None
         self.state.set(replace(now, entries=tuple(page.entries), more=page.next_before, selected=selected,
                                loading=False, error=None))

@@ -17,6 +17,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, replace
 
+from app.viewmodels.filtered_read import read_filtered
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.access_log import STATUS_CLASSES
@@ -97,20 +98,17 @@ class RequestsViewModel:
 
     # --- reads ------------------------------------------------------------------------------------
     async def refresh(self) -> None:
-        s = self.state.value
-        self.state.set(replace(s, loading=True))
-        f = s.filters
-        try:
-            rows = await self.client.requests(PAGE_SIZE, model=f.model or None, key_id=f.key_id or None,
-                                              status=f.status or None,
-                                              slower_than_ms=float(f.slower_than_ms) if f.slower_than_ms else None)
-        except DaemonError as exc:
-            self.state.set(replace(self.state.value, loading=False, error=exc.message))
+        read = await read_filtered(self.state, self._read)
+        if read is None:
             return
-        now = self.state.value
-        if now.filters != s.filters:
-            return  # the filters changed while this was read: their own read is on its way
+        now, rows = read
         self.state.set(replace(now, rows=tuple(rows), loading=False, error=None))
+
+    async def _read(self, s: RequestsState) -> list[RequestRecord]:
+        f = s.filters
+        return await self.client.requests(PAGE_SIZE, model=f.model or None, key_id=f.key_id or None,
+                                          status=f.status or None,
+                                          slower_than_ms=float(f.slower_than_ms) if f.slower_than_ms else None)
 
     async def read_keys(self) -> None:
         try:
