@@ -27,13 +27,12 @@ Offer = TypeVar("Offer", bound=BaseModel)
 Chunks = Callable[[], AsyncIterator[bytes]]
 
 
-def offer_from_query(request: web.Request, model: type[Offer], refused: type[AgentProblem], what: str,
-                     code: str) -> Offer:
-    """The request's query as ``model``; else ``refused`` (``code``): "not a valid {what}: ..."."""
+def offer_from_query(request: web.Request, model: type[Offer], refused: Callable[[str], AgentProblem]) -> Offer:
+    """The request's query as ``model``; else the problem ``refused`` makes of what is wrong with it."""
     try:
         return model.model_validate(dict(request.query))
     except ValidationError as exc:
-        raise refused(f"not a valid {what}: " + validation_message(exc, "query"), code=code) from None
+        raise refused(validation_message(exc, "query")) from None
 
 
 def body_chunks(request: web.Request) -> Chunks:

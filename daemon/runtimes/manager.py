@@ -78,7 +78,8 @@ class RuntimeUpgradeManager(OneRolloutAtATime):
                                   wanted=dict(self._wanted))
 
     async def start(self, request: RuntimeUpgradeRequest) -> RuntimeRolloutView:
-        self._refuse_if_running("runtime_upgrade_running", f"A rollout of {self.view().build} is running; wait "
+        if self.running:
+            raise DaemonProblem(409, "runtime_upgrade_running", f"A rollout of {self.view().build} is running; wait "
                                 "for it to finish (GET /api/nodes/runtime-upgrade).")
         targets = self._targets("No paired node to roll a llama.cpp build out to: pair a node first.")
         folder = Path(request.folder).expanduser() if request.folder else newest_build(self.builds_root)
@@ -104,7 +105,8 @@ class RuntimeUpgradeManager(OneRolloutAtATime):
         ``daemon.runtimes.packs``), by the same walk as a rollout: checked, pushed, smoke-tested,
         offered. Raises ``DaemonProblem`` (409 while a rollout runs or the node is not linked; 422
         with the node's reason when it refused or failed)."""
-        self._refuse_if_running("runtime_upgrade_running", f"A rollout of {self.view().build} is running")
+        if self.running:
+            raise DaemonProblem(409, "runtime_upgrade_running", f"A rollout of {self.view().build} is running")
         link = self._links.get(node_id)
         view = next((n for n in self._nodes() if n.id == node_id), None)
         if link is None or view is None:

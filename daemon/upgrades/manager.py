@@ -56,7 +56,8 @@ class UpgradeManager(OneRolloutAtATime):
         return self.rollout.view if self.rollout is not None else RolloutView()
 
     async def start(self, request: UpgradeRequest) -> RolloutView:
-        self._refuse_if_running("upgrade_running", f"A rollout of {self.view().version} is running; wait for it "
+        if self.running:
+            raise DaemonProblem(409, "upgrade_running", f"A rollout of {self.view().version} is running; wait for it "
                                 "to finish (GET /api/nodes/upgrade).")
         targets = self._targets("No paired node to upgrade: pair a node first.")
         try:

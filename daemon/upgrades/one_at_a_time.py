@@ -28,10 +28,6 @@ class OneRolloutAtATime:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def _refuse_if_running(self, code: str, message: str) -> None:
-        if self.running:
-            raise DaemonProblem(409, code, message)
-
     def _targets(self, none_message: str) -> list[NodeTarget]:
         """The paired, linked nodes a rollout walks; 409 ``no_nodes`` (``none_message``) when there are none."""
         targets = rollout_targets(self._nodes(), self._links)
