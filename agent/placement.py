@@ -49,9 +49,8 @@ PLACEMENT_FIELDS = ("gpus", "split_mode", "tensor_split", "main_gpu", "n_gpu_lay
 _CLEARED: dict[str, Any] = {"gpus": None, "split_mode": None, "tensor_split": None, "main_gpu": None}
 
 
-class UnknownGpu(AgentProblem):
-    status = 422
-    code = "unknown_gpu"
+class UnknownGpu(AgentProblem, status=422, code="unknown_gpu"):
+    pass
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,14 @@ class AgentProblem(Exception):
     status = 400
     code = "bad_request"
 
+    def __init_subclass__(cls, *, status: int | None = None, code: str | None = None, **kwargs: Any) -> None:
+        """A family of refusals declares its answer once: ``class Gone(AgentProblem, status=404, code="gone")``."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if code is not None:
+            cls.code = code
+
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
                  details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -85,30 +93,18 @@ def validation_message(exc: ValidationError, whole: str = "body") -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or whole}: {e['msg']}" for e in exc.errors())
 
 
-class InvalidModelFile(AgentProblem):
+class InvalidModelFile(AgentProblem, status=422, code="invalid_model_file"):
     """The file is not a GGUF model this agent will hand to a runtime."""
 
-    status = 422
-    code = "invalid_model_file"
 
-
-class InsufficientMemory(AgentProblem):
+class InsufficientMemory(AgentProblem, status=409, code="insufficient_memory"):
     """The model would not fit in what is left after the reserve (start it with force to try anyway),
     or a helper node has less free than an rpc-server grant lends (``agent.rpc.servers``)."""
 
-    status = 409
-    code = "insufficient_memory"
 
-
-class StartInProgress(AgentProblem):
+class StartInProgress(AgentProblem, status=409, code="start_in_progress"):
     """On unified memory one model loads at a time; another is still loading."""
 
-    status = 409
-    code = "start_in_progress"
 
-
-class RuntimeVersionMismatch(AgentProblem):
+class RuntimeVersionMismatch(AgentProblem, status=409, code="runtime_version_mismatch"):
     """The model is pinned to a runtime version this node does not run (``agent.api.runtime_builds``)."""
-
-    status = 409
-    code = "runtime_version_mismatch"

@@ -53,9 +53,8 @@ UPGRADE_TARGET_ENV = "MIRBADLLM_AGENT_UPGRADE_TARGET"
 DEB_UPGRADE_FILE_ENV = "MIRBADLLM_AGENT_DEB_UPGRADE_FILE"
 
 
-class UpgradeRefused(AgentProblem):
-    status = 422
-    code = "upgrade_refused"
+class UpgradeRefused(AgentProblem, status=422, code="upgrade_refused"):
+    pass
 
 
 def reported_version(default: str, environ: Mapping[str, str] | None = None) -> str:
@@ -231,7 +230,8 @@ def routes(prefix: str, upgrades_of: UpgradesOf) -> list[web.RouteDef]:
 
     async def upgrade(request: web.Request) -> web.StreamResponse:
         upgrades = upgrades_of(request)
-        offer = offer_from_query(request, AgentUpgradeOffer, UpgradeRefused, "upgrade offer", "invalid_upgrade")
+        offer = offer_from_query(request, AgentUpgradeOffer,
+                                 lambda why: UpgradeRefused(f"not a valid upgrade offer: {why}", code="invalid_upgrade"))
         answer = await upgrades.receive(offer, body_chunks(request))
         response = web.json_response(answer.model_dump(mode="json"))
         await response.prepare(request)

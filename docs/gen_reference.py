@@ -342,13 +342,16 @@ class Codes:
             return None
         sink = dataclasses.replace(sink, status=inherited.status if inherited and own is None else sink.status,
                                    code=inherited.code if inherited and own is None else sink.code)
+        declared = [(kw.arg, kw.value) for kw in node.keywords if kw.arg]  # ``class X(AgentProblem, status=409, code="...")``
         for item in node.body:  # ``status = 409`` / ``code = "..."`` class attributes
             if isinstance(item, ast.Assign) and len(item.targets) == 1 and isinstance(item.targets[0], ast.Name):
-                value = self._constant(module, item.value)
-                if item.targets[0].id == "status" and isinstance(value, int):
-                    sink.status = value
-                elif item.targets[0].id == "code" and isinstance(value, str):
-                    sink.code = value
+                declared.append((item.targets[0].id, item.value))
+        for name, expr in declared:
+            value = self._constant(module, expr)
+            if name == "status" and isinstance(value, int):
+                sink.status = value
+            elif name == "code" and isinstance(value, str):
+                sink.code = value
         return sink
 
     def _forwarding(self, module: Module, node: ast.FunctionDef | ast.AsyncFunctionDef) -> Sink | None:

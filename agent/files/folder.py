@@ -28,9 +28,8 @@ InUse = Callable[[], Iterable[tuple[str, str]]]
 _LIVE = (InstanceState.STARTING, InstanceState.READY, InstanceState.STOPPING)
 
 
-class FileRefused(AgentProblem):
-    status = 403
-    code = "outside_models_folder"
+class FileRefused(AgentProblem, status=403, code="outside_models_folder"):
+    pass
 
 
 def read_by_instances(manager: InstanceManager) -> list[tuple[str, str]]:

@@ -55,24 +55,20 @@ _WIRE_STATE = {InstanceState.STARTING: RpcServerState.READY, InstanceState.READY
                InstanceState.STOPPED: RpcServerState.STOPPED}
 
 
-class NoRpcServer(AgentProblem):
-    status = 503
-    code = "no_rpc_server"
+class NoRpcServer(AgentProblem, status=503, code="no_rpc_server"):
+    pass
 
 
-class UnknownGrant(AgentProblem):
-    status = 404
-    code = "grant_not_found"
+class UnknownGrant(AgentProblem, status=404, code="grant_not_found"):
+    pass
 
 
-class GrantConflict(AgentProblem):
-    status = 409
-    code = "grant_conflict"
+class GrantConflict(AgentProblem, status=409, code="grant_conflict"):
+    pass
 
 
-class RpcServerFailed(AgentProblem):
-    status = 502
-    code = "rpc_server_failed"
+class RpcServerFailed(AgentProblem, status=502, code="rpc_server_failed"):
+    pass
 
 
 def record_id(grant_id: str) -> str:

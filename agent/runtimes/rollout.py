@@ -71,14 +71,12 @@ SMOKE_TIMEOUT_S = 120.0  # silence allowed while the smoke model loads, and for 
 SMOKE_ID = "runtime-smoke"
 
 
-class BuildRefused(AgentProblem):
-    status = 422
-    code = "runtime_build_refused"
+class BuildRefused(AgentProblem, status=422, code="runtime_build_refused"):
+    pass
 
 
-class SmokeFailed(AgentProblem):
-    status = 422
-    code = "runtime_smoke_failed"
+class SmokeFailed(AgentProblem, status=422, code="runtime_smoke_failed"):
+    pass
 
 
 def unpack(archive: Path, name: str, into: Path) -> Path:
@@ -287,7 +285,8 @@ def routes(prefix: str, builds_of: BuildsOf) -> list[web.RouteDef]:
 
     async def install(request: web.Request) -> web.Response:
         builds = builds_of(request)
-        offer = offer_from_query(request, LlamaCppBuildOffer, BuildRefused, "build offer", "invalid_build_offer")
+        offer = offer_from_query(request, LlamaCppBuildOffer,
+                                 lambda why: BuildRefused(f"not a valid build offer: {why}", code="invalid_build_offer"))
         answer = await builds.receive(offer, body_chunks(request))
         return web.json_response(answer.model_dump(mode="json"))
 

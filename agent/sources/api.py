@@ -40,9 +40,8 @@ SourcesOf = Callable[[web.Request], ModelSources]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class BadBody(AgentProblem):
-    status = 422
-    code = "invalid_request"
+class BadBody(AgentProblem, status=422, code="invalid_request"):
+    pass
 
 
 async def _body(request: web.Request, model: type[M]) -> M:

@@ -44,18 +44,16 @@ TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10, sock_re
 Progress = Callable[[int], None]
 
 
-class DownloadFailed(AgentProblem):
-    status = 502
-    code = "download_failed"
+class DownloadFailed(AgentProblem, status=502, code="download_failed"):
+    pass
 
 
 class ChecksumMismatch(DownloadFailed):
     code = "checksum_mismatch"
 
 
-class DiskFull(DownloadFailed):
-    status = 507
-    code = "disk_full"
+class DiskFull(DownloadFailed, status=507, code="disk_full"):
+    pass
 
 
 def _mib(size: int) -> str:

@@ -43,9 +43,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")
 
 
-class BadSourceRequest(AgentProblem):
-    status = 422
-    code = "invalid_source"
+class BadSourceRequest(AgentProblem, status=422, code="invalid_source"):
+    pass
 
 
 def hub_endpoint() -> str:

@@ -49,9 +49,8 @@ _PART_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
-class OllamaProblem(AgentProblem):
-    status = 422
-    code = "invalid_ollama_model"
+class OllamaProblem(AgentProblem, status=422, code="invalid_ollama_model"):
+    pass
 
 
 def default_store() -> Path:

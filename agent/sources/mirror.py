@@ -34,9 +34,8 @@ CHUNK = 1 << 20
 PARTIAL_SUFFIX = ".mirror"
 
 
-class MirrorRefused(AgentProblem):
-    status = 422
-    code = "mirror_refused"
+class MirrorRefused(AgentProblem, status=422, code="mirror_refused"):
+    pass
 
 
 class MirrorReceiver:

@@ -25,9 +25,8 @@ from core.safe_names import (
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 
-class UnsafeTarget(AgentProblem):
-    status = 422
-    code = "unsafe_name"
+class UnsafeTarget(AgentProblem, status=422, code="unsafe_name"):
+    pass
 
 
 def slug(text: str, limit: int = 40) -> str:

@@ -40,16 +40,12 @@ KEEP_FINISHED = 50
 RUNNING_AT_ONCE = 2
 
 
-class UnknownTransfer(AgentProblem):
-    status = 404
-    code = "transfer_not_found"
+class UnknownTransfer(AgentProblem, status=404, code="transfer_not_found"):
+    pass
 
 
-class TransferRefused(AgentProblem):
+class TransferRefused(AgentProblem, status=409, code="transfer_refused"):
     """A pause or resume this transfer's state or kind does not allow; the message says why."""
-
-    status = 409
-    code = "transfer_refused"
 
 
 class TransferHandle:

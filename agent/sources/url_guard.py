@@ -29,11 +29,8 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class SourceRefused(AgentProblem):
+class SourceRefused(AgentProblem, status=422, code="source_refused"):
     """A download source this node will not connect to."""
-
-    status = 422
-    code = "source_refused"
 
 
 def embedded_v4(ip: Address) -> Address:
