@@ -8,6 +8,8 @@ as ``model`` for every ``model.*``), ``subject``, ``limit`` (1 to 1000, default 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -16,33 +18,35 @@ from daemon.audit.log import AuditLog, AuditQuery
 from daemon.errors import DaemonProblem, json_response
 
 MAX_TEXT = 200
+N = TypeVar("N", int, float)
 
 
 def _bad(name: str, why: str) -> DaemonProblem:
     return DaemonProblem(400, "invalid_parameter", f"'{name}' {why}")
 
 
-def _time(request: web.Request, name: str) -> float | None:
+def _number(request: web.Request, name: str, read: Callable[[str], N], why: str) -> N | None:
+    """The query parameter ``name`` as ``read`` reads it, None when absent or empty; else 400 ``why``."""
     text = request.query.get(name)
     if text is None or text == "":
         return None
     try:
-        value = float(text)
+        return read(text)
     except ValueError as exc:
-        raise _bad(name, "must be a Unix time in seconds") from exc
-    if not math.isfinite(value) or value < 0:
+        raise _bad(name, why) from exc
+
+
+def _time(request: web.Request, name: str) -> float | None:
+    value = _number(request, name, float, "must be a Unix time in seconds")
+    if value is not None and (not math.isfinite(value) or value < 0):
         raise _bad(name, "must be a Unix time in seconds")
     return value
 
 
 def _int(request: web.Request, name: str, default: int | None, low: int, high: int) -> int | None:
-    text = request.query.get(name)
-    if text is None or text == "":
+    value = _number(request, name, int, "must be an integer")
+    if value is None:
         return default
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise _bad(name, "must be an integer") from exc
     if not low <= value <= high:
         raise _bad(name, f"must be between {low} and {high}")
     return value
