@@ -47,6 +47,13 @@ from daemon.api.services import ServiceAction, ServiceInfo, ServiceState
 BADGES = {ServiceState.RUNNING: "ready", ServiceState.STOPPED: "stopped", ServiceState.STARTING: "starting",
           ServiceState.STOPPING: "stopping", ServiceState.FAILED: "failed", ServiceState.UNKNOWN: "unknown"}
 ICONS = {"start": "action-start", "stop": "action-stop", "restart": "action-restart"}
+# A whitelist change: its button's text, object name (before "-{service}") and tooltip.
+POLICY_BUTTONS = {
+    "allow": ("Allow", "allow", ("Add it to this node's whitelist (the daemon's services.json): it may then be "
+                                 "started, stopped and restarted from here")),
+    "remove": ("Remove from whitelist", "unallow", ("Take it off the daemon's whitelist (this node's, and every "
+                                                    "node's where it is listed there); it keeps running as it is")),
+}
 
 
 def _typed(text: str) -> str:
@@ -212,20 +219,14 @@ class ServicesPage(QWidget):
             btn.setEnabled(not busy)
             btn.clicked.connect(lambda _=False, i=info, a=action: self.run(i, a))
             row.addWidget(btn)
-        if "allow" in policy_actions:
-            allow = button("Allow")
-            allow.setObjectName(f"allow-{info.name}")
-            allow.setToolTip("Add it to this node's whitelist (the daemon's services.json): it may then be "
-                             "started, stopped and restarted from here")
-            allow.clicked.connect(lambda _=False, i=info: self.ctx.act(self._said(self.vm.allow(i.name))))
-            row.addWidget(allow)
-        if "remove" in policy_actions:
-            remove = button("Remove from whitelist")
-            remove.setObjectName(f"unallow-{info.name}")
-            remove.setToolTip("Take it off the daemon's whitelist (this node's, and every node's where it is "
-                              "listed there); it keeps running as it is")
-            remove.clicked.connect(lambda _=False, i=info: self.ctx.act(self._said(self.vm.remove(i.name))))
-            row.addWidget(remove)
+        for key, change in (("allow", self.vm.allow), ("remove", self.vm.remove)):
+            if key in policy_actions:
+                text, name, tip = POLICY_BUTTONS[key]
+                btn = button(text)
+                btn.setObjectName(f"{name}-{info.name}")
+                btn.setToolTip(tip)
+                btn.clicked.connect(lambda _=False, c=change, i=info: self.ctx.act(self._said(c(i.name))))
+                row.addWidget(btn)
         row.addStretch(1)
         return cell
 
