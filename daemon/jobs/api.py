@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from daemon.api.jobs import BenchmarkRequest, PlanStep, TuneRequest, TuningPlan
+from daemon.api.jobs import BenchmarkRequest, JobView, PlanStep, TuneRequest, TuningPlan
 from daemon.errors import error_response, json_response, read_json, validation_message
 from daemon.history import History
 from daemon.jobs.manager import JobError, JobManager
@@ -59,15 +59,17 @@ class JobsApi:
     @_answers
     async def start_benchmark(self, request: web.Request) -> web.StreamResponse:
         body = BenchmarkRequest.model_validate(await _body(request))
-        view = await self.jobs.start_benchmark(body)
-        await self._history.audit("admin", "job.benchmark", body.model, view.id)
-        return json_response(view, status=202)
+        return await self._started(self.jobs.start_benchmark(body), "job.benchmark", body.model)
 
     @_answers
     async def start_tune(self, request: web.Request) -> web.StreamResponse:
         body = TuneRequest.model_validate(await _body(request))
-        view = await self.jobs.start_tune(body)
-        await self._history.audit("admin", "job.tune", body.model, view.id)
+        return await self._started(self.jobs.start_tune(body), "job.tune", body.model)
+
+    async def _started(self, start: Awaitable[JobView], action: str, model: str) -> web.StreamResponse:
+        """A job started: audited as ``action`` on ``model``, answered 202 with its view."""
+        view = await start
+        await self._history.audit("admin", action, model, view.id)
         return json_response(view, status=202)
 
     @_answers
