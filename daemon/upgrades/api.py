@@ -6,7 +6,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from aiohttp import web
+from pydantic import BaseModel
 
 from daemon.api.upgrades import UpgradeRequest
 from daemon.errors import json_response, read_json, validated
@@ -15,13 +18,29 @@ from daemon.upgrades.manager import UpgradeManager
 MAX_BODY = 16 * 1024
 
 
-class UpgradesApi:
-    def __init__(self, upgrades: UpgradeManager) -> None:
-        self._upgrades = upgrades
+class Rollouts(Protocol):
+    """A rollout manager: ``UpgradeManager``, ``daemon.runtimes.manager.RuntimeUpgradeManager``."""
+
+    def view(self) -> BaseModel: ...
+    async def start(self, request: Any) -> BaseModel: ...
+
+
+class RolloutApi:
+    """The two handlers of a rollout (this module's, and ``daemon.runtimes.api``'s): its view, and
+    starting one from an optional body (202)."""
+
+    def __init__(self, rollouts: Rollouts, request_model: type[BaseModel]) -> None:
+        self._rollouts = rollouts
+        self._request_model = request_model
 
     async def status(self, request: web.Request) -> web.Response:
-        return json_response(self._upgrades.view())
+        return json_response(self._rollouts.view())
 
     async def start(self, request: web.Request) -> web.Response:
-        body = validated(UpgradeRequest, await read_json(request, MAX_BODY, empty={}))
-        return json_response(await self._upgrades.start(body), status=202)
+        body = validated(self._request_model, await read_json(request, MAX_BODY, empty={}))
+        return json_response(await self._rollouts.start(body), status=202)
+
+
+class UpgradesApi(RolloutApi):
+    def __init__(self, upgrades: UpgradeManager) -> None:
+        super().__init__(upgrades, UpgradeRequest)
