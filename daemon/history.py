@@ -16,7 +16,7 @@ from typing import Any
 from daemon.api.access_log import RequestFilters
 from daemon.api.models import HistoryPoint, HistoryRange, HistorySeries, RequestRecord
 from daemon.audit.log import Recorder
-from daemon.sqlite_worker import SqliteWorker
+from daemon.sqlite_worker import SqliteWorker, add_columns
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -57,11 +57,7 @@ def _schema() -> str:
 
 def _migrate_requests(db: sqlite3.Connection) -> None:
     """Add the access-log columns an older file lacks (idempotent: a half-done run just resumes)."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
-    for name, kind in REQUEST_COLUMNS_ADDED.items():
-        if name not in have:
-            db.execute(f"ALTER TABLE requests ADD COLUMN {name} {kind}")
-            _LOGGER.info("history: added column requests.%s", name)
+    add_columns(db, "requests", REQUEST_COLUMNS_ADDED, "history")
     db.execute("CREATE INDEX IF NOT EXISTS requests_key ON requests(key_id, ts)")
     # GET /api/requests/{id}: a lookup by X-Request-Id, not a scan of 30 days of rows.
     db.execute("CREATE INDEX IF NOT EXISTS requests_id ON requests(id, ts)")

@@ -2,16 +2,29 @@
 
 The history (``daemon.history``) and the audit log (``daemon.audit.log``) each are one: a slow write
 never blocks the event loop, and no two threads share the connection. A subclass opens ``_db`` its
-own way (schema, migrations, pragmas) on that thread, through ``_run``.
+own way (schema, migrations, pragmas) on that thread, through ``_run``; ``add_columns`` brings an
+older file's table up to date.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def add_columns(db: sqlite3.Connection, table: str, columns: dict[str, str], who: str) -> None:
+    """Add the ``columns`` (name -> type) an older ``table`` lacks; idempotent: a half-done run resumes."""
+    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+    for name, kind in columns.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            _LOGGER.info("%s: added column %s.%s", who, table, name)
 
 
 class SqliteWorker:

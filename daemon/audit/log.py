@@ -32,7 +32,7 @@ from daemon.api.audit import ACTOR_ADMIN_TOKEN, DEFAULT_LIMIT, AuditEntry, Audit
 from daemon.audit.actor import current_actor
 from daemon.audit.redact import scrub, to_json
 from daemon.errors import CURRENT_REQUEST_ID
-from daemon.sqlite_worker import SqliteWorker
+from daemon.sqlite_worker import SqliteWorker, add_columns
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -126,11 +126,7 @@ class AuditLog(SqliteWorker):
 def migrate(db: sqlite3.Connection) -> None:
     """Create the audit table, or bring an older one up to date (it keeps its rows)."""
     db.execute("CREATE TABLE IF NOT EXISTS audit (ts REAL, actor TEXT, action TEXT, subject TEXT, detail TEXT)")
-    have = {row[1] for row in db.execute("PRAGMA table_info(audit)")}
-    for name, kind in ADDED_COLUMNS.items():
-        if name not in have:
-            db.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")
-            _LOGGER.info("audit: added column audit.%s", name)
+    add_columns(db, "audit", ADDED_COLUMNS, "audit")
     db.execute("CREATE INDEX IF NOT EXISTS audit_ts ON audit(ts)")
     db.commit()
 
