@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFrame,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
@@ -237,6 +238,14 @@ def filled_page(owner: QWidget, title: str, subtitle: str) -> QVBoxLayout:
     outer.addWidget(body)
     layout.addWidget(page_header(title, subtitle))
     return layout
+
+
+def fit_columns(table: QTableWidget, *stretch: int) -> None:
+    """The columns ``stretch`` share the width left; every other column fits its contents."""
+    header = table.horizontalHeader()
+    for col in range(table.columnCount()):
+        header.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col in stretch
+                                    else QHeaderView.ResizeMode.ResizeToContents)
 
 
 def read_only_table(name: str, headers: list[str]) -> QTableWidget:

@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QInputDialog,
     QScrollArea,
     QSpinBox,
@@ -32,6 +31,7 @@ from app.ui.widgets import (
     CopyField,
     StillSpinBox,
     button,
+    fit_columns,
     label,
     page,
     page_header,
@@ -150,10 +150,7 @@ class AccessPage(QScrollArea):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.setShowGrid(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in (1, 2, 3, 4, 5, 6, 7):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        fit_columns(self.table, 0)
         self.table.setMinimumHeight(190)
         keys.body.addWidget(self.table)
         top.addWidget(keys)

@@ -9,7 +9,6 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLineEdit,
     QSplitter,
     QTableWidget,
@@ -24,6 +23,7 @@ from app.ui.widgets import (
     StillSpinBox,
     button,
     filled_page,
+    fit_columns,
     label,
     read_only_table,
 )
@@ -85,10 +85,7 @@ class AuditPage(QWidget):
         self.table = _table("AuditTable", ["Time", "Who", "Action", "Subject", "What changed"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        header = self.table.horizontalHeader()
-        for col in range(4):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        fit_columns(self.table, 4)
         self.table.itemSelectionChanged.connect(self._selection_changed)
         log.body.addWidget(self.table, 1)
         bottom = QHBoxLayout()
@@ -117,10 +114,7 @@ class AuditPage(QWidget):
         change.body.addWidget(self.heading)
         self.diff = _table("AuditDiff", ["Field", "Before", "After"])
         self.diff.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        diff_header = self.diff.horizontalHeader()
-        diff_header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        diff_header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        diff_header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        fit_columns(self.diff, 1, 2)
         change.body.addWidget(self.diff, 1)
         split.addWidget(change)
         split.setStretchFactor(0, 3)

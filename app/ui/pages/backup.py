@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QLineEdit,
     QScrollArea,
     QTableWidget,
@@ -23,7 +22,15 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.context import AppContext
-from app.ui.widgets import Card, button, label, page, page_header, read_only_table
+from app.ui.widgets import (
+    Card,
+    button,
+    fit_columns,
+    label,
+    page,
+    page_header,
+    read_only_table,
+)
 from app.viewmodels.backup import (
     BackupState,
     BackupViewModel,
@@ -59,10 +66,7 @@ def _secret_field(name: str, placeholder: str) -> QLineEdit:
 def _table(name: str, headers: list[str]) -> QTableWidget:
     table = read_only_table(name, headers)
     table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-    header = table.horizontalHeader()
-    for col in range(len(headers)):
-        header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(len(headers) - 1, QHeaderView.ResizeMode.Stretch)
+    fit_columns(table, len(headers) - 1)
     table.setMinimumHeight(160)
     return table
 

@@ -13,7 +13,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QStackedWidget,
@@ -28,6 +27,7 @@ from app.ui.widgets import (
     StillComboBox,
     button,
     filled_page,
+    fit_columns,
     label,
     read_only_table,
 )
@@ -60,10 +60,7 @@ def _item(text: str, tip: str = "", right: bool = False) -> QTableWidgetItem:
 
 
 def _columns(table: QTableWidget, stretch: int) -> None:
-    header = table.horizontalHeader()
-    for col in range(table.columnCount()):
-        mode = QHeaderView.ResizeMode.Stretch if col == stretch else QHeaderView.ResizeMode.ResizeToContents
-        header.setSectionResizeMode(col, mode)
+    fit_columns(table, stretch)
     table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
     table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
     table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QTableWidget,
     QTableWidgetItem,
     QWidget,
@@ -16,7 +15,7 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.context import AppContext, Message
-from app.ui.widgets import Card, button, label
+from app.ui.widgets import Card, button, fit_columns, label
 from app.viewmodels.disk import DiskState, shown_path, used_by_text
 
 MAX_ROWS_SHOWN = 8  # then the table scrolls inside the card
@@ -54,10 +53,7 @@ class DiskCard(Card):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.setWordWrap(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)  # long names elide, whole in the tooltip
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        fit_columns(self.table, 0)  # long names elide, whole in the tooltip
         self.body.addWidget(self.table)
         ctx.disk.state.subscribe(self.show_state, now=True)
 

@@ -8,7 +8,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QScrollArea,
     QTableWidgetItem,
 )
@@ -18,6 +17,7 @@ from app.ui.widgets import (
     Card,
     bind,
     button,
+    fit_columns,
     label,
     page,
     page_header,
@@ -91,10 +91,7 @@ class ReleasesPage(QScrollArea):
         card.body.addWidget(label(ROLLOUT_NOTE, muted=True, wrap=True))
         self.table = read_only_table("ReleasesNodes", ["Node", "Agent version", "Rollout"])
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        fit_columns(self.table, 2)
         self.table.setMinimumHeight(160)
         card.body.addWidget(self.table)
         row = QHBoxLayout()

@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QTableWidget,
@@ -29,6 +28,7 @@ from app.ui.widgets import (
     StillComboBox,
     bind,
     button,
+    fit_columns,
     label,
     page,
     page_header,
@@ -159,10 +159,7 @@ class ServicesPage(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.setShowGrid(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        for col in (0, 2, 3, 4):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        fit_columns(self.table, 1)
         card.body.addWidget(self.table, 1)
         layout.addWidget(card, 1)
         self._shown_nodes: tuple[tuple[str, str], ...] = ()
