@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QScrollArea,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -35,6 +34,7 @@ from app.ui.widgets import (
     label,
     page,
     page_header,
+    read_only_table,
 )
 from app.viewmodels.access import LAN_NEEDS_KEYS, AccessState, limits_cell, usage_cells
 from daemon.api.models import ApiKeyCreated, ApiKeyInfo
@@ -136,20 +136,15 @@ class AccessPage(QScrollArea):
         self.create_button.clicked.connect(self.create_key)
         bar.addWidget(self.create_button)
         keys.body.addLayout(bar)
-        self.table = QTableWidget(0, 8)
-        self.table.setObjectName("KeyTable")
-        self.table.setHorizontalHeaderLabels(["Name", "Key", "Created", "Last used", "Requests", "Tokens",
-                                              "Limits", ""])
+        self.table = read_only_table("KeyTable", ["Name", "Key", "Created", "Last used", "Requests", "Tokens",
+                                                  "Limits", ""])
         tips = {4: "Last 24 hours / since the key was created", 5: "Last 24 hours / since the key was created",
                 6: "Requests in the last minute / per minute; tokens since 00:00 UTC / per day"}
         for col, tip in tips.items():
             item = self.table.horizontalHeaderItem(col)
             if item is not None:
                 item.setToolTip(tip)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.table.setShowGrid(False)
         fit_columns(self.table, 0)
         self.table.setMinimumHeight(190)
         keys.body.addWidget(self.table)

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -32,6 +31,7 @@ from app.ui.widgets import (
     label,
     page,
     page_header,
+    read_only_table,
     set_prop,
 )
 from app.viewmodels.services import (
@@ -152,13 +152,8 @@ class ServicesPage(QWidget):
         self.note = label("", muted=True, wrap=True)
         self.note.setObjectName("ServicesNote")
         card.body.addWidget(self.note)
-        self.table = QTableWidget(0, 5)
-        self.table.setObjectName("ServiceTable")
-        self.table.setHorizontalHeaderLabels(["Service", "Description", "State", "May be managed", ""])
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table = read_only_table("ServiceTable", ["Service", "Description", "State", "May be managed", ""])
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.table.setShowGrid(False)
         fit_columns(self.table, 1)
         card.body.addWidget(self.table, 1)
         layout.addWidget(card, 1)
