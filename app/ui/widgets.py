@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from PySide6.QtCore import QObject, Qt
@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QDoubleSpinBox,
+    QFormLayout,
     QFrame,
     QHBoxLayout,
     QHeaderView,
@@ -238,6 +239,20 @@ def filled_page(owner: QWidget, title: str, subtitle: str) -> QVBoxLayout:
     outer.addWidget(body)
     layout.addWidget(page_header(title, subtitle))
     return layout
+
+
+def value_form(fields: Sequence[tuple[str, str]], name_prefix: str) -> tuple[QFormLayout, dict[str, QLabel]]:
+    """A form of read-only values: for each (key, title) of ``fields``, the title (muted) and a
+    selectable "—" named ``{name_prefix}-{key}``; the form and those values by key."""
+    form = QFormLayout()
+    form.setHorizontalSpacing(24)
+    values: dict[str, QLabel] = {}
+    for key, title in fields:
+        value = label("—", selectable=True)
+        value.setObjectName(f"{name_prefix}-{key}")
+        values[key] = value
+        form.addRow(label(title, muted=True), value)
+    return form, values
 
 
 def fit_columns(table: QTableWidget, *stretch: int) -> None:

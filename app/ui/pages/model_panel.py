@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
-    QFormLayout,
     QHBoxLayout,
     QLabel,
     QSizePolicy,
@@ -22,7 +21,7 @@ from app.ui.pages.benchmarks_tab import BenchmarksTab
 from app.ui.pages.charts_tab import ChartsTab
 from app.ui.pages.logs_tab import LogsTab
 from app.ui.pages.settings_editor import SettingsEditor
-from app.ui.widgets import Card, StateBadge, button, label
+from app.ui.widgets import Card, StateBadge, button, label, value_form
 from app.viewmodels.models_page import ModelsPageViewModel, runtime_badge
 from daemon.api.contracts import Backend, Offload
 from daemon.api.models import ModelDefinition, ModelState, ModelView
@@ -76,15 +75,8 @@ class OverviewTab(QWidget):
         self.ticker.timeout.connect(self._show_uptime)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 16, 16, 16)
-        form = QFormLayout()
-        form.setHorizontalSpacing(24)
+        form, self.values = value_form(self.FIELDS, "field")
         form.setVerticalSpacing(8)
-        self.values: dict[str, QLabel] = {}
-        for key, title in self.FIELDS:
-            value = label("—", selectable=True)
-            value.setObjectName(f"field-{key}")
-            self.values[key] = value
-            form.addRow(label(title, muted=True), value)
         self._form = form
         layout.addLayout(form)
         self.error_card = Card("Last error", attention=True)

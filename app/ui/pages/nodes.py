@@ -9,7 +9,6 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
-    QFormLayout,
     QGridLayout,
     QHBoxLayout,
     QHeaderView,
@@ -39,6 +38,7 @@ from app.ui.widgets import (
     filled_page,
     label,
     set_prop,
+    value_form,
 )
 from app.viewmodels.ca_rotation import CONFIRM_ROTATION, rotation_summary
 from app.viewmodels.charts import NO_GPU, RANGES
@@ -167,14 +167,7 @@ class NodePanel(QScrollArea):
         self.keys.setVisible(False)
         col.addWidget(self.keys)
         details = Card("Machine")
-        form = QFormLayout()
-        form.setHorizontalSpacing(24)
-        self.values: dict[str, QLabel] = {}
-        for key, title in self.FIELDS:
-            value = label("—", selectable=True)
-            value.setObjectName(f"node-{key}")
-            self.values[key] = value
-            form.addRow(label(title, muted=True), value)
+        form, self.values = value_form(self.FIELDS, "node")
         self.runtimes = RuntimeBadges()
         form.addRow(label("Runtimes", muted=True), self.runtimes)
         backend = QWidget()
