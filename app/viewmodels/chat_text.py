@@ -29,19 +29,15 @@ def split_reasoning(text: str) -> tuple[str, str]:
     if _THINK_CLOSE in rest and _THINK_OPEN not in rest.split(_THINK_CLOSE, 1)[0]:
         head, rest = rest.split(_THINK_CLOSE, 1)
         reasoning.append(head)
+    inside = False  # answer up to the next <think>, reasoning up to the next </think>, and so on
     while rest:
-        start = rest.find(_THINK_OPEN)
-        if start < 0:
-            answer.append(rest)
+        marker = _THINK_CLOSE if inside else _THINK_OPEN
+        at = rest.find(marker)
+        (reasoning if inside else answer).append(rest if at < 0 else rest[:at])
+        if at < 0:
             break
-        answer.append(rest[:start])
-        rest = rest[start + len(_THINK_OPEN):]
-        end = rest.find(_THINK_CLOSE)
-        if end < 0:
-            reasoning.append(rest)
-            break
-        reasoning.append(rest[:end])
-        rest = rest[end + len(_THINK_CLOSE):]
+        rest = rest[at + len(marker):]
+        inside = not inside
     return "\n".join(r.strip() for r in reasoning if r.strip()), "".join(answer).lstrip("\n")
 
 
