@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from agent.api.runtimes import RUNTIME_LABELS, RUNTIMES, RuntimeOffer
 from daemon.api.client import DaemonClient, DaemonError
@@ -203,23 +204,34 @@ def fmt_runtime_rollout(view: RuntimeRolloutView) -> str:
 async def _runtime_upgrade(args: argparse.Namespace, client: DaemonClient) -> int:
     since = (await client.events(0, timeout=0)).last_id
     started = await client.start_runtime_upgrade(args.folder, args.smoke_model)
-    names = {n.node: n.name for n in started.nodes}
     print(f"rolling llama.cpp {started.build} ({started.version}) out to {len(started.nodes)} node(s), "
           "one at a time")
+    view = await follow_rollout(client, started, since, "runtime_upgrade", client.runtime_upgrade_status)
+    print(fmt_runtime_rollout(view))
+    return 0 if view.state == RolloutState.DONE else 1
+
+
+V = TypeVar("V", bound=RolloutView)
+
+
+async def follow_rollout(client: DaemonClient, started: V, since: int, events: str,
+                         status: Callable[[], Awaitable[V]]) -> V:
+    """Print each node's step (``{events}.node``) from event ``since`` on until the rollout
+    ``started`` ends (``{events}.finished``); its view then, as ``status`` reads it."""
+    names = {n.node: n.name for n in started.nodes}
     view = started
     while view.state == RolloutState.RUNNING:
         page = await client.events(since, timeout=10)
         since = page.last_id
         for event in page.events:
-            if event.type == "runtime_upgrade.node":
+            if event.type == f"{events}.node":
                 node = str(event.data.get("node", ""))
                 name = names.get(node) or str(event.data.get("name") or node[:12])
                 reason = f"  {event.data['reason']}" if event.data.get("reason") else ""
-                print(f"  {name:<20} {event.data.get('state')}{reason}")
-        if page.reset or not page.events or any(e.type == "runtime_upgrade.finished" for e in page.events):
-            view = await client.runtime_upgrade_status()
-    print(fmt_runtime_rollout(view))
-    return 0 if view.state == RolloutState.DONE else 1
+                print(f"  {name:<20} {event.data.get('state')}{reason}", flush=True)
+        if page.reset or not page.events or any(e.type == f"{events}.finished" for e in page.events):
+            view = await status()
+    return view
 
 
 async def run(args: argparse.Namespace, client: DaemonClient,

@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from daemon.api.client import DaemonClient
 from daemon.api.nodes import NodeView
 from daemon.api.upgrades import RolloutState, RolloutView
-from mirbadllm.ctl_nodes import fmt_rollout_view
+from mirbadllm.ctl_nodes import fmt_rollout_view, follow_rollout
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -77,20 +77,8 @@ async def _status(client: DaemonClient) -> int:
 async def roll_out(client: DaemonClient, folder: str | None, feed_url: str | None = None) -> int:
     since = (await client.events(0, timeout=0)).last_id
     started = await client.start_upgrade(folder, feed_url)
-    names = {n.node: n.name for n in started.nodes}
     print(f"rolling agent {started.version} out to {len(started.nodes)} node(s), one at a time")
-    view = started
-    while view.state == RolloutState.RUNNING:
-        page = await client.events(since, timeout=10)
-        since = page.last_id
-        for event in page.events:
-            if event.type == "upgrade.node":
-                node = str(event.data.get("node", ""))
-                name = names.get(node) or str(event.data.get("name") or node[:12])
-                reason = f"  {event.data['reason']}" if event.data.get("reason") else ""
-                print(f"  {name:<20} {event.data.get('state')}{reason}", flush=True)
-        if page.reset or not page.events or any(e.type == "upgrade.finished" for e in page.events):
-            view = await client.upgrade_status()
+    view = await follow_rollout(client, started, since, "upgrade", client.upgrade_status)
     print(fmt_rollout(view))
     return 0 if view.state == RolloutState.DONE else 1
 
