@@ -188,5 +188,5 @@ async def test_a_new_chat_mid_answer_leaves_the_old_one_saved_and_the_new_one_em
     assert vm.state.value.messages == () and vm.state.value.conversation_id is None  # the new chat is untouched
     (saved,) = await daemon.list_conversations()
     old = await daemon.get_conversation(saved.id)
-    assert [m.content for m in old.messages][0] == "Tell me a long story" and len(old.messages) == 2
+    assert old.messages[0].content == "Tell me a long story" and len(old.messages) == 2
     await vm.close()

@@ -170,7 +170,8 @@ async def test_the_saved_chat_keeps_the_image_itself_and_only_names_one_too_big_
     from mirbadllm.chat import ChatSaver
 
     class Daemon:  # only what ChatSaver calls
-        created: list[ConversationCreate] = []
+        def __init__(self) -> None:
+            self.created: list[ConversationCreate] = []
 
         async def create_conversation(self, new: ConversationCreate) -> object:
             self.created.append(new)
