@@ -13,7 +13,6 @@ parent process; a person reads the banner on stderr.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import sys
@@ -37,6 +36,7 @@ from agent.paths import AgentPaths
 from agent.server import create_app, start_server
 from agent.service.pairing_code import ShownCode, forget_code, write_code
 from agent.trust import LiveTls
+from core.tasks import cancel_and_wait
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -152,9 +152,7 @@ class AgentLifecycle:
             await _first(stop, paired)
         finally:
             forget_code(self.paths.pairing_code_file)
-            rotation.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await rotation
+            await cancel_and_wait(rotation)
             if advertiser is not None:
                 await advertiser.stop()
             await runner.cleanup()

@@ -9,7 +9,6 @@ the app with the settings the proxy relies on (handler cancellation when a clien
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import platform
@@ -50,6 +49,7 @@ from agent.trust import routes as trust_routes
 from agent.upgrade import AgentUpgrades
 from agent.upgrade import routes as upgrade_routes
 from core.key_store import at_rest
+from core.tasks import cancel_and_wait
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -215,17 +215,13 @@ async def _warm_offers(app: web.Application) -> AsyncIterator[None]:
 
     task = asyncio.create_task(warm(), name="warm-offers")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
 
 
 async def _telemetry(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(app[DEPS].telemetry.run(), name="telemetry")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
 
 
 async def _proxy_session(app: web.Application) -> AsyncIterator[None]:

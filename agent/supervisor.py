@@ -10,7 +10,6 @@ A model's instance and a helper's rpc-server (``agent.rpc.servers``) are supervi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +21,7 @@ from agent.logring import LogRing
 from agent.records import ProcessRecord
 from agent.runtimes.driver import RuntimeUnusable
 from agent.runtimes.run import RuntimeRun, StartFailed
+from core.tasks import cancel_and_wait
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -185,10 +185,8 @@ class InstanceSupervisor:
 
     async def _cancel_task(self) -> None:
         task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is not asyncio.current_task():
+            await cancel_and_wait(task)
 
     async def close(self) -> None:
         """Stop supervising (the agent is going away); the runtime process keeps serving."""

@@ -10,9 +10,9 @@ not (a node failed its switch: the old CA stays in use; rotating again resumes).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from core.tasks import cancel_and_wait
 from daemon.api.ca_rotation import CaRotationResult, NodeRotation
 from daemon.api.client import DaemonClient
 
@@ -49,9 +49,7 @@ async def rotate_ca(client: DaemonClient) -> int:
             poll = asyncio.ensure_future(client.events(since, timeout=10))
             await asyncio.wait({rotation, poll}, return_when=asyncio.FIRST_COMPLETED)
             if not poll.done():
-                poll.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await poll
+                await cancel_and_wait(poll)
                 continue
             page = poll.result()
             since = page.last_id

@@ -75,6 +75,7 @@ from agent.runtimes.driver import ExitedContainer, Figures, NoRuntime, SpecRejec
 from agent.runtimes.process import describe_exit
 from agent.runtimes.run import FAILURE_LINES, HEALTH_TIMEOUT, RuntimeRun
 from core.json_store import write_json_atomic
+from core.tasks import cancel_and_wait
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -361,10 +362,7 @@ class ContainerLog:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
 
 class ContainerProcess:

@@ -13,13 +13,13 @@ error), as the daemon answers it now; ``detail_error`` says when there is none. 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, replace
 
 from app.viewmodels.filtered_read import read_filtered
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
+from core.tasks import cancel_and_wait
 from daemon.api.access_log import STATUS_CLASSES
 from daemon.api.client import DaemonError
 from daemon.api.models import Event, RequestRecord
@@ -148,7 +148,4 @@ class RequestsViewModel:
 
     async def stop(self) -> None:
         task, self._watching = self._watching, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)

@@ -10,12 +10,12 @@ and the node manager (pairing, removal) add or drop links.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
 from agent.api.client import AgentClient, AgentError
 from agent.api.models import InstanceInfo, TelemetrySample
+from core.tasks import cancel_and_wait
 from daemon.errors import DaemonProblem
 
 _LOGGER = logging.getLogger(__name__)
@@ -98,10 +98,7 @@ class NodeLink(AgentLink):
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
 
 class Links:

@@ -5,10 +5,10 @@ task at a time, its events on the bus, and its end when the daemon stops."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from core.tasks import cancel_and_wait
 from daemon.api.nodes import NodeView
 from daemon.api.upgrades import RolloutView
 from daemon.errors import DaemonProblem
@@ -44,7 +44,4 @@ class OneRolloutAtATime:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
