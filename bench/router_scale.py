@@ -3,16 +3,23 @@ the router against the fast fake runtime (no token delay), beside the same strea
 
 Per level: the added latency (the routed streams' p50 and p99 less the direct ones'), the daemon's
 CPU per forwarded SSE event, and at the end the per-event cost at the top level against that at 1
-(target at most 1.2x); while the top level runs, the admin API (``GET /api/status``) is polled and
-its p99 printed (target under 50 ms). The fake is started with the most slots a model may have
+(target at most 1.2x). While the top level runs, the admin API (``GET /api/status``) is polled from a
+process of its own (as the tray app would: the bench's own loop, busy with a thousand streams, would
+add its delay to every call), and its p50/p99 printed (target p99 under 50 ms) in two phases of the
+routed rounds: the ramp, from the burst of requests until the daemon has taken them all (the
+router's ``total`` in the answer says so; the call that sees it counts in the ramp), and the
+steady stream after it until the round ends (``--timeline``: each call). The fake is started with the most slots a model may have
 (256) and the model's queue is raised so that no level is refused: past the slots, streams wait,
 in the fake's backlog when direct and in the router's queue when routed.
 
-    .venv/bin/python bench/router_scale.py [--levels 1,64,256,1024] [--streams-per-level N] [--tree TREE]
+    .venv/bin/python bench/router_scale.py [--levels 1,64,256,1024] [--streams-per-level N] [--tree TREE] [--timeline]
     .venv/bin/python bench/router_scale.py --soak SECONDS --streams N [--tree TREE]
 
 ``--soak``: N streams at once, each starting the next as it ends, for SECONDS; prints the streams
-done and failed, and the daemon's RSS and open files at the start and at the end.
+done and failed (an error, or an answer short of its tokens: something lost), and the daemon's RSS
+and open files at the start, each quarter and the end. ``--runtime real``: against the real
+llama-server and the Gemma 3 270M demo model (4 slots, the rest queued in the router, 16 tokens an
+answer) instead of the fast fake.
 """
 
 from __future__ import annotations
@@ -20,15 +27,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import signal
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import psutil
-from _harness import ROOT, BenchDaemon, percentile, start_fake_daemon, stream_chat
+from _harness import (
+    ROOT,
+    BenchDaemon,
+    ensure_ready,
+    percentile,
+    start_daemon,
+    start_fake_daemon,
+    stream_chat,
+)
 
 from core.relay import RUNTIME_KEEPALIVE_S
+from daemon.api.client import DaemonClient
+from daemon.api.locations import read_admin_token
+from daemon.models.registry import DEMO_MODEL_ID
 
 TOKENS = 64
 SLOTS = 256  # the most --parallel a model's settings allow
@@ -44,6 +66,18 @@ class Level:
     routed_p99_ms: float
     cpu_us_per_event: float
     failed: int
+    rounds: list[Round] = field(default_factory=list)
+
+
+@dataclass
+class Round:
+    """One routed round: when it began and ended (time.monotonic, the same clock in every process),
+    and the router's request count for the model before it."""
+
+    start: float
+    end: float
+    total_before: int
+    streams: int
 
 
 def _raise_open_files() -> None:
@@ -71,52 +105,111 @@ async def measure_level(d: BenchDaemon, session: aiohttp.ClientSession, concurre
     rounds = max(2, -(-total // concurrency))
     times: dict[str, list[float]] = {"direct": [], "routed": []}
     cpu, events, failed = 0.0, 0, 0
+    spans: list[Round] = []
     await _batch(session, *routed, concurrency, "warm-up")  # opens the connections, untimed
     for r in range(rounds):
         for name in (("direct", "routed") if r % 2 == 0 else ("routed", "direct")):
             if name == "direct":
                 took, _events, lost = await _batch(session, *direct, concurrency, f"d{r}")
             else:
+                stats = (await d.client.status()).router.get("fake")
+                start = time.monotonic()
                 before = proc.cpu_times()
                 took, got, lost = await _batch(session, *routed, concurrency, f"r{r}")
                 after = proc.cpu_times()
+                spans.append(Round(start, time.monotonic(), stats.total if stats else 0, concurrency))
                 cpu += (after.user - before.user) + (after.system - before.system)
                 events += got
             times[name] += took
             failed += lost
     d_, r_ = times["direct"], times["routed"]
     return Level(concurrency, percentile(d_, 50) * 1000, percentile(d_, 99) * 1000, percentile(r_, 50) * 1000,
-                 percentile(r_, 99) * 1000, cpu / max(events, 1) * 1e6, failed)
+                 percentile(r_, 99) * 1000, cpu / max(events, 1) * 1e6, failed, spans)
 
 
-async def _poll_admin(d: BenchDaemon, stop: asyncio.Event, took: list[float]) -> None:
-    while not stop.is_set():
-        start = time.perf_counter()
-        await d.client.status()
-        took.append(time.perf_counter() - start)
-        await asyncio.sleep(ADMIN_POLL_S)
+@dataclass
+class AdminCall:
+    sent: float  # time.monotonic
+    took_s: float
+    total: int  # the router's request count for the model in the answer
+    in_flight: int
 
 
-async def scale(levels: list[int], per_level: int, tree: Path) -> None:
+async def poll_admin(url: str, token: str, out: Path) -> None:
+    """``--poll-admin``: call ``GET /api/status`` every ADMIN_POLL_S until SIGTERM, one line per call
+    in ``out``. Runs in a process of its own, its loop idle but for these calls."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    client = DaemonClient(url, token)
+    with out.open("w") as lines:
+        while not stop.is_set():
+            sent = time.monotonic()
+            status = await client.status()
+            took = time.monotonic() - sent
+            stats = status.router.get("fake")
+            lines.write(f"{sent} {took} {stats.total if stats else 0} {stats.in_flight if stats else 0}\n")
+            lines.flush()
+            try:
+                await asyncio.wait_for(stop.wait(), ADMIN_POLL_S)
+            except TimeoutError:
+                pass
+    await client.close()
+
+
+class AdminPoller:
+    """The ``--poll-admin`` process, and the calls it made."""
+
+    def __init__(self, d: BenchDaemon) -> None:
+        self._out = Path(tempfile.mkstemp(prefix="admin-calls-")[1])
+        self._proc = subprocess.Popen([sys.executable, __file__, "--poll-admin", str(self._out),
+                                       "--url", f"http://127.0.0.1:{d.port}", "--home", str(d.home)])
+
+    def stop(self) -> list[AdminCall]:
+        self._proc.send_signal(signal.SIGTERM)
+        self._proc.wait(30)
+        calls = [AdminCall(float(a), float(b), int(c), int(e))
+                 for a, b, c, e in (line.split() for line in self._out.read_text().splitlines())]
+        self._out.unlink()
+        return calls
+
+
+def admin_phases(calls: list[AdminCall], rounds: list[Round]) -> tuple[list[float], list[float]]:
+    """The calls' times in the routed rounds' ramps and in their steady streams (see the docstring)."""
+    ramp: list[float] = []
+    steady: list[float] = []
+    for span in rounds:
+        inside = [c for c in calls if span.start <= c.sent < span.end]
+        taken = next((c.sent for c in inside if c.total >= span.total_before + span.streams), span.end)
+        ramp += [c.took_s for c in inside if c.sent <= taken]
+        steady += [c.took_s for c in inside if c.sent > taken]
+    return ramp, steady
+
+
+def _figures(took: list[float]) -> str:
+    if not took:
+        return "no calls"
+    return (f"p50 {percentile(took, 50) * 1000:.1f} ms, p99 {percentile(took, 99) * 1000:.1f} ms, "
+            f"max {max(took) * 1000:.1f} ms ({len(took)} calls)")
+
+
+async def scale(levels: list[int], per_level: int, tree: Path, timeline: bool = False) -> None:
     print(f"Router at scale: fast fake runtime ({SLOTS} slots, {TOKENS} tokens), streams at once through the "
           f"router vs straight to the fake; the daemon from {tree}")
     d = await start_fake_daemon(TOKENS, parallel=SLOTS, max_queue=max(levels), root=tree)
     found: list[Level] = []
-    admin: list[float] = []
+    calls: list[AdminCall] = []
     try:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
             print(f"  {'streams':>7}  {'added p50':>9}  {'added p99':>9}  {'direct p50/p99 ms':>17}  "
                   f"{'routed p50/p99 ms':>17}  {'µs/event':>8}  failed")
             for concurrency in levels:
-                stop = asyncio.Event()
-                poller = asyncio.create_task(_poll_admin(d, stop, admin)) if concurrency == max(levels) else None
+                poller = AdminPoller(d) if concurrency == max(levels) else None
                 try:
                     level = await measure_level(d, session, concurrency, per_level)
                 finally:
-                    stop.set()
                     if poller is not None:
-                        await poller
+                        calls = poller.stop()
                 found.append(level)
                 print(f"  {level.streams:>7}  {level.routed_p50_ms - level.direct_p50_ms:>6.2f} ms  "
                       f"{level.routed_p99_ms - level.direct_p99_ms:>6.2f} ms  "
@@ -128,19 +221,50 @@ async def scale(levels: list[int], per_level: int, tree: Path) -> None:
     first, top = found[0], found[-1]
     print(f"  CPU per event at {top.streams} / at {first.streams}: "
           f"{top.cpu_us_per_event / first.cpu_us_per_event:.2f}x (target <= 1.2x)")
-    if admin:
-        print(f"  admin API (GET /api/status every {ADMIN_POLL_S * 1000:.0f} ms) during {top.streams} streams: "
-              f"p50 {percentile(admin, 50) * 1000:.1f} ms, p99 {percentile(admin, 99) * 1000:.1f} ms "
-              f"({len(admin)} calls; target p99 < 50 ms)")
+    if calls:
+        ramp, steady = admin_phases(calls, top.rounds)
+        print(f"  admin API (GET /api/status every {ADMIN_POLL_S * 1000:.0f} ms, from its own process) during the "
+              f"{top.streams}-stream routed rounds (target p99 < 50 ms):")
+        print(f"    ramp (the burst, until the daemon has taken every request): {_figures(ramp)}")
+        print(f"    steady (every request taken, streaming until the round ends): {_figures(steady)}")
+        print(f"    all calls at this level, straight-to-the-fake rounds included: {_figures([c.took_s for c in calls])}")
+        if timeline:
+            origin = top.rounds[0].start
+            print("    timeline (s from the first routed round, ms, router total, in flight; | a round's edge):")
+            edges = sorted([r.start for r in top.rounds] + [r.end for r in top.rounds])
+            for c in calls:
+                while edges and edges[0] <= c.sent:
+                    print(f"    | {edges.pop(0) - origin:7.2f}")
+                print(f"      {c.sent - origin:7.2f}  {c.took_s * 1000:7.1f}  {c.total:6d}  {c.in_flight:5d}")
 
 
 def _daemon_figures(proc: psutil.Process) -> str:
     return f"RSS {proc.memory_info().rss / 2**20:.1f} MiB, {proc.num_fds()} open files"
 
 
-async def soak(seconds: float, streams: int, tree: Path) -> None:
-    print(f"Soak: {streams} streams at once through the router for {seconds:g} s (fast fake runtime)")
-    d = await start_fake_daemon(TOKENS, parallel=min(SLOTS, streams), max_queue=streams, root=tree)
+REAL_TOKENS = 16
+REAL_SLOTS = 4
+
+
+async def _real_daemon(streams: int, tree: Path) -> BenchDaemon:
+    """The demo model on the real llama-server, its queue raised so that no stream is refused."""
+    d = await start_daemon(root=tree)
+    definition = (await d.client.get_model(DEMO_MODEL_ID)).definition
+    definition.max_queue = streams
+    definition.settings.parallel = REAL_SLOTS  # type: ignore[union-attr]  # the demo model is llama.cpp
+    await d.client.update_model(definition)
+    await ensure_ready(d, None, DEMO_MODEL_ID)
+    return d
+
+
+async def soak(seconds: float, streams: int, tree: Path, runtime: str) -> None:
+    real = runtime == "real"
+    model, tokens = (DEMO_MODEL_ID, REAL_TOKENS) if real else ("fake", TOKENS)
+    print(f"Soak: {streams} streams at once through the router for {seconds:g} s "
+          f"({'real llama-server, Gemma 3 270M, ' + str(REAL_SLOTS) + ' slots' if real else 'fast fake runtime'}, "
+          f"{tokens} tokens an answer)")
+    d = await (_real_daemon(streams, tree) if real else
+               start_fake_daemon(TOKENS, parallel=min(SLOTS, streams), max_queue=streams, root=tree))
     proc = psutil.Process(d.process.pid)
     done = failed = 0
     errors: dict[str, int] = {}
@@ -154,7 +278,9 @@ async def soak(seconds: float, streams: int, tree: Path) -> None:
                 nonlocal done, failed
                 while time.monotonic() < end:
                     try:
-                        await stream_chat(session, f"http://127.0.0.1:{d.port}", {}, "fake", f"soak {n}", TOKENS)
+                        got = await stream_chat(session, f"http://127.0.0.1:{d.port}", {}, model, f"soak {n}", tokens)
+                        if got.tokens != tokens:  # an error event, or an answer cut short
+                            raise RuntimeError(f"an answer of {got.tokens} tokens, not {tokens}")
                         done += 1
                     except (aiohttp.ClientError, RuntimeError, TimeoutError) as exc:
                         failed += 1
@@ -184,14 +310,24 @@ async def main() -> None:
                         help="streams each way per level, at least two rounds of the level")
     parser.add_argument("--soak", type=float, metavar="SECONDS", help="soak instead: this long")
     parser.add_argument("--streams", type=int, default=64, help="streams at once in the soak")
+    parser.add_argument("--runtime", choices=("fake", "real"), default="fake",
+                        help="the soak's runtime: the fast fake, or the real llama-server with the demo model")
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="the daemon's source tree (another one, e.g. an older commit's, to compare)")
+    parser.add_argument("--timeline", action="store_true", help="print each admin call of the top level")
+    parser.add_argument("--poll-admin", type=Path, help=argparse.SUPPRESS)  # the poller process (AdminPoller)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.poll_admin:
+        await poll_admin(args.url, read_admin_token(args.home) or "", args.poll_admin)
+        return
     _raise_open_files()
     if args.soak:
-        await soak(args.soak, args.streams, args.tree.resolve())
+        await soak(args.soak, args.streams, args.tree.resolve(), args.runtime)
     else:
-        await scale([int(n) for n in args.levels.split(",")], args.streams_per_level, args.tree.resolve())
+        await scale([int(n) for n in args.levels.split(",")], args.streams_per_level, args.tree.resolve(),
+                    args.timeline)
 
 
 if __name__ == "__main__":
