@@ -25,6 +25,7 @@ from agent.gpu import GpuProbe
 from agent.manager import InstanceManager
 from agent.runtimes.driver import Figures
 from agent.runtimes.run import RuntimeRun
+from core.tasks import every
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -97,12 +98,7 @@ class TelemetryCollector:
         return TelemetryPage(next_seq=self._next_seq, samples=[s for s in self._ring if s.seq >= since])
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.collect()
-            except Exception:
-                _LOGGER.exception("telemetry sample failed")
-            await asyncio.sleep(self.interval_s)
+        await every(lambda: self.interval_s, self.collect, "telemetry sample")
 
     async def collect(self) -> TelemetrySample:
         runs = self.manager.runs()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from agent.api.client import AgentError
 from agent.api.models import GpuInfo, TelemetrySample
+from core.tasks import every
 from daemon.api.models import HostSnapshot
 from daemon.history import History
 from daemon.nodes.links import Links
@@ -92,9 +92,4 @@ class TelemetryCollector:
                 link.latest_sample = sample
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.collect_once()
-            except Exception:
-                _LOGGER.exception("telemetry collection failed")
-            await asyncio.sleep(self._interval)
+        await every(lambda: self._interval, self.collect_once, "telemetry collection")

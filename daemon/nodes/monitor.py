@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from agent.api.client import AgentError
 from agent.api.models import AgentStatus
+from core.tasks import every
 from daemon.api.models import LOCAL_NODE
 from daemon.api.nodes import NodeState
 from daemon.events import EventBus
@@ -64,12 +65,7 @@ class NodeMonitor:
         self.health: dict[str, NodeHealth] = {}
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.check_all()
-            except Exception:  # keep watching; one bad round is logged
-                _LOGGER.exception("node monitor round failed")
-            await asyncio.sleep(self.policy.interval_s)
+        await every(lambda: self.policy.interval_s, self.check_all, "node monitor round")  # a bad round is logged
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(node_id, link) for node_id, link in ((link.node_id, link) for link in self.links)

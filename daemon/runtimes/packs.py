@@ -23,7 +23,6 @@ the node's ``NodeView.runtime_pack`` line; a refusal names the check that failed
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -41,6 +40,7 @@ from agent.api.runtimes import profile
 from core.releases.feed import PLATFORMS
 from core.releases.fetch import UpdateError, download_artefact, fetch_signed_feed
 from core.releases.signing import RELEASE_PUBLIC_KEYS
+from core.tasks import every
 from daemon.api.nodes import NodeView, PackState, PackStep
 from daemon.errors import DaemonProblem
 from daemon.runtimes.build import MANIFEST, BuildRefused, StagedRuntimeBuild, load_build
@@ -125,14 +125,7 @@ class RuntimePacks:
 
     async def run(self) -> None:
         """Serve every node that needs a pack, now and whenever ``poke``d or ``interval_s`` passed."""
-        while True:
-            try:
-                await self.serve_nodes()
-            except Exception:
-                _LOGGER.exception("runtime packs: a round failed")
-            with contextlib.suppress(TimeoutError):  # a round every interval_s, or at once when poked
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
-            self._wake.clear()
+        await every(lambda: self.interval_s, self.serve_nodes, "runtime packs: a round", wake=self._wake)
 
     async def serve_nodes(self) -> None:
         async with self._lock:
