@@ -6,7 +6,7 @@ program is never mistaken for ours. The file holds the per-instance API keys: it
 written atomically (``core.json_store``: temp file + ``os.replace``).
 
 Two owners share the file, each reading and writing its own part: the ``InstanceManager``'s models
-(adopted by a later agent) and ``agent.rpc.servers``'s rpc-servers (``runtime == "rpc"``): those are
+(adopted by a later agent) and ``agent.rpc.servers``'s rpc-servers (``rpc_server`` records): those are
 never adopted, a later agent stops them as leftovers (a split model cannot outlive its agents).
 """
 
@@ -54,6 +54,11 @@ class ProcessRecord(BaseModel):
     backend: str | None = Field(default=None, description="llama.cpp: the backend it computes on (cpu, vulkan, ...).")
     offload: Offload | None = Field(default=None, description="llama.cpp: where its load put the model (its log).")
 
+    @property
+    def rpc_server(self) -> bool:
+        """An rpc-server's record (stopped as a leftover), not a model's (adopted)."""
+        return self.runtime == RPC_RUNTIME
+
 
 class _RecordsFile(BaseModel):
     """Storage shape of ``processes.json``; each record is validated on its own, so one malformed
@@ -74,7 +79,7 @@ class ProcessRecords:
 
     def load(self, rpc: bool = False) -> dict[str, ProcessRecord]:
         """The models' records (adoption's), or with ``rpc`` the rpc-servers' (the leftovers to stop)."""
-        return {i: r for i, r in self._load_all().items() if (r.runtime == RPC_RUNTIME) == rpc}
+        return {i: r for i, r in self._load_all().items() if r.rpc_server == rpc}
 
     def _load_all(self) -> dict[str, ProcessRecord]:
         try:
@@ -96,7 +101,7 @@ class ProcessRecords:
         """Write the models' records (or with ``rpc`` the rpc-servers'), keeping the other part as it is
         (0600, atomically); skipped when nothing changed."""
         held = self._held if self._held is not None else self._load_all()
-        self._held = {**{i: r for i, r in held.items() if (r.runtime == RPC_RUNTIME) != rpc}, **records}
+        self._held = {**{i: r for i, r in held.items() if r.rpc_server != rpc}, **records}
         body = self._store.encode(_RecordsFile(processes=[r.model_dump() for _, r in sorted(self._held.items())]))
         if body == self._last_written:
             return
