@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from types import ModuleType
 
 MAX_COMPONENT = 255
@@ -153,6 +154,24 @@ def commonpath_inside(folder: str | os.PathLike[str], path: str | os.PathLike[st
         return bool(pathmod.commonpath([root, target]) == pathmod.commonpath([root]))
     except ValueError:
         return False
+
+
+def real_inside(folder: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies strictly below ``folder`` on this disk, symlinks resolved (the folder
+    itself is not inside)."""
+    root, real = os.path.realpath(folder), os.path.realpath(path)
+    return real != root and commonpath_inside(root, real)
+
+
+def link_out_of(root: Path, path: Path) -> Path | None:
+    """The first part of ``path`` (below ``root``) that exists and resolves outside ``root``: a
+    link out of the folder on the way to a file about to be written; None when there is none."""
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if (current.is_symlink() or current.exists()) and not real_inside(root, current):
+            return current
+    return None
 
 
 def is_digest(value: str) -> bool:

@@ -62,6 +62,7 @@ from agent.runtimes.ports import FIRST_PORT  # noqa: F401 - the agent's default 
 from agent.runtimes.process import RuntimeProcess, describe_exit
 from agent.runtimes.prometheus import parse_prometheus
 from agent.runtimes.run import HEALTH_TIMEOUT, RuntimeRun, StartFailed, adopt_recorded
+from core import safe_names
 from core.safe_names import UnsafeName, check_node_path, commonpath_inside
 
 _LOGGER = logging.getLogger(__name__)
@@ -109,10 +110,7 @@ def check_env(env: Mapping[str, str]) -> None:
 
 def real_inside(folder: str, path: str) -> bool:
     """Whether ``path`` lies in ``folder`` on this disk, symlinks resolved."""
-    if not os.path.isabs(path):
-        return False
-    root, real = os.path.realpath(folder), os.path.realpath(path)
-    return real != root and commonpath_inside(root, real)
+    return os.path.isabs(path) and safe_names.real_inside(folder, path)
 
 
 def check_extra_args(extra_args: Iterable[str], model_path: str = "/") -> None:

@@ -28,7 +28,7 @@ from agent.api.mirror import (
 )
 from agent.problems import AgentProblem
 from core.hashing import file_sha256
-from core.safe_names import UnsafeName, check_relative_name, commonpath_inside
+from core.safe_names import UnsafeName, check_relative_name, link_out_of, real_inside
 
 CHUNK = 1 << 20
 PARTIAL_SUFFIX = ".mirror"
@@ -47,11 +47,6 @@ class MirrorReceiver:
         self._verified: dict[str, tuple[int, int, str]] = {}  # name -> (size, mtime_ns, sha256) of its partial
 
     # --- paths --------------------------------------------------------------------------------
-    def _inside(self, path: Path) -> bool:
-        root = os.path.realpath(self.root)
-        real = os.path.realpath(path)
-        return real != root and commonpath_inside(root, real)
-
     def place(self, name: str) -> Path:
         """``models/{name}``, checked: a safe relative name, no link out of the folder on the way."""
         try:
@@ -59,11 +54,8 @@ class MirrorReceiver:
         except UnsafeName as exc:
             raise MirrorRefused(str(exc), code="unsafe_name") from exc
         path = self.root / name
-        current = self.root
-        for part in Path(name).parts:
-            current = current / part
-            if (current.is_symlink() or current.exists()) and not self._inside(current):
-                raise MirrorRefused(f"{name} leads out of the models folder", code="unsafe_name")
+        if link_out_of(self.root, path) is not None:
+            raise MirrorRefused(f"{name} leads out of the models folder", code="unsafe_name")
         if path.is_symlink():
             raise MirrorRefused(f"{name} is a link; refusing to write through it", code="unsafe_name")
         return path
@@ -106,7 +98,7 @@ class MirrorReceiver:
         if offset > file.size:
             raise MirrorRefused(f"{file.name}: offset {offset} is past its size {file.size}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not self._inside(path.parent / "x"):
+        if not real_inside(self.root, path.parent / "x"):
             raise MirrorRefused(f"{file.name} leads out of the models folder", code="unsafe_name")
         self._verified.pop(file.name, None)
         size = offset

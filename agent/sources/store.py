@@ -19,7 +19,8 @@ from core.safe_names import (
     UnsafeName,
     check_component,
     check_relative_name,
-    commonpath_inside,
+    link_out_of,
+    real_inside,
 )
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
@@ -38,11 +39,6 @@ def slug(text: str, limit: int = 40) -> str:
 class ModelStore:
     def __init__(self, root: Path) -> None:
         self.root = root
-
-    def _inside(self, path: Path) -> bool:
-        root = os.path.realpath(self.root)
-        real = os.path.realpath(path)
-        return real != root and commonpath_inside(root, real)
 
     def check_folder_name(self, name: str) -> str:
         try:
@@ -63,11 +59,9 @@ class ModelStore:
 
     def _check_chain(self, path: Path) -> None:
         """No existing part of ``path`` below the root is a link out of it, nor the file a link at all."""
-        current = self.root
-        for part in path.relative_to(self.root).parts:
-            current = current / part
-            if (current.is_symlink() or current.exists()) and not self._inside(current):
-                raise UnsafeTarget(f"{current.relative_to(self.root)} leads out of the models folder")
+        escape = link_out_of(self.root, path)
+        if escape is not None:
+            raise UnsafeTarget(f"{escape.relative_to(self.root)} leads out of the models folder")
         if path.is_symlink():
             raise UnsafeTarget(f"{path.relative_to(self.root)} is a link; refusing to write through it")
 
@@ -75,7 +69,7 @@ class ModelStore:
         """Create the parent folders of a checked target, and check again once they exist."""
         self._check_chain(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not self._inside(path.parent / "x"):
+        if not real_inside(self.root, path.parent / "x"):
             raise UnsafeTarget("the target folder leads out of the models folder")
         return path
 
