@@ -377,22 +377,24 @@ class Mirror:
                     shown = time.monotonic()
                     await self._step(transfer_id, None, done_before + position)
 
+    @staticmethod
+    async def _node_holds(client: MirrorClient, f: SourceFile, position: int) -> None:
+        """Return once the node holds every byte of ``f`` before ``position`` (or after 500 looks)."""
+        for _ in range(500):
+            if (await client.state(f.name)).size >= position:
+                return
+            await asyncio.sleep(0.01)
+
     async def _cut(self, client: MirrorClient, f: SourceFile, position: int) -> None:
         """The seam's break: once the node holds every byte before ``position``, the stream stops."""
         self.cut_at = None
-        for _ in range(500):
-            if (await client.state(f.name)).size >= position:
-                break
-            await asyncio.sleep(0.01)
+        await self._node_holds(client, f, position)
         raise _Cut(f"cut at {position}")
 
     async def _hold(self, client: MirrorClient, f: SourceFile, position: int) -> None:
         """The seam's pause: once the node holds every byte before ``position``, wait until cancelled."""
         self.hold_at = None
-        for _ in range(500):
-            if (await client.state(f.name)).size >= position:
-                break
-            await asyncio.sleep(0.01)
+        await self._node_holds(client, f, position)
         self.held.set()
         await asyncio.Event().wait()
 
