@@ -225,20 +225,20 @@ class Registry:
         async with self._lock:
             if definition.id in self._models:
                 raise RegistryError(409, "model_exists", f"a model with id '{definition.id}' already exists")
-            definition = self._placed(checked(definition))
-            self._check_unique(definition)
-            self._models[definition.id] = definition
-            self._save()
-            return definition
+            return self._keep(definition)
 
     async def update(self, definition: ModelDefinition) -> ModelDefinition:
         async with self._lock:
             self.require(definition.id)
-            definition = self._placed(checked(definition))
-            self._check_unique(definition)
-            self._models[definition.id] = definition
-            self._save()
-            return definition
+            return self._keep(definition)
+
+    def _keep(self, definition: ModelDefinition) -> ModelDefinition:
+        """Check, place and save ``definition`` under its id (the caller holds the lock); as saved."""
+        definition = self._placed(checked(definition))
+        self._check_unique(definition)
+        self._models[definition.id] = definition
+        self._save()
+        return definition
 
     async def remove(self, model_id: str) -> None:
         async with self._lock:
