@@ -693,40 +693,30 @@ class VllmDriver:
 
     async def discover(self) -> list[ProcessRecord]:
         """The running containers of ours on this engine (by label), as records to adopt."""
+        records = [record_from_inspect(info) for info in await self._ours_in(("running",))]
+        return [record for record in records if record is not None]
+
+    async def _ours_in(self, states: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Docker's inspection of each container of ours (by label) in one of ``states``; [] when the
+        engine cannot list them, and a container gone before its inspection left out."""
         try:
             found = await self.client.containers(LABEL_MODEL)
         except DockerError as exc:
             _LOGGER.info("cannot list vLLM containers: %s", exc)
             return []
-        records: list[ProcessRecord] = []
+        inspected: list[dict[str, Any]] = []
         for item in found:
-            if item.get("State") != "running":
-                continue
-            try:
-                record = record_from_inspect(await self.client.inspect(str(item["Id"])))
-            except DockerError:
-                continue
-            if record is not None:
-                records.append(record)
-        return records
+            if item.get("State") in states:
+                with contextlib.suppress(DockerError):
+                    inspected.append(await self.client.inspect(str(item["Id"])))
+        return inspected
 
     async def exited(self) -> list[ExitedContainer]:
         """The containers of ours that exited (or died) with no agent watching: each instance is
         reported ``failed`` with its exit code and the last lines of Docker's log; the container
         stays (``docker logs`` still has it) until the instance is started again or acknowledged."""
-        try:
-            found = await self.client.containers(LABEL_MODEL)
-        except DockerError as exc:
-            _LOGGER.info("cannot list vLLM containers: %s", exc)
-            return []
         result: list[ExitedContainer] = []
-        for item in found:
-            if item.get("State") not in ("exited", "dead"):
-                continue
-            try:
-                info = await self.client.inspect(str(item["Id"]))
-            except DockerError:
-                continue
+        for info in await self._ours_in(("exited", "dead")):
             record = record_from_inspect(info)
             if record is None or str(info.get("Name") or "").lstrip("/") != container_name(record.instance_id):
                 continue  # not an instance's own ss-{id} (a stray copy): not ours to report
