@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agent.paths import AgentPaths
+from core.certs import same_key
 from core.json_store import write_atomic
 from core.key_store import KeyStoreError, load_cert_chain, read_key, write_key
 
@@ -80,11 +81,6 @@ def _load_cert(path: Path) -> x509.Certificate:
         raise IdentityError(f"{path} is not a PEM certificate ({exc})") from exc
 
 
-def _same_key(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> bool:
-    fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return cert.public_key().public_bytes(*fmt) == key.public_key().public_bytes(*fmt)
-
-
 def _self_signed(key: ec.EllipticCurvePrivateKey, common_name: str) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -120,7 +116,7 @@ def load_or_create_identity(paths: AgentPaths, common_name: str | None = None) -
             paths.cert_file.unlink()
     if paths.cert_file.exists():
         cert = _load_cert(paths.cert_file)
-        if not _same_key(cert, key):
+        if not same_key(key, cert):
             raise IdentityError(f"{paths.cert_file} was not issued for {paths.key_file}; "
                                 "remove the certificate (or pair the agent again)")
     else:
@@ -143,7 +139,7 @@ def install_certificate(paths: AgentPaths, cert_pem: bytes) -> None:
     """Replace the agent certificate with one a daemon signed for the agent's own key."""
     cert = _load_cert_bytes(cert_pem)
     key = _load_key(paths.key_file)
-    if not _same_key(cert, key):
+    if not same_key(key, cert):
         raise IdentityError("the certificate was not issued for this agent's key")
     _write_public(paths.cert_file, cert_pem)
 

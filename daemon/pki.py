@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from core.certs import is_ca, same_key
 from core.key_store import KeyStoreError, read_key, read_key_pem, write_key
 
 _LOGGER = logging.getLogger(__name__)
@@ -47,11 +48,6 @@ def fingerprint(cert: x509.Certificate) -> str:
     return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
 
 
-def _same_key(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> bool:
-    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
-
-
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -69,7 +65,7 @@ class CertificateAuthority:
             if not isinstance(key, ec.EllipticCurvePrivateKey):
                 raise KeyStoreError(f"{key_path} is not an EC key")
             cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-            if not _same_key(key, cert):
+            if not same_key(key, cert):
                 raise KeyStoreError(f"{key_path} is not the key of {cert_path}: restore the CA (or the home) "
                                     "from a backup")
             return cls(key, cert)
@@ -172,13 +168,9 @@ def install_ca_pem(directory: Path, key_pem_bytes: bytes, cert_pem_bytes: bytes)
         raise ValueError(f"not a PEM key and certificate: {exc}") from exc
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise TypeError("the CA key is not an EC key")
-    if not _same_key(key, cert):
+    if not same_key(key, cert):
         raise ValueError("the CA key does not belong to the CA certificate")
-    try:
-        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    except x509.ExtensionNotFound:
-        is_ca = False
-    if not is_ca:
+    if not is_ca(cert):
         raise ValueError("the certificate is not a certificate authority")
     directory.mkdir(parents=True, exist_ok=True)
     cert_path = directory / CA_CERT_FILE

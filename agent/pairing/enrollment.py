@@ -24,7 +24,6 @@ import ssl
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from agent.api.pairing import IDENTITY_DAEMON_FILE
@@ -37,6 +36,7 @@ from agent.identity import (
     server_ssl_context,
 )
 from agent.paths import AgentPaths
+from core.certs import is_ca, issued_by
 from core.json_store import write_atomic
 from core.key_store import forget, load_cert_chain
 
@@ -58,14 +58,6 @@ def _cert(pem: str, what: str) -> x509.Certificate:
         raise IdentityError(f"{what} is not a PEM certificate: {exc}") from exc
 
 
-def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
-    try:
-        cert.verify_directly_issued_by(ca)
-        return True
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-
-
 def _has_usage(cert: x509.Certificate, usage: x509.ObjectIdentifier) -> bool:
     try:
         return usage in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
@@ -76,16 +68,12 @@ def _has_usage(cert: x509.Certificate, usage: x509.ObjectIdentifier) -> bool:
 def check_enrollment(ca_pem: str, agent_cert_pem: str, daemon_cert_pem: str) -> None:
     """Refuse material that could not work: IdentityError says which part is wrong."""
     ca = _cert(ca_pem, "the CA certificate")
-    try:
-        is_ca = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    except x509.ExtensionNotFound:
-        is_ca = False
-    if not is_ca:
+    if not is_ca(ca):
         raise IdentityError("the CA certificate is not a certificate authority")
-    if not _issued_by(_cert(agent_cert_pem, "the agent certificate"), ca):
+    if not issued_by(_cert(agent_cert_pem, "the agent certificate"), ca):
         raise IdentityError("the agent certificate was not signed by the CA it came with")
     daemon = _cert(daemon_cert_pem, "the daemon's client certificate")
-    if not _issued_by(daemon, ca) or not _has_usage(daemon, ExtendedKeyUsageOID.CLIENT_AUTH):
+    if not issued_by(daemon, ca) or not _has_usage(daemon, ExtendedKeyUsageOID.CLIENT_AUTH):
         raise IdentityError("the daemon's client certificate is not a client certificate from that CA")
 
 
@@ -96,13 +84,6 @@ def install_enrollment(paths: AgentPaths, ca_pem: str, agent_cert_pem: str, daem
     write_atomic(daemon_pin_file(paths), daemon_cert_pem.encode(), 0o644)
     pin_ca(paths, ca_pem.encode())
     return load_or_create_identity(paths)
-
-
-def _is_ca(cert: x509.Certificate) -> bool:
-    try:
-        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
-    except x509.ExtensionNotFound:
-        return False
 
 
 def pinned_cas(paths: AgentPaths) -> list[x509.Certificate]:
@@ -121,13 +102,13 @@ def install_trust(paths: AgentPaths, ca_pems: list[str], agent_cert_pem: str,
     ``agent_cert_pem`` as this agent's certificate. Everything is checked before a file is written:
     IdentityError says which part is wrong. ``ca.crt`` is written last, as in pairing."""
     cas = [_cert(pem, "a CA certificate") for pem in ca_pems]
-    if not cas or not all(_is_ca(ca) for ca in cas):
+    if not cas or not all(is_ca(ca) for ca in cas):
         raise IdentityError("every CA certificate must be a certificate authority")
-    if not any(_issued_by(_cert(agent_cert_pem, "the agent certificate"), ca) for ca in cas):
+    if not any(issued_by(_cert(agent_cert_pem, "the agent certificate"), ca) for ca in cas):
         raise IdentityError("the agent certificate was not signed by any of the CAs it came with")
     for pem in daemon_cert_pems:
         daemon = _cert(pem, "a daemon client certificate")
-        if not any(_issued_by(daemon, ca) for ca in cas) or not _has_usage(daemon, ExtendedKeyUsageOID.CLIENT_AUTH):
+        if not any(issued_by(daemon, ca) for ca in cas) or not _has_usage(daemon, ExtendedKeyUsageOID.CLIENT_AUTH):
             raise IdentityError("a daemon client certificate is not a client certificate from those CAs")
     install_certificate(paths, agent_cert_pem.encode())  # also checks it is for our own key
     pin = daemon_pin_file(paths)
@@ -161,7 +142,7 @@ def paired_ssl_context(identity: AgentIdentity) -> ssl.SSLContext:
         pins = x509.load_pem_x509_certificates(pin.read_bytes())
     except ValueError as exc:
         raise IdentityError(f"{pin} is not a PEM certificate: {exc}") from exc
-    if not all(any(_issued_by(cert, ca) for ca in cas) for cert in pins):
+    if not all(any(issued_by(cert, ca) for ca in cas) for cert in pins):
         raise IdentityError(f"{pin} was not issued by the pinned CA; run `mirbadllm agent --unpair` and pair again")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
