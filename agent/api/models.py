@@ -12,11 +12,10 @@ from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.rpc import RpcPeer
 from agent.api.runtimes import (
+    HasRuntimeSettings,
     RuntimeId,
     RuntimeOffer,
-    RuntimeSettings,
     profile,
-    settings_of,
 )
 from agent.api.vllm import VllmSettings
 from core.key_store import KeysAtRest
@@ -35,7 +34,7 @@ class InstanceState(str, Enum):
     FAILED = "failed"
 
 
-class LaunchSpec(BaseModel):
+class LaunchSpec(HasRuntimeSettings, BaseModel):
     """Everything an agent needs to start one runtime instance."""
 
     instance_id: str = Field(pattern=INSTANCE_ID_PATTERN, description="The model id; one instance per id.")
@@ -67,11 +66,6 @@ class LaunchSpec(BaseModel):
     rpc_peers: list[RpcPeer] = Field(default_factory=list, max_length=16, description="llama.cpp: helper nodes "
                                      "whose rpc-servers hold part of the model (agent.api.rpc); llama-server gets "
                                      "--rpc with a loopback forward to each, in this order.")
-
-    @property
-    def runtime_settings(self) -> RuntimeSettings:
-        """The settings of its own runtime (``agent.api.runtimes.settings_of``): read them here, not by field."""
-        return settings_of(self)
 
     @model_validator(mode="after")
     def _rpc_only_for_llamacpp(self) -> LaunchSpec:

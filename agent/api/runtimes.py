@@ -124,6 +124,16 @@ def settings_of(holder: Any) -> RuntimeSettings:
     return settings
 
 
+class HasRuntimeSettings:
+    """What a model definition and a launch spec share: ``runtime_settings``, the settings of their
+    own runtime (``settings_of``); read them there, not by field."""
+
+    @property
+    def runtime_settings(self) -> RuntimeSettings:
+        """The settings of its own runtime (``settings_of``): read them here, not by field."""
+        return settings_of(self)
+
+
 def settings_update(settings: RuntimeSettings) -> dict[str, Any]:
     """The ``model_copy(update=...)`` that puts ``settings`` where a definition keeps its runtime's."""
     field = profile(settings.runtime).settings_field

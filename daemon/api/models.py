@@ -11,7 +11,7 @@ from agent.api.backends import Offload
 from agent.api.llamacpp import Adapter, LlamaCppSettings
 from agent.api.mlx import MlxSettings
 from agent.api.models import GpuInfo
-from agent.api.runtimes import PROFILES, RuntimeId, RuntimeSettings, settings_of
+from agent.api.runtimes import PROFILES, HasRuntimeSettings, RuntimeId
 from agent.api.sources import SourceFile
 from agent.api.vllm import VllmSettings
 from core.key_store import KeysAtRest
@@ -81,7 +81,7 @@ class Preset(BaseModel):
         return all(v is None for v in self.__dict__.values())
 
 
-class ModelDefinition(BaseModel):
+class ModelDefinition(HasRuntimeSettings, BaseModel):
     """A model the user registered: what to run, where, and how."""
 
     model_config = ConfigDict(extra="forbid")
@@ -114,11 +114,6 @@ class ModelDefinition(BaseModel):
                                  "models that answer in this one's place, in order, when it cannot: not ready and "
                                  "not loadable, no room, its node offline, its endpoint unreachable; never once an "
                                  "answer started.")
-
-    @property
-    def runtime_settings(self) -> RuntimeSettings:
-        """The settings of its own runtime (``agent.api.runtimes.settings_of``): read them here, not by field."""
-        return settings_of(self)
 
     @model_validator(mode="after")
     def _stall_outlasts_heartbeat(self) -> ModelDefinition:
