@@ -7,7 +7,9 @@ The policy, the same wherever a request is relayed to a runtime:
   which the relay sets itself.
 - Runtime connections are pooled and dropped after ``RUNTIME_KEEPALIVE_S`` idle (llama-server
   closes idle keep-alive connections after 5 s: ours go first, so none is reused as it closes).
-  10 s connect timeout, no read timeout: a generation may think for minutes.
+  10 s connect timeout, no read timeout: a generation may think for minutes. A plain-HTTP runtime
+  on this machine (``Upstream.pool``) is reached by the lean client of ``core.runtime_http``
+  (aiohttp's response parser and ``StreamReader`` without its request machinery), the same policy.
 - A try that failed before any response byte (refused, reset, hung up before the headers, so
   nothing of the answer exists) is tried again, twice at most, each time on a fresh unpooled
   connection; a TLS refusal or a timeout is not retried, and nothing is once a response started.
@@ -52,6 +54,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from core.runtime_http import Answer, RuntimePool
+
 HOP_BY_HOP = frozenset({
     "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",  # RFC 9110 §7.6.1
     "trailer", "trailers", "proxy-authenticate", "proxy-authorization",  # hop-by-hop in RFC 2616 too
@@ -84,6 +88,21 @@ def forwardable(headers: Headers) -> CIMultiDict[str]:
     return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in dropped)
 
 
+def _header_lines(headers: Headers, upstream: Upstream, request_id: str | None) -> list[tuple[str, str]]:
+    """What ``forwardable`` keeps, with ``upstream.headers`` and the request id in place of the
+    client's own: the lean client's header lines."""
+    dropped = DROPPED
+    named = headers.getall("Connection", ())
+    if named:
+        dropped = dropped | {h.strip().lower() for line in named for h in line.split(",")}
+    added = list(upstream.headers.items())
+    if request_id is not None:
+        added.append(("X-Request-Id", request_id))
+    if added:
+        dropped = dropped | {k.lower() for k, _v in added}
+    return [(k, v) for k, v in headers.items() if k.lower() not in dropped] + added
+
+
 def runtime_session(ssl: ssl_module.SSLContext | bool = True, *, fresh: bool = False) -> aiohttp.ClientSession:
     """Bytes pass through untouched: no decompression, no cookies, no overall timeout. ``fresh``:
     every request opens its own connection (a retry's), else pooled with the keep-alive above."""
@@ -100,7 +119,8 @@ class Upstream:
     """Where a runtime answers: ``base`` + the request's path, with ``headers`` (its key) added.
 
     ``session`` carries the first try (pooled); ``ssl`` is what a retry's fresh connection uses;
-    ``secret`` is masked wherever a failure is written down.
+    ``secret`` is masked wherever a failure is written down; ``pool``: a plain-HTTP runtime on this
+    machine, reached by the lean client of ``core.runtime_http`` instead of ``session``.
     """
 
     base: str
@@ -108,6 +128,7 @@ class Upstream:
     session: aiohttp.ClientSession
     ssl: ssl_module.SSLContext | bool = True
     secret: str | None = None
+    pool: RuntimePool | None = None
 
 
 @dataclass
@@ -270,12 +291,16 @@ async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: by
     runtime's events go on in it, and a refusal becomes one SSE error event there; ``endings``: the
     server's register of answers in flight, which its stop ends (``Endings``).
     Raises ``Unreachable`` when no try got an answer (nothing has been sent to the client then)."""
-    headers = forwardable(request.headers)
-    headers.update(upstream.headers)
-    if request_id is not None:
-        headers["X-Request-Id"] = request_id
-    answer, retry_session = await _open(request.method, upstream, upstream.base + path_qs, headers, body,
-                                        record, log, label)
+    if upstream.pool is not None:
+        lines = _header_lines(request.headers, upstream, request_id)
+        answer, retry_session = await _open(request.method, upstream, path_qs, lines, body, record, log, label)
+    else:
+        headers = forwardable(request.headers)
+        headers.update(upstream.headers)
+        if request_id is not None:
+            headers["X-Request-Id"] = request_id
+        answer, retry_session = await _open(request.method, upstream, upstream.base + path_qs, headers, body,
+                                            record, log, label)
     try:
         if prepared is not None and (answer.status != 200 or answer.content_type != "text/event-stream"):
             return await _refused_in_stream(prepared, answer, record, request_id)
@@ -287,15 +312,20 @@ async def relay(request: web.Request, upstream: Upstream, path_qs: str, body: by
             await retry_session.close()
 
 
-async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[str], body: bytes,
-                record: Record, log: logging.Logger, label: str
-                ) -> tuple[aiohttp.ClientResponse, aiohttp.ClientSession | None]:
-    """The answer's status and headers, and the retry session it came on (closed after it), if any."""
-    session, retry_session = upstream.session, None
+async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[str] | list[tuple[str, str]],
+                body: bytes, record: Record, log: logging.Logger, label: str
+                ) -> tuple[aiohttp.ClientResponse | Answer, aiohttp.ClientSession | None]:
+    """The answer's status and headers, and the retry session it came on (closed after it), if any.
+    With ``upstream.pool``, ``url`` is the path and query, ``headers`` the lean client's lines, and
+    a retry's fresh connection is the pool's own (closed after it)."""
+    session, retry_session, pool = upstream.session, None, upstream.pool
     failure: BaseException
     try:
         for attempt in range(1, len(RETRY_PAUSES_S) + 2):
             try:
+                if pool is not None:
+                    assert isinstance(headers, list)
+                    return await pool.request(method, upstream.base, url, headers, body, fresh=attempt > 1), None
                 answer = await session.request(method, url, data=body or None, headers=headers,
                                                timeout=RUNTIME_TIMEOUT, allow_redirects=False)
                 return answer, retry_session
@@ -314,9 +344,10 @@ async def _open(method: str, upstream: Upstream, url: str, headers: CIMultiDict[
                 raise Unreachable(describe(failure, upstream.secret)) from failure
             await asyncio.sleep(RETRY_PAUSES_S[attempt - 1])
             # The pool may hold more connections the runtime closed or reset: a retry opens its own.
-            if retry_session is None:
-                retry_session = runtime_session(upstream.ssl, fresh=True)
-            session = retry_session
+            if pool is None:
+                if retry_session is None:
+                    retry_session = runtime_session(upstream.ssl, fresh=True)
+                session = retry_session
         raise AssertionError("unreachable: the last try either answers or raises")
     except BaseException:
         if retry_session is not None:
@@ -331,7 +362,7 @@ class _Coalesced(web.StreamResponse):
     _send_headers_immediately = False  # aiohttp's own switch (web.Response turns it off too)
 
 
-async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: Record, log: logging.Logger,
+async def _stream(request: web.Request, answer: aiohttp.ClientResponse | Answer, record: Record, log: logging.Logger,
                   label: str, request_id: str | None, sse_rewrite: Rewrite | None,
                   tail_bytes: int, silence: Silence | None = None,
                   prepared: web.StreamResponse | None = None, endings: Endings | None = None,
@@ -438,7 +469,7 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse, record: 
     return response
 
 
-async def _refused_in_stream(response: web.StreamResponse, answer: aiohttp.ClientResponse, record: Record,
+async def _refused_in_stream(response: web.StreamResponse, answer: aiohttp.ClientResponse | Answer, record: Record,
                              request_id: str | None) -> web.StreamResponse:
     """The runtime refused (not a 200 SSE answer) after the client had its 200 and heartbeats: its
     error, in the OpenAI shape, as the stream's one event."""

@@ -31,6 +31,7 @@ from agent.api.llamacpp import lora_field
 from agent.api.models import InstanceState
 from agent.api.runtimes import profile
 from core.relay import (
+    RUNTIME_KEEPALIVE_S,
     Endings,
     Record,
     Silence,
@@ -39,6 +40,7 @@ from core.relay import (
     relay,
     runtime_session,
 )
+from core.runtime_http import RuntimePool
 from daemon.api.models import ModelDefinition, ModelState, RouterStats
 from daemon.config import DaemonConfig
 from daemon.errors import CURRENT_REQUEST_ID, DaemonProblem
@@ -142,6 +144,7 @@ class Router:
         self.gates = Gates()
         self.endings = Endings("the MirbadLLM daemon")  # the streams in flight, which a stop ends with an event
         self._session: aiohttp.ClientSession | None = None
+        self._pool = RuntimePool(RUNTIME_KEEPALIVE_S)  # the relay's lean client to local runtimes
         self._children: dict[object, Any] = {}  # Prometheus children by model (and status)
         # A model's runtime went silent mid-answer (model id, why): daemon.deps sends it to the health monitor.
         self.on_stall: Callable[[str, str], None] = lambda _model, _why: None
@@ -154,6 +157,7 @@ class Router:
         self._session = runtime_session(False)  # to local runtimes, with the relay's keep-alive
 
     async def close(self) -> None:
+        self._pool.close()
         if self._session is not None:
             await self._session.close()
         if self.tracing is not None:
@@ -417,7 +421,10 @@ class Router:
     def _target(self, model_id: str, where: Where) -> Upstream:
         self.orchestrator.touch(model_id)
         assert self._session is not None
-        return answer_at(where.node, where.instance, where.link.client, self._session)
+        target = answer_at(where.node, where.instance, where.link.client, self._session)
+        if target.session is self._session and target.base.startswith("http://"):
+            target.pool = self._pool  # a runtime on this machine: the relay's lean client
+        return target
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:
