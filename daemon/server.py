@@ -17,7 +17,8 @@ from aiohttp import web
 
 from agent.api.client import AgentError
 from daemon import admin_token, deps
-from daemon.audit.actor import actor_middleware
+from daemon.api.audit import ACTOR_SYSTEM
+from daemon.audit.actor import CURRENT_ACTOR, acting_as, actor_middleware
 from daemon.deps import DaemonDeps
 from daemon.errors import (
     CURRENT_REQUEST_ID,
@@ -46,20 +47,22 @@ def _middlewares(d: DaemonDeps) -> list[Any]:
         return response
 
     @web.middleware
-    async def host_check(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        """The host check, then for the admin API its token and who acts (``actor_middleware``):
+        one middleware, so a /v1 request passes one level where it passed three."""
         refused = host_check_refusal(d.config, request)  # DNS rebinding, another site's page (daemon.host_check)
         if refused is not None:
             return error_response(*refused)
-        return await handler(request)
-
-    @web.middleware
-    async def admin_auth(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path.startswith("/api/") and not admin_token.matches(
-                d.admin_token, request.headers.get("Authorization")):
+        if not request.path.startswith("/api/"):
+            if CURRENT_ACTOR.get() == ACTOR_SYSTEM:
+                return await handler(request)  # type: ignore[no-any-return]
+            with acting_as(ACTOR_SYSTEM):
+                return await handler(request)  # type: ignore[no-any-return]
+        if not admin_token.matches(d.admin_token, request.headers.get("Authorization")):
             return error_response(401, "invalid_admin_token",
                                   "The admin API needs 'Authorization: Bearer <admin token>' "
                                   f"(the token is in {d.paths.admin_token}).")
-        return await handler(request)
+        return await actor_middleware(request, handler)
 
     @web.middleware
     async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -83,7 +86,7 @@ def _middlewares(d: DaemonDeps) -> list[Any]:
             return internal_error(request, exc)
 
     # The access log (/v1 only) sits outside the error handler, so it records what the client got.
-    return [request_id, d.router.access_log, errors, host_check, admin_auth, actor_middleware]
+    return [request_id, d.router.access_log, errors, guard]
 
 
 def create_app(d: DaemonDeps) -> web.Application:

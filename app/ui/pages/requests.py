@@ -115,8 +115,7 @@ class RequestsPage(QWidget):
         self.table = self._table()
         self.table.setMinimumHeight(120)
         log.body.addWidget(self.table, 1)
-        self.note = label("", muted=True)
-        self.note.setObjectName("RequestsNote")
+        self.note = label("", muted=True, name="RequestsNote")
         log.body.addWidget(self.note)
         layout.addWidget(log, 1)  # the list takes what the details leave
         layout.addWidget(self._details())
@@ -204,8 +203,7 @@ class RequestsPage(QWidget):
         grid.setColumnStretch(1, 3)  # the left values hold the model ids: the longest
         grid.setColumnStretch(3, 2)
         card.body.addLayout(grid)
-        self.failure = label("", wrap=True, selectable=True)
-        self.failure.setObjectName("RequestsFailure")
+        self.failure = label("", wrap=True, selectable=True, name="RequestsFailure")
         self.failure.setTextFormat(Qt.TextFormat.PlainText)
         card.body.addWidget(self.failure)
         card.body.addStretch(1)
