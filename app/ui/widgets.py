@@ -52,8 +52,11 @@ def set_prop(widget: QWidget, name: str, value: object) -> None:
 
 
 def label(text: str = "", *, role: str | None = None, muted: bool = False, wrap: bool = False,
-          selectable: bool = False) -> QLabel:
+          selectable: bool = False, name: str = "") -> QLabel:
+    """A label; ``name`` is its object name (what the style sheet and the tests find it by)."""
     lbl = QLabel(text)
+    if name:
+        lbl.setObjectName(name)
     if role:
         lbl.setProperty("role", role)
     if muted:
@@ -83,8 +86,14 @@ def _recolor(_name: str) -> None:
 theme.changed.subscribe(_recolor)
 
 
-def button(text: str, *, kind: str | None = None, icon: str | None = None, color: str | None = None) -> QPushButton:
+def button(text: str, *, kind: str | None = None, icon: str | None = None, color: str | None = None,
+           name: str = "", on_click: Callable[[], object] | None = None) -> QPushButton:
+    """A push button; ``name`` is its object name, ``on_click`` what a click does."""
     btn = QPushButton(text)
+    if name:
+        btn.setObjectName(name)
+    if on_click is not None:
+        btn.clicked.connect(on_click)
     if kind:
         btn.setProperty("kind", kind)
     if icon:

@@ -111,8 +111,7 @@ class AccessPage(QScrollArea):
         net = Card("Network")
         self.url = CopyField()
         net.body.addWidget(self.url)
-        self.other_urls = label("", muted=True, wrap=True, selectable=True)
-        self.other_urls.setObjectName("LanUrls")
+        self.other_urls = label("", muted=True, wrap=True, selectable=True, name="LanUrls")
         net.body.addWidget(self.other_urls)
         self.lan = QCheckBox("Open /v1 to other devices on my network (LAN)")
         self.lan.setObjectName("LanAccess")
@@ -131,9 +130,8 @@ class AccessPage(QScrollArea):
         bar = QHBoxLayout()
         self.keys_note = label("", muted=True, wrap=True)
         bar.addWidget(self.keys_note, 1)
-        self.create_button = button("Create key", kind="primary", icon="action-add", color="#FFFFFF")
-        self.create_button.setObjectName("CreateKey")
-        self.create_button.clicked.connect(self.create_key)
+        self.create_button = button("Create key", kind="primary", icon="action-add", color="#FFFFFF", name="CreateKey",
+                                    on_click=self.create_key)
         bar.addWidget(self.create_button)
         keys.body.addLayout(bar)
         self.table = read_only_table("KeyTable", ["Name", "Key", "Created", "Last used", "Requests", "Tokens",

@@ -62,8 +62,7 @@ class BenchmarksTab(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setObjectName("BenchmarkProgress")
         layout.addWidget(self.progress)
-        self.tuning = label("", muted=True, wrap=True, selectable=True)
-        self.tuning.setObjectName("LastTuning")
+        self.tuning = label("", muted=True, wrap=True, selectable=True, name="LastTuning")
         layout.addWidget(self.tuning)
         self.table = QTableWidget(0, len(HISTORY_COLUMNS))
         self.table.setObjectName("BenchmarkHistory")
@@ -94,19 +93,14 @@ class BenchmarksTab(QWidget):
         for info in PRESETS:
             self.preset.addItem(info.label, info.id)
             self.preset.setItemData(self.preset.count() - 1, info.description, Qt.ItemDataRole.ToolTipRole)
-        self.run_button = button("Run benchmark", kind="primary")
-        self.run_button.setObjectName("RunBenchmark")
-        self.run_button.clicked.connect(self._run)
-        self.cancel_button = button("Cancel")
-        self.cancel_button.setObjectName("CancelJob")
-        self.cancel_button.clicked.connect(lambda: self.ctx.act(self.vm.cancel(), "Cancelled"))
+        self.run_button = button("Run benchmark", kind="primary", name="RunBenchmark", on_click=self._run)
+        self.cancel_button = button("Cancel", name="CancelJob",
+                                    on_click=lambda: self.ctx.act(self.vm.cancel(), "Cancelled"))
         self.overhead = QCheckBox("Measure the router's overhead")
         self.overhead.setObjectName("MeasureOverhead")
         self.overhead.setToolTip("Also send the same request straight to the runtime (or through its node's agent) "
                                  "and through MirbadLLM's router, 10 times each, interleaved: what it adds.")
-        self.tune_button = button("Tune…")
-        self.tune_button.setObjectName("OpenTuning")
-        self.tune_button.clicked.connect(self.open_wizard)
+        self.tune_button = button("Tune…", name="OpenTuning", on_click=self.open_wizard)
         self.status = label("", muted=True)
         for w in (label("Preset"), self.preset, self.overhead, self.run_button, self.cancel_button, self.tune_button):
             bar.addWidget(w)

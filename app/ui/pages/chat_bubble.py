@@ -85,8 +85,7 @@ class CodeBlock(QFrame):
 
 
 def _prose() -> QLabel:
-    text = label("", wrap=True)
-    text.setObjectName("BubbleText")
+    text = label("", wrap=True, name="BubbleText")
     text.setTextFormat(Qt.TextFormat.MarkdownText)
     text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)
@@ -113,14 +112,12 @@ class Bubble(QFrame):
         self.reasoning_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.reasoning_toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.reasoning_toggle.toggled.connect(self._fold)
-        self.reasoning = label("", muted=True, wrap=True, selectable=True)
-        self.reasoning.setObjectName("ReasoningText")
+        self.reasoning = label("", muted=True, wrap=True, selectable=True, name="ReasoningText")
         self.reasoning.setTextFormat(Qt.TextFormat.PlainText)
         self.reasoning.setVisible(False)
         layout.addWidget(self.reasoning_toggle, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addWidget(self.reasoning)
-        self.images = label("", muted=True, wrap=True)
-        self.images.setObjectName("BubbleImages")
+        self.images = label("", muted=True, wrap=True, name="BubbleImages")
         layout.addWidget(self.images)
         self.thumbnail_row = QHBoxLayout()
         self.thumbnail_row.setSpacing(6)
@@ -131,8 +128,7 @@ class Bubble(QFrame):
         layout.addLayout(self.body)
         self.text = _prose()  # the first prose part (the whole answer when it has no code)
         self.parts: list[QWidget] = []
-        self.stats = label("", muted=True)
-        self.stats.setObjectName("BubbleStats")
+        self.stats = label("", muted=True, name="BubbleStats")
         layout.addWidget(self.stats)
         actions = QHBoxLayout()
         actions.addStretch(1)

@@ -57,8 +57,7 @@ class ConnectCard(Card):
             pickers.addWidget(box, 1)
         self.body.addLayout(pickers)
 
-        self.where = label("", wrap=True, selectable=True)
-        self.where.setObjectName("ConnectWhere")
+        self.where = label("", wrap=True, selectable=True, name="ConnectWhere")
         self.body.addWidget(self.where)
         self.text = QPlainTextEdit()
         self.text.setObjectName("ConnectText")
@@ -68,17 +67,14 @@ class ConnectCard(Card):
         self.body.addWidget(self.text, 1)
 
         row = QHBoxLayout()
-        self.key_note = label("", muted=True, wrap=True)
-        self.key_note.setObjectName("ConnectKeyNote")
+        self.key_note = label("", muted=True, wrap=True, name="ConnectKeyNote")
         row.addWidget(self.key_note, 1)
-        self.new_key = button("New key for this app", icon="action-add")
-        self.new_key.setObjectName("ConnectNewKey")
+        self.new_key = button("New key for this app", icon="action-add", name="ConnectNewKey")
         self.new_key.setToolTip("Create an API key and fill its secret in (it is shown only now)")
         self.new_key.clicked.connect(self.create_key)
         row.addWidget(self.new_key)
-        self.copy = button("Copy", kind="primary", icon="action-copy", color="#FFFFFF")
-        self.copy.setObjectName("ConnectCopy")
-        self.copy.clicked.connect(self.copy_text)
+        self.copy = button("Copy", kind="primary", icon="action-copy", color="#FFFFFF", name="ConnectCopy",
+                           on_click=self.copy_text)
         row.addWidget(self.copy)
         self.body.addLayout(row)
 

@@ -28,19 +28,14 @@ class DiskCard(Card):
         self.ctx = ctx
         self.confirm = confirm
         self.node_id: str | None = None
-        self.summary = label("", wrap=True, selectable=True)
-        self.summary.setObjectName("DiskSummary")
+        self.summary = label("", wrap=True, selectable=True, name="DiskSummary")
         self.body.addWidget(self.summary)
         row = QHBoxLayout()
-        self.folder = label("", muted=True, selectable=True)
-        self.folder.setObjectName("DiskFolder")
+        self.folder = label("", muted=True, selectable=True, name="DiskFolder")
         self.folder.setWordWrap(True)
         row.addWidget(self.folder, 1)
-        self.refresh_button = button("Refresh")
-        self.refresh_button.setObjectName("DiskRefresh")
-        self.refresh_button.clicked.connect(self._refresh)
-        self.remove_unused_button = button("Remove unused files", kind="danger")
-        self.remove_unused_button.setObjectName("RemoveUnusedFiles")
+        self.refresh_button = button("Refresh", name="DiskRefresh", on_click=self._refresh)
+        self.remove_unused_button = button("Remove unused files", kind="danger", name="RemoveUnusedFiles")
         self.remove_unused_button.setToolTip("Delete the files in this node's models folder that no model uses")
         self.remove_unused_button.clicked.connect(self._remove_unused)
         row.addWidget(self.refresh_button)

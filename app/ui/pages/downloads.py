@@ -79,12 +79,10 @@ class DownloadsPage(QScrollArea):
         self.table.setMinimumHeight(240)
         self.table.itemSelectionChanged.connect(self._selection_changed)
         card.body.addWidget(self.table, 1)
-        self.detail = label("", wrap=True, selectable=True)
-        self.detail.setObjectName("DownloadsDetail")
+        self.detail = label("", wrap=True, selectable=True, name="DownloadsDetail")
         card.body.addWidget(self.detail)
         row = QHBoxLayout()
-        self.note = label("", muted=True, wrap=True)
-        self.note.setObjectName("DownloadsNote")
+        self.note = label("", muted=True, wrap=True, name="DownloadsNote")
         row.addWidget(self.note, 1)
         self.buttons = {}
         for verb, text in VERBS:

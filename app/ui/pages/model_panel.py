@@ -80,8 +80,7 @@ class OverviewTab(QWidget):
         self._form = form
         layout.addLayout(form)
         self.error_card = Card("Last error", attention=True)
-        self.error = label("", wrap=True, selectable=True)
-        self.error.setObjectName("LastError")
+        self.error = label("", wrap=True, selectable=True, name="LastError")
         self.error_lines = label("", role="code", wrap=True, selectable=True)
         self.error_card.body.addWidget(self.error)
         self.error_card.body.addWidget(self.error_lines)

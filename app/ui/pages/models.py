@@ -42,8 +42,7 @@ class ModelRow(QWidget):
         name.setStyleSheet("font-weight: 600;")
         tags = " · ".join(view.definition.tags) or view.status.node_name or view.definition.node
         sees = " · sees images" if sees_images(view.definition) else ""  # a vision projector (mmproj)
-        detail = label(f"{view.definition.id} · {tags}{sees}", muted=True)
-        detail.setObjectName("ModelDetail")
+        detail = label(f"{view.definition.id} · {tags}{sees}", muted=True, name="ModelDetail")
         for text_label in (name, detail):  # long names are clipped, never the badge
             text_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             text.addWidget(text_label)
@@ -79,13 +78,11 @@ class ModelsPage(QWidget):
         # row of its own, so neither is squeezed at 1024 px.
         bar = QHBoxLayout()
         self.open_wizard: Callable[[], None] = lambda: None  # the main window opens the add-model wizard
-        self.get_button = button("Add a model", kind="primary", icon="action-add", color="#FFFFFF")
-        self.get_button.setObjectName("GetModel")
+        self.get_button = button("Add a model", kind="primary", icon="action-add", color="#FFFFFF", name="GetModel")
         self.get_button.setToolTip("A GGUF file on a node, a download from Hugging Face, or a model from Ollama "
                                    "or LM Studio")
         self.get_button.clicked.connect(lambda: self.open_wizard())
-        self.add_button = button("Advanced…", kind="flat")
-        self.add_button.setObjectName("AddAdvanced")
+        self.add_button = button("Advanced…", kind="flat", name="AddAdvanced")
         self.add_button.setToolTip("Write a model's definition by hand: runtime, path and every setting")
         self.add_button.clicked.connect(lambda: ctx.models.new_draft())
         bar.addWidget(self.get_button, 1)
