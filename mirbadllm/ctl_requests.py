@@ -18,7 +18,6 @@ import logging
 import re
 import sys
 from datetime import datetime
-from http import HTTPStatus
 from typing import Any
 
 from daemon.api.access_log import (
@@ -27,6 +26,7 @@ from daemon.api.access_log import (
     STATUS_PATTERN,
     millis,
     served_by,
+    status_text,
     tokens,
 )
 from daemon.api.client import DaemonClient, DaemonError
@@ -97,15 +97,6 @@ def failure(row: RequestRecord) -> tuple[str, str] | None:
         return None
     match = _ERROR_CODE.match(row.error)
     return (match.group(1), match.group(2)) if match else ("", row.error)
-
-
-def status_text(status: int) -> str:
-    if status == 499:
-        return "499 the client closed the connection"
-    try:
-        return f"{status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        return str(status)
 
 
 def table(rows: list[RequestRecord]) -> list[str]:

@@ -12,6 +12,7 @@ one); the app's demo daemon and ``mirbadllm ctl requests`` use the same model, s
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +71,16 @@ def tokens(record: RequestRecord) -> str:
         return "—"
     return f"{record.prompt_tokens if record.prompt_tokens is not None else '?'} + " \
            f"{record.completion_tokens if record.completion_tokens is not None else '?'}"
+
+
+def status_text(status: int) -> str:
+    """``404 Not Found``; 499 (nginx's "client closed request", not in HTTP's own list) said in words."""
+    if status == 499:
+        return "499 — the client closed the connection"
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return str(status)
 
 
 def millis(value: float | None) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from http import HTTPStatus
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QHideEvent, QResizeEvent, QShowEvent
@@ -38,7 +37,7 @@ from app.viewmodels.requests import (
     RequestsState,
     RequestsViewModel,
 )
-from daemon.api.access_log import millis, served_by, tokens
+from daemon.api.access_log import millis, served_by, status_text, tokens
 from daemon.api.models import RequestRecord
 
 _LOGGER = logging.getLogger(__name__)
@@ -61,15 +60,6 @@ def _clock(ts: float) -> str:
 
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-def status_text(status: int) -> str:
-    if status == 499:
-        return "499 — the client closed the connection"
-    try:
-        return f"{status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        return str(status)
 
 
 def model_text(row: RequestRecord) -> str:
