@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from app.viewmodels.downloads import byte_share
 from app.viewmodels.nodes import RuntimeBadge, available_runtimes, runtime_badges
 from app.viewmodels.observable import Emitter, Observable
 from app.viewmodels.settings_form import plain_validation
@@ -341,10 +342,7 @@ class AddModelState:
 
     @property
     def progress(self) -> float | None:
-        t = self.transfer
-        if t is None or not t.bytes_total:
-            return None
-        return min(1.0, t.bytes_done / t.bytes_total)
+        return byte_share(self.transfer)
 
     @property
     def progress_text(self) -> str:

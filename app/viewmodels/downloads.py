@@ -66,10 +66,15 @@ def where(t: Transfer, names: dict[str, str]) -> str:
     return f"to {name}" if t.kind == "mirror" else name
 
 
+def byte_share(t: Transfer | None) -> float | None:
+    """The share of ``t``'s bytes in (a progress bar's value); None: no transfer, or its size unknown."""
+    if t is None or not t.bytes_total:
+        return None
+    return min(1.0, t.bytes_done / t.bytes_total)
+
+
 def fraction(t: Transfer) -> float | None:
-    if t.state == TransferState.DONE:
-        return 1.0
-    return min(1.0, t.bytes_done / t.bytes_total) if t.bytes_total else None
+    return 1.0 if t.state == TransferState.DONE else byte_share(t)
 
 
 def progress_text(t: Transfer) -> str:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from app.viewmodels.downloads import byte_share
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
@@ -86,10 +87,7 @@ class FirstRunState:
 
     @property
     def progress(self) -> float | None:
-        t = self.demo_transfer
-        if t is None or not t.bytes_total:
-            return None
-        return min(1.0, t.bytes_done / t.bytes_total)
+        return byte_share(self.demo_transfer)
 
     @property
     def progress_text(self) -> str:
