@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from app import format as fmt
 from app.viewmodels.benchmarks import (
@@ -49,6 +49,8 @@ from daemon.api.jobs import (
 )
 from daemon.api.models import Event
 from daemon.api.protocol import DaemonApi
+
+T = TypeVar("T")
 
 
 class Step(IntEnum):
@@ -193,22 +195,23 @@ class TuningWizardViewModel:
             self._update(step=step, error=None)
 
     async def make_plan(self) -> None:
-        self._update(busy=True, error=None)
-        try:
-            plan = await self.client.plan_tune(self.request())
-        except DaemonError as exc:
-            self._update(busy=False, error=exc.message)
-            return
-        self._update(busy=False, plan=plan, step=Step.PLAN)
+        plan = await self._busy_with(self.client.plan_tune(self.request()))
+        if plan is not None:
+            self._update(busy=False, plan=plan, step=Step.PLAN)
 
     async def start(self) -> None:
+        job = await self._busy_with(self.client.start_tune(self.request()))
+        if job is not None:
+            self._update(busy=False, job=job, step=Step.PROGRESS)
+
+    async def _busy_with(self, call: Awaitable[T]) -> T | None:
+        """``call``'s answer, shown as busy while it runs; None once its refusal is shown."""
         self._update(busy=True, error=None)
         try:
-            job = await self.client.start_tune(self.request())
+            return await call
         except DaemonError as exc:
             self._update(busy=False, error=exc.message)
-            return
-        self._update(busy=False, job=job, step=Step.PROGRESS)
+            return None
 
     async def cancel(self) -> None:
         job = self.state.value.job
