@@ -149,31 +149,13 @@ async def run(args: argparse.Namespace, client: DaemonClient) -> int:
         for model in status.models:
             print(_fmt_model(model))
         return 0
-    if args.group == "models":
-        return await _models(args, client)
-    if args.group == "nodes":
-        return await ctl_nodes.run(args, client)
-    if args.group == "daemon":
-        return await ctl_daemon.run(args, client)
-    if args.group == "upgrade":
-        return await ctl_upgrade.run(args, client)
-    if args.group in ("bench", "tune", "jobs"):
-        return await ctl_jobs.run(args, client)
-    if args.group == "services":
-        return await run_services(args, client)
-    if args.group == "backup":
-        return await ctl_backup.run(args, client)
-    if args.group == "audit":
-        return await ctl_audit.run(args, client)
-    if args.group == "requests":
-        return await ctl_requests.run(args, client)
-    if args.group == "connect":
-        return await ctl_connect.run(args, client)
-    if args.group == "chats":
-        return await ctl_chats.run(args, client)
-    if args.group == "downloads":
-        return await ctl_downloads.run(args, client)
-    return await ctl_keys.run(args, client)
+    groups: dict[str, Callable[[argparse.Namespace, DaemonClient], Awaitable[int]]] = {
+        "models": _models, "nodes": ctl_nodes.run, "daemon": ctl_daemon.run, "upgrade": ctl_upgrade.run,
+        "bench": ctl_jobs.run, "tune": ctl_jobs.run, "jobs": ctl_jobs.run, "services": run_services,
+        "backup": ctl_backup.run, "audit": ctl_audit.run, "requests": ctl_requests.run, "connect": ctl_connect.run,
+        "chats": ctl_chats.run, "downloads": ctl_downloads.run,
+    }
+    return await groups.get(args.group, ctl_keys.run)(args, client)
 
 
 async def _models(args: argparse.Namespace, client: DaemonClient) -> int:
