@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtGui import QGuiApplication, QWheelEvent
+from PySide6.QtGui import QGuiApplication, QShowEvent, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -102,6 +102,15 @@ def button(text: str, *, kind: str | None = None, icon: str | None = None, color
             _THEMED.append((weakref.ref(btn), icon))
     btn.setCursor(Qt.CursorShape.PointingHandCursor)
     return btn
+
+
+class ReadOnShow:
+    """A page that reads its view-model again each time it is shown (``ctx.act(vm.refresh())``):
+    what it lists changes behind its back while another page is open."""
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)  # type: ignore[misc]
+        self.ctx.act(self.vm.refresh())  # type: ignore[attr-defined]
 
 
 class _StillWheel:

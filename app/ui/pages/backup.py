@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -24,6 +23,7 @@ from app import format as fmt
 from app.context import AppContext
 from app.ui.widgets import (
     Card,
+    ReadOnShow,
     button,
     fit_columns,
     label,
@@ -71,7 +71,7 @@ def _table(name: str, headers: list[str]) -> QTableWidget:
     return table
 
 
-class BackupPage(QScrollArea):
+class BackupPage(ReadOnShow, QScrollArea):
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.ctx = ctx
@@ -141,10 +141,6 @@ class BackupPage(QScrollArea):
         actions.addWidget(self.apply_button)
         card.body.addLayout(actions)
         return card
-
-    def showEvent(self, event: QShowEvent) -> None:
-        super().showEvent(event)
-        self.ctx.act(self.vm.refresh())
 
     # --- actions -----------------------------------------------------------------------------------
     def _passphrase(self) -> str | None:

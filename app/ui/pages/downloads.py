@@ -6,7 +6,6 @@ so it outlives the add-model dialog and the app."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import (
     Card,
+    ReadOnShow,
     bind,
     button,
     label,
@@ -46,7 +46,7 @@ NOTE = ("A paused download or mirror push keeps the part it has; Resume goes on 
         "Downloads go on when the add-model dialog or this app closes: the daemon runs them.")
 
 
-class DownloadsPage(QScrollArea):
+class DownloadsPage(ReadOnShow, QScrollArea):
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.ctx = ctx
@@ -93,10 +93,6 @@ class DownloadsPage(QScrollArea):
             self.buttons[verb] = b
         card.body.addLayout(row)
         return card
-
-    def showEvent(self, event: QShowEvent) -> None:
-        super().showEvent(event)
-        self.ctx.act(self.vm.refresh())
 
     def _act(self, verb: str) -> None:
         selected = self.vm.state.value.selected

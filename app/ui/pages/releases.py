@@ -3,7 +3,6 @@ agent version, and the agent release rolled out to the nodes one at a time with 
 
 from __future__ import annotations
 
-from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -15,6 +14,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import (
     Card,
+    ReadOnShow,
     bind,
     button,
     fit_columns,
@@ -47,7 +47,7 @@ def rollout_line(s: ReleasesState) -> str:
     return f"{len(behind)} node(s) run an older agent than the daemon." if behind else ""
 
 
-class ReleasesPage(QScrollArea):
+class ReleasesPage(ReadOnShow, QScrollArea):
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.ctx = ctx
@@ -97,10 +97,6 @@ class ReleasesPage(QScrollArea):
         row.addWidget(self.roll_out_button)
         card.body.addLayout(row)
         return card
-
-    def showEvent(self, event: QShowEvent) -> None:
-        super().showEvent(event)
-        self.ctx.act(self.vm.refresh())
 
     def show_state(self, s: ReleasesState) -> None:
         self.installed.setText(s.installed)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext, Message
 from app.ui.widgets import (
     Card,
+    ReadOnShow,
     StillComboBox,
     bind,
     button,
@@ -118,7 +118,7 @@ def _ask_confirm(parent: QWidget, info: ServiceInfo, action: ServiceAction, node
     return dialog.typed() if dialog.exec() == QDialog.DialogCode.Accepted else None
 
 
-class ServicesPage(QWidget):
+class ServicesPage(ReadOnShow, QWidget):
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.ctx = ctx
@@ -158,10 +158,6 @@ class ServicesPage(QWidget):
         self._shown_nodes: tuple[tuple[str, str], ...] = ()
         bind(self, self.vm.state, self.show_state)
         self.show_state(self.vm.state.value)
-
-    def showEvent(self, event: QShowEvent) -> None:
-        super().showEvent(event)
-        self.ctx.act(self.vm.refresh())  # services change behind our back: read them each time
 
     def _node_chosen(self, index: int) -> None:
         node_id = self.node_picker.itemData(index)
