@@ -281,6 +281,16 @@ def fit_columns(table: QTableWidget, *stretch: int) -> None:
                                     else QHeaderView.ResizeMode.ResizeToContents)
 
 
+def select_only(table: QTableWidget, row: int | None) -> None:
+    """After a render: ``row`` (the one the view-model has selected) highlighted alone, or none,
+    without the table's selection signals reaching the view-model."""
+    was = table.blockSignals(True)
+    table.clearSelection()
+    if row is not None:
+        table.selectRow(row)
+    table.blockSignals(was)
+
+
 def read_only_table(name: str, headers: list[str]) -> QTableWidget:
     """A table the user reads: named for tests and styles, its column headers, no row numbers,
     no editing, no grid."""

@@ -26,6 +26,7 @@ from app.ui.widgets import (
     fit_columns,
     label,
     read_only_table,
+    select_only,
 )
 from app.viewmodels.audit import ACTORS, AuditFilters, AuditState, AuditViewModel, diff
 from daemon.api.audit import AuditEntry, summary
@@ -174,9 +175,7 @@ class AuditPage(QWidget):
                 self.table.setItem(row, col, item)
             if entry.id == s.selected:
                 selected_row = row
-        self.table.clearSelection()
-        if selected_row is not None:
-            self.table.selectRow(selected_row)
+        select_only(self.table, selected_row)
         self.table.blockSignals(False)
 
     def _subject(self, entry: AuditEntry) -> str:

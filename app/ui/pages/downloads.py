@@ -27,6 +27,7 @@ from app.ui.widgets import (
     page,
     page_header,
     read_only_table,
+    select_only,
     set_prop,
 )
 from app.viewmodels.downloads import (
@@ -139,9 +140,7 @@ class DownloadsPage(ReadOnShow, QScrollArea):
             self.table.setCellWidget(row, PROGRESS_COLUMN, self._bar(t))
             if t.id == s.selected:
                 selected_row = row
-        self.table.clearSelection()
-        if selected_row is not None:
-            self.table.selectRow(selected_row)
+        select_only(self.table, selected_row)
         self.table.blockSignals(False)
 
     @staticmethod

@@ -29,6 +29,7 @@ from app.ui.widgets import (
     filled_page,
     label,
     read_only_table,
+    select_only,
 )
 from app.viewmodels.fleet import FleetSnapshot
 from app.viewmodels.requests import (
@@ -270,14 +271,10 @@ class RequestsPage(QWidget):
     def _select(self, s: RequestsState, scroll: bool = False) -> None:
         """The row of the request shown in full, highlighted (none when it is not in the list)."""
         self._selected_shown = s.selected
-        self.table.blockSignals(True)
-        self.table.clearSelection()
         row = next((n for n, record in enumerate(s.rows) if record.id == s.selected), None)
-        if row is not None:
-            self.table.selectRow(row)
-            if scroll:
-                self.table.scrollToItem(self.table.item(row, 0))
-        self.table.blockSignals(False)
+        select_only(self.table, row)
+        if row is not None and scroll:
+            self.table.scrollToItem(self.table.item(row, 0))
 
     def _node(self, record: RequestRecord) -> str:
         """A node by its name (a paired node's id is 64 hex digits)."""
