@@ -30,7 +30,7 @@ from daemon.errors import (
     error_response,
     json_response,
     query_int,
-    read_json,
+    read_body,
     validated,
 )
 from daemon.events import EventBus
@@ -93,7 +93,7 @@ class AdminApi:
         return web.json_response([k.model_dump() for k in self._keys.list(last_24h)])
 
     async def create_key(self, request: web.Request) -> web.Response:
-        body = validated(ApiKeyCreate, await read_json(request, MAX_ADMIN_BODY), "invalid_key_request")
+        body = await read_body(request, ApiKeyCreate, MAX_ADMIN_BODY, "invalid_key_request")
         same = next((k for k in self._keys.list() if k.name.casefold() == body.name.strip().casefold()), None)
         if same is not None:  # a name is how people and `ctl keys limit|revoke NAME` tell keys apart
             raise DaemonProblem(409, "key_name_taken", f"An API key named '{same.name}' exists ({same.id}): "
@@ -106,7 +106,7 @@ class AdminApi:
     async def set_key_limits(self, request: web.Request) -> web.Response:
         """``PATCH /api/keys/{id}``: the fields sent change, null clears one, the rest stay."""
         key_id = request.match_info["id"]
-        update = validated(ApiKeyLimits, await read_json(request, MAX_ADMIN_BODY), "invalid_key_limits")
+        update = await read_body(request, ApiKeyLimits, MAX_ADMIN_BODY, "invalid_key_limits")
         previous = next((k.limits for k in self._keys.list() if k.id == key_id), None)
         info = self._keys.set_limits(key_id, update)
         if info is None:
@@ -130,7 +130,7 @@ class AdminApi:
         return json_response(self._config.settings())
 
     async def put_settings(self, request: web.Request) -> web.Response:
-        settings = validated(DaemonSettings, await read_json(request, MAX_ADMIN_BODY), "invalid_settings")
+        settings = await read_body(request, DaemonSettings, MAX_ADMIN_BODY, "invalid_settings")
         if settings.lan_access and not self._keys.list():
             raise DaemonProblem(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
         previous = self._config.settings()

@@ -114,6 +114,12 @@ def validated(model: type[M], data: object, code: str = "invalid_request") -> M:
         raise DaemonProblem(422, code, validation_message(exc)) from None
 
 
+async def read_body(request: web.Request, model: type[M], limit: int, code: str = "invalid_request",
+                    empty: Any = _NO_DEFAULT) -> M:
+    """The request's JSON body (``read_json``) as ``model`` (``validated``, 422 ``code``)."""
+    return validated(model, await read_json(request, limit, empty), code)
+
+
 def internal_error(request: web.Request, exc: BaseException) -> web.Response:
     """The answer to an exception no handler expected: logged with its traceback, never shown."""
     request_id = CURRENT_REQUEST_ID.get() or "-"

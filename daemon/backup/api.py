@@ -16,7 +16,7 @@ from daemon.api.backup import (
     RestoreRequest,
 )
 from daemon.backup.service import BackupService
-from daemon.errors import json_response, read_json, validated
+from daemon.errors import json_response, read_body
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class BackupApi:
 
     async def create(self, request: web.Request) -> web.Response:
         """``POST /api/backups``: the document itself, or with ``save`` the file written (201)."""
-        body = validated(BackupCreate, await read_json(request, 64 * 1024, empty={}), "invalid_backup_request")
+        body = await read_body(request, BackupCreate, 64 * 1024, "invalid_backup_request", empty={})
         passphrase = _secret(body.passphrase)
         if body.save:
             return json_response(await self._service.save(passphrase), status=201)
@@ -51,8 +51,7 @@ class BackupApi:
                             headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
     async def _restore_body(self, request: web.Request) -> RestoreRequest:
-        return validated(RestoreRequest, await read_json(request, MAX_BACKUP_BYTES + 64 * 1024),
-                         "invalid_restore_request")
+        return await read_body(request, RestoreRequest, MAX_BACKUP_BYTES + 64 * 1024, "invalid_restore_request")
 
     async def preview(self, request: web.Request) -> web.Response:
         body = await self._restore_body(request)

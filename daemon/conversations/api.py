@@ -21,7 +21,7 @@ from daemon.api.conversations import (
     export_text,
 )
 from daemon.conversations.store import ConversationStore
-from daemon.errors import DaemonProblem, json_response, read_json, validated
+from daemon.errors import DaemonProblem, json_response, read_body
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -46,21 +46,21 @@ class ConversationsApi:
         return json_response(await self._store.summaries())
 
     async def create(self, request: web.Request) -> web.Response:
-        new = validated(ConversationCreate, await read_json(request, MAX_BODY_BYTES, empty={}))
+        new = await read_body(request, ConversationCreate, MAX_BODY_BYTES, empty={})
         return json_response(await self._store.create(new), status=201)
 
     async def get(self, request: web.Request) -> web.Response:
         return json_response(await self._require(request))
 
     async def rename(self, request: web.Request) -> web.Response:
-        change = validated(ConversationRename, await read_json(request, MAX_BODY_BYTES))
+        change = await read_body(request, ConversationRename, MAX_BODY_BYTES)
         renamed = await self._store.rename(request.match_info["id"], change.title)
         if renamed is None:
             raise _not_found(request.match_info["id"])
         return json_response(renamed)
 
     async def append(self, request: web.Request) -> web.Response:
-        change = validated(ConversationAppend, await read_json(request, MAX_BODY_BYTES))
+        change = await read_body(request, ConversationAppend, MAX_BODY_BYTES)
         changed = await self._store.append(request.match_info["id"], change)
         if changed is None:
             raise _not_found(request.match_info["id"])

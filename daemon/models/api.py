@@ -22,8 +22,7 @@ from daemon.errors import (
     json_response,
     query_int,
     query_range,
-    read_json,
-    validated,
+    read_body,
 )
 from daemon.events import EventBus
 from daemon.files.disk import NodeDisk
@@ -55,7 +54,7 @@ class ModelsApi:
         return web.json_response(views)
 
     async def _definition(self, request: web.Request) -> ModelDefinition:
-        return validated(ModelDefinition, await read_json(request, MAX_BODY), "invalid_model")
+        return await read_body(request, ModelDefinition, MAX_BODY, "invalid_model")
 
     async def _check_files(self, definition: ModelDefinition) -> None:
         """A llama.cpp model's files, read on the node that will run it: the model a GGUF its agent

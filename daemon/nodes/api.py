@@ -27,8 +27,7 @@ from daemon.errors import (
     M,
     json_response,
     query_range,
-    read_json,
-    validated,
+    read_body,
 )
 from daemon.history import History
 from daemon.nodes.ca_rotation import CaRotation
@@ -40,7 +39,7 @@ MAX_NODES_BODY = 64 * 1024
 
 async def _body(request: web.Request, contract: type[M]) -> M:
     # Field names and pydantic's messages only: never the input, which may hold the code.
-    return validated(contract, await read_json(request, MAX_NODES_BODY))
+    return await read_body(request, contract, MAX_NODES_BODY)
 
 
 class NodesApi:
@@ -54,7 +53,7 @@ class NodesApi:
     async def put_backend(self, request: web.Request) -> web.Response:
         """The node's backend choice; the next model started there computes on it (audited)."""
         node = request.match_info["id"]
-        body = validated(BackendSetting, await read_json(request, MAX_NODES_BODY), "invalid_backend")
+        body = await read_body(request, BackendSetting, MAX_NODES_BODY, "invalid_backend")
         before, view = await self._nodes.set_backend(node, body.backend)
         if self._audit is not None and before != body.backend:
             await self._audit.record("node.backend", node, before=before, after=body.backend,

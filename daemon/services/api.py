@@ -23,7 +23,7 @@ from agent.api.service_names import valid_service_name
 from agent.api.services import SERVICE_ACTIONS, ServiceActionRequest
 from daemon.api.services import ServiceActionBody
 from daemon.audit.log import Recorder
-from daemon.errors import DaemonProblem, json_response, read_json, validated
+from daemon.errors import DaemonProblem, json_response, read_body
 from daemon.nodes.agent_errors import agent_problem
 from daemon.nodes.links import Links
 from daemon.services.policy import names_for
@@ -48,7 +48,7 @@ class ServicesApi:
         node, name, action = request.match_info["id"], request.match_info["name"], request.match_info["action"]
         if action not in SERVICE_ACTIONS:
             raise DaemonProblem(404, "unknown_action", f"no service action '{action[:40]}': start, stop or restart")
-        body = validated(ServiceActionBody, await read_json(request, MAX_BODY, empty={}))
+        body = await read_body(request, ServiceActionBody, MAX_BODY, empty={})
         subject = f"{node}/{name}"
         if not valid_service_name(name):  # as the agent would answer, before its URL is built
             await self._audit.record(f"service.{action}", subject[:300], detail="refused (service_invalid_name)")

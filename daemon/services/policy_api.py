@@ -32,7 +32,7 @@ from daemon.api.services import (
     valid_service_name,
 )
 from daemon.audit.log import Recorder
-from daemon.errors import DaemonProblem, json_response, read_json, validated
+from daemon.errors import DaemonProblem, json_response, read_body
 from daemon.nodes.links import Links
 from daemon.services.policy_store import PolicyUnreadable, read_policy, write_names
 
@@ -90,7 +90,7 @@ class ServicesPolicyApi:
 
     async def put_policy(self, request: web.Request) -> web.Response:
         node = self._node(request)
-        body = validated(ServiceNames, await read_json(request, MAX_BODY))
+        body = await read_body(request, ServiceNames, MAX_BODY)
         wanted = ServiceNames(allow=clean(body.allow, "allow"), protected=clean(body.protected, "protected"))
         async with self._lock:
             current = read_policy(self._file)

@@ -53,8 +53,7 @@ from daemon.errors import (
     DaemonProblem,
     M,
     json_response,
-    read_json,
-    validated,
+    read_body,
 )
 from daemon.history import History
 from daemon.models.registry import Registry
@@ -70,7 +69,7 @@ MAX_BODY = 256 * 1024
 
 
 async def _body(request: web.Request, model: type[M]) -> M:
-    return validated(model, await read_json(request, MAX_BODY, empty=None))
+    return await read_body(request, model, MAX_BODY, empty=None)
 
 
 def _as_agent(model: type[M], query: BaseModel) -> M:

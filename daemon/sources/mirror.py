@@ -65,7 +65,7 @@ from core.safe_names import UnsafeName, check_relative_name, commonpath_inside
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import LOCAL_NODE, ModelDefinition
 from daemon.api.sources import Registration, Transfer
-from daemon.errors import DaemonProblem, json_response, read_json, validated
+from daemon.errors import DaemonProblem, json_response, read_body
 from daemon.events import EventBus
 from daemon.history import History
 from daemon.models.registry import Registry, RegistryError
@@ -470,5 +470,5 @@ class MirrorApi:
         self._mirror = mirror
 
     async def start(self, request: web.Request) -> web.Response:
-        query = validated(MirrorQuery, await read_json(request, 64 * 1024))
+        query = await read_body(request, MirrorQuery, 64 * 1024)
         return json_response(await self._mirror.start(query), 202)

@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from daemon.api.upgrades import UpgradeRequest
-from daemon.errors import json_response, read_json, validated
+from daemon.errors import json_response, read_body
 from daemon.upgrades.manager import UpgradeManager
 
 MAX_BODY = 16 * 1024
@@ -37,7 +37,7 @@ class RolloutApi:
         return json_response(self._rollouts.view())
 
     async def start(self, request: web.Request) -> web.Response:
-        body = validated(self._request_model, await read_json(request, MAX_BODY, empty={}))
+        body = await read_body(request, self._request_model, MAX_BODY, empty={})
         return json_response(await self._rollouts.start(body), status=202)
 
 
