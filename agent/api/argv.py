@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+S = TypeVar("S", bound=BaseModel)
 
 KEEP_AS_TYPED: Any = object()  # what ``coerce`` answers for a value no field takes: flag and value go to ``rest``
 
@@ -63,3 +67,29 @@ def scan(args: list[str], *, value_flags: Mapping[str, str], bool_flags: Mapping
             found.rest.append(arg)
         i += 1
     return found
+
+
+@dataclass(frozen=True)
+class ParsedCommand(Generic[S]):
+    """A runtime's argv read back into its parts (``model_path``: None where no flag names the file)."""
+
+    served_name: str | None
+    host: str | None
+    port: int | None
+    settings: S
+    extra_args: list[str] = field(default_factory=list)
+    model_path: str | None = None
+
+
+def read_back(found: Scanned, base: S, *, name_flags: tuple[str, ...],
+              model_flags: tuple[str, ...] = ()) -> ParsedCommand[S]:
+    """``scan``'s findings as a ``ParsedCommand``: the typed values over ``base``, the served name and
+    the model file from the first of their owned flags given, ``--host`` and ``--port``."""
+
+    def pick(*names: str) -> str | None:
+        return next((found.owned[n] for n in names if n in found.owned), None)
+
+    port = pick("--port")
+    return ParsedCommand(served_name=pick(*name_flags), host=pick("--host"), port=int(port) if port is not None else None,
+                         settings=type(base).model_validate({**base.model_dump(), **found.values}),
+                         extra_args=found.rest, model_path=pick(*model_flags))

@@ -11,12 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.api.argv import KEEP_AS_TYPED, scan, without_executable
+from agent.api.argv import (
+    KEEP_AS_TYPED,
+    ParsedCommand,
+    read_back,
+    scan,
+    without_executable,
+)
 
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 FlashAttn = Literal["on", "off", "auto"]
@@ -159,35 +164,10 @@ def _coerce(name: str, raw: str) -> Any:
     return raw
 
 
-@dataclass(frozen=True)
-class ParsedCommand:
-    """An argv read back into its parts."""
-
-    model_path: str | None
-    served_name: str | None
-    host: str | None
-    port: int | None
-    settings: LlamaCppSettings
-    extra_args: list[str] = field(default_factory=list)
-
-
-def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand:
+def _split(args: list[str], base: LlamaCppSettings) -> ParsedCommand[LlamaCppSettings]:
     found = scan(args, value_flags=_VALUE_FLAGS, bool_flags=_BOOL_FLAGS, owned_value_flags=OWNED_VALUE_FLAGS,
                  owned_bool_flags=OWNED_BOOL_FLAGS, coerce=_coerce)
-    owned = found.owned
-
-    def pick(*names: str) -> str | None:
-        return next((owned[n] for n in names if n in owned), None)
-
-    port = pick("--port")
-    return ParsedCommand(
-        model_path=pick("-m", "--model"),
-        served_name=pick("-a", "--alias"),
-        host=pick("--host"),
-        port=int(port) if port is not None else None,
-        settings=LlamaCppSettings.model_validate({**base.model_dump(), **found.values}),
-        extra_args=found.rest,
-    )
+    return read_back(found, base, name_flags=("-a", "--alias"), model_flags=("-m", "--model"))
 
 
 def lift_extra_args(settings: LlamaCppSettings, extra_args: list[str]) -> tuple[LlamaCppSettings, list[str]]:
@@ -245,7 +225,7 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
     return argv + rest
 
 
-def parse_args(argv: list[str]) -> ParsedCommand:
+def parse_args(argv: list[str]) -> ParsedCommand[LlamaCppSettings]:
     """Read an argv (with or without the executable in front) back into settings."""
     return _split(without_executable(argv), LlamaCppSettings())
 

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.api.argv import scan, without_executable
+from agent.api.argv import ParsedCommand, read_back, scan, without_executable
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
@@ -132,26 +131,11 @@ def _coerce(name: str, raw: str) -> Any:
     return raw
 
 
-@dataclass(frozen=True)
-class ParsedCommand:
-    """An ``mlx_lm.server`` argv read back into its parts."""
-
-    served_name: str | None
-    host: str | None
-    port: int | None
-    settings: MlxSettings
-    extra_args: list[str] = field(default_factory=list)
-
-
-def _split(args: list[str], base: MlxSettings) -> ParsedCommand:
+def _split(args: list[str], base: MlxSettings) -> ParsedCommand[MlxSettings]:
     found = scan(args, value_flags={flag: _FLAG_TO_FIELD[flag] for flag in VALUE_FLAGS},
                  bool_flags={flag: (_FLAG_TO_FIELD[flag], True) for flag in BOOL_FLAGS},
                  owned_value_flags=OWNED_VALUE_FLAGS, coerce=_coerce)
-    port = found.owned.get("--port")
-    return ParsedCommand(served_name=found.owned.get("--model"), host=found.owned.get("--host"),
-                         port=int(port) if port is not None else None,
-                         settings=MlxSettings.model_validate({**base.model_dump(), **found.values}),
-                         extra_args=found.rest)
+    return read_back(found, base, name_flags=("--model",))  # the model is a link named after it
 
 
 def lift_extra_args(settings: MlxSettings, extra_args: list[str]) -> tuple[MlxSettings, list[str]]:
@@ -183,7 +167,7 @@ def build_args(settings: MlxSettings, model_path: str, served_name: str, port: i
     return argv + rest
 
 
-def parse_args(argv: list[str]) -> ParsedCommand:
+def parse_args(argv: list[str]) -> ParsedCommand[MlxSettings]:
     """Read an argv (with or without the executable in front) back into settings."""
     return _split(without_executable(argv), MlxSettings())
 
