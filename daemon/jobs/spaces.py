@@ -9,6 +9,7 @@ candidate (``LaunchSpec.tuning``), and where its settings go in a result. ``spac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from daemon.api.models import LOCAL_NODE, ModelDefinition
 from daemon.jobs.planner import (
     CONFIRM_SLOTS,
     DIMENSIONS,
+    Dimension,
     Machine,
     dimensions_for,
     effective_config,
@@ -31,6 +33,7 @@ from daemon.jobs.planner import (
 from daemon.jobs.vllm_dimensions import (
     DEFAULT_UTILIZATION,
     VLLM_DIMENSIONS,
+    VllmDimension,
     VllmMachine,
     canonical,
     chunked_prefill,
@@ -47,6 +50,7 @@ class SearchSpace:
     """The llama.cpp space (the default); ``VllmSpace`` overrides what differs."""
 
     runtime = "llamacpp"
+    dimensions: Mapping[str, Dimension | VllmDimension] = DIMENSIONS  # by name: what each varies, and why
 
     def __init__(self, definition: ModelDefinition, machine: Machine) -> None:
         self.definition = definition
@@ -62,7 +66,7 @@ class SearchSpace:
         return dims, notes
 
     def goal(self, dim: str) -> tuple[str, str]:
-        d = DIMENSIONS[dim]
+        d = self.dimensions[dim]
         return d.goal, d.tradeoff
 
     def saved(self) -> Config:
@@ -116,6 +120,7 @@ class VllmSpace(SearchSpace):
     """vLLM's ``definition.vllm``, normalized first: no raw flag in extra_args overrides a candidate."""
 
     runtime = "vllm"
+    dimensions = VLLM_DIMENSIONS
 
     def __init__(self, definition: ModelDefinition, machine: VllmMachine, rest: list[str]) -> None:
         super().__init__(definition, Machine(cpu_count=1, has_gpu=True))
@@ -124,10 +129,6 @@ class VllmSpace(SearchSpace):
 
     def dims(self, request: TuneRequest) -> tuple[list[str], list[str]]:
         return vllm_dimensions_for(request.search, request.dimensions, self.vllm_machine)
-
-    def goal(self, dim: str) -> tuple[str, str]:
-        d = VLLM_DIMENSIONS[dim]
-        return d.goal, d.tradeoff
 
     def saved(self) -> Config:
         return self.vllm_machine.saved
