@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -77,6 +78,17 @@ def install_stop_handlers(loop: asyncio.AbstractEventLoop, stop: Callable[[], No
         return "signal"
 
 
+def settle_collector() -> None:
+    """Once the daemon serves, its start-up objects (modules, routes, schemas: some 90,000, all kept
+    for good) leave the garbage collector's full walks (``gc.freeze``). Under 1,024 streams a full
+    collection comes about every 4 s and stalls the whole loop, the admin API's answers with it; it
+    now walks only what the requests made: 60-100 ms of CPU instead of 100-170 (the thresholds stay
+    CPython's: full collections ten times rarer let the requests' cycles pile up, +150 MiB a minute
+    at 256 streams, and then stall the loop for a third of a second)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(daemon: DaemonDeps) -> None:
     try:
         runner = await start_server(daemon)
@@ -85,6 +97,7 @@ async def serve(daemon: DaemonDeps) -> None:
                          "Is another daemon running? Try --port.") from exc
     _LOGGER.info("MirbadLLM daemon listening: %s (admin token in %s; event loop %s)", daemon.listener.info().api_url,
                  daemon.paths.admin_token, type(asyncio.get_running_loop()).__module__.split(".")[0])
+    settle_collector()
     stop = daemon.shutdown_requested  # also set by POST /api/shutdown (`mirbadllm ctl daemon stop`)
     install_stop_handlers(asyncio.get_running_loop(), stop.set)
     await stop.wait()
