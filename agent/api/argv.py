@@ -12,11 +12,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 S = TypeVar("S", bound=BaseModel)
 
 KEEP_AS_TYPED: Any = object()  # what ``coerce`` answers for a value no field takes: flag and value go to ``rest``
+
+
+def flag_setting(flag: str, default_shown: Any, description: str, unit: str = "", **kw: Any) -> Any:
+    """A runtime settings field (default None: the runtime's own) that records its command-line
+    flag, the runtime's default as shown to people, and a unit."""
+    extra = {"flag": flag, "runtime_default": default_shown, "unit": unit}
+    return Field(default=None, description=description, json_schema_extra=extra, **kw)
 
 
 @dataclass

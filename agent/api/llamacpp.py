@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.api.argv import (
     KEEP_AS_TYPED,
     ParsedCommand,
+    flag_setting,
     read_back,
     scan,
     without_executable,
@@ -30,12 +31,6 @@ SplitMode = Literal["none", "layer", "row"]
 CUDA_DEVICE = "CUDA"  # llama.cpp's CUDA backend names its devices CUDA0, CUDA1, ...
 
 
-def _setting(flag: str, default_shown: Any, description: str, unit: str = "", **kw: Any) -> Any:
-    """A settings field that records its llama-server flag, the runtime's default and a unit."""
-    extra = {"flag": flag, "runtime_default": default_shown, "unit": unit}
-    return Field(default=None, description=description, json_schema_extra=extra, **kw)
-
-
 class LlamaCppSettings(BaseModel):
     """llama-server settings; ``None`` means "leave the runtime's own default"."""
 
@@ -45,37 +40,37 @@ class LlamaCppSettings(BaseModel):
     # settings key it does not know, and the definition's own ``runtime`` says it.
     runtime: Literal["llamacpp"] = Field(default="llamacpp", exclude=True)
 
-    ctx_size: int | None = _setting("--ctx-size", "from model", "Total context, shared by the slots.", "tokens", ge=0, le=4_194_304)
-    parallel: int | None = _setting("--parallel", "auto", "Parallel request slots.", "slots", ge=1, le=256)
-    n_gpu_layers: int | None = _setting("--n-gpu-layers", "auto", "Layers offloaded to the GPU (-1: all).", "layers", ge=-1, le=1000)
-    threads: int | None = _setting("--threads", "auto", "CPU threads for generation.", "threads", ge=1, le=1024)
-    threads_batch: int | None = _setting("--threads-batch", "same as threads", "CPU threads for prompt processing.", "threads", ge=1, le=1024)
-    batch_size: int | None = _setting("--batch-size", 2048, "Logical batch size.", "tokens", ge=1, le=1_048_576)
-    ubatch_size: int | None = _setting("--ubatch-size", 512, "Physical batch size.", "tokens", ge=1, le=1_048_576)
-    flash_attn: FlashAttn | None = _setting("--flash-attn", "auto", "Flash attention.")
-    cache_type_k: CacheType | None = _setting("--cache-type-k", "f16", "KV cache type for K.")
-    cache_type_v: CacheType | None = _setting("--cache-type-v", "f16", "KV cache type for V.")
+    ctx_size: int | None = flag_setting("--ctx-size", "from model", "Total context, shared by the slots.", "tokens", ge=0, le=4_194_304)
+    parallel: int | None = flag_setting("--parallel", "auto", "Parallel request slots.", "slots", ge=1, le=256)
+    n_gpu_layers: int | None = flag_setting("--n-gpu-layers", "auto", "Layers offloaded to the GPU (-1: all).", "layers", ge=-1, le=1000)
+    threads: int | None = flag_setting("--threads", "auto", "CPU threads for generation.", "threads", ge=1, le=1024)
+    threads_batch: int | None = flag_setting("--threads-batch", "same as threads", "CPU threads for prompt processing.", "threads", ge=1, le=1024)
+    batch_size: int | None = flag_setting("--batch-size", 2048, "Logical batch size.", "tokens", ge=1, le=1_048_576)
+    ubatch_size: int | None = flag_setting("--ubatch-size", 512, "Physical batch size.", "tokens", ge=1, le=1_048_576)
+    flash_attn: FlashAttn | None = flag_setting("--flash-attn", "auto", "Flash attention.")
+    cache_type_k: CacheType | None = flag_setting("--cache-type-k", "f16", "KV cache type for K.")
+    cache_type_v: CacheType | None = flag_setting("--cache-type-v", "f16", "KV cache type for V.")
     mlock: bool = Field(default=False, description="Lock the model in RAM.", json_schema_extra={"flag": "--mlock", "runtime_default": False, "unit": ""})
     no_mmap: bool = Field(default=False, description="Read the whole model instead of mapping it.", json_schema_extra={"flag": "--no-mmap", "runtime_default": False, "unit": ""})
     embeddings: bool = Field(default=False, description="Serve embeddings only.", json_schema_extra={"flag": "--embeddings", "runtime_default": False, "unit": ""})
-    pooling: Pooling | None = _setting("--pooling", "from model", "Embedding pooling.")
-    seed: int | None = _setting("--seed", -1, "Sampling seed (-1: random).", "", ge=-1)
-    n_predict: int | None = _setting("--n-predict", -1, "Most tokens a reply generates when the request sets no "
+    pooling: Pooling | None = flag_setting("--pooling", "from model", "Embedding pooling.")
+    seed: int | None = flag_setting("--seed", -1, "Sampling seed (-1: random).", "", ge=-1)
+    n_predict: int | None = flag_setting("--n-predict", -1, "Most tokens a reply generates when the request sets no "
                                      "max_tokens (-1: until the context is full).", "tokens", ge=-1, le=1_048_576)
-    chat_template: str | None = _setting("--chat-template", "from model",
+    chat_template: str | None = flag_setting("--chat-template", "from model",
                                          "Built-in chat template (gemma, chatml, llama3, ...) for a model without "
                                          "one; built-in templates run without Jinja, so this turns Jinja off.",
                                          pattern=r"^[a-z0-9][a-z0-9_.-]{0,39}$")
     jinja: bool = Field(default=True, description="Use the model's Jinja chat template (tools need it).", json_schema_extra={"flag": "--jinja", "runtime_default": True, "unit": ""})
     # Placement on a node's GPUs (``agent.placement``): which GPUs, and how the layers are shared out.
-    gpus: list[Annotated[int, Field(ge=0, le=63)]] | None = _setting(
+    gpus: list[Annotated[int, Field(ge=0, le=63)]] | None = flag_setting(
         "--device", "every GPU", "The node's GPUs (NVML indices) it runs on, as --device CUDA0,CUDA1; "
         "[]: none (--device none).", max_length=16, title="GPUs")
-    split_mode: SplitMode | None = _setting("--split-mode", "layer", "How layers are shared by several GPUs.")
-    tensor_split: str | None = _setting("--tensor-split", "by free memory",
+    split_mode: SplitMode | None = flag_setting("--split-mode", "layer", "How layers are shared by several GPUs.")
+    tensor_split: str | None = flag_setting("--tensor-split", "by free memory",
                                         "Share of the model on each GPU of the list, e.g. 3,1.",
                                         pattern=r"^\d{1,6}(\.\d{1,4})?(,\d{1,6}(\.\d{1,4})?){0,15}$")
-    main_gpu: int | None = _setting("--main-gpu", 0, "The GPU of the list that holds the whole model with "
+    main_gpu: int | None = flag_setting("--main-gpu", 0, "The GPU of the list that holds the whole model with "
                                     "split mode none.", "", ge=0, le=63, title="Main GPU")
 
 

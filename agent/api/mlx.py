@@ -23,15 +23,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.api.argv import ParsedCommand, read_back, scan, without_executable
+from agent.api.argv import (
+    ParsedCommand,
+    flag_setting,
+    read_back,
+    scan,
+    without_executable,
+)
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-
-
-def _setting(flag: str, default_shown: Any, description: str, unit: str = "", **kw: Any) -> Any:
-    """A settings field that records its ``mlx_lm.server`` flag, mlx-lm's default and a unit."""
-    extra = {"flag": flag, "runtime_default": default_shown, "unit": unit}
-    return Field(default=None, description=description, json_schema_extra=extra, **kw)
 
 
 class MlxSettings(BaseModel):
@@ -43,47 +43,47 @@ class MlxSettings(BaseModel):
     # settings key it does not know, and the definition's own ``runtime`` says it.
     runtime: Literal["mlx"] = Field(default="mlx", exclude=True)
 
-    max_tokens: int | None = _setting("--max-tokens", 512, "Default completion length.", "tokens",
+    max_tokens: int | None = flag_setting("--max-tokens", 512, "Default completion length.", "tokens",
                                       ge=1, le=1_048_576)
-    temp: float | None = _setting("--temp", 0.0, "Default sampling temperature.", "", ge=0, le=10)
-    top_p: float | None = _setting("--top-p", 1.0, "Default nucleus sampling top-p.", "", ge=0, le=1)
-    top_k: int | None = _setting("--top-k", 0, "Default top-k sampling (0: off).", "tokens", ge=0, le=100_000)
-    min_p: float | None = _setting("--min-p", 0.0, "Default min-p sampling (0: off).", "", ge=0, le=1)
-    decode_concurrency: int | None = _setting("--decode-concurrency", 32,
+    temp: float | None = flag_setting("--temp", 0.0, "Default sampling temperature.", "", ge=0, le=10)
+    top_p: float | None = flag_setting("--top-p", 1.0, "Default nucleus sampling top-p.", "", ge=0, le=1)
+    top_k: int | None = flag_setting("--top-k", 0, "Default top-k sampling (0: off).", "tokens", ge=0, le=100_000)
+    min_p: float | None = flag_setting("--min-p", 0.0, "Default min-p sampling (0: off).", "", ge=0, le=1)
+    decode_concurrency: int | None = flag_setting("--decode-concurrency", 32,
                                               "Requests decoded together when they can be batched.",
                                               "requests", ge=1, le=1024)
-    prompt_concurrency: int | None = _setting("--prompt-concurrency", 8,
+    prompt_concurrency: int | None = flag_setting("--prompt-concurrency", 8,
                                               "Prompts processed together when they can be batched.",
                                               "requests", ge=1, le=1024)
-    prefill_step_size: int | None = _setting("--prefill-step-size", 2048,
+    prefill_step_size: int | None = flag_setting("--prefill-step-size", 2048,
                                              "Prompt processing chunk (lower: smaller memory spikes).",
                                              "tokens", ge=1, le=1_048_576)
-    prompt_cache_size: int | None = _setting("--prompt-cache-size", 10,
+    prompt_cache_size: int | None = flag_setting("--prompt-cache-size", 10,
                                              "Distinct KV caches kept in the prompt cache.", "caches",
                                              ge=0, le=10_000)
-    prompt_cache_bytes: int | None = _setting("--prompt-cache-bytes", "unlimited",
+    prompt_cache_bytes: int | None = flag_setting("--prompt-cache-bytes", "unlimited",
                                               "Most memory the prompt cache holds.", "bytes", ge=1)
-    max_kv_size: int | None = _setting("--max-kv-size", "unlimited",
+    max_kv_size: int | None = flag_setting("--max-kv-size", "unlimited",
                                        "Most tokens one sequence's KV cache holds (a rotating cache).",
                                        "tokens", ge=1, le=4_194_304)
-    draft_model: str | None = _setting("--draft-model", "none",
+    draft_model: str | None = flag_setting("--draft-model", "none",
                                        "A smaller model's folder for speculative decoding (next to the model's "
                                        "folder).", "", min_length=1, max_length=4096)
-    num_draft_tokens: int | None = _setting("--num-draft-tokens", 3,
+    num_draft_tokens: int | None = flag_setting("--num-draft-tokens", 3,
                                             "Tokens drafted per step with a draft model.", "tokens", ge=1, le=64)
-    adapter_path: str | None = _setting("--adapter-path", "none",
+    adapter_path: str | None = flag_setting("--adapter-path", "none",
                                         "A LoRA adapter's folder (next to the model's folder).", "",
                                         min_length=1, max_length=4096)
-    chat_template: str | None = _setting("--chat-template", "from model",
+    chat_template: str | None = flag_setting("--chat-template", "from model",
                                          "A chat template (Jinja text) for a model without one.", "",
                                          min_length=1, max_length=8192)
     use_default_chat_template: bool = Field(
         default=False, description="Use the tokenizer's default chat template when the model has none.",
         json_schema_extra={"flag": "--use-default-chat-template", "runtime_default": False, "unit": ""})
-    chat_template_args: str | None = _setting("--chat-template-args", "{}",
+    chat_template_args: str | None = flag_setting("--chat-template-args", "{}",
                                               'Arguments for the chat template, a JSON object '
                                               '({"enable_thinking": false}).', "", max_length=8192)
-    log_level: LogLevel | None = _setting("--log-level", "INFO", "mlx-lm's log level.")
+    log_level: LogLevel | None = flag_setting("--log-level", "INFO", "mlx-lm's log level.")
 
     @field_validator("chat_template_args")
     @classmethod

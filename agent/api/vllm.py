@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from agent.api.argv import flag_setting
+
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
 CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # a quantization method, parser or mode name
@@ -53,22 +55,16 @@ def _typed_keys_first(data: Any, typed: tuple[str, ...]) -> Any:
     return {**data, "extra": extra}
 
 
-def _setting(flag: str, default_shown: Any, description: str, unit: str = "", **kw: Any) -> Any:
-    """A settings field that records its ``vllm serve`` flag, vLLM's default and a unit."""
-    extra = {"flag": flag, "runtime_default": default_shown, "unit": unit}
-    return Field(default=None, description=description, json_schema_extra=extra, **kw)
-
-
 class SpeculativeSettings(BaseModel):
     """vLLM's ``--speculative-config`` object: the keys MirbadLLM names, and every other key kept."""
 
     model_config = ConfigDict(extra="forbid")
 
-    method: str | None = _setting("method", "inferred from the draft", "Speculative method (mtp, eagle, "
+    method: str | None = flag_setting("method", "inferred from the draft", "Speculative method (mtp, eagle, "
                                   "ngram, draft_model, ...).", pattern=_NAME)
-    num_speculative_tokens: int | None = _setting("num_speculative_tokens", "from the method",
+    num_speculative_tokens: int | None = flag_setting("num_speculative_tokens", "from the method",
                                                   "Tokens proposed per step.", "tokens", ge=1, le=64)
-    model: str | None = _setting("model", "none", "The draft model's path inside the container "
+    model: str | None = flag_setting("model", "none", "The draft model's path inside the container "
                                  "(under /models).", max_length=1000)
     extra: dict[str, Any] = Field(default_factory=dict, description="Every other speculative-config key.",
                                   json_schema_extra={"flag": "", "runtime_default": {}, "unit": ""})
@@ -96,7 +92,7 @@ class CompilationSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    cudagraph_mode: CudaGraphMode | None = _setting("cudagraph_mode", "FULL_AND_PIECEWISE", "CUDA graph capture mode.")
+    cudagraph_mode: CudaGraphMode | None = flag_setting("cudagraph_mode", "FULL_AND_PIECEWISE", "CUDA graph capture mode.")
     extra: dict[str, Any] = Field(default_factory=dict, description="Every other compilation-config key.",
                                   json_schema_extra={"flag": "", "runtime_default": {}, "unit": ""})
 
@@ -130,28 +126,28 @@ class VllmSettings(BaseModel):
     # settings key it does not know, and the definition's own ``runtime`` says it.
     runtime: Literal["vllm"] = Field(default="vllm", exclude=True)
 
-    quantization: str | None = _setting("--quantization", "from model", "Weight quantization method.",
+    quantization: str | None = flag_setting("--quantization", "from model", "Weight quantization method.",
                                         pattern=_NAME)
-    kv_cache_dtype: KvCacheDtype | None = _setting("--kv-cache-dtype", "auto", "KV cache data type.")
-    max_model_len: int | None = _setting("--max-model-len", "from model", "Context length.", "tokens",
+    kv_cache_dtype: KvCacheDtype | None = flag_setting("--kv-cache-dtype", "auto", "KV cache data type.")
+    max_model_len: int | None = flag_setting("--max-model-len", "from model", "Context length.", "tokens",
                                          ge=1, le=16_777_216)
-    max_num_seqs: int | None = _setting("--max-num-seqs", 256, "Sequences scheduled at once.", "sequences",
+    max_num_seqs: int | None = flag_setting("--max-num-seqs", 256, "Sequences scheduled at once.", "sequences",
                                         ge=1, le=65_536)
-    max_num_batched_tokens: int | None = _setting("--max-num-batched-tokens", "auto", "Tokens scheduled per step.",
+    max_num_batched_tokens: int | None = flag_setting("--max-num-batched-tokens", "auto", "Tokens scheduled per step.",
                                                   "tokens", ge=1, le=16_777_216)
-    tool_call_parser: str | None = _setting("--tool-call-parser", "none (no tool calls)", "Tool call parser; "
+    tool_call_parser: str | None = flag_setting("--tool-call-parser", "none (no tool calls)", "Tool call parser; "
                                             "setting it enables automatic tool choice.", pattern=_NAME)
-    reasoning_parser: str | None = _setting("--reasoning-parser", "none", "Reasoning output parser.", pattern=_NAME)
-    enable_prefix_caching: bool | None = _setting("--enable-prefix-caching", "on", "Prefix caching (unset: "
+    reasoning_parser: str | None = flag_setting("--reasoning-parser", "none", "Reasoning output parser.", pattern=_NAME)
+    enable_prefix_caching: bool | None = flag_setting("--enable-prefix-caching", "on", "Prefix caching (unset: "
                                                   "vLLM's default).")
-    speculative: SpeculativeSettings | None = _setting("--speculative-config", "off", "Speculative decoding.")
-    compilation: CompilationSettings | None = _setting("--compilation-config", "vLLM's", "torch.compile and "
+    speculative: SpeculativeSettings | None = flag_setting("--speculative-config", "off", "Speculative decoding.")
+    compilation: CompilationSettings | None = flag_setting("--compilation-config", "vLLM's", "torch.compile and "
                                                        "CUDA graph settings.")
-    async_scheduling: bool | None = _setting("--async-scheduling", "vLLM's", "Asynchronous scheduling (unset: "
+    async_scheduling: bool | None = flag_setting("--async-scheduling", "vLLM's", "Asynchronous scheduling (unset: "
                                              "vLLM's default).")
-    mamba_cache_mode: str | None = _setting("--mamba-cache-mode", "vLLM's", "Mamba state cache mode "
+    mamba_cache_mode: str | None = flag_setting("--mamba-cache-mode", "vLLM's", "Mamba state cache mode "
                                             "(hybrid models).", pattern=_NAME)
-    tensor_parallel_size: int | None = _setting("--tensor-parallel-size", 1, "GPUs the model is split over.",
+    tensor_parallel_size: int | None = flag_setting("--tensor-parallel-size", 1, "GPUs the model is split over.",
                                                 "GPUs", ge=1, le=64)
 
 
