@@ -46,6 +46,7 @@ import logging
 import re
 import ssl as ssl_module
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -86,6 +87,17 @@ def forwardable(headers: Headers) -> CIMultiDict[str]:
         return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in DROPPED)
     dropped = DROPPED | {h.strip().lower() for line in named for h in line.split(",")}
     return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in dropped)
+
+
+def _copy_headers(headers: Headers, into: CIMultiDict[str]) -> None:
+    """``forwardable(headers)`` added to ``into``, without building it first."""
+    dropped = DROPPED
+    named = headers.getall("Connection", ())
+    if named:
+        dropped = dropped | {h.strip().lower() for line in named for h in line.split(",")}
+    for k, v in headers.items():
+        if k.lower() not in dropped:
+            into.add(k, v)
 
 
 def _header_lines(headers: Headers, upstream: Upstream, request_id: str | None) -> list[tuple[str, str]]:
@@ -198,25 +210,58 @@ class _PromptWatch:
 
 
 class _Watch:
-    """Ticks every quarter of the stall time; cuts the read the relay has waited on for too long."""
+    """Checked every quarter of the stall time (by its ``_Ticker``); cuts the read the relay has
+    waited on for too long."""
 
-    __slots__ = ("content", "handle", "loop", "period", "reading", "since", "stall_after_s")
+    __slots__ = ("content", "loop", "reading", "since", "stall_after_s", "ticker")
 
     def __init__(self, content: aiohttp.StreamReader, stall_after_s: float) -> None:
         self.loop = asyncio.get_running_loop()
         self.content, self.stall_after_s = content, stall_after_s
-        self.period = max(0.05, stall_after_s / 4)
         self.reading, self.since = False, 0.0
-        self.handle = self.loop.call_later(self.period, self.check)
-
-    def check(self) -> None:
-        if self.reading and self.loop.time() - self.since >= self.stall_after_s:
-            self.content.set_exception(_Stalled())
-            return
-        self.handle = self.loop.call_later(self.period, self.check)
+        self.ticker = _ticker(self.loop, max(0.05, stall_after_s / 4))
+        self.ticker.add(self)
 
     def cancel(self) -> None:
-        self.handle.cancel()
+        self.ticker.watches.discard(self)
+
+
+class _Ticker:
+    """One timer for the watches of a loop that share a period, ticking while any is open: an
+    answer costs a set entry, not a timer of its own."""
+
+    __slots__ = ("handle", "period", "watches")
+
+    def __init__(self, period: float) -> None:
+        self.period = period  # no reference to the loop: it keys the tickers weakly
+        self.watches: set[_Watch] = set()
+        self.handle: asyncio.TimerHandle | None = None
+
+    def add(self, watch: _Watch) -> None:
+        self.watches.add(watch)
+        if self.handle is None:
+            self.handle = watch.loop.call_later(self.period, self.tick)
+
+    def tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for watch in [w for w in self.watches if w.reading and now - w.since >= w.stall_after_s]:
+            self.watches.discard(watch)
+            watch.content.set_exception(_Stalled())
+        self.handle = loop.call_later(self.period, self.tick) if self.watches else None
+
+
+_TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Ticker]] = weakref.WeakKeyDictionary()
+
+
+def _ticker(loop: asyncio.AbstractEventLoop, period: float) -> _Ticker:
+    tickers = _TICKERS.get(loop)
+    if tickers is None:
+        tickers = _TICKERS[loop] = {}
+    ticker = tickers.get(period)
+    if ticker is None:
+        ticker = tickers[period] = _Ticker(period)
+    return ticker
 
 
 class _Ending(Exception):
@@ -382,7 +427,7 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse | Answer,
         hold = ready and (rewrite is None or ready.endswith(b"\n\n"))
         response = _Coalesced(status=answer.status, reason=answer.reason) if hold else \
             web.StreamResponse(status=answer.status, reason=answer.reason)
-        response.headers.extend(forwardable(answer.headers))
+        _copy_headers(answer.headers, response.headers)
         if answer.content_length is not None and rewrite is None:
             response.content_length = answer.content_length
         if sse:

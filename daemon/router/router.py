@@ -248,7 +248,8 @@ class Router:
 
     # --- every other /v1 path ------------------------------------------------------------------
     async def proxy(self, request: web.Request) -> web.StreamResponse:
-        if any(part in (".", "..") for part in request.path.split("/")):  # decoded: %2e%2e and ..%2f too
+        path = request.path  # a "." or ".." segment follows a "/": most paths have none to look at
+        if "/." in path and any(part in (".", "..") for part in path.split("/")):  # decoded: %2e%2e, ..%2f
             # Relayed, an HTTP client folds them away: /v1/../../../unpair would reach the node's
             # agent past its proxy route, with the daemon's certificate.
             raise DaemonProblem(400, "invalid_path", "A path with '.' or '..' segments is not an API path.")
