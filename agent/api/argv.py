@@ -8,7 +8,7 @@ Each runtime's module names its own flags (``agent.api.llamacpp``, ``agent.api.m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -24,6 +24,14 @@ def flag_setting(flag: str, default_shown: Any, description: str, unit: str = ""
     flag, the runtime's default as shown to people, and a unit."""
     extra = {"flag": flag, "runtime_default": default_shown, "unit": unit}
     return Field(default=None, description=description, json_schema_extra=extra, **kw)
+
+
+def flag_values(settings: BaseModel) -> Iterator[tuple[str, str, Any]]:
+    """(field, its flag, its value) for each field of ``settings`` that has a flag (``flag_setting``), in
+    field order: what a command builder walks."""
+    for name, info in type(settings).model_fields.items():
+        if not info.exclude:  # the union's tag: no flag
+            yield name, str((info.json_schema_extra or {})["flag"]), getattr(settings, name)  # type: ignore[index]
 
 
 @dataclass

@@ -19,6 +19,7 @@ from agent.api.argv import (
     KEEP_AS_TYPED,
     ParsedCommand,
     flag_setting,
+    flag_values,
     read_back,
     scan,
     without_executable,
@@ -197,21 +198,17 @@ def build_args(settings: LlamaCppSettings, model_path: str, served_name: str, po
             names += rpc_device_names(rpc_devices or [1] * len(rpc))
             argv += ["--device", ",".join(names)]
             settings = settings.model_copy(update={"gpus": None})
-    for name, info in LlamaCppSettings.model_fields.items():
-        if info.exclude:  # the union's tag: no flag
-            continue
-        value = getattr(settings, name)
-        flag = (info.json_schema_extra or {})["flag"]  # type: ignore[index]
+    for name, flag, value in flag_values(settings):
         if isinstance(value, bool):
             if name == "jinja":
                 # With --jinja, llama-server would take a built-in template's *name* as the template.
                 argv.append("--jinja" if value and settings.chat_template is None else "--no-jinja")
             elif value:
-                argv.append(flag)  # type: ignore[arg-type]
+                argv.append(flag)
         elif isinstance(value, list):
-            argv += [flag, device_names(value, device_prefix)]  # type: ignore[list-item]
+            argv += [flag, device_names(value, device_prefix)]
         elif value is not None:
-            argv += [flag, str(value)]  # type: ignore[list-item]
+            argv += [flag, str(value)]
     for adapter in adapters or []:
         argv += ["--lora", adapter.file]
     if adapters:

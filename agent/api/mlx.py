@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agent.api.argv import (
     ParsedCommand,
     flag_setting,
+    flag_values,
     read_back,
     scan,
     without_executable,
@@ -154,16 +155,12 @@ def build_args(settings: MlxSettings, model_path: str, served_name: str, port: i
     del model_path  # the link in the working folder carries it (and config_hash hashes it)
     settings, rest = lift_extra_args(settings, list(extra_args or []))
     argv = ["--model", served_name, "--host", host, "--port", str(port)]
-    for name, info in MlxSettings.model_fields.items():
-        if info.exclude:  # the union's tag: no flag
-            continue
-        value = getattr(settings, name)
-        flag = (info.json_schema_extra or {})["flag"]  # type: ignore[index]
+    for _name, flag, value in flag_values(settings):
         if isinstance(value, bool):
             if value:
-                argv.append(flag)  # type: ignore[arg-type]
+                argv.append(flag)
         elif value is not None:
-            argv += [flag, str(value)]  # type: ignore[list-item]
+            argv += [flag, str(value)]
     return argv + rest
 
 
