@@ -24,7 +24,6 @@ from daemon.api.nodes import NodeAddressRequest, NodePairRequest
 from daemon.audit.log import Recorder
 from daemon.errors import (
     DaemonProblem,
-    M,
     json_response,
     query_range,
     read_body,
@@ -35,11 +34,6 @@ from daemon.nodes.manager import NodeManager
 from daemon.telemetry import gpu_subject
 
 MAX_NODES_BODY = 64 * 1024
-
-
-async def _body(request: web.Request, contract: type[M]) -> M:
-    # Field names and pydantic's messages only: never the input, which may hold the code.
-    return await read_body(request, contract, MAX_NODES_BODY)
 
 
 class NodesApi:
@@ -73,12 +67,12 @@ class NodesApi:
         return json_response(self._nodes.discovered())
 
     async def add_address(self, request: web.Request) -> web.Response:
-        body = await _body(request, NodeAddressRequest)
+        body = await read_body(request, NodeAddressRequest, MAX_NODES_BODY)
         assert isinstance(body, NodeAddressRequest)
         return json_response(await self._nodes.add_address(body.address))
 
     async def pair(self, request: web.Request) -> web.Response:
-        body = await _body(request, NodePairRequest)
+        body = await read_body(request, NodePairRequest, MAX_NODES_BODY)  # its errors never echo the code
         assert isinstance(body, NodePairRequest)
         return json_response(await self._nodes.pair(body), status=201)
 
