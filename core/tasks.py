@@ -2,6 +2,7 @@
 
 ``cancel_and_wait`` is how an owner stops the task it started (a watcher, a poller, a
 container's creation): cancelled, then awaited so nothing of it runs on after ``stop``.
+``unless_running`` keeps one read in flight: a second ask while it runs is answered by it.
 ``every`` is a background loop that must outlive a failed round (telemetry, node probes, runtime
 packs): the round's exception is logged and the next round comes after the interval, or at once
 when ``wake`` is set.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 _LOGGER = logging.getLogger(__name__)
@@ -26,6 +27,12 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
 
+
+
+def unless_running(task: asyncio.Future[None] | None,
+                   start: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Future[None]:
+    """``task`` while it still runs, else a new task of ``start()``."""
+    return task if task is not None and not task.done() else asyncio.ensure_future(start())
 
 
 async def every(interval_s: float | Callable[[], float], one_round: Callable[[], Awaitable[object]], what: str,

@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
+from core.tasks import unless_running
 from daemon.api.client import DaemonError
 from daemon.api.model_updates import ModelUpdate
 from daemon.api.models import Event, ModelView
@@ -66,8 +67,7 @@ class ModelUpdatesViewModel:
             self.reload()
 
     def reload(self) -> None:
-        if self._loading is None or self._loading.done():
-            self._loading = asyncio.ensure_future(self.load())
+        self._loading = unless_running(self._loading, self.load)
 
     async def load(self) -> None:
         try:

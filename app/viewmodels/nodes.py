@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from app import format as fmt
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.observable import Observable
+from core.tasks import unless_running
 from daemon.api.ca_rotation import CaRotationResult
 from daemon.api.client import DaemonError
 from daemon.api.contracts import RUNTIME_LABELS, RUNTIMES, GpuInfo
@@ -179,7 +180,7 @@ class NodesViewModel:
         self.state: Observable[NodesState] = Observable(NodesState())
         self._refresh_s = refresh_s
         self._task: asyncio.Task[None] | None = None
-        self._pending: asyncio.Task[None] | None = None
+        self._pending: asyncio.Future[None] | None = None
         fleet.events.subscribe(self._on_event)
         fleet.snapshot.subscribe(lambda snap: self._kick() if snap.connected and not self.state.value.loaded
                                  else None)
@@ -202,8 +203,7 @@ class NodesViewModel:
             self._kick()
 
     def _kick(self) -> None:
-        if self._pending is None or self._pending.done():
-            self._pending = asyncio.ensure_future(self.refresh())
+        self._pending = unless_running(self._pending, self.refresh)
 
     def show(self) -> None:
         """Keep the gauges fresh while the page is on screen."""

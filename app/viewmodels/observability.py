@@ -21,6 +21,7 @@ from pathlib import PurePath
 
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
+from core.tasks import unless_running
 from daemon.api.client import DaemonError
 from daemon.api.connect import Snippet
 from daemon.api.locations import ADMIN_TOKEN_FILE
@@ -88,8 +89,7 @@ class ObservabilityViewModel:
             self._read()
 
     def _read(self) -> None:
-        if self._reading is None or self._reading.done():
-            self._reading = asyncio.ensure_future(self.load())
+        self._reading = unless_running(self._reading, self.load)
 
     async def load(self) -> None:
         try:
