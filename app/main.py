@@ -29,12 +29,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-daemon-start", action="store_true",
                         help="connect to a running daemon only; never start one")
     parser.add_argument("--minimized", action="store_true", help="start in the tray without opening the window")
-    parser.add_argument("--demo", action="store_true", help="show the app with an in-memory demo fleet")
+    parser.add_argument("--demo", action="store_true", help="show the app over a demo fleet (the real daemon "
+                                                             "with demo agents, in a temporary home)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, demo=None) -> int:  # type: ignore[no-untyped-def]
+    """``demo``: what ``--demo`` runs over (``mirbadllm.demo.demo_fleet``; the launcher hands it in)."""
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         theme.apply(app, load_preferences().theme)  # type: ignore[arg-type]
         theme.follow_system(app)
         app.setWindowIcon(app_icon())
-        return int(qasync.run(run_app(app, args, home, guard)))
+        return int(qasync.run(run_app(app, args, home, guard, demo)))
     finally:
         guard.close()
         guard.deleteLater()
@@ -189,21 +191,32 @@ def _mark_shown() -> None:
         QTimer.singleShot(0, lambda: Path(marker).write_text(repr(time.time())))
 
 
-async def run_app(app, args: argparse.Namespace, home: Path, guard) -> int:  # type: ignore[no-untyped-def]
+async def run_app(app, args: argparse.Namespace, home: Path, guard, demo=None) -> int:  # type: ignore[no-untyped-def]
+    from app import loop_errors
+    from app.preferences import load_preferences
+
+    loop_errors.install(asyncio.get_running_loop())
+    if args.demo:
+        if demo is None:
+            _LOGGER.error("the demo starts from the launcher: run `mirbadllm --demo`")
+            return 2
+        async with demo() as (client, demo_home):
+            return await _run_window(app, args, demo_home, guard, client)
+    client = await connect(home, args, load_preferences().daemon_url)
+    if client is None:
+        return 1
+    return await _run_window(app, args, home, guard, client)
+
+
+async def _run_window(app, args: argparse.Namespace, home: Path, guard, client) -> int:  # type: ignore[no-untyped-def]
     from PySide6.QtWidgets import QSystemTrayIcon
 
-    from app import loop_errors
     from app.context import AppContext
-    from app.demo import DemoDaemon
     from app.preferences import load_preferences
     from app.ui import theme
     from app.ui.main_window import MainWindow
     from app.ui.tray import TrayController
 
-    loop_errors.install(asyncio.get_running_loop())
-    client = DemoDaemon() if args.demo else await connect(home, args, load_preferences().daemon_url)
-    if client is None:
-        return 1
     ctx = AppContext.create(client, home)
     url_override = "" if args.demo else load_preferences().daemon_url
     if not args.demo and not args.no_daemon_start:

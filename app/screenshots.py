@@ -1,7 +1,9 @@
 """Screenshots of every page, light and dark, at 1280×800: ``python -m app.screenshots [OUT]``.
 
-Runs offscreen against the in-memory ``DemoDaemon`` and writes PNGs to ``docs/screenshots/`` (or
-OUT), for the docs and for a person to check what the app looks like (``make screenshots``).
+Runs offscreen against the demo (``mirbadllm.demo``: the real daemon and demo agents, in the process
+the launcher starts: ``python -m mirbadllm.demo --screenshots OUT``) and writes PNGs to
+``docs/screenshots/`` (or OUT), for the docs and for a person to check what the app looks like
+(``make screenshots``).
 """
 
 from __future__ import annotations
@@ -25,10 +27,7 @@ SETTLE_SCALE = float(os.environ.get("MIRBADLLM_SCREENSHOT_SETTLE") or 1.0)
 
 
 async def _settle(seconds: float = 0.25) -> None:
-    from PySide6.QtWidgets import QApplication
-
-    await asyncio.sleep(seconds * SETTLE_SCALE)
-    QApplication.processEvents()
+    await asyncio.sleep(seconds * SETTLE_SCALE)  # Qt paints meanwhile: the loop runs inside Qt's
 
 
 def _demo_conversation(ctx) -> None:  # type: ignore[no-untyped-def]
@@ -61,6 +60,15 @@ DIALOG_SHOTS = {"NewKeyDialog": "new-key-dialog", "PairDialog": "pair-dialog", "
 EXTRA_SHOTS = ("tuning-wizard-progress", "tray-menu", "add-model-lmstudio")
 
 
+# The demo's models (mirbadllm.demo): its ready one, one that failed to start, one on a paired node.
+DEMO_MODEL, BROKEN, ON_NODE, GPU_NODE = "gemma-3-270m", "gemma-3-270m-broken", "gemma-3-270m-gpu-box", "gpu-box"
+
+
+def _served(ctx, model_id: str) -> str:  # type: ignore[no-untyped-def]
+    found = [m.definition.served_name for m in ctx.fleet.snapshot.value.models if m.definition.id == model_id]
+    return found[0] if found else model_id
+
+
 async def _settle_until(condition, seconds: float = 3.0) -> None:  # type: ignore[no-untyped-def]
     """Let the loop and Qt run until ``condition()`` holds (or ``seconds`` pass: shoot what is there)."""
     loop = asyncio.get_running_loop()
@@ -79,18 +87,19 @@ async def _pages(window, ctx, save) -> None:  # type: ignore[no-untyped-def]
         window.show_page(name.split("-")[0])
         tab = tabs.get(name)
         if tab is not None:
-            window.models.select({OVERVIEW: "llama31-8b", SETTINGS: "qwen25-7b-vllm"}.get(tab, "qwen25-coder-7b"))
+            window.models.select({OVERVIEW: BROKEN, SETTINGS: ON_NODE}.get(tab, DEMO_MODEL))
             window.models.panel.tabs.setCurrentIndex(tab)
         if name == "playground":
-            ctx.playground.configure(model="qwen2.5-coder-7b")
+            ctx.playground.configure(model=_served(ctx, DEMO_MODEL))
             _demo_conversation(ctx)
         if name == "playground-completion":
             ctx.playground.clear()
-            ctx.playground.configure(model="gemma3-270m")
+            ctx.playground.configure(model=_served(ctx, DEMO_MODEL))
             await _settle_until(lambda: ctx.playground.state.value.base_model)
             _demo_completion(ctx)
-        if name == "nodes":
+        if name == "nodes":  # a paired node with a GPU
             await ctx.nodes.refresh()
+            ctx.nodes.select(next((n.id for n in ctx.nodes.state.value.nodes if n.name == GPU_NODE), None))
         if name == "services":
             await window.services.vm.refresh()
         if name == "backup":
@@ -124,6 +133,7 @@ async def _dialogs(window, ctx, demo, save) -> None:  # type: ignore[no-untyped-
     await _settle()
     save(DIALOG_SHOTS["NewKeyDialog"], dialog)
     dialog.close()
+    await demo.revoke_key(created.info.id)  # the next mode makes it again
     from app.ui.pages.access import KeyLimitsDialog
     from daemon.api.models import ApiKeyLimits
 
@@ -135,23 +145,25 @@ async def _dialogs(window, ctx, demo, save) -> None:  # type: ignore[no-untyped-
     limits.close()
 
     from app.ui.pages.services import ServiceConfirmDialog
+    from daemon.api.services import ServiceInfo
 
-    docker = next(s for s in (await demo.list_services("local")).services if s.protected)
-    confirm = ServiceConfirmDialog(docker, "restart", "this machine", window)
-    confirm.name.setText("dock")
+    listed = (await demo.list_services("local")).services
+    service = next((s for s in listed if s.protected), listed[0] if listed else ServiceInfo(name="docker.service"))
+    confirm = ServiceConfirmDialog(service, "restart", "this machine", window)
+    confirm.name.setText(service.name[:4])
     confirm.show()
     await _settle()
     save(DIALOG_SHOTS["ServiceConfirmDialog"], confirm)
     confirm.close()
 
     window.show_page("nodes")
-    pairing = window.nodes.open_pairing((await demo.discovered_nodes())[0])
+    pairing = window.nodes.open_pairing(next(iter(await demo.discovered_nodes()), None))
     pairing.code.setText("KXT7-M4QP")
     await _settle()
     save(DIALOG_SHOTS["PairDialog"], pairing)
     pairing.close()
 
-    window.open_model("qwen25-coder-7b")
+    window.open_model(DEMO_MODEL)
     tab = window.models.panel.benchmarks
     tab.open_wizard()
     wizard = tab.wizard
@@ -208,9 +220,9 @@ def _demo_completion(ctx) -> None:  # type: ignore[no-untyped-def]
     vm.state.set(replace(vm.state.value, messages=messages, busy=False))
 
 
-async def shoot(app, out: Path, modes: tuple[str, ...] = ("light", "dark")) -> list[Path]:  # type: ignore[no-untyped-def]
+async def shoot(app, out: Path, demo, modes: tuple[str, ...] = ("light", "dark")) -> list[Path]:  # type: ignore[no-untyped-def]
+    """Every picture, in each of ``modes``, of the app over the fleet ``demo()`` runs (one for all)."""
     from app.context import AppContext
-    from app.demo import DemoDaemon
     from app.ui import theme
     from app.ui.main_window import MainWindow
     from app.ui.tray import TrayController
@@ -218,35 +230,41 @@ async def shoot(app, out: Path, modes: tuple[str, ...] = ("light", "dark")) -> l
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     prefs = Path(tempfile.mkdtemp()) / "app.json"
-    for mode in modes:
-        theme.apply(app, mode)
-        demo = DemoDaemon()
-        ctx = AppContext.create(demo, Path("~/.local/share/mirbadllm"), prefs_path=prefs, platform="linux")
-        await ctx.fleet.resync()
-        await ctx.access.refresh()
-        window = MainWindow(ctx, apply_theme=lambda m: theme.apply(app, m))
-        window.resize(*SIZE)
-        window.show()
+    async with demo() as (client, home):
+        for mode in modes:
+            theme.apply(app, mode)
+            ctx = AppContext.create(client, home, prefs_path=prefs, platform="linux")
+            await ctx.fleet.resync()
+            await ctx.access.refresh()
+            window = MainWindow(ctx, apply_theme=lambda m: theme.apply(app, m))
+            window.resize(*SIZE)
+            window.show()
 
-        def save(name: str, widget, mode: str = mode) -> None:  # type: ignore[no-untyped-def]
-            path = out / f"{mode}-{name}.png"
-            widget.grab().save(str(path))
-            written.append(path)
+            def save(name: str, widget, mode: str = mode) -> None:  # type: ignore[no-untyped-def]
+                path = out / f"{mode}-{name}.png"
+                widget.grab().save(str(path))
+                written.append(path)
 
-        await _pages(window, ctx, save)
-        await _dialogs(window, ctx, demo, save)
-        tray = TrayController(ctx, open_window=window.show, quit_app=lambda: None, stop_all_and_quit=lambda: None)
-        tray.rebuild_menu()
-        tray.menu.adjustSize()
-        save("tray-menu", tray.menu)
-        window.quitting = True
-        window.close()
-        await ctx.close()
+            await _pages(window, ctx, save)
+            await _dialogs(window, ctx, client, save)
+            tray = TrayController(ctx, open_window=window.show, quit_app=lambda: None, stop_all_and_quit=lambda: None)
+            tray.rebuild_menu()
+            tray.menu.adjustSize()
+            save("tray-menu", tray.menu)
+            window.quitting = True
+            window.close()
+            await ctx.close()  # the client opens a new session for the next mode
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, demo=None) -> int:  # type: ignore[no-untyped-def]
+    """``demo``: the fleet to shoot (``mirbadllm.demo`` hands it in); without it, the launcher's demo
+    process is started to do it, as the app starts the daemon (the app imports none of the daemon)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if demo is None:
+        import subprocess
+
+        return subprocess.call([sys.executable, "-m", "mirbadllm.demo", "--screenshots", *args])
     out = Path(args[0]) if args else DEFAULT_OUT
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     logging.basicConfig(level=logging.WARNING)
@@ -254,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    written = qasync.run(shoot(app, out))
+    app.setQuitOnLastWindowClosed(False)  # one mode's window closes before the next opens
+    written = qasync.run(shoot(app, out, demo))
     for path in written:
         print(path)
     return 0

@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         if rest and rest[0] in ("-h", "--help"):
             print(USAGE)
             return 0
-        from app.main import main as run
+        if "--demo" in rest:  # the real daemon and demo agents in this process (mirbadllm.demo)
+            from mirbadllm.demo import main as run
+        else:
+            from app.main import main as run
     else:
         print(USAGE, file=sys.stderr)
         return 2
