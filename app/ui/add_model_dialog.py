@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext, Message
 from app.ui.lmstudio_import import LmStudioPage
 from app.ui.pages.nodes import RuntimeBadges
-from app.ui.widgets import Card, StillComboBox, button, label, set_prop
+from app.ui.widgets import Card, StillComboBox, button, label, line_edit, set_prop
 from app.viewmodels.add_model import AddModelState, AddModelViewModel, SourceKind
 from app.viewmodels.lmstudio_import import LmStudioImportViewModel
 from daemon.api.contracts import profile
@@ -96,9 +96,7 @@ class AddModelDialog(QDialog):
 
     # --- building ------------------------------------------------------------------------------
     def _field(self, name: str, placeholder: str, object_name: str) -> QLineEdit:
-        edit = QLineEdit()
-        edit.setObjectName(object_name)
-        edit.setPlaceholderText(placeholder)
+        edit = line_edit(placeholder, name=object_name)
         edit.textEdited.connect(lambda text, n=name: self.vm.set_field(n, text))
         return edit
 

@@ -12,14 +12,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from app.ui.widgets import button, label
+from app.ui.widgets import button, label, line_edit
 from app.viewmodels.lmstudio_import import LmStudioImportState, LmStudioImportViewModel
 
 _LOGGER = logging.getLogger(__name__)
@@ -34,9 +33,7 @@ class LmStudioPage(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         folder_row = QHBoxLayout()
-        self.folder = QLineEdit()
-        self.folder.setObjectName("LmStudioFolder")
-        self.folder.setPlaceholderText("also look in: a models folder of LM Studio's layout (optional)")
+        self.folder = line_edit("also look in: a models folder of LM Studio's layout (optional)", name="LmStudioFolder")
         self.folder.setToolTip("LM Studio's own folders (~/.lmstudio/models, ~/.cache/lm-studio/models) are always "
                                "looked in; add one you moved its models to.")
         self.folder.textEdited.connect(self.vm.set_folder)

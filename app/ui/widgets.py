@@ -67,6 +67,18 @@ def label(text: str = "", *, role: str | None = None, muted: bool = False, wrap:
     return lbl
 
 
+def line_edit(placeholder: str = "", *, name: str = "", password: bool = False, clearable: bool = False) -> QLineEdit:
+    """A one-line text field: its placeholder, object name, hidden input (a secret) and clear button."""
+    edit = QLineEdit()
+    if name:
+        edit.setObjectName(name)
+    if password:
+        edit.setEchoMode(QLineEdit.EchoMode.Password)
+    edit.setPlaceholderText(placeholder)
+    edit.setClearButtonEnabled(clearable)
+    return edit
+
+
 _THEMED: list[tuple[weakref.ref[QPushButton], str]] = []
 
 

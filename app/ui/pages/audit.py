@@ -9,7 +9,6 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
-    QLineEdit,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -25,6 +24,7 @@ from app.ui.widgets import (
     filled_page,
     fit_columns,
     label,
+    line_edit,
     read_only_table,
     select_only,
 )
@@ -56,16 +56,12 @@ class AuditPage(QWidget):
                                             "(the app, the command line, the daemon itself) and what changed.")
 
         filters = QHBoxLayout()
-        self.action = QLineEdit()
-        self.action.setObjectName("AuditAction")
-        self.action.setPlaceholderText("Action: model, key.revoke, …")
+        self.action = line_edit("Action: model, key.revoke, …", name="AuditAction")
         self.actor = StillComboBox()
         self.actor.setObjectName("AuditActor")
         for actor in ACTORS:
             self.actor.addItem(_ACTOR_TITLES.get(actor, actor), actor)
-        self.subject = QLineEdit()
-        self.subject.setObjectName("AuditSubject")
-        self.subject.setPlaceholderText("Subject: a model, key or node id")
+        self.subject = line_edit("Subject: a model, key or node id", name="AuditSubject")
         self.since = StillComboBox()
         self.since.setObjectName("AuditSince")
         for key, title in _SINCE_TITLES.items():

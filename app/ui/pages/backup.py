@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
-    QLineEdit,
     QScrollArea,
     QTableWidget,
     QTableWidgetItem,
@@ -27,6 +26,7 @@ from app.ui.widgets import (
     button,
     fit_columns,
     label,
+    line_edit,
     page,
     page_header,
     read_only_table,
@@ -53,14 +53,6 @@ def _ask_save(parent: QWidget) -> Path | None:
     name, _ = QFileDialog.getSaveFileName(parent, "Save a backup", "mirbadllm-backup.json",
                                           "MirbadLLM backups (*.json)")
     return Path(name) if name else None
-
-
-def _secret_field(name: str, placeholder: str) -> QLineEdit:
-    field = QLineEdit()
-    field.setObjectName(name)
-    field.setEchoMode(QLineEdit.EchoMode.Password)
-    field.setPlaceholderText(placeholder)
-    return field
 
 
 def _table(name: str, headers: list[str]) -> QTableWidget:
@@ -91,8 +83,8 @@ class BackupPage(ReadOnShow, QScrollArea):
         card = Card("Back up now")
         card.body.addWidget(label(PASSPHRASE_NOTE, muted=True, wrap=True))
         form = QFormLayout()
-        self.passphrase = _secret_field("BackupPassphrase", "optional, at least 8 characters")
-        self.confirm = _secret_field("BackupPassphraseConfirm", "the same again")
+        self.passphrase = line_edit("optional, at least 8 characters", name="BackupPassphrase", password=True)
+        self.confirm = line_edit("the same again", name="BackupPassphraseConfirm", password=True)
         form.addRow("Passphrase", self.passphrase)
         form.addRow("Confirm", self.confirm)
         card.body.addLayout(form)
@@ -118,7 +110,8 @@ class BackupPage(ReadOnShow, QScrollArea):
         card.body.addWidget(label("Pick a backup file: you see what it would change here before anything "
                                   "changes. What this daemon has and the backup lacks is kept.", muted=True, wrap=True))
         row = QHBoxLayout()
-        self.restore_passphrase = _secret_field("RestorePassphrase", "the backup's passphrase, if it has one")
+        self.restore_passphrase = line_edit("the backup's passphrase, if it has one", name="RestorePassphrase",
+                                            password=True)
         row.addWidget(self.restore_passphrase, 1)
         self.open_button = button("Choose a file…", name="ChooseBackup", on_click=self.choose_file)
         row.addWidget(self.open_button)

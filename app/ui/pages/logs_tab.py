@@ -5,14 +5,13 @@ from __future__ import annotations
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLineEdit,
     QPlainTextEdit,
     QVBoxLayout,
     QWidget,
 )
 
 from app.context import AppContext
-from app.ui.widgets import button, label
+from app.ui.widgets import button, label, line_edit
 from app.viewmodels.logs import LogsState
 
 
@@ -23,10 +22,7 @@ class LogsTab(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 12, 12, 12)
         bar = QHBoxLayout()
-        self.search = QLineEdit()
-        self.search.setObjectName("LogSearch")
-        self.search.setPlaceholderText("Search the log…")
-        self.search.setClearButtonEnabled(True)
+        self.search = line_edit("Search the log…", name="LogSearch", clearable=True)
         self.search.textChanged.connect(self.vm.set_query)
         self.pause_button = button("Pause")
         self.pause_button.setCheckable(True)

@@ -8,12 +8,11 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
     QHBoxLayout,
-    QLineEdit,
     QPlainTextEdit,
 )
 
 from app.context import AppContext
-from app.ui.widgets import Card, CopyField, button, label
+from app.ui.widgets import Card, CopyField, button, label, line_edit
 from app.viewmodels.fleet import FleetSnapshot
 from app.viewmodels.observability import (
     RESTART_NOTE,
@@ -38,9 +37,9 @@ class TracingCard(Card):
         self.enabled.setObjectName("TracingEnabled")
         self.body.addWidget(self.enabled)
         form = QFormLayout()
-        self.endpoint = self._edit("TracingEndpoint", "http://127.0.0.1:4318/v1/traces")
-        self.service = self._edit("TracingService", "mirbadllm-daemon")
-        self.ratio = self._edit("TracingRatio", "1.0")
+        self.endpoint = line_edit("http://127.0.0.1:4318/v1/traces", name="TracingEndpoint")
+        self.service = line_edit("mirbadllm-daemon", name="TracingService")
+        self.ratio = line_edit("1.0", name="TracingRatio")
         self.ratio.setToolTip("Share of new requests traced, 0 to 1; a request that arrives with a traceparent "
                               "follows its caller's choice.")
         form.addRow(label("OTLP endpoint", muted=True), self.endpoint)
@@ -59,13 +58,6 @@ class TracingCard(Card):
         self.body.addWidget(self.note)
         self._shown: TracingSettings | None = None
         self.vm.state.subscribe(self.show_state, now=True)
-
-    @staticmethod
-    def _edit(name: str, placeholder: str) -> QLineEdit:
-        edit = QLineEdit()
-        edit.setObjectName(name)
-        edit.setPlaceholderText(placeholder)
-        return edit
 
     def _save(self) -> None:
         self.ctx.act(self.vm.save(self.enabled.isChecked(), self.endpoint.text(), self.service.text(),

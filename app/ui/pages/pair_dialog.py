@@ -8,7 +8,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QStackedWidget,
@@ -17,7 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext, Message
-from app.ui.widgets import button, label
+from app.ui.widgets import button, label, line_edit
 from app.viewmodels.pairing import WizardState, WizardStep
 from daemon.api.nodes import DiscoveredNode
 
@@ -56,9 +55,7 @@ class PairDialog(QDialog):
         col.addWidget(self.found, 1)
         col.addWidget(label("Not listed? Type its address:", muted=True))
         row = QHBoxLayout()
-        self.address = QLineEdit()
-        self.address.setObjectName("PairAddress")
-        self.address.setPlaceholderText("192.168.1.20:9443")
+        self.address = line_edit("192.168.1.20:9443", name="PairAddress")
         self.address.returnPressed.connect(self._look_up)
         self.look_up_button = button("Look up", on_click=self._look_up)
         row.addWidget(self.address, 1)
@@ -81,9 +78,7 @@ class PairDialog(QDialog):
         col.addWidget(label("A different fingerprint means another machine answers at that address: do not "
                             "pair it.", muted=True, wrap=True))
         col.addWidget(label("2. Type the pairing code it printed:", wrap=True))
-        self.code = QLineEdit()
-        self.code.setObjectName("PairCode")
-        self.code.setPlaceholderText("ABCD-EFGH")
+        self.code = line_edit("ABCD-EFGH", name="PairCode")
         self.code.setMaxLength(12)
         self.code.returnPressed.connect(self._pair)
         col.addWidget(self.code)

@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
@@ -44,6 +43,7 @@ from app.ui.widgets import (
     button,
     filled_page,
     label,
+    line_edit,
 )
 from app.viewmodels.playground import CHAT, COMPLETION, ChatMessage, PlaygroundState
 from daemon.api.client import DaemonError
@@ -84,10 +84,7 @@ class PlaygroundPage(QWidget):
         self.max_tokens = StillSpinBox()
         self.max_tokens.setRange(1, 131072)
         self.max_tokens.valueChanged.connect(lambda v: self.vm.configure(max_tokens=v))
-        self.api_key = QLineEdit()
-        self.api_key.setObjectName("PlaygroundKey")
-        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.api_key.setPlaceholderText("sk-…")
+        self.api_key = line_edit("sk-…", name="PlaygroundKey", password=True)
         self.api_key.textChanged.connect(lambda v: self.vm.configure(api_key=v))
         self.api_key_label = QLabel("API key")
         form.addRow("Model", self.model)

@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -29,6 +28,7 @@ from app.ui.widgets import (
     button,
     fit_columns,
     label,
+    line_edit,
     page,
     page_header,
     read_only_table,
@@ -73,9 +73,7 @@ class ServiceConfirmDialog(QDialog):
             else ""
         layout.addWidget(label(f"{info.name} on {node} is protected: other things on the node depend on it"
                                f"{containers}. Type its name to {action} it.", wrap=True))
-        self.name = QLineEdit()
-        self.name.setObjectName("ConfirmName")
-        self.name.setPlaceholderText(info.display_name or info.name)
+        self.name = line_edit(info.display_name or info.name, name="ConfirmName")
         layout.addWidget(self.name)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)

@@ -12,14 +12,13 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QHBoxLayout,
-    QLineEdit,
     QRadioButton,
     QScrollArea,
 )
 
 from app.context import AppContext
 from app.ui.pages.observability_cards import PrometheusCard, TracingCard
-from app.ui.widgets import Card, button, label, page, page_header, set_prop
+from app.ui.widgets import Card, button, label, line_edit, page, page_header, set_prop
 from app.viewmodels.app_settings import AppSettingsState
 from app.viewmodels.updates import UpdatesState
 
@@ -71,9 +70,7 @@ class SettingsPage(QScrollArea):
         daemon.body.addWidget(label("Admin address of the daemon this app drives. Leave empty for the one on this "
                                     "machine (read from its daemon.json).", muted=True, wrap=True))
         addr = QHBoxLayout()
-        self.daemon_url = QLineEdit()
-        self.daemon_url.setObjectName("DaemonUrl")
-        self.daemon_url.setPlaceholderText("http://127.0.0.1:8484")
+        self.daemon_url = line_edit("http://127.0.0.1:8484", name="DaemonUrl")
         self.apply_url = button("Apply", on_click=self._apply_url)
         addr.addWidget(self.daemon_url, 1)
         addr.addWidget(self.apply_url)
@@ -98,9 +95,7 @@ class SettingsPage(QScrollArea):
                                   "It is this project's releases unless you set another; empty turns updates off. "
                                   "Only releases signed with the key built into this app are installed.", muted=True, wrap=True))
         row = QHBoxLayout()
-        self.feed_url = QLineEdit()
-        self.feed_url.setObjectName("UpdateFeedUrl")
-        self.feed_url.setPlaceholderText("Empty: updates are off")
+        self.feed_url = line_edit("Empty: updates are off", name="UpdateFeedUrl")
         self.apply_feed = button("Apply", name="UpdateFeedApply", on_click=self._apply_feed)
         row.addWidget(self.feed_url, 1)
         row.addWidget(self.apply_feed)

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext, Message
-from app.ui.widgets import Card, StillComboBox, bind, button, label, set_prop
+from app.ui.widgets import Card, StillComboBox, bind, button, label, line_edit, set_prop
 from app.viewmodels.disk import RemovalPreview
 from app.viewmodels.nodes import node_choices
 from app.viewmodels.settings_form import (
@@ -185,8 +185,7 @@ class SettingsEditor(QWidget):
             text.setPlaceholderText("NAME=value")
             text.textChanged.connect(lambda k=spec.key, t=text: self._changed(k, t.toPlainText()))
             return text
-        edit = QLineEdit()
-        edit.setPlaceholderText(spec.placeholder)
+        edit = line_edit(spec.placeholder)
         edit.textChanged.connect(lambda value, k=spec.key: self._changed(k, value))
         return edit
 
