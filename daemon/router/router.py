@@ -298,6 +298,7 @@ class Router:
         finally:
             if exchange.early is not None:
                 await exchange.early.stop()
+                exchange.early = None  # it holds the request, which holds the exchange: a cycle only a full GC frees
             stats.in_flight -= 1
             in_flight.dec()
             ok = 200 <= exchange.status < 400
