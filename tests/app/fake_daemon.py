@@ -1,19 +1,19 @@
-"""``FakeDaemonClient``: the app's in-memory ``DemoDaemon``, bare, with what the tests control.
+"""``FakeDaemonClient``: the tests' in-memory ``DemoDaemon``, bare, with what the tests control.
 
-The daemon itself is ``app.demo.DemoDaemon(models)``: a bare daemon with just these (stopped) models,
-one machine, no keys, no jobs, nothing made up; the same code answers ``mirbadllm --demo``, so a
-behaviour fixed there is fixed here. This subclass adds only the test controls: every call is
+The daemon itself is ``memory_daemon.DemoDaemon(models)``: a bare daemon with just these (stopped) models,
+one machine, no keys, no jobs, nothing made up. This subclass adds only the test controls: every call is
 recorded in ``calls`` (``called(name)`` lists one method's), ``fail_next[method]`` fails one call,
 and ``auto_ready`` makes a started model become ready on the next loop turn. What the daemon lets a
 test set directly (``unreachable``, ``hosts``, ``history``, ``log_lines``, ``base_model_files``,
-``set_state``, ``publish``, ``restart_daemon``, ``add_waiting_agent``, ...) is the demo's own.
+``set_state``, ``publish``, ``restart_daemon``, ``add_waiting_agent``, ...) is the fake's own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.demo import DemoDaemon
+from memory_daemon import DemoDaemon
+
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelDefinition
 

@@ -1,5 +1,5 @@
-"""The app as a process: it opens (offscreen, on the in-memory demo daemon), quits through its own
-quit path, and exits 0 without PySide6's finalisation crash."""
+"""The app as a process: it opens (offscreen, over ``mirbadllm.demo``: the real daemon with demo
+agents), quits through its own quit path, and exits 0 without PySide6's finalisation crash."""
 
 from __future__ import annotations
 

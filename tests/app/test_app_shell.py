@@ -89,26 +89,6 @@ def test_a_chart_of_counts_never_shows_a_negative_axis(qapp: QApplication) -> No
     assert low >= 0 and high > 0, (low, high)
 
 
-@pytest.mark.slow
-def test_screenshot_tool_writes_every_page_at_1280x800(qloop: Any, qapp: QApplication, qtbot: Any,
-                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import asyncio
-
-    from PySide6.QtGui import QImage
-
-    from app import screenshots
-    from app.screenshots import shoot
-
-    monkeypatch.setattr(screenshots, "SETTLE_SCALE", 0.1)  # pages still settle, for a tenth of the docs' time
-    task = asyncio.ensure_future(shoot(qapp, tmp_path, modes=("light",)))
-    qtbot.waitUntil(task.done, timeout=30_000)
-    names = {p.stem for p in task.result()}
-    assert {"light-overview", "light-models", "light-models-settings", "light-models-logs", "light-models-charts",
-            "light-playground", "light-access", "light-settings"} <= names
-    image = QImage(str(tmp_path / "light-overview.png"))
-    assert (image.width(), image.height()) == (1280, 800)
-
-
 def test_a_gauge_with_a_long_gpu_name_never_widens_the_page(qapp: QApplication) -> None:
     from app.ui.widgets import Gauge
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fake_daemon import FakeDaemonClient
 from helpers import cells
+from memory_daemon import DemoDaemon
 
-from app.demo import DemoDaemon
 from app.ui.main_window import MainWindow
 from app.viewmodels.audit import AuditFilters, AuditViewModel, diff
 from app.viewmodels.fleet import FleetViewModel

@@ -1,9 +1,9 @@
 """The in-memory daemon answers every call of ``DaemonClient``, with its signatures and its types.
 
-``mirbadllm --demo`` and ``make screenshots`` run the whole app against ``DemoDaemon()`` (seeded);
-the app's tests run it as ``FakeDaemonClient``, a bare ``DemoDaemon(models)`` that only records calls
-and injects failures, so there is one in-memory daemon to hold to the real client. A method the
-client gains and the demo lacks would kill a page with an ``AttributeError``; these tests name it.
+The app's tests run it (``tests/app/memory_daemon``) as ``FakeDaemonClient``, a bare
+``DemoDaemon(models)`` that only records calls and injects failures; ``mirbadllm --demo`` runs the real
+daemon. A method the client gains and the fake lacks would fail a page's test with an
+``AttributeError`` rather than with what it checks; these tests name it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient, definition
+from memory_daemon import DemoDaemon
+from memory_daemon.services import DEMO_PAIRING_CODE
 
 from agent.api.llamacpp import LlamaCppSettings
-from app.demo import DemoDaemon
-from app.demo_services import DEMO_PAIRING_CODE
 from daemon.api import client as client_module
 from daemon.api.client import DaemonClient
 from daemon.api.contracts import TransferState
@@ -80,7 +80,7 @@ def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
     pulled = ModelSource(hf_repo="acme/gamma-GGUF", hf_file="gamma.gguf", revision="a" * 40)
     bare = DemoDaemon([definition("alpha"), definition("beta", served_name="Beta-7B"),
                        definition("gamma", sources=pulled)])
-    bare.publish_revision("acme/gamma-GGUF")  # an update waits (app.demo_model_updates)
+    bare.publish_revision("acme/gamma-GGUF")  # an update waits (memory_daemon.model_updates)
     waiting = bare.add_waiting_agent("box", "ABCD-EFGH")
     bare.add_node_file("local", "/models/alpha.gguf", 4_000_000)
     bare.add_node_file("local", "/models/old/unused.gguf", 2_000_000)

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fake_daemon import FakeDaemonClient, definition
 from helpers import add_model_dialog
+from memory_daemon.lmstudio import LMSTUDIO_HOME
 from PySide6.QtCore import Qt
 
-from app.demo_lmstudio import LMSTUDIO_HOME
 from app.ui.main_window import MainWindow
 from daemon.api.client import DaemonError
 

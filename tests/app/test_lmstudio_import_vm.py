@@ -7,8 +7,8 @@ import time
 
 from fake_daemon import FakeDaemonClient, definition
 from helpers import until
+from memory_daemon.lmstudio import LMSTUDIO_HOME
 
-from app.demo_lmstudio import LMSTUDIO_HOME
 from app.viewmodels.lmstudio_import import LmStudioImportViewModel
 from app.viewmodels.observable import Emitter
 from daemon.api.contracts import TransferState

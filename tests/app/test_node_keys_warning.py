@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
+from memory_daemon import DemoDaemon
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
-from app.demo import DemoDaemon
 from app.ui.main_window import MainWindow
 from app.viewmodels.nodes import gpu_health
 from daemon.api.contracts import KeysAtRest

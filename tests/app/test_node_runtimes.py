@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from fake_daemon import FakeDaemonClient
 from helpers import add_model_dialog
+from memory_daemon import DemoDaemon
 
 from app.context import AppContext
-from app.demo import DemoDaemon
 from app.ui.main_window import MainWindow
 from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.nodes import available_runtimes, runtime_badges

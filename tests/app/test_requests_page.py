@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fake_daemon import FakeDaemonClient, definition
 from helpers import cells
+from memory_daemon import DemoDaemon
 
-from app.demo import DemoDaemon
 from app.ui.main_window import PAGES, MainWindow
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.requests import RequestsFilters, RequestsViewModel

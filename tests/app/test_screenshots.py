@@ -68,3 +68,7 @@ def test_the_screenshots_run_writes_every_listed_picture(tmp_path: Path) -> None
     assert expected <= written, f"not written: {sorted(expected - written)}"
     small = [p.name for p in tmp_path.glob("*.png") if p.stat().st_size < 4000]
     assert not small, f"empty-looking screenshots: {small}"
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(tmp_path / "light-overview.png"))
+    assert (image.width(), image.height()) == (1280, 800)

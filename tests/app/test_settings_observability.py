@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
+from memory_daemon import DemoDaemon
 from PySide6.QtGui import QGuiApplication
 
-from app.demo import DemoDaemon
 from app.ui.main_window import MainWindow
 from app.viewmodels.observability import RATIO_NOT_A_NUMBER, RESTART_NOTE
 from daemon.api.models import DaemonSettings, TracingSettings

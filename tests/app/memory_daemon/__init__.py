@@ -1,18 +1,17 @@
-"""``DemoDaemon``: the one in-memory daemon, for ``--demo``, the screenshots and the app's tests.
+"""``DemoDaemon``: an in-memory daemon, a test fake of the app's tests only (the product's demo is
+``mirbadllm/demo.py``: the real daemon).
 
 It answers every call of ``DaemonClient`` (``tests/app/test_demo_conformance.py`` holds it to that)
 like the daemon would: state changes publish events with monotonic ids and a ``boot_id``, so the
-app's ``EventFeed`` runs for real. ``DemoDaemon()`` is the demo's believable fleet (six models in
-every state, one of them a base model without a chat template, one on vLLM, a host with a GPU, keys,
-history with live-looking curves, runtime logs, an access log (``app.demo_requests``); nodes, model
-sources and jobs from ``app.demo_services``, Discover's hub from ``app.demo_hub``, saved chats from
-``app.demo_conversations``),
-so the whole app can be shown and documented on a machine with no models; started models become
-ready after a short delay. ``DemoDaemon(models)`` is a bare daemon holding just those models
+app's ``EventFeed`` runs for real. ``DemoDaemon(models)`` is a bare daemon holding just those models
 (stopped), one machine without paired nodes, no keys, no jobs and no made-up figures, the state the
 app's tests start from (their ``FakeDaemonClient`` adds only recorded calls and injected failures).
+``DemoDaemon()`` is a seeded fleet (models in every state, a host with a GPU, keys, history, logs,
+an access log (``memory_daemon.requests``); nodes, sources and jobs from ``memory_daemon.services``,
+the hub from ``memory_daemon.hub``, saved chats from ``memory_daemon.conversations``) for the few
+tests that need a full one; started models become ready after a short delay.
 
-What a test or a demo may set directly: ``definitions``/``statuses``, ``keys``, ``settings``,
+What a test may set directly: ``definitions``/``statuses``, ``keys``, ``settings``,
 ``hosts``, ``history`` (points per model), ``log_lines`` (with ``add_log_line``), ``base_model_files``
 (GGUFs without a chat template), ``ready_after`` (seconds until a started model is ready; ``None``:
 it stays starting), ``unreachable`` (every call fails like a stopped daemon); and ``set_state``,
@@ -31,19 +30,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.demo_audit import DemoAudit
-from app.demo_backup import DemoBackups
-from app.demo_ca_rotation import DemoCaRotation
-from app.demo_conversations import DemoConversations
-from app.demo_disk import DEMO_MODELS_DIR, DemoDisk
-from app.demo_downloads import DemoDownloads
-from app.demo_host_services import DemoHostServices
-from app.demo_hub import DemoHub
-from app.demo_lmstudio import DemoLmStudio
-from app.demo_model_updates import DemoModelUpdates
-from app.demo_releases import DemoReleases
-from app.demo_requests import DemoRequests
-from app.demo_services import DemoJobs, DemoNodes, DemoSources
 from daemon.api.client import DaemonError
 from daemon.api.contracts import GpuInfo, KeysAtRest, LlamaCppSettings, VllmSettings
 from daemon.api.mirror import MirrorQuery
@@ -71,6 +57,19 @@ from daemon.api.models import (
 from daemon.api.plan import DeviceUse, NodePlan, Plan, PlanOption, PlanQuery, PlanState
 from daemon.api.rpc_split import RpcHelper
 from daemon.api.sources import FitQuery, Transfer
+from memory_daemon.audit import DemoAudit
+from memory_daemon.backup import DemoBackups
+from memory_daemon.ca_rotation import DemoCaRotation
+from memory_daemon.conversations import DemoConversations
+from memory_daemon.disk import DEMO_MODELS_DIR, DemoDisk
+from memory_daemon.downloads import DemoDownloads
+from memory_daemon.host_services import DemoHostServices
+from memory_daemon.hub import DemoHub
+from memory_daemon.lmstudio import DemoLmStudio
+from memory_daemon.model_updates import DemoModelUpdates
+from memory_daemon.releases import DemoReleases
+from memory_daemon.requests import DemoRequests
+from memory_daemon.services import DemoJobs, DemoNodes, DemoSources
 
 _LOGGER = logging.getLogger(__name__)
 

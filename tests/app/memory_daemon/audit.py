@@ -1,4 +1,4 @@
-"""The demo daemon's audit log (``audit``), mixed into ``app.demo.DemoDaemon``.
+"""The demo daemon's audit log (``audit``), mixed into ``memory_daemon.DemoDaemon``.
 
 Seeded: a day of typical entries (a model edit from the app, a key revoked from the ctl, a node
 paired, a health restart by the system); bare: empty. The demo's own edits add entries as the

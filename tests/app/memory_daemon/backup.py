@@ -1,5 +1,5 @@
 """The demo daemon's backups (create, list, download, preview and apply a restore), mixed into
-``app.demo.DemoDaemon``.
+``memory_daemon.DemoDaemon``.
 
 Like the daemon: a backup is the ``daemon.api.backup`` document of the demo's models, keys (no
 secrets) and settings; with a passphrase it carries an encrypted section whose check the restore

@@ -1,4 +1,4 @@
-"""The demo's CA rotation (``rotate_ca``), mixed into ``app.demo.DemoDaemon``.
+"""The demo's CA rotation (``rotate_ca``), mixed into ``memory_daemon.DemoDaemon``.
 
 It does what the daemon's ``daemon.nodes.ca_rotation`` reports: every online node is rotated, every
 other one named offline, and the old CA retired. ``ca_rotation_refusal`` (a test sets it) refuses

@@ -1,4 +1,4 @@
-"""The demo daemon's saved chats (``/api/conversations``), mixed into ``app.demo.DemoDaemon``.
+"""The demo daemon's saved chats (``/api/conversations``), mixed into ``memory_daemon.DemoDaemon``.
 
 Seeded: two chats the Playground lists (one with a code block, one with the model's reasoning).
 Bare: none (a test creates them through the calls). The rules are the daemon's own

@@ -1,6 +1,6 @@
 """The demo's model files: each node's models folder in memory, behind ``DemoDaemon``.
 
-A mixin like ``app.demo_host_services``: it uses the daemon's ``definitions``, ``nodes``,
+A mixin like ``memory_daemon.host_services``: it uses the daemon's ``definitions``, ``nodes``,
 ``delete_model`` and ``_record``. It decides what the real daemon decides with the same pure
 functions (``daemon.api.files``: which model uses which file, what removing a model with its files
 deletes and keeps), and refuses what the daemon and the agent refuse (409 ``file_in_use``, 403

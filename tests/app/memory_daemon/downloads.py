@@ -1,6 +1,6 @@
 """The in-memory daemon's Downloads: pause, resume, cancel and retry of its transfers.
 
-Mixed into ``app.demo.DemoDaemon`` ahead of ``DemoSources`` (whose transfers finish at once). The
+Mixed into ``memory_daemon.DemoDaemon`` ahead of ``DemoSources`` (whose transfers finish at once). The
 seeded demo lists a hub download running at a steady speed, a paused one, one that failed saying
 why, a finished mirror push and an Ollama import, as the Downloads page's screenshot shows them;
 ``add_transfer`` puts any transfer in the list (the app's tests use it). The verbs answer as the

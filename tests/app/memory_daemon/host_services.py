@@ -1,6 +1,6 @@
 """The demo's host services: each node's OS services in memory, behind ``DemoDaemon``.
 
-A mixin like ``app.demo_services``: it uses the daemon's ``nodes`` and ``_record``. It answers as a
+A mixin like ``memory_daemon.services``: it uses the daemon's ``nodes`` and ``_record``. It answers as a
 node's agent would through the daemon: whitelisted services by default, every one with ``every``;
 denied ones refused (403 ``service_denied``), others than whitelisted refused, protected ones only
 with their name typed (403 ``service_confirm_required``), state changing with each action.

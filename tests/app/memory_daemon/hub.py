@@ -1,5 +1,5 @@
 """The demo daemon's Discover (``hub_search``, ``hub_repo_files``, ``hub_catalog``), mixed into
-``app.demo.DemoDaemon``.
+``memory_daemon.DemoDaemon``.
 
 A small hub in memory: a few well-known GGUF repositories with their quants (sizes as the real hub
 lists them, rounded), one gated, one without GGUF; a search matches every word in a repository's

@@ -1,6 +1,6 @@
 """The in-memory daemon's LM Studio import: the GGUFs of LM Studio's folders and their import.
 
-Mixed into ``app.demo.DemoDaemon`` ahead of ``DemoSources``. ``lmstudio_models`` lists a believable
+Mixed into ``memory_daemon.DemoDaemon`` ahead of ``DemoSources``. ``lmstudio_models`` lists a believable
 LM Studio folder (a model with its vision projector, two more), each with the model already running
 it; ``import_lmstudio`` registers the files chosen where they lie, at once, and names the model that
 already runs a file instead of adding it again, as the daemon does (``daemon.sources.registration``).

@@ -1,5 +1,5 @@
 """The demo's model updates from the hub (``model_updates``, ``update_model_files``, ``rollback_model``),
-mixed into ``app.demo.DemoDaemon``.
+mixed into ``memory_daemon.DemoDaemon``.
 
 A hub in memory: ``hub_latest`` holds each repository's newest commit (a test calls
 ``publish_revision``); a model whose recorded revision is older has an update, and updating it

@@ -1,4 +1,4 @@
-"""The demo's agent rollout (``upgrade_status``, ``start_upgrade``), mixed into ``app.demo.DemoDaemon``.
+"""The demo's agent rollout (``upgrade_status``, ``start_upgrade``), mixed into ``memory_daemon.DemoDaemon``.
 
 As the daemon does it: the paired nodes (never this machine's, which goes with the daemon) brought
 onto the daemon's own version one at a time, each step an ``upgrade.node`` event, a node that

@@ -1,4 +1,4 @@
-"""The demo daemon's access log (``requests``, ``request``), mixed into ``app.demo.DemoDaemon``.
+"""The demo daemon's access log (``requests``, ``request``), mixed into ``memory_daemon.DemoDaemon``.
 
 Seeded: two hours of /v1 traffic as the demo fleet would see it: chats with the coder model from
 Open WebUI and the laptop's key, completions on the small base model, embeddings refused while
