@@ -6,6 +6,7 @@ machine never loads Qt.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 USAGE = """usage: mirbadllm [daemon|agent|ctl|run] [options]
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(USAGE, file=sys.stderr)
         return 2
+    gc.freeze()  # what the imports made lives as long as we do: no collection, not the exit's, walks it again
     return int(run(rest) or 0)
 
 

@@ -22,6 +22,9 @@ if str(ROOT) not in sys.path:
 if sys.dont_write_bytecode and not sys.pycache_prefix:
     sys.pycache_prefix = str(Path.home() / ".cache" / "mirbadllm-tests" / "pycache")
     sys.dont_write_bytecode = False
+    # The children too (each daemon, agent, ctl and fake runtime compiled our modules at every start).
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from tests.fakes import write_fake_runtime
 from tests.fakes.gguf_files import gguf_bytes
