@@ -8,9 +8,11 @@ process of its own (as the tray app would: the bench's own loop, busy with a tho
 add its delay to every call), and its p50/p99 printed (target p99 under 50 ms) in two phases of the
 routed rounds: the ramp, from the burst of requests until the daemon has taken them all (the
 router's ``total`` in the answer says so; the call that sees it counts in the ramp), and the
-steady stream after it until the round ends (``--timeline``: each call). The fake is started with the most slots a model may have
-(256) and the model's queue is raised so that no level is refused: past the slots, streams wait,
-in the fake's backlog when direct and in the router's queue when routed.
+steady stream after it until the round ends (``--timeline``: each call); beside them the daemon's
+CPU share in those rounds against the machine's load (a daemon short of CPU queues all its work).
+The fake is started with the most slots a model may have (256) and the model's queue is raised so
+that no level is refused: past the slots, streams wait, in the fake's backlog when direct and in
+the router's queue when routed.
 
     .venv/bin/python bench/router_scale.py [--levels 1,64,256,1024] [--streams-per-level N] [--tree TREE] [--timeline]
     .venv/bin/python bench/router_scale.py --soak SECONDS --streams N [--tree TREE]
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import signal
 import subprocess
@@ -67,6 +70,7 @@ class Level:
     cpu_us_per_event: float
     failed: int
     rounds: list[Round] = field(default_factory=list)
+    cpu_s: float = 0.0  # the daemon's CPU in the routed rounds
 
 
 @dataclass
@@ -124,7 +128,7 @@ async def measure_level(d: BenchDaemon, session: aiohttp.ClientSession, concurre
             failed += lost
     d_, r_ = times["direct"], times["routed"]
     return Level(concurrency, percentile(d_, 50) * 1000, percentile(d_, 99) * 1000, percentile(r_, 50) * 1000,
-                 percentile(r_, 99) * 1000, cpu / max(events, 1) * 1e6, failed, spans)
+                 percentile(r_, 99) * 1000, cpu / max(events, 1) * 1e6, failed, spans, cpu)
 
 
 @dataclass
@@ -228,9 +232,13 @@ async def scale(levels: list[int], per_level: int, tree: Path, timeline: bool = 
         print(f"    ramp (the burst, until the daemon has taken every request): {_figures(ramp)}")
         print(f"    steady (every request taken, streaming until the round ends): {_figures(steady)}")
         print(f"    all calls at this level, straight-to-the-fake rounds included: {_figures([c.took_s for c in calls])}")
+        wall = sum(r.end - r.start for r in top.rounds)
+        print(f"    the daemon's CPU in these rounds: {top.cpu_s:.2f} s in {wall:.2f} s, {top.cpu_s / wall:.0%} of one "
+              f"core (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: what it could get)")
         if timeline:
             origin = top.rounds[0].start
-            print("    timeline (s from the first routed round, ms, router total, in flight; | a round's edge):")
+            print(f"    timeline (s from the first routed round, at {origin:.3f} on time.monotonic; the call's ms, the "
+                  "router's total and in flight in its answer; | a round's edge):")
             edges = sorted([r.start for r in top.rounds] + [r.end for r in top.rounds])
             for c in calls:
                 while edges and edges[0] <= c.sent:
