@@ -103,11 +103,16 @@ def test_a_node_is_named_not_shown_as_its_64_hex_id(window: MainWindow, fake: Fa
 
 
 @pytest.mark.gui
-def test_the_demo_daemons_audit_log_reads_on_the_page(open_main_window: Callable[..., MainWindow],
-                                                       qtbot: Any) -> None:
-    win = open_main_window(DemoDaemon())
+def test_who_did_what_and_a_models_change_read_on_the_page(open_main_window: Callable[..., MainWindow],
+                                                            qtbot: Any) -> None:
+    demo = DemoDaemon([])
+    coder = {"id": "coder", "settings": {"ctx_size": 8192}}
+    demo._note_audit("key.revoke", "k0", actor="ctl")
+    demo._note_audit("model.crash_restart", "coder", actor="system")
+    demo._note_audit("model.update", "coder", coder, {**coder, "settings": {"ctx_size": 16384}})
+    win = open_main_window(demo)
     win.show_page("audit")
-    qtbot.waitUntil(lambda: win.audit.table.rowCount() == 5)
+    qtbot.waitUntil(lambda: win.audit.table.rowCount() == 3)
     whos = {r[1] for r in cells(win.audit.table)}
     assert whos == {"app", "ctl", "system"}
     edit = next(n for n, r in enumerate(cells(win.audit.table)) if r[2] == "model.update")

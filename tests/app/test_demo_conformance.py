@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from fake_daemon import FakeDaemonClient, definition
 from memory_daemon import DemoDaemon
-from memory_daemon.services import DEMO_PAIRING_CODE
 
 from agent.api.llamacpp import LlamaCppSettings
 from daemon.api import client as client_module
@@ -70,12 +69,6 @@ def _differences(cls: type) -> list[str]:
     return found
 
 
-def _seeded() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
-    demo = DemoDaemon()
-    waiting = demo.discovered[0]
-    return demo, "qwen25-coder-7b", (waiting.address, DEMO_PAIRING_CODE, waiting.fingerprint)
-
-
 def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
     pulled = ModelSource(hf_repo="acme/gamma-GGUF", hf_file="gamma.gguf", revision="a" * 40)
     bare = DemoDaemon([definition("alpha"), definition("beta", served_name="Beta-7B"),
@@ -89,7 +82,7 @@ def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
     return bare, "alpha", (waiting.address, "ABCD-EFGH", waiting.fingerprint)
 
 
-DAEMONS: dict[str, Callable[[], tuple[DemoDaemon, str, tuple[str, str, str]]]] = {"seeded": _seeded, "bare": _bare}
+DAEMONS: dict[str, Callable[[], tuple[DemoDaemon, str, tuple[str, str, str]]]] = {"bare": _bare}
 
 
 def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]]:

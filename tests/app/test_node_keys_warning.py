@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from memory_daemon import DemoDaemon
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
 from app.ui.main_window import MainWindow
 from app.viewmodels.nodes import gpu_health
-from daemon.api.contracts import KeysAtRest
+from daemon.api.contracts import GpuEcc, GpuInfo, KeysAtRest
 from daemon.api.nodes import NodeState, NodeView
 
 pytestmark = pytest.mark.gui
@@ -53,16 +52,15 @@ def test_the_node_whose_key_is_a_plain_file_says_so(open_main_window: Callable[.
     qtbot.waitUntil(lambda: not panel.keys.isVisible())
 
 
-def test_the_demo_fleet_shows_a_plain_key_and_a_gpus_health() -> None:
-    nodes = {n.name: n for n in DemoDaemon().nodes}
-    assert nodes["old-laptop"].keys_at_rest is not None and "0600" in (nodes["old-laptop"].keys_at_rest.warning or "")
-    assert gpu_health(nodes["workstation"].gpus[0]) == "ECC 2 corrected, 0 uncorrected · throttled: sw power cap"
-
-
 def test_the_gpu_health_is_in_view_at_the_screenshots_size(open_main_window: Callable[..., MainWindow],
                                                           qtbot: Any) -> None:
-    demo = DemoDaemon()
-    demo.ready_after = None
+    demo = FakeDaemonClient([])
+    gpu = GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-4090", memory_total=24 << 30,
+                  memory_used=15 << 30, utilization_percent=58.0, temperature_c=64.0, power_w=285.0,
+                  ecc=GpuEcc(volatile_corrected=2, volatile_uncorrected=0), throttle_reasons=["sw_power_cap"],
+                  xid_events=0)
+    demo.nodes = [NodeView(id="local", name="workstation", local=True, state=NodeState.ONLINE, gpus=[gpu])]
+    assert gpu_health(gpu) == "ECC 2 corrected, 0 uncorrected · throttled: sw power cap"
     win = open_main_window(demo, nodes_loaded=True, size=(1280, 800))
     win.show_page("nodes")
     table = win.nodes.panel.gpus

@@ -44,11 +44,7 @@ def test_badges_say_the_version_or_why_not() -> None:
     assert available_runtimes(None) == ("llamacpp",)  # not reported: the default, refused at start if wrong
 
 
-def test_the_demo_nodes_report_runtimes() -> None:
-    seeded = DemoDaemon()
-    local = next(n for n in seeded.nodes if n.local)
-    assert next(b.text for b in runtime_badges(local) if b.available).startswith("llama.cpp ")
-    assert any("vllm" in available_runtimes(n) for n in seeded.nodes)
+def test_the_fake_nodes_report_runtimes() -> None:
     bare = DemoDaemon([]).nodes  # the tests' daemon: this machine, llama.cpp only
     assert [available_runtimes(n) for n in bare] == [("llamacpp",)]
     assert [b.available for b in runtime_badges(bare[0])] == [True, False, False]

@@ -170,12 +170,15 @@ def test_the_requests_page_at_1024_by_700(open_main_window: Callable[..., MainWi
 
 
 @pytest.mark.gui
-def test_the_demo_daemons_traffic_reads_on_the_page(open_main_window: Callable[..., MainWindow], qtbot: Any) -> None:
-    demo = DemoDaemon()
-    demo.ready_after = None
+def test_each_way_a_request_ends_reads_on_the_page(open_main_window: Callable[..., MainWindow], qtbot: Any) -> None:
+    demo = DemoDaemon([definition("alpha"), definition("beta")])
+    for n, (status, answered_by) in enumerate(((200, None), (404, None), (429, None), (503, None), (200, "beta"))):
+        demo.add_request(RequestRecord(id=f"r{n}", ts=1.7e9 + n, model="alpha", node="local", status=status,
+                                       path="/v1/chat/completions", answered_by=answered_by,
+                                       error=None if status == 200 else f"refused with {status}"))
     win = open_main_window(demo, size=(1024, 700))
     win.show_page("requests")
-    qtbot.waitUntil(lambda: win.requests.table.rowCount() >= 60)
+    qtbot.waitUntil(lambda: win.requests.table.rowCount() == 5)
     statuses = {r[1] for r in cells(win.requests.table)}
     assert {"200", "404", "429", "503"} <= statuses
     assert any("→" in r[2] for r in cells(win.requests.table))  # a fallback answered

@@ -79,9 +79,10 @@ def test_the_prometheus_job_names_metrics_and_service_discovery_with_the_token_f
     assert QGuiApplication.clipboard().text() == text
 
 
-def test_the_demo_shows_tracing_on(open_main_window: Callable[..., MainWindow], qtbot: Any) -> None:
-    demo = DemoDaemon()
-    demo.ready_after = None
+def test_tracing_on_shows_on_the_card(open_main_window: Callable[..., MainWindow], qtbot: Any) -> None:
+    demo = DemoDaemon([])
+    demo.settings = DaemonSettings(tracing=TracingSettings(enabled=True, sample_ratio=0.25,
+                                                           endpoint="http://otel-collector.lan:4318/v1/traces"))
     win = open_main_window(demo)
     card = win.settings.tracing
     qtbot.waitUntil(lambda: card.vm.state.value.loaded)

@@ -6,10 +6,9 @@ like the daemon would: state changes publish events with monotonic ids and a ``b
 app's ``EventFeed`` runs for real. ``DemoDaemon(models)`` is a bare daemon holding just those models
 (stopped), one machine without paired nodes, no keys, no jobs and no made-up figures, the state the
 app's tests start from (their ``FakeDaemonClient`` adds only recorded calls and injected failures).
-``DemoDaemon()`` is a seeded fleet (models in every state, a host with a GPU, keys, history, logs,
-an access log (``memory_daemon.requests``); nodes, sources and jobs from ``memory_daemon.services``,
-the hub from ``memory_daemon.hub``, saved chats from ``memory_daemon.conversations``) for the few
-tests that need a full one; started models become ready after a short delay.
+Its parts: the access log (``memory_daemon.requests``); nodes, sources and jobs
+(``memory_daemon.services``), the hub (``memory_daemon.hub``), saved chats
+(``memory_daemon.conversations``), and one module per other feature.
 
 What a test may set directly: ``definitions``/``statuses``, ``keys``, ``settings``,
 ``hosts``, ``history`` (points per model), ``log_lines`` (with ``add_log_line``), ``base_model_files``
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -31,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from daemon.api.client import DaemonError
-from daemon.api.contracts import GpuInfo, KeysAtRest, LlamaCppSettings, VllmSettings
+from daemon.api.contracts import GpuInfo, KeysAtRest
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
     ApiKeyCreated,
@@ -46,13 +44,11 @@ from daemon.api.models import (
     HistorySeries,
     HostSnapshot,
     ModelDefinition,
-    ModelSource,
     ModelState,
     ModelStatus,
     ModelView,
     RouterStats,
     StatusResponse,
-    TracingSettings,
 )
 from daemon.api.plan import DeviceUse, NodePlan, Plan, PlanOption, PlanQuery, PlanState
 from daemon.api.rpc_split import RpcHelper
@@ -61,7 +57,7 @@ from memory_daemon.audit import DemoAudit
 from memory_daemon.backup import DemoBackups
 from memory_daemon.ca_rotation import DemoCaRotation
 from memory_daemon.conversations import DemoConversations
-from memory_daemon.disk import DEMO_MODELS_DIR, DemoDisk
+from memory_daemon.disk import DemoDisk
 from memory_daemon.downloads import DemoDownloads
 from memory_daemon.host_services import DemoHostServices
 from memory_daemon.hub import DemoHub
@@ -78,66 +74,24 @@ _STEP_S = {"5m": 1.0, "1h": 10.0, "24h": 240.0, "7d": 1680.0}
 _RUNNING = (ModelState.READY, ModelState.STARTING)
 
 
-def _seed() -> list[tuple[ModelDefinition, ModelState, str | None]]:
-    def d(mid: str, name: str, path: str, tags: list[str], **settings: Any) -> ModelDefinition:
-        return ModelDefinition(id=mid, served_name=name, model_path=path, tags=tags,
-                               settings=LlamaCppSettings(**settings), auto_start=mid == "gemma3-270m",
-                               sources=ModelSource(hf_repo=f"example/{name}-GGUF"))
-    return [
-        (d("gemma3-270m", "gemma3-270m", f"{DEMO_MODELS_DIR}/gemma-3-270m-Q4_K_M.gguf", ["demo", "small"],
-           ctx_size=8192, parallel=2), ModelState.READY, None),  # a base model: no chat template
-        (d("qwen25-coder-7b", "qwen2.5-coder-7b", "~/models/qwen2.5-coder-7b-instruct-q4_k_m.gguf", ["code", "chat"],
-           ctx_size=32768, n_gpu_layers=-1, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0"),
-         ModelState.READY, None),
-        (d("nomic-embed", "nomic-embed-text", "~/models/nomic-embed-text-v1.5.f16.gguf", ["embeddings"],
-           embeddings=True, pooling="mean"), ModelState.STARTING, None),
-        (d("llama31-8b", "llama3.1-8b", "~/models/Meta-Llama-3.1-8B-Instruct-Q6_K.gguf", ["chat"],
-           ctx_size=131072, n_gpu_layers=-1), ModelState.FAILED,
-         "llama-server exited 1: cudaMalloc failed: out of memory (needed 16.0 GiB for the KV cache)"),
-        (d("mistral-small", "mistral-small-24b", "~/models/Mistral-Small-24B-Instruct-Q4_K_M.gguf", ["chat", "large"],
-           ctx_size=16384), ModelState.STOPPED, None),
-        (ModelDefinition(id="qwen25-7b-vllm", served_name="qwen2.5-7b-instruct-awq", runtime="vllm",
-                         model_path="~/models/Qwen2.5-7B-Instruct-AWQ", tags=["chat"],
-                         image="vllm/vllm-openai:v0.8.5", runtime_version="0.8.5",
-                         vllm=VllmSettings(max_model_len=32768, max_num_seqs=64),
-                         sources=ModelSource(hf_repo="Qwen/Qwen2.5-7B-Instruct-AWQ")),
-         ModelState.STOPPED, None),  # vLLM, in a container on the workstation
-    ]
-
-
-def _demo_host() -> HostSnapshot:
-    return HostSnapshot(node="local", cpu_percent=31, memory_total=64 * GIB, memory_used=int(27.4 * GIB),
-                        gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", memory_total=24 * GIB,
-                                      memory_used=int(15.2 * GIB), utilization_percent=58, temperature_c=64)])
-
-
 def _bare_host() -> HostSnapshot:
     return HostSnapshot(node="local", cpu_percent=37.5, memory_total=32 * GIB, memory_used=12 * GIB,
                         gpus=[GpuInfo(index=0, name="NVIDIA RTX 4070", memory_total=12 * GIB,
                                       memory_used=5 * GIB, utilization_percent=42.0)])
 
 
-# The seeded demo traces a quarter of its /v1 requests to a collector on the LAN (the Settings page shows it).
-DEMO_TRACING = TracingSettings(enabled=True, endpoint="http://otel-collector.lan:4318/v1/traces", sample_ratio=0.25)
-
-
 class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
                  DemoDisk, DemoHub, DemoModelUpdates, DemoCaRotation, DemoConversations):
-    """Same surface as ``DaemonClient``; nothing leaves the process.
-
-    ``DemoDaemon()``: the demo's seeded fleet, with figures that move. ``DemoDaemon(models)``: a bare
+    """Same surface as ``DaemonClient``; nothing leaves the process. ``DemoDaemon(models)``: a bare
     daemon with just these (stopped) models and nothing made up.
     """
 
-    def __init__(self, models: list[ModelDefinition] | None = None) -> None:
-        seeded = models is None
-        self.live = seeded  # host load, history curves and log lines move with the clock
-        self.seed_jobs = seeded
+    def __init__(self, models: list[ModelDefinition]) -> None:
         self.base_url = "http://127.0.0.1:8484"
-        self.home = "~/.local/share/mirbadllm" if seeded else "/tmp/mirbadllm"
+        self.home = "/tmp/mirbadllm"
         self.boot_id = uuid.uuid4().hex
-        self.started_at = time.time() - (7200 if seeded else 3600)
-        self.settings = DaemonSettings(tracing=DEMO_TRACING) if seeded else DaemonSettings()
+        self.started_at = time.time() - 3600
+        self.settings = DaemonSettings()
         self.definitions: dict[str, ModelDefinition] = {}
         self.statuses: dict[str, ModelStatus] = {}
         self.keys: dict[str, ApiKeyInfo] = {}
@@ -145,44 +99,23 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
         self.log_lines: dict[str, list[str]] = {}
         self.history: dict[str, list[HistoryPoint]] = {}
         self.base_model_files: set[str] = set()
-        self.hosts = [_demo_host() if seeded else _bare_host()]
+        self.hosts = [_bare_host()]
         self.router: dict[str, RouterStats] = {}
         self.keys_at_rest: KeysAtRest | None = None  # a test sets the daemon's key-storage state (+ warning)
-        self.ready_after: float | None = 2.0 if seeded else None
+        self.ready_after: float | None = None
         self.unreachable = False
         self.closed = False
-        self._last_id = 40 if seeded else 0
+        self._last_id = 0
         self._events: list[Event] = []
         self._changed = asyncio.Event()
         self._logged = asyncio.Event()
-        self._seed_nodes(seeded)
-        self._seed_disk(seeded)
-        self._seed_downloads(seeded)
-        for d in models or []:
+        self._seed_nodes()
+        self._seed_disk()
+        self._seed_model_updates()
+        for d in models:
             self.definitions[d.id] = d
             self.statuses[d.id] = ModelStatus(id=d.id, served_name=d.served_name, state=ModelState.STOPPED)
-        if seeded:
-            self._seed_fleet()
-        self._seed_model_updates(seeded)  # after the fleet: it gives two of its models a hub origin
         self._key_count = len(self.keys)
-
-    def _seed_fleet(self) -> None:
-        now = time.time()
-        for n, (definition, state, error) in enumerate(_seed()):
-            running = state in _RUNNING
-            self.definitions[definition.id] = definition
-            self.statuses[definition.id] = ModelStatus(
-                id=definition.id, served_name=definition.served_name, state=state,
-                endpoint=f"http://127.0.0.1:{18080 + n}" if running else None, pid=31200 + n if running else None,
-                started_at=now - 3600 * (n + 1) if running else None, error=error,
-                last_log_lines=["ggml_cuda_init: found 1 CUDA devices", "llama_kv_cache: cudaMalloc failed"] if error else [],
-                restart_pending=definition.id == "qwen25-coder-7b", crash_count=3 if error else 0,
-                restarts_paused=bool(error), config_hash="5f3a9c0e1b2d4e6f", running_config_hash="5f3a9c0e1b2d4e6f")
-        self.keys = {"k1": ApiKeyInfo(id="k1", name="laptop", prefix="sk-mirbad-3f9a", created_at=now - 86400 * 12,
-                                      last_used_at=now - 300),
-                     "k2": ApiKeyInfo(id="k2", name="open-webui", prefix="sk-mirbad-77c1", created_at=now - 86400 * 3)}
-        self.router = {"gemma3-270m": RouterStats(total=1843, failed=2, in_flight=1),
-                       "qwen2.5-coder-7b": RouterStats(total=12055, failed=9, in_flight=3)}
 
     # --- what a demo or a test drives by hand -----------------------------------------------------
     def _record(self, name: str, *args: Any) -> None:
@@ -252,7 +185,7 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
         return not self.unreachable
 
     async def plan(self, query: PlanQuery) -> Plan:
-        """The seeded node's ways to run a file: its RTX 4090 (free now with the context shown) and the CPU."""
+        """This machine's ways to run a file: its GPU (free now with the context shown) and the CPU."""
         self._record("plan", query)
         settings = query.settings.model_copy(update={"ctx_size": query.ctx_size}) if query.ctx_size else query.settings
         fit = await DemoSources.fit(self, FitQuery(model_path=query.model_path, hf=query.hf, settings=settings))
@@ -287,7 +220,7 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
         info = DaemonInfo(version=self.daemon_version, host="127.0.0.1", port=8484, api_url=f"{self.base_url}/v1",
                           keys_required=self.settings.require_api_keys or self.settings.lan_access,
                           started_at=self.started_at, home=self.home)
-        hosts = [_moving(h, time.time()) for h in self.hosts] if self.live else list(self.hosts)
+        hosts = list(self.hosts)
         return StatusResponse(daemon=info, models=list(self.statuses.values()), router=dict(self.router),
                               hosts=hosts, last_event_id=self._last_id, keys_at_rest=self.keys_at_rest)
 
@@ -361,12 +294,9 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
 
     async def logs(self, model_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]:
         self._record("logs", model_id, tail, follow)
-        name = self._view(model_id).definition.served_name
-        if self.live and model_id not in self.log_lines:
-            self.log_lines[model_id] = _demo_log(name)
+        self._view(model_id)
         lines = self.log_lines.setdefault(model_id, [])
         sent = max(0, len(lines) - tail)
-        n = 0
         while True:
             while sent < len(lines):
                 yield lines[sent]
@@ -374,34 +304,17 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
             if not follow:
                 return
             self._logged.clear()
-            try:
-                async with asyncio.timeout(1.5 if self.live else None):
-                    await self._logged.wait()
-            except TimeoutError:  # the demo's runtime keeps answering requests
-                n += 1
-                lines += [f"slot launch_slot_: id  {n % 2} | task {900 + n} | processing task",
-                          (f"slot      release: id  {n % 2} | task {900 + n} | stop processing: "
-                           f"n_past = {180 + n * 7}, truncated = 0")]
+            await self._logged.wait()
 
     async def model_history(self, model_id: str, range_: HistoryRange = "5m") -> HistorySeries:
         self._record("model_history", model_id, range_)
         self._view(model_id)
         step = _STEP_S[range_]
-        points = self.history.get(model_id)
-        if points is None and self.live:
-            end = time.time()
-            ready = self.statuses[model_id].state == ModelState.READY
-            points = [HistoryPoint(ts=end - (299 - i) * step, values=_demo_values(i, end - (299 - i) * step, ready))
-                      for i in range(300)]
-        return HistorySeries(subject=model_id, range=range_, step_s=step, points=points or [])
+        return HistorySeries(subject=model_id, range=range_, step_s=step, points=self.history.get(model_id, []))
 
     async def node_history(self, node_id: str = "local", range_: HistoryRange = "5m") -> HistorySeries:
         self._record("node_history", node_id, range_)
-        step = _STEP_S[range_]
-        end = time.time()
-        points = [HistoryPoint(ts=end - (299 - i) * step, values=_node_values(i))
-                  for i in range(300)] if self.live else []
-        return HistorySeries(subject=node_id, range=range_, step_s=step, points=points)
+        return HistorySeries(subject=node_id, range=range_, step_s=_STEP_S[range_], points=[])
 
     async def list_keys(self) -> list[ApiKeyInfo]:
         self._record("list_keys")
@@ -469,57 +382,3 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
         for model_id in running if stop_models else []:
             self._stop(model_id)
         return {"pid": 4321, "stopped_models": running if stop_models else []}
-
-
-def _moving(host: HostSnapshot, t: float) -> HostSnapshot:
-    """The host's load, as the demo shows it: swaying around its seeded figures."""
-    gpus = [g.model_copy(update={"utilization_percent": (g.utilization_percent or 0) + 20 * math.sin(t / 5)})
-            for g in host.gpus]
-    return host.model_copy(update={"cpu_percent": (host.cpu_percent or 0) + 6 * math.sin(t / 7), "gpus": gpus})
-
-
-def _demo_values(i: int, ts: float, ready: bool) -> dict[str, float | None]:
-    if not ready:
-        return {k: None for k in ("gen_tps", "prompt_tps", "requests_running", "requests_waiting",
-                                  "kv_cache_ratio", "rss_bytes", "cpu_percent", "gpu_mem_bytes", "gpu_util_percent")}
-    burst = max(0.0, math.sin(i / 9.0)) * (0.6 + 0.4 * math.sin(i / 23.0))
-    return {
-        "gen_tps": round(burst * 92 + (3 if burst else 0), 2),
-        "prompt_tps": round(max(0.0, math.sin(i / 9.0 + 0.4)) * 1450, 1),
-        "requests_running": float(round(burst * 3)),
-        "requests_waiting": float(max(0, round(burst * 5) - 3)),
-        "kv_cache_ratio": 0.12 + 0.5 * burst,
-        "rss_bytes": 1.9 * GIB + 0.05 * GIB * math.sin(i / 40),
-        "cpu_percent": 8 + 70 * burst,
-        "gpu_mem_bytes": 5.4 * GIB + 0.8 * GIB * burst,
-        "gpu_util_percent": 4 + 90 * burst,
-    }
-
-
-def _node_values(i: int) -> dict[str, float | None]:
-    burst = max(0.0, math.sin(i / 9.0))
-    return {"cpu_percent": 12 + 60 * burst, "mem_used_bytes": 27.4 * GIB + 2 * GIB * burst,
-            "mem_total_bytes": 64.0 * GIB, "gpu_mem_used_bytes": 15.2 * GIB + 1.5 * GIB * burst,
-            "gpu_mem_total_bytes": 24.0 * GIB, "gpu_util_percent": 5 + 85 * burst}
-
-
-def _demo_log(name: str) -> list[str]:
-    return [
-        "build: 6543 (a1b2c3d4) with cc (Debian 12.2.0) for x86_64-linux-gnu",
-        "system info: n_threads = 16, n_threads_batch = 16, total_threads = 32",
-        "ggml_cuda_init: found 1 CUDA devices: Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9",
-        f"main: loading model '{name}'",
-        "llama_model_loader: loaded meta data with 41 key-value pairs and 339 tensors",
-        "load_tensors: offloaded 29/29 layers to GPU",
-        "llama_context: n_ctx = 32768, n_batch = 2048, n_ubatch = 512, flash_attn = 1",
-        "llama_kv_cache: CUDA0 KV buffer size = 1792.00 MiB",
-        "main: model loaded",
-        "main: server is listening on http://127.0.0.1:18081 - starting the main loop",
-        "srv  update_slots: all slots are idle",
-        "slot launch_slot_: id  0 | task 812 | processing task",
-        "slot update_slots: id  0 | task 812 | prompt done, n_past = 412, n_tokens = 412",
-        "slot      release: id  0 | task 812 | stop processing: n_past = 655, truncated = 0",
-        "slot print_timing: id  0 | task 812 | prompt eval time = 118.40 ms / 412 tokens (3479.7 tokens per second)",
-        "slot print_timing: id  0 | task 812 |        eval time = 2644.19 ms / 243 tokens (91.9 tokens per second)",
-        "srv  update_slots: all slots are idle",
-    ]

@@ -1,8 +1,7 @@
 """The demo daemon's audit log (``audit``), mixed into ``memory_daemon.DemoDaemon``.
 
-Seeded: a day of typical entries (a model edit from the app, a key revoked from the ctl, a node
-paired, a health restart by the system); bare: empty. The demo's own edits add entries as the
-daemon would (``_note_audit``), recorded as the app.
+Empty at first; the fake's own edits add entries as the daemon would (``_note_audit``, recorded
+as the app; a test may note others).
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.api.audit import (
     ACTOR_APP,
-    ACTOR_CTL,
-    ACTOR_SYSTEM,
     MAX_LIMIT,
     AuditEntry,
     AuditPage,
@@ -21,33 +18,7 @@ from daemon.api.audit import (
 from daemon.api.client import DaemonError
 
 
-def _seed(now: float) -> list[AuditEntry]:
-    coder: dict[str, Any] = {"id": "qwen25-coder-7b", "served_name": "qwen2.5-coder-7b", "node": "local",
-                             "tags": ["code"], "settings": {"ctx_size": 8192, "parallel": 2, "n_gpu_layers": 99}}
-    edited = {**coder, "settings": {**coder["settings"], "ctx_size": 16384}, "tags": ["code", "chat"]}
-    key: dict[str, Any] = {"id": "k0", "name": "old-laptop", "prefix": "sk-mirbad-19be",
-                           "created_at": now - 86400 * 40, "limits": {"requests_per_minute": 60, "tokens_per_day": None}}
-    node: dict[str, Any] = {"id": "3f0c9a7e55d2", "name": "mac-studio", "host": "192.168.1.20", "port": 8485,
-                            "certificate_pem": "[PEM omitted]", "hostname": "mac-studio.local", "os": "darwin",
-                            "version": "0.9.0"}
-    rows: list[tuple[float, str, str, str, str, Any, Any]] = [
-        (now - 86400 * 0.9, ACTOR_CTL, "node.pair", node["id"], "mac-studio at 192.168.1.20:8485", None, node),
-        (now - 86400 * 0.5, ACTOR_CTL, "key.revoke", "k0", "", key, None),
-        (now - 7200, ACTOR_SYSTEM, "model.crash_restart", "mistral-nemo-12b", "crash 1 in a row, restart in 2 s", None,
-         None),
-        (now - 3600, ACTOR_APP, "model.update", coder["id"], "", coder, edited),
-        (now - 600, ACTOR_APP, "settings.update", "", "", {"lan_access": False, "require_api_keys": False,
-                                                           "audit_retention_days": 90},
-         {"lan_access": False, "require_api_keys": True, "audit_retention_days": 90}),
-    ]
-    return [AuditEntry(id=n + 1, ts=ts, actor=actor, action=action, subject=subject, detail=detail,
-                       before=before, after=after)
-            for n, (ts, actor, action, subject, detail, before, after) in enumerate(rows)]
-
-
 class DemoAudit:
-    live: bool
-
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _record(self, name: str, *args: Any) -> None: ...
 
@@ -56,7 +27,7 @@ class DemoAudit:
         """Oldest first, as recorded."""
         entries: list[AuditEntry] | None = self.__dict__.get("_demo_audit")
         if entries is None:
-            entries = self.__dict__["_demo_audit"] = _seed(time.time()) if self.live else []
+            entries = self.__dict__["_demo_audit"] = []
         return entries
 
     def _note_audit(self, action: str, subject: str = "", before: Any = None, after: Any = None,

@@ -5,7 +5,7 @@ Like the daemon: a backup is the ``daemon.api.backup`` document of the demo's mo
 secrets) and settings; with a passphrase it carries an encrypted section whose check the restore
 holds the passphrase to (a wrong one is ``backup_wrong_passphrase``), and the preview compares
 item by item. The demo encrypts nothing for real: its section is a marker, never a secret.
-Seeded: three daily backups in the list; bare: none. Every model file is on its node in the demo:
+None at first. Every model file is on its node in the demo:
 ``restore_missing_files`` (empty) is what a preview lists as missing, and a test may set it.
 """
 
@@ -60,7 +60,6 @@ class DemoBackups:
     keys: dict[str, ApiKeyInfo]
     settings: DaemonSettings
     home: str
-    live: bool
 
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
@@ -78,11 +77,6 @@ class DemoBackups:
         files: dict[str, tuple[float, str]] | None = self.__dict__.get("_demo_backups")
         if files is None:
             files = self.__dict__["_demo_backups"] = {}
-            if self.live:
-                now = time.time()
-                for day in (3, 2, 1):
-                    at = now - day * _DAY_S
-                    files[self._backup_name(at)] = (at, self._document(None, at))
         return files
 
     @staticmethod

@@ -1,7 +1,6 @@
 """The demo daemon's saved chats (``/api/conversations``), mixed into ``memory_daemon.DemoDaemon``.
 
-Seeded: two chats the Playground lists (one with a code block, one with the model's reasoning).
-Bare: none (a test creates them through the calls). The rules are the daemon's own
+None at first (a test creates them through the calls). The rules are the daemon's own
 (``daemon.conversations``): the same contracts validate, an unknown id is 404
 ``conversation_not_found``, ``keep`` replaces what followed, exports are ``daemon.api.conversations``'.
 """
@@ -36,22 +35,6 @@ _CODE_ANSWER = ("Use `pathlib` and a generator:\n\n```python\nfrom pathlib impor
                 "It walks the tree once and skips folders.")
 
 
-def _seed(now: float) -> list[Conversation]:
-    def message(role: str, content: str, ago: float, **fields: Any) -> ConversationMessage:
-        return ConversationMessage.model_validate({"role": role, "content": content, "created_at": now - ago,
-                                                   **fields})
-
-    code = [message("user", "List files over 100 MB under a folder in Python", 3600),
-            message("assistant", _CODE_ANSWER, 3590, model="qwen2.5-coder-7b")]
-    think = [message("user", "Is 1001 a prime?", 900),
-             message("assistant", "No: 1001 = 7 × 11 × 13.", 880, model="llama3.1-8b",
-                     reasoning="Try small primes: 1001 / 7 = 143, and 143 = 11 × 13.")]
-    return [Conversation(id="demo-chat-code", title="Big files in Python", model="qwen2.5-coder-7b",
-                         created_at=now - 3600, updated_at=now - 3590, message_count=2, messages=code),
-            Conversation(id="demo-chat-prime", title="Is 1001 a prime?", model="llama3.1-8b",
-                         created_at=now - 900, updated_at=now - 880, message_count=2, messages=think)]
-
-
 def _checked(model: type[Any], data: object) -> Any:
     try:
         return model.model_validate(data)
@@ -61,8 +44,6 @@ def _checked(model: type[Any], data: object) -> Any:
 
 
 class DemoConversations:
-    live: bool
-
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _record(self, name: str, *args: Any) -> None: ...
 
@@ -70,8 +51,7 @@ class DemoConversations:
     def conversations(self) -> dict[str, Conversation]:
         chats: dict[str, Conversation] | None = self.__dict__.get("_demo_conversations")
         if chats is None:
-            chats = self.__dict__["_demo_conversations"] = {
-                c.id: c for c in (_seed(time.time()) if self.live else [])}
+            chats = self.__dict__["_demo_conversations"] = {}
         return chats
 
     def _chat(self, conversation_id: str) -> Conversation:

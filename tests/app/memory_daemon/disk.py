@@ -4,8 +4,7 @@ A mixin like ``memory_daemon.host_services``: it uses the daemon's ``definitions
 ``delete_model`` and ``_record``. It decides what the real daemon decides with the same pure
 functions (``daemon.api.files``: which model uses which file, what removing a model with its files
 deletes and keeps), and refuses what the daemon and the agent refuse (409 ``file_in_use``, 403
-``outside_models_folder``, 404 ``file_not_found``). Seeded, this machine holds the demo model and
-two downloads no model uses; ``add_node_file`` puts a file on a node for a test.
+``outside_models_folder``, 404 ``file_not_found``). ``add_node_file`` puts a file on a node for a test.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from daemon.api.models import AUTO_NODE, ModelDefinition
 from daemon.api.nodes import NodeView
 
 GIB = 2**30
-DEMO_MODELS_DIR = "/home/demo/.local/share/mirbadllm/agent/models"
 BARE_MODELS_DIR = "/models"  # where the tests' definitions put their files
 
 
@@ -40,17 +38,10 @@ class DemoDisk:
         def _record(self, name: str, *args: object) -> None: ...
         async def delete_model(self, model_id: str) -> None: ...
 
-    def _seed_disk(self, seeded: bool) -> None:
-        self.models_dir = DEMO_MODELS_DIR if seeded else BARE_MODELS_DIR
-        self.disk_total, self.disk_free = (1863 * GIB, 182 * GIB) if seeded else (512 * GIB, 100 * GIB)
+    def _seed_disk(self) -> None:
+        self.models_dir = BARE_MODELS_DIR
+        self.disk_total, self.disk_free = 512 * GIB, 100 * GIB
         self.disk_files: dict[str, dict[str, tuple[int, float]]] = {}  # node -> path -> (size, mtime)
-        if seeded:
-            now = time.time()
-            for name, size, age_days in (
-                    ("gemma-3-270m-Q4_K_M.gguf", 253_114_624, 30),
-                    ("bartowski--Llama-3.2-3B-Instruct-GGUF/Llama-3.2-3B-Instruct-Q4_K_M.gguf", 2_019_377_696, 64),
-                    ("TheBloke--Mistral-7B-v0.1-GGUF/mistral-7b-v0.1.Q5_K_M.gguf", 5_131_409_696, 120)):
-                self.add_node_file("local", f"{DEMO_MODELS_DIR}/{name}", size, now - age_days * 86400)
 
     def add_node_file(self, node: str, path: str, size: int, mtime: float | None = None) -> None:
         """A file in ``node``'s models folder (a test's download, say); the disk's free space shrinks."""

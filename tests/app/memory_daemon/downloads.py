@@ -1,8 +1,6 @@
 """The in-memory daemon's Downloads: pause, resume, cancel and retry of its transfers.
 
-Mixed into ``memory_daemon.DemoDaemon`` ahead of ``DemoSources`` (whose transfers finish at once). The
-seeded demo lists a hub download running at a steady speed, a paused one, one that failed saying
-why, a finished mirror push and an Ollama import, as the Downloads page's screenshot shows them;
+Mixed into ``memory_daemon.DemoDaemon`` ahead of ``DemoSources`` (whose transfers finish at once).
 ``add_transfer`` puts any transfer in the list (the app's tests use it). The verbs answer as the
 daemon does (``daemon.sources.downloads``): 404 ``transfer_not_found``, 409 ``transfer_refused``.
 """
@@ -42,35 +40,6 @@ class DemoDownloads:
         self._transfer_book[transfer.id] = transfer
         self._publish("transfer.state", None, **transfer.model_dump(mode="json"))
         return transfer
-
-    def _seed_downloads(self, seeded: bool) -> None:
-        if not seeded:
-            return
-        now = time.time()
-        studio = next((n.id for n in self.nodes if n.name == "studio"), "local")
-        total = int(4.68 * 1024 * MIB)
-        done = int(total * 0.62)
-        self.add_transfer(Transfer(
-            id="x5", kind="hf", label="Qwen/Qwen3-8B-GGUF Q4_K_M", state=TransferState.RUNNING, stage="downloading",
-            bytes_done=done, bytes_total=total, speed_bps=DEMO_SPEED, eta_s=(total - done) / DEMO_SPEED,
-            created_at=now - 80, pausable=True, agent_id="t9"))
-        self.add_transfer(Transfer(
-            id="x4", kind="hf", label="unsloth/gemma-3-12b-it-GGUF Q4_K_M", state=TransferState.PAUSED,
-            stage="paused", bytes_done=int(2.1 * 1024 * MIB), bytes_total=int(7.3 * 1024 * MIB),
-            created_at=now - 900, pausable=True, node=studio, agent_id="t3"))
-        self.add_transfer(Transfer(
-            id="x3", kind="url", label="https://models.example.net/phi-4-mini-Q5_K_M.gguf", state=TransferState.FAILED,
-            error="the connection failed 3 times: Response payload is not completed", bytes_done=0,
-            bytes_total=int(2.8 * 1024 * MIB), created_at=now - 2400, finished_at=now - 2300, pausable=True,
-            agent_id="t2"))
-        self.add_transfer(Transfer(
-            id="x2", kind="mirror", label="llama-3.2-3b -> studio", state=TransferState.DONE, stage="done",
-            bytes_done=int(2.0 * 1024 * MIB), bytes_total=int(2.0 * 1024 * MIB), node=studio,
-            registered=["llama-3.2-3b"], created_at=now - 5400, finished_at=now - 5300))
-        self.add_transfer(Transfer(
-            id="x1", kind="ollama", label="qwen3:8b", state=TransferState.DONE, stage="done",
-            bytes_done=int(5.2 * 1024 * MIB), bytes_total=int(5.2 * 1024 * MIB), registered=["qwen3-8b"],
-            created_at=now - 7000, finished_at=now - 6990, agent_id="t1"))
 
     def _move(self, transfer: Transfer, **changes: Any) -> Transfer:
         moved = transfer.model_copy(update=changes)

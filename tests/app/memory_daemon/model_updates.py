@@ -6,7 +6,7 @@ A hub in memory: ``hub_latest`` holds each repository's newest commit (a test ca
 swaps its file for the new revision's (a folder of its own, as the daemon's ``daemon.sources.updates``
 does) at once, keeping the old one for a roll back. ``hub_refused`` makes the hub's answer about a
 model untrustworthy (a file changed without a new revision): listed as refused, and an update is
-refused with that reason. Seeded, two models came from the hub: one with an update, one current.
+refused with that reason.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.api.client import DaemonError
 from daemon.api.contracts import ImportedModel, TransferState
-from daemon.api.model_updates import ModelUpdate, SourceFile
+from daemon.api.model_updates import ModelUpdate
 from daemon.api.models import (
     KeptRevision,
     ModelDefinition,
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 _LOGGER = logging.getLogger(__name__)
 
-_SEEDED = {"qwen25-coder-7b": 2, "mistral-small": 1}  # model -> commits on the demo hub (2: an update waits)
 
 
 def _commit(repo: str, n: int) -> str:
@@ -55,21 +54,11 @@ class DemoModelUpdates:
         def _start(self, model_id: str, **kw: Any) -> ModelStatus: ...
         def publish(self, type_: str, model: str | None = None, **data: Any) -> Event: ...
 
-    def _seed_model_updates(self, seeded: bool) -> None:
+    def _seed_model_updates(self) -> None:
         self.hub_latest: dict[str, str] = {}  # repo -> its newest commit
         self.hub_refused: dict[str, str] = {}  # model -> why the hub's answer is refused
         self.hub_commits: dict[str, int] = {}  # repo -> how many commits it has had
-        self.updates_checked_at: float | None = time.time() - 3 * 3600 if seeded else None
-        for model_id, commits in _SEEDED.items() if seeded else ():
-            definition = self.definitions[model_id]
-            repo = (definition.sources.hf_repo if definition.sources else None) or f"example/{model_id}-GGUF"
-            name = definition.model_path.rsplit("/", 1)[-1]
-            files = [SourceFile(path=name, sha256=hashlib.sha256(f"{repo}/{name}@1".encode()).hexdigest(),
-                                size=4_683_074_048)]
-            self.definitions[model_id] = definition.model_copy(update={"sources": ModelSource(
-                hf_repo=repo, hf_file=name, revision=_commit(repo, 1), files=files)})
-            self.hub_commits[repo] = commits
-            self.hub_latest[repo] = _commit(repo, commits)
+        self.updates_checked_at: float | None = None
 
     def publish_revision(self, repo: str) -> str:
         """A new commit of ``repo`` on the demo hub: its models have an update."""

@@ -1,9 +1,8 @@
 """The in-memory nodes, model sources and jobs behind ``DemoDaemon`` (which the app's tests run too).
 
 Mixins over ``DemoDaemon``: they use its ``definitions`` (id -> ``ModelDefinition``), ``_view(model_id)``,
-``_publish(type_, model=None, **data)``, ``_record(name, *args)`` (first thing in every call), ``live``
-(made-up figures move) and ``seed_jobs``; the nodes are set up by ``_seed_nodes``, transfers and jobs
-on first use. Each answers like the daemon would, with believable figures: a fit report for any
+``_publish(type_, model=None, **data)`` and ``_record(name, *args)`` (first thing in every call); the
+nodes are set up by ``_seed_nodes``, transfers and jobs on first use. Each answers like the daemon would, with believable figures: a fit report for any
 file, transfers that finish, pairing with a code, benchmark and tuning jobs with results.
 """
 
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +23,8 @@ from daemon.api.contracts import (
     Device,
     FitReport,
     GgufSummary,
-    GpuEcc,
     GpuInfo,
     ImportedModel,
-    KeysAtRest,
-    LlamaCppSettings,
     MemoryEstimate,
     OllamaModelInfo,
     TransferState,
@@ -42,8 +37,6 @@ from daemon.api.contracts import (
 )
 from daemon.api.jobs import (
     BenchmarkRequest,
-    BenchmarkResult,
-    CandidateResult,
     JobState,
     JobView,
     PlanStep,
@@ -53,7 +46,6 @@ from daemon.api.jobs import (
     TuningResult,
 )
 from daemon.api.models import (
-    HistoryPoint,
     HistoryRange,
     HistorySeries,
     ModelDefinition,
@@ -85,8 +77,6 @@ from daemon.api.upgrades import (
 _LOGGER = logging.getLogger(__name__)
 
 GIB = 2**30
-DEMO_PAIRING_CODE = "KXT7-M4QP"  # what the demo's waiting agent "prints"
-# Model files known to carry no chat template (base models); every other file has one.
 BASE_MODEL_MARKERS = ("-base", "gemma-3-270m.", "gemma-3-270m-q")
 
 
@@ -184,64 +174,9 @@ LLAMACPP_BUILD = RuntimeOffer(runtime="llamacpp", available=True, version="11434
                               "bin/llama-server",
                               backends=[BackendState(backend=Backend.CPU, available=True, verified=True)])
 RTX_4090 = Device(name="CUDA0", description="NVIDIA GeForce RTX 4090", memory_total_mib=24564, memory_free_mib=9000)
-WORKSTATION_BUILD = LLAMACPP_BUILD.model_copy(update={"backends": [
-    BackendState(backend=Backend.CPU, available=True, verified=True),
-    BackendState(backend=Backend.VULKAN, available=True, verified=True, devices=[RTX_4090.model_copy(update={
-        "name": "Vulkan0", "description": "NVIDIA GeForce RTX 4090 (NVIDIA)"})]),
-    BackendState(backend=Backend.CUDA, available=True, verified=True, devices=[RTX_4090], driver="580.95.05")]})
-STUDIO_BACKENDS = [BackendState(backend=Backend.CPU, available=True, verified=True),
-                   BackendState(backend=Backend.METAL, available=True, verified=True,
-                                devices=[Device(name="MTL0", description="Apple M2 Max", memory_total_mib=73728,
-                                                memory_free_mib=70000)])]
 NO_DOCKER = RuntimeOffer(runtime="vllm", available=False,
                          reason="no Docker engine answers on this node (start Docker, or install it)")
 NOT_APPLE = RuntimeOffer(runtime="mlx", available=False, reason="MLX runs on Apple Silicon (macOS on arm64) only")
-
-
-def _vllm(version: str = "0.8.5") -> RuntimeOffer:
-    return RuntimeOffer(runtime="vllm", available=True, version=version, digest="sha256:9e2c" + "0" * 60,
-                        location=f"vllm/vllm-openai:v{version}")
-
-
-OLD_LAPTOP_KEYS = KeysAtRest(keychain=False, plain_files=["agent.key"],
-                             warning="Private keys (agent.key) are stored unencrypted, as files readable only by "
-                                     "this user (0600): this system runs no keychain for this user (on Linux: "
-                                     "GNOME Keyring or KWallet, through the Secret Service).")
-
-
-def _demo_nodes() -> list[NodeView]:
-    now = time.time()
-    fp = hashlib.sha256(b"studio").hexdigest()
-    return [
-        NodeView(id="local", name="workstation", local=True, state=NodeState.ONLINE, hostname="workstation",
-                 os="Linux", arch="x86_64", version="0.1.0", cpu_count=32, cpu_percent=31.0, memory_total=64 * GIB,
-                 memory_used=int(27.4 * GIB), memory_available=int(36.6 * GIB), last_seen=now, latency_ms=0.4,
-                 models=["gemma3-270m", "qwen25-coder-7b", "nomic-embed", "llama31-8b", "mistral-small"],
-                 gpus=[GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", uuid="GPU-4090", memory_total=24 * GIB,
-                               memory_used=int(15.2 * GIB), utilization_percent=58.0, temperature_c=64.0,
-                               power_w=285.0, ecc=GpuEcc(volatile_corrected=2, volatile_uncorrected=0),
-                               throttle_reasons=["sw_power_cap"], xid_events=0)],  # its Health column says so
-                 runtimes=[WORKSTATION_BUILD, _vllm(), NOT_APPLE], backend=Backend.CUDA,
-                 keys_at_rest=KeysAtRest(keychain=True, backend="keyring.backends.SecretService.Keyring")),
-        NodeView(id=hashlib.sha256(fp.encode()).hexdigest(), name="studio", address="192.168.1.40:8485",
-                 state=NodeState.ONLINE, hostname="studio.local", os="Darwin", arch="arm64", version="0.1.0",
-                 cpu_count=12, cpu_percent=9.0, memory_total=96 * GIB, memory_used=int(22.0 * GIB),
-                 memory_available=int(74.0 * GIB), last_seen=now, latency_ms=2.1, paired_at=now - 86400 * 9,
-                 fingerprint=fp, models=[],
-                 backend=Backend.METAL,
-                 runtimes=[LLAMACPP_BUILD.model_copy(update={"location": "/opt/homebrew/bin/llama-server",
-                                                             "version": "b5040 (d3f8a51c)", "digest": "7c0d" + "0" * 60,
-                                                             "backends": STUDIO_BACKENDS}),
-                           RuntimeOffer(runtime="vllm", available=False,
-                                        reason="vLLM runs in Docker on Linux with an NVIDIA GPU; this node is macOS"),
-                           RuntimeOffer(runtime="mlx", available=True, version="0.26.3",
-                                        location="/opt/homebrew/bin/mlx_lm.server")]),
-        NodeView(id=hashlib.sha256(b"old-laptop").hexdigest(), name="old-laptop", address="192.168.1.52:8485",
-                 state=NodeState.OFFLINE, reason="no answer to 3 status probes in a row", hostname="old-laptop",
-                 os="Linux", arch="x86_64", version="0.1.0", cpu_count=4, memory_total=16 * GIB,
-                 last_seen=now - 1800, paired_at=now - 86400 * 40, fingerprint=hashlib.sha256(b"x").hexdigest(),
-                 keys_at_rest=OLD_LAPTOP_KEYS),  # headless, no Secret Service: its agent key is a 0600 file
-    ]
 
 
 def _bare_local_node() -> NodeView:
@@ -252,11 +187,9 @@ def _bare_local_node() -> NodeView:
 class DemoNodes:
     """Paired nodes (``nodes``), agents waiting to be paired (``discovered``, each with the code it "prints").
 
-    Seeded: a local node, a paired Mac, an offline laptop, and one agent waiting with
-    ``DEMO_PAIRING_CODE``; bare: this machine only. ``add_waiting_agent`` lets one more appear.
+    This machine only; ``add_waiting_agent`` lets an agent appear.
     """
 
-    live: bool
     nodes: list[NodeView]
     discovered: list[DiscoveredNode]
 
@@ -264,20 +197,10 @@ class DemoNodes:
         def _publish(self, type_: str, model: str | None = None, **data: Any) -> Any: ...
         def _record(self, name: str, *args: Any) -> None: ...
 
-    def _seed_nodes(self, seeded: bool) -> None:
-        self.nodes = _demo_nodes() if seeded else [_bare_local_node()]
+    def _seed_nodes(self) -> None:
+        self.nodes = [_bare_local_node()]
         self.discovered = []
         self._offers: dict[str, tuple[str, NodeView]] = {}  # fingerprint -> (its code, the node once paired)
-        if seeded:
-            fp = hashlib.sha256(b"gpu-box").hexdigest()
-            self._offer(DiscoveredNode(name="gpu-box", address="192.168.1.61:8485", host="192.168.1.61", port=8485,
-                                       fingerprint=fp, short_fingerprint=short_fingerprint(fp), version="0.1.0",
-                                       hostname="gpu-box", seen_at=time.time()), DEMO_PAIRING_CODE,
-                        NodeView(id="", name="", memory_total=128 * GIB, memory_available=120 * GIB, cpu_count=24,
-                                 os="Linux", arch="x86_64", runtimes=[LLAMACPP_BUILD, _vllm("0.9.1"), NOT_APPLE],
-                                 gpus=[GpuInfo(index=0, name="NVIDIA RTX 6000 Ada", uuid="GPU-6000",
-                                               memory_total=48 * GIB, memory_used=GIB, utilization_percent=0.0,
-                                               temperature_c=38.0)]))
 
     def _offer(self, entry: DiscoveredNode, code: str, paired: NodeView) -> None:
         self.discovered.append(entry)
@@ -394,25 +317,13 @@ class DemoNodes:
         self._record("gpu_history", node_id, gpu, range_)
         self._node(node_id)
         step = {"5m": 1.0, "1h": 10.0, "24h": 240.0, "7d": 1680.0}[range_]
-        end = time.time()
-        points = [HistoryPoint(ts=end - (119 - i) * step,
-                               values={"temperature_c": 60.0 + 6 * math.sin(i / 11), "power_w": 220.0 + 60 * math.sin(i / 9)})
-                  for i in range(120)] if self.live else []
-        return HistorySeries(subject=f"{node_id}/{gpu}", range=range_, step_s=step, points=points)
-
-
-def _bench_metrics(scale: float) -> dict[str, float]:
-    return {"single_tps": round(88.0 * scale, 1), "top_agg_tps": round(412.0 * scale, 1),
-            "single_ttft_p50_ms": round(96.0 / scale), "top_ttft_p95_ms": round(610.0 / scale),
-            "long_ttft_ms": round(1180.0 / scale), "long_prefill_tps": round(3470.0 * scale),
-            "cached_ttft_ms": 41.0, "tool_valid": 1.0, "objective_score": 0.75, "error_rate": 0.0}
+        return HistorySeries(subject=f"{node_id}/{gpu}", range=range_, step_s=step, points=[])
 
 
 class DemoJobs:
-    """Benchmarks and tuning: three past benchmarks and a finished tuning run per model (``seed_jobs``), and one job at a time, which stays running until cancelled."""
+    """Benchmarks and tuning: one job at a time, which stays running until cancelled."""
 
     definitions: dict[str, ModelDefinition]
-    seed_jobs = True
 
     if TYPE_CHECKING:  # provided by the daemon class this is mixed into
         def _view(self, model_id: str) -> ModelView: ...
@@ -424,30 +335,7 @@ class DemoJobs:
         book: dict[str, JobView] | None = self.__dict__.get("_demo_jobs")
         if book is None:
             book = self.__dict__["_demo_jobs"] = {}
-            for model in list(self.definitions) if self.seed_jobs else []:
-                self._seed_jobs(model)
         return book
-
-    def _seed_jobs(self, model: str) -> None:
-        now = time.time()
-        for n, (days, scale) in enumerate(((9, 0.82), (4, 0.95), (1, 1.0))):
-            started = now - 86400 * days
-            result = BenchmarkResult(model=model, stamp=f"2026110{n + 1}T120000Z", started_at=started,
-                                     finished_at=started + 95, metrics=_bench_metrics(scale), slots=4,
-                                     settings=self.definitions[model].settings, duration_s=95.0)
-            self._add(JobView(id=f"benchmark.{model}.{result.stamp}", kind="benchmark", model=model,
-                              state=JobState.SUCCEEDED, started_at=started, finished_at=started + 95, progress=1.0,
-                              phase="succeeded", summary={k: result.metrics[k] for k in
-                                                          ("single_tps", "top_agg_tps", "single_ttft_p50_ms",
-                                                           "long_ttft_ms", "tool_valid", "objective_score")},
-                              result=result))
-        tuning = _tuning_result(model, self.definitions[model].settings, now - 86400 * 2)
-        self._add(JobView(id=f"tune.{model}.{tuning.stamp}", kind="tune", model=model, search="quick",
-                          state=JobState.SUCCEEDED, started_at=tuning.started_at, finished_at=tuning.finished_at,
-                          progress=1.0, phase="succeeded", message=tuning.decision, candidates_done=6,
-                          candidates_total=6, scores=[ScorePoint(label=c.description or c.step, score=c.score)
-                                                      for c in tuning.candidates],
-                          summary={"candidates": 6.0, "gain": tuning.gain or 1.0, "winner": 3.0}, result=tuning))
 
     def _add(self, view: JobView) -> JobView:
         self._job_book[view.id] = view
@@ -527,23 +415,3 @@ class DemoJobs:
         self.definitions[result.model] = view.definition.model_copy(update=settings_update(winner))
         self._publish("model.updated", result.model)
         return self._view(result.model)
-
-
-def _tuning_result(model: str, saved: LlamaCppSettings, started: float) -> TuningResult:
-    tried = [("baseline", saved, 1.0), ("threads", saved.model_copy(update={"threads": 12}), 1.07),
-             ("batch", saved.model_copy(update={"threads": 12, "ubatch_size": 1024}), 1.12),
-             ("parallel", saved.model_copy(update={"threads": 12, "ubatch_size": 1024, "parallel": 8}), 1.21),
-             ("flash_attn", saved.model_copy(update={"threads": 12, "ubatch_size": 1024, "parallel": 8,
-                                                      "flash_attn": "on"}), 1.19)]
-    metrics = [_bench_metrics(score) for _, _, score in tried]
-    candidates = [CandidateResult(index=i, step=step, settings=s, score=score, metrics=metrics[i],
-                                  description=step if i else "saved settings")
-                  for i, (step, s, score) in enumerate(tried)]
-    confirmation = [CandidateResult(index=0, step="confirmation", settings=saved, score=1.0, score_min=0.98,
-                                    score_max=1.02, metrics=metrics[0]),
-                    CandidateResult(index=3, step="confirmation", settings=tried[3][1], score=1.2, score_min=1.17,
-                                    score_max=1.23, metrics=metrics[3])]
-    return TuningResult(model=model, stamp="20261129T093000Z", started_at=started, finished_at=started + 640,
-                        saved_settings=saved, candidates=candidates, confirmation=confirmation, winner=3,
-                        winner_settings=tried[3][1], gain=1.2, dimensions=["threads", "batch", "parallel", "flash_attn"],
-                        decision="#3 beats the baseline by 20.0 % (confirmed from fresh starts)")
