@@ -5,9 +5,10 @@ on a loopback port of its own (no Ollama port, no LAN discovery), with its real 
 machine as it is, the demo model when the ``demo`` extra is installed). Two more real agents run in
 this process (``agent.lifecycle``) with a made-up GPU each (the GPU probe is their one fake seam)
 and are paired through the admin API; a third waits to be paired. The fleet is then seeded through
-``DaemonClient`` only: models in several states on this machine and on the nodes, API keys, a saved
-chat and a few answered requests, so what the pages show comes from the daemon itself. Everything
-ends with the context: models stopped, agents closed, the home removed.
+``DaemonClient`` only, so what the pages show comes from the daemon itself: API keys, the demo
+model ready and answering a few requests, more models of its file (one that fails to start, with
+its runtime's own words; one starting, then ready, on a node; one stopped on the other), a saved
+chat. Everything ends with the context: models stopped, agents closed, the home removed.
 
 ``python -m mirbadllm.demo --screenshots OUT`` writes the screenshots (``app.screenshots``) against
 it; ``make screenshots`` runs that.
@@ -195,6 +196,8 @@ async def _answer_some(client: DaemonClient, model_id: str, served_name: str, ke
         with contextlib.suppress(Exception):
             async with client.session.post(url, json=body, headers={"Authorization": f"Bearer {key}"}) as answer:
                 await answer.read()
+    with contextlib.suppress(DaemonError):  # one on a paired node too: starting while the pictures are taken
+        await client.start_model(f"{model_id}-{NODES[0].name}")
     await client.create_conversation(ConversationCreate(
         title="Why run models locally?", model=served_name,
         messages=[ConversationMessage(role="user", content="In two sentences: why run models locally?"),
