@@ -82,10 +82,10 @@ from daemon.sources.updates import ModelUpdates
 from daemon.sources.updates_api import ModelUpdatesApi
 from daemon.telemetry import TelemetryCollector
 from daemon.tls import (
+    KeysAtRestReader,
     client_ssl_context,
     ensure_client_certificate,
     ensure_local_agent_identity,
-    keys_at_rest,
 )
 from daemon.tracing import router_tracing
 from daemon.upgrades.api import UpgradesApi
@@ -197,8 +197,8 @@ def handlers(d: DaemonDeps) -> Handlers:
         router=d.router,
         admin=AdminApi(d.config, d.listener, d.registry, d.orchestrator, lambda: d.router.stats, d.telemetry,
                        d.events, d.keys, d.history, d.shutdown_requested,
-                       lambda: keys_at_rest(d.paths.pki, d.paths.local_agent_home / "identity"
-                                            if d.config.local_agent else None)),
+                       KeysAtRestReader(d.paths.pki, d.paths.local_agent_home / "identity"
+                                        if d.config.local_agent else None)),
         models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history, disk),
         sources=SourcesApi(d.links, d.transfers, d.history, d.mirror, d.nodes.backends.choice, d.registry),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),

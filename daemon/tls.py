@@ -9,7 +9,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from agent.api.models import IDENTITY_CA_FILE, IDENTITY_CERT_FILE, IDENTITY_KEY_FILE
-from core.key_store import KeysAtRest, at_rest, load_cert_chain
+from core.key_store import KeysAtRest, at_rest, keychain, load_cert_chain
 from daemon.pki import CA_KEY_FILE, CertificateAuthority, cert_pem, fingerprint
 
 CLIENT_STEM = "daemon-client"
@@ -34,8 +34,38 @@ def client_ssl_context(ca_cert: Path, key: Path, cert: Path) -> ssl.SSLContext:
 
 def keys_at_rest(pki_dir: Path, local_identity_dir: Path | None) -> KeysAtRest:
     """How the daemon's private keys are stored: the CA's, its client key, the local agent's."""
+    return at_rest(_key_files(pki_dir, local_identity_dir))
+
+
+def _key_files(pki_dir: Path, local_identity_dir: Path | None) -> list[Path]:
     keys = [pki_dir / CA_KEY_FILE, pki_dir / f"{CLIENT_STEM}.key"]
-    return at_rest(keys + ([local_identity_dir / IDENTITY_KEY_FILE] if local_identity_dir else []))
+    return keys + ([local_identity_dir / IDENTITY_KEY_FILE] if local_identity_dir else [])
+
+
+class KeysAtRestReader:
+    """``keys_at_rest`` for ``/api/status``, which the app asks several times a second: the key files
+    are read and scanned again only when one changes (inode, size, time) or the keychain does, else a
+    stat each (reading them was a third of the answer's CPU, on the loop the /v1 streams share)."""
+
+    def __init__(self, pki_dir: Path, local_identity_dir: Path | None) -> None:
+        self._keys = _key_files(pki_dir, local_identity_dir)
+        self._seen: tuple[object, ...] = ()
+        self._state: KeysAtRest | None = None
+
+    def __call__(self) -> KeysAtRest:
+        backend, reason = keychain()
+        seen = (backend is not None, reason, *(_stamp(path) for path in self._keys))
+        if self._state is None or seen != self._seen:
+            self._state, self._seen = at_rest(self._keys), seen
+        return self._state
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def ensure_local_agent_identity(ca: CertificateAuthority, identity_dir: Path) -> str:

@@ -25,7 +25,7 @@ from core.key_store import (
     read_key,
 )
 from daemon.pki import CertificateAuthority, install_ca_pem, key_pem, read_ca_pem
-from daemon.tls import ensure_client_certificate, keys_at_rest
+from daemon.tls import KeysAtRestReader, ensure_client_certificate, keys_at_rest
 from tests.fakes.keychain import ForgetfulKeychain, MemoryKeychain, RefusingKeychain
 
 PLAIN_MARKS = (b"BEGIN PRIVATE KEY", b"BEGIN EC PRIVATE KEY")
@@ -96,6 +96,20 @@ def test_a_plain_key_is_encrypted_in_place_on_first_start_with_a_keychain(
     assert _mode(key_file) == 0o600 and (SERVICE, account(key_file)) in memory.entries
     assert sorted(p.name for p in key_file.parent.iterdir() if p.name.endswith(".tmp")) == []
     assert keys_at_rest(tmp_path / "pki", None).keychain
+
+
+def test_the_status_answer_follows_the_key_files_while_the_daemon_runs(
+        monkeypatch: pytest.MonkeyPatch, use_keychain, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MIRBADLLM_KEYRING", "off")
+    ca = CertificateAuthority.load_or_create(tmp_path / "pki")
+    status_reads = KeysAtRestReader(tmp_path / "pki", None)  # what /api/status answers from, read once a call
+    assert status_reads().plain_files == ["ca.key"] and status_reads().plain_files == ["ca.key"]
+    ensure_client_certificate(ca, tmp_path / "pki")  # a key written meanwhile
+    assert sorted(status_reads().plain_files) == ["ca.key", "daemon-client.key"]
+    use_keychain(MemoryKeychain())
+    CertificateAuthority.load_or_create(tmp_path / "pki")  # the CA key encrypted in place
+    state = status_reads()
+    assert not state.keychain and state.plain_files == ["daemon-client.key"]
 
 
 def test_a_keychain_that_keeps_no_secret_leaves_the_plain_key_as_it_was(
