@@ -295,26 +295,25 @@ class _Conn(asyncio.Protocol):
             data = self.pending + data
             self.pending = b""
         out: list[bytes] = []
-        left, crlf = self.left, self.crlf
         pos, size = 0, len(data)
         while pos < size:
-            if left:  # the rest of a chunk that began in an earlier read
-                take = min(left, size - pos)
-                out.append(data[pos:pos + take] if take < size else data)
+            if self.left:
+                take = min(self.left, size - pos)
+                out.append(data[pos:pos + take] if take < size or pos else data)
                 pos += take
-                left -= take
-                if left:
+                self.left -= take
+                if self.left:
                     break
-                crlf = True
+                self.crlf = True
                 continue
-            if crlf:
+            if self.crlf:
                 if size - pos < 2:
                     break
-                if data[pos] != 13 or data[pos + 1] != 10:
+                if data[pos:pos + 2] != b"\r\n":
                     self._fail("a chunk without its CRLF")
                     return
                 pos += 2
-                crlf = False
+                self.crlf = False
                 continue
             end = data.find(b"\r\n", pos)
             if end < 0:
@@ -329,27 +328,18 @@ class _Conn(asyncio.Protocol):
                         body.feed(out[0] if len(out) == 1 else b"".join(out))
                     if pos < size:
                         self.reusable = False
-                    self.left, self.crlf = 0, False
                     self._done()
                     return
                 continue
             try:
-                chunk = int(line.split(b";", 1)[0] if b";" in line else line, 16)
-                if chunk < 0:
-                    raise ValueError(chunk)
+                chunk = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
                 self._fail(f"a malformed chunk size line: {line[:40]!r}")
                 return
             if chunk == 0:
                 self.trailers = True
-                continue
-            stop = pos + chunk
-            if stop + 2 <= size and data[stop] == 13 and data[stop + 1] == 10:  # the whole chunk is here
-                out.append(data[pos:stop])
-                pos = stop + 2
             else:
-                left = chunk
-        self.left, self.crlf = left, crlf
+                self.left = chunk
         if pos < size:
             self.pending = data[pos:]
         if out:
