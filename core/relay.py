@@ -8,8 +8,8 @@ The policy, the same wherever a request is relayed to a runtime:
 - Runtime connections are pooled and dropped after ``RUNTIME_KEEPALIVE_S`` idle (llama-server
   closes idle keep-alive connections after 5 s: ours go first, so none is reused as it closes).
   10 s connect timeout, no read timeout: a generation may think for minutes. A plain-HTTP runtime
-  on this machine (``Upstream.pool``) is reached by the lean client of ``core.runtime_http`` (a
-  pre-built request, its own HTTP/1.1 reading, aiohttp's exceptions): the same policy.
+  on this machine (``Upstream.pool``) is reached by the lean client of ``core.runtime_http``
+  (aiohttp's response parser and ``StreamReader`` without its request machinery), the same policy.
 - A try that failed before any response byte (refused, reset, hung up before the headers, so
   nothing of the answer exists) is tried again, twice at most, each time on a fresh unpooled
   connection; a TLS refusal or a timeout is not retried, and nothing is once a response started.
@@ -55,7 +55,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from core.runtime_http import Answer, Body, RuntimePool
+from core.runtime_http import Answer, RuntimePool
 
 HOP_BY_HOP = frozenset({
     "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",  # RFC 9110 §7.6.1
@@ -78,7 +78,6 @@ HEARTBEAT = b": waiting for the first token\n\n"  # an SSE comment: every client
 Progress = Callable[["Upstream"], Awaitable["int | None"]]
 
 Headers = CIMultiDictProxy[str] | CIMultiDict[str]
-Content = aiohttp.StreamReader | Body  # an answer's body: aiohttp's, or the lean client's
 
 
 def forwardable(headers: Headers) -> CIMultiDict[str]:
@@ -216,7 +215,7 @@ class _Watch:
 
     __slots__ = ("content", "loop", "reading", "since", "stall_after_s", "ticker")
 
-    def __init__(self, content: Content, stall_after_s: float) -> None:
+    def __init__(self, content: aiohttp.StreamReader, stall_after_s: float) -> None:
         self.loop = asyncio.get_running_loop()
         self.content, self.stall_after_s = content, stall_after_s
         self.reading, self.since = False, 0.0
@@ -274,15 +273,15 @@ class Endings:
 
     def __init__(self, what: str = "the server") -> None:
         self.what = what  # who stops, in the event's message ("the MirbadLLM daemon")
-        self._open: set[Content] = set()
+        self._open: set[aiohttp.StreamReader] = set()
         self._empty = asyncio.Event()
         self._empty.set()
 
-    def add(self, content: Content) -> None:
+    def add(self, content: aiohttp.StreamReader) -> None:
         self._open.add(content)
         self._empty.clear()
 
-    def discard(self, content: Content) -> None:
+    def discard(self, content: aiohttp.StreamReader) -> None:
         self._open.discard(content)
         if not self._open:
             self._empty.set()
@@ -538,7 +537,7 @@ async def _refused_in_stream(response: web.StreamResponse, answer: aiohttp.Clien
     return response
 
 
-async def _first_bytes(response: web.StreamResponse, content: Content, record: Record,
+async def _first_bytes(response: web.StreamResponse, content: aiohttp.StreamReader, record: Record,
                        silence: Silence, upstream: Upstream | None) -> bytes:
     """The upstream's first bytes, however long a prompt takes to read: an SSE comment goes to the
     client every ``heartbeat_s`` meanwhile. A cancelled read loses nothing (the bytes stay buffered).
