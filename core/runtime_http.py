@@ -6,9 +6,10 @@ about a sixth of the daemon's CPU per ``/v1`` request. ``RuntimePool`` writes th
 pre-built block of bytes on a pooled connection and reads the answer with aiohttp's own response
 protocol (its C parser, its ``StreamReader``, its exceptions), so the relay treats the answer as it
 treats aiohttp's: the same failures before the headers (``ServerDisconnectedError``,
-``ClientOSError``, a connect timeout), the same ``ClientPayloadError`` for an answer that broke,
-the same ``set_exception`` for a stall or a stop. Connections are kept ``keepalive_s`` idle at
-most, and one is reused only after an answer read to its end.
+``ClientOSError``, a connect timeout; ``BadAnswer``, a ``ClientError``, for a head that does not
+parse), the same ``ClientPayloadError`` for an answer that broke, the same ``set_exception`` for a
+stall or a stop. Connections are kept ``keepalive_s`` idle at most, and one is reused only after
+an answer read to its end.
 """
 
 from __future__ import annotations
@@ -19,10 +20,16 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 
 CONNECT_TIMEOUT_S = 10.0
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+class BadAnswer(aiohttp.ClientError):
+    """The runtime's status line or headers do not parse (as aiohttp's session says with its
+    ``ClientResponseError``): no answer, not retried."""
 
 
 class Answer:
@@ -112,6 +119,9 @@ class RuntimePool:
             assert protocol.transport is not None
             protocol.transport.write(b"".join(lines))
             message, payload = await protocol.read()
+        except HttpProcessingError as exc:
+            protocol.close()
+            raise BadAnswer(f"a malformed header or status line from {host}:{port}: {exc.message}") from None
         except BaseException:
             protocol.close()
             raise
