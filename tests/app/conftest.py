@@ -1,5 +1,5 @@
-"""Fixtures of the app's tests: the fake daemon, and for widget tests one qasync loop on Qt's and the
-app's main window opened over a client."""
+"""Fixtures of the app's tests: the fake daemon, a real one (``real_daemon.py``), and for widget tests
+one qasync loop on Qt's and the app's main window opened over a client."""
 
 from __future__ import annotations
 
@@ -25,6 +25,15 @@ _LOGGER = logging.getLogger(__name__)
 def fake() -> FakeDaemonClient:
     return FakeDaemonClient([definition("alpha", tags=["chat"]), definition("beta", served_name="Beta-7B",
                                                                               tags=["code", "chat"])])
+
+
+@pytest.fixture(scope="module")
+def real_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """``(url, admin token)`` of a real daemon (``real_daemon.py``: no local agent), one per module."""
+    from real_daemon import daemon_in_thread
+
+    with daemon_in_thread(tmp_path_factory.mktemp("daemon")) as found:
+        yield found
 
 
 @pytest.fixture(autouse=True)
@@ -94,8 +103,13 @@ def open_main_window(qloop: asyncio.AbstractEventLoop, qapp: Any, qtbot: Any,
         return win
 
     yield open_with
+    from daemon.api.client import DaemonClient
+
     for win in opened:
         ctx = win.ctx
+        if isinstance(ctx.client, DaemonClient):  # a real daemon's: its feeds end, then its session
+            closing = asyncio.ensure_future(ctx.close())
+            qtbot.waitUntil(closing.done, timeout=10_000)
         ctx.nodes.close()
         ctx.node_charts.hide()
         ctx.logs.stop()

@@ -1,19 +1,20 @@
-"""The Audit page against the in-memory daemon: the log newest first, filters, the change of the
-selected entry (field, before, after), and new entries as the daemon announces changes."""
+"""The Audit page against the in-memory daemon and the real one: the log newest first, filters, the
+change of the selected entry (field, before, after), and new entries as the daemon announces changes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
 from helpers import cells
-from memory_daemon import DemoDaemon
 
 from app.ui.main_window import MainWindow
 from app.viewmodels.audit import AuditFilters, AuditViewModel, diff
 from app.viewmodels.fleet import FleetViewModel
+from daemon.api.client import DaemonClient
 from daemon.api.models import ApiKeyInfo
 
 
@@ -103,19 +104,27 @@ def test_a_node_is_named_not_shown_as_its_64_hex_id(window: MainWindow, fake: Fa
 
 
 @pytest.mark.gui
-def test_who_did_what_and_a_models_change_read_on_the_page(open_main_window: Callable[..., MainWindow],
-                                                            qtbot: Any) -> None:
-    demo = DemoDaemon([])
-    coder = {"id": "coder", "settings": {"ctx_size": 8192}}
-    demo._note_audit("key.revoke", "k0", actor="ctl")
-    demo._note_audit("model.crash_restart", "coder", actor="system")
-    demo._note_audit("model.update", "coder", coder, {**coder, "settings": {"ctx_size": 16384}})
-    win = open_main_window(demo)
+def test_the_real_daemons_log_of_who_did_what_reads_on_the_page(
+        real_daemon: tuple[str, str], open_main_window: Callable[..., MainWindow], qtbot: Any) -> None:
+    url, token = real_daemon
+    app, ctl = DaemonClient(url, token, client_name="app"), DaemonClient(url, token, client_name="ctl")
+
+    def run(coro: Any) -> Any:
+        task = asyncio.ensure_future(coro)
+        qtbot.waitUntil(task.done, timeout=10_000)
+        return task.result()
+
+    key = run(app.create_key("laptop"))
+    run(ctl.revoke_key(key.info.id))
+    settings = run(app.get_settings())
+    run(app.put_settings(settings.model_copy(update={"audit_retention_days": 30})))
+    win = open_main_window(app)
     win.show_page("audit")
-    qtbot.waitUntil(lambda: win.audit.table.rowCount() == 3)
-    whos = {r[1] for r in cells(win.audit.table)}
-    assert whos == {"app", "ctl", "system"}
-    edit = next(n for n, r in enumerate(cells(win.audit.table)) if r[2] == "model.update")
+    qtbot.waitUntil(lambda: {"key.create", "key.revoke", "settings.update"} <= {r[2] for r in cells(win.audit.table)})
+    assert {(r[1], r[2]) for r in cells(win.audit.table)} >= {("app", "key.create"), ("ctl", "key.revoke"),
+                                                               ("app", "settings.update")}
+    edit = next(n for n, r in enumerate(cells(win.audit.table)) if r[2] == "settings.update")
     win.audit.table.selectRow(edit)
     qtbot.waitUntil(lambda: win.audit.diff.rowCount() > 0)
-    assert ["settings.ctx_size", "8192", "16384"] in cells(win.audit.diff)
+    assert ["audit_retention_days", "90", "30"] in cells(win.audit.diff)
+    run(ctl.close())

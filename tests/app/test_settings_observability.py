@@ -3,16 +3,17 @@ daemon refuses is shown with its message) and shows where Prometheus scrapes the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fake_daemon import FakeDaemonClient
-from memory_daemon import DemoDaemon
 from PySide6.QtGui import QGuiApplication
 
 from app.ui.main_window import MainWindow
 from app.viewmodels.observability import RATIO_NOT_A_NUMBER, RESTART_NOTE
+from daemon.api.client import DaemonClient
 from daemon.api.models import DaemonSettings, TracingSettings
 
 pytestmark = pytest.mark.gui
@@ -79,11 +80,15 @@ def test_the_prometheus_job_names_metrics_and_service_discovery_with_the_token_f
     assert QGuiApplication.clipboard().text() == text
 
 
-def test_tracing_on_shows_on_the_card(open_main_window: Callable[..., MainWindow], qtbot: Any) -> None:
-    demo = DemoDaemon([])
-    demo.settings = DaemonSettings(tracing=TracingSettings(enabled=True, sample_ratio=0.25,
-                                                           endpoint="http://otel-collector.lan:4318/v1/traces"))
-    win = open_main_window(demo)
+def test_tracing_the_real_daemon_keeps_shows_on_the_card(real_daemon: tuple[str, str],
+                                                          open_main_window: Callable[..., MainWindow],
+                                                          qtbot: Any) -> None:
+    client = DaemonClient(*real_daemon, client_name="app")
+    task = asyncio.ensure_future(client.put_settings(DaemonSettings(tracing=TracingSettings(
+        enabled=True, sample_ratio=0.25, endpoint="http://otel-collector.lan:4318/v1/traces"))))
+    qtbot.waitUntil(task.done, timeout=10_000)
+    assert task.result().tracing.enabled
+    win = open_main_window(client)
     card = win.settings.tracing
     qtbot.waitUntil(lambda: card.vm.state.value.loaded)
     assert card.enabled.isChecked() and card.ratio.text() == "0.25" and "4318" in card.endpoint.text()
