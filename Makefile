@@ -65,7 +65,7 @@ test: $(VENV)/.test-installed runtime
 system-deps: | $(PY)
 	$(PY) -m installers.system_deps
 
-screenshots: $(VENV)/.test-installed
+screenshots: $(VENV)/.test-installed runtime
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.screenshots docs/screenshots
 
 # docs/reference.md: every route and error code, written from the code (tests/unit/test_docs_reference.py
