@@ -28,8 +28,9 @@ def fake() -> FakeDaemonClient:
 
 
 @pytest.fixture(scope="module")
-def real_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """``(url, admin token)`` of a real daemon (``real_daemon.py``: no local agent), one per module."""
+def real_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``(url, admin token)`` of a real daemon (``real_daemon.py``: no local agent), one per module;
+    ``.deps`` / ``.call(work)`` reach its parts on its own loop."""
     from real_daemon import daemon_in_thread
 
     with daemon_in_thread(tmp_path_factory.mktemp("daemon")) as found:

@@ -10,23 +10,42 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from daemon.config import DaemonConfig
-from daemon.deps import build_deps
+from daemon.deps import DaemonDeps, build_deps
 from daemon.nodes.monitor import NodePolicy
 from daemon.paths import DaemonPaths
 from daemon.server import start_server
 
 _LOGGER = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+class RealDaemon(tuple[str, str]):
+    """``(url, admin token)``; a test that sets up what no route can (a key's use, the request log, a
+    job) reaches the daemon's parts (``deps``) on its own loop with ``call``."""
+
+    deps: DaemonDeps
+    loop: asyncio.AbstractEventLoop
+
+    def call(self, work: Callable[[DaemonDeps], Coroutine[Any, Any, _T] | _T]) -> _T:
+        """``work(deps)`` run on the daemon's loop (awaited if it is a coroutine); its result."""
+
+        async def run() -> _T:
+            done = work(self.deps)
+            return await done if asyncio.iscoroutine(done) else done  # type: ignore[return-value]
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
 
 
 @contextmanager
-def daemon_in_thread(home: Path) -> Iterator[tuple[str, str]]:
+def daemon_in_thread(home: Path) -> Iterator[RealDaemon]:
     """``(url, admin token)`` of a real daemon serving until the block ends."""
-    up: concurrent.futures.Future[tuple[str, str]] = concurrent.futures.Future()
+    up: concurrent.futures.Future[RealDaemon] = concurrent.futures.Future()
     held: dict[str, object] = {}
 
     async def serve() -> None:
@@ -37,7 +56,9 @@ def daemon_in_thread(home: Path) -> Iterator[tuple[str, str]]:
         daemon = build_deps(config, DaemonPaths(home))
         runner = await start_server(daemon)
         try:
-            up.set_result((f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token))
+            found = RealDaemon((f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token))
+            found.deps, found.loop = daemon, asyncio.get_running_loop()
+            up.set_result(found)
             await stop.wait()
         finally:
             await runner.cleanup()
