@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from daemon.api.models import RequestRecord
 from daemon.config import DaemonConfig
 from daemon.deps import DaemonDeps, build_deps
 from daemon.nodes.monitor import NodePolicy
@@ -40,6 +41,16 @@ class RealDaemon(tuple[str, str]):
             return await done if asyncio.iscoroutine(done) else done  # type: ignore[return-value]
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+    def served(self, *records: RequestRecord) -> None:
+        """``records`` in the daemon's access log, as if its router had served them."""
+
+        async def note(deps: DaemonDeps) -> None:
+            for record in records:
+                deps.history.record_request(record)
+            await deps.history.flush()
+
+        self.call(note)
 
 
 @contextmanager
