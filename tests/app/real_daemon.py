@@ -15,15 +15,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from daemon.api.models import RequestRecord
+from daemon.api.models import ModelDefinition, RequestRecord
 from daemon.config import DaemonConfig
 from daemon.deps import DaemonDeps, build_deps
 from daemon.nodes.monitor import NodePolicy
+from daemon.nodes.store import NodeRecord
 from daemon.paths import DaemonPaths
 from daemon.server import start_server
 
 _LOGGER = logging.getLogger(__name__)
 _T = TypeVar("_T")
+WORKSTATION = "c" * 64  # the node ``hold_models`` places models on
 
 
 class RealDaemon(tuple[str, str]):
@@ -41,6 +43,21 @@ class RealDaemon(tuple[str, str]):
             return await done if asyncio.iscoroutine(done) else done  # type: ignore[return-value]
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+    def hold_models(self, *definitions: ModelDefinition) -> list[ModelDefinition]:
+        """The daemon's models, exactly ``definitions`` (stopped), as saved; placed on a node it has paired
+        ("workstation", never reached: this daemon has no local agent) unless they name their own."""
+
+        async def hold(deps: DaemonDeps) -> list[ModelDefinition]:
+            if WORKSTATION not in deps.nodes.names():
+                await deps.nodes.store.put(NodeRecord(id=WORKSTATION, name="workstation", host="10.0.0.2",
+                                                      port=9443, certificate_pem=""))
+            for held in deps.registry.all():
+                await deps.registry.remove(held.id)
+            return [await deps.registry.add(d if "node" in d.model_fields_set else
+                                            d.model_copy(update={"node": WORKSTATION})) for d in definitions]
+
+        return self.call(hold)
 
     def served(self, *records: RequestRecord) -> None:
         """``records`` in the daemon's access log, as if its router had served them."""
