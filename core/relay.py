@@ -41,12 +41,12 @@ The policy, the same wherever a request is relayed to a runtime:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
 import ssl as ssl_module
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -56,6 +56,14 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from core.runtime_http import Answer, RuntimePool
+from core.silence import (
+    Ending,
+    Endings,
+    PromptStalled,
+    PromptWatch,
+    Stalled,
+    StallWatch,
+)
 
 HOP_BY_HOP = frozenset({
     "connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade",  # RFC 9110 §7.6.1
@@ -76,6 +84,7 @@ HEARTBEAT = b": waiting for the first token\n\n"  # an SSE comment: every client
 # The runtime's count of work done on its prompts (tokens read and generated): any change is progress;
 # None when it could not be read. Called with the answer's upstream (its base, headers, session).
 Progress = Callable[["Upstream"], Awaitable["int | None"]]
+
 
 Headers = CIMultiDictProxy[str] | CIMultiDict[str]
 
@@ -169,139 +178,6 @@ class Silence:
     stall_after_s: float
     name: str
     progress: Progress | None = None
-
-
-class _Stalled(Exception):
-    """Set on the upstream's stream by the silence watch: its next read raises it."""
-
-
-class _PromptStalled(Exception):
-    """Raised while the first event is awaited: the runtime's prompt progress stood still."""
-
-
-class _PromptWatch:
-    """Polls the runtime's prompt progress in a task of its own; ``stopped`` says when it last
-    changed more than ``stall_after_s`` ago (a poll with no answer is no change)."""
-
-    __slots__ = ("changed", "loop", "task")
-
-    def __init__(self, silence: Silence, progress: Progress, upstream: Upstream) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.changed = self.loop.time()
-        self.task = self.loop.create_task(self._poll(silence, progress, upstream))
-
-    async def _poll(self, silence: Silence, progress: Progress, upstream: Upstream) -> None:
-        period, last = max(0.05, silence.stall_after_s / 4), None
-        while True:
-            try:
-                async with asyncio.timeout(silence.stall_after_s):  # an unanswered poll is no progress
-                    seen = await progress(upstream)
-            except Exception:  # noqa: BLE001 - a runtime that cannot say is not progressing
-                seen = None
-            if seen is not None and seen != last:
-                self.changed, last = self.loop.time(), seen
-            await asyncio.sleep(period)
-
-    def stopped(self, stall_after_s: float) -> bool:
-        return self.loop.time() - self.changed >= stall_after_s
-
-    def cancel(self) -> None:
-        self.task.cancel()
-
-
-class _Watch:
-    """Checked every quarter of the stall time (by its ``_Ticker``); cuts the read the relay has
-    waited on for too long."""
-
-    __slots__ = ("content", "loop", "reading", "since", "stall_after_s", "ticker")
-
-    def __init__(self, content: aiohttp.StreamReader, stall_after_s: float) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.content, self.stall_after_s = content, stall_after_s
-        self.reading, self.since = False, 0.0
-        self.ticker = _ticker(self.loop, max(0.05, stall_after_s / 4))
-        self.ticker.add(self)
-
-    def cancel(self) -> None:
-        self.ticker.watches.discard(self)
-
-
-class _Ticker:
-    """One timer for the watches of a loop that share a period, ticking while any is open: an
-    answer costs a set entry, not a timer of its own."""
-
-    __slots__ = ("handle", "period", "watches")
-
-    def __init__(self, period: float) -> None:
-        self.period = period  # no reference to the loop: it keys the tickers weakly
-        self.watches: set[_Watch] = set()
-        self.handle: asyncio.TimerHandle | None = None
-
-    def add(self, watch: _Watch) -> None:
-        self.watches.add(watch)
-        if self.handle is None:
-            self.handle = watch.loop.call_later(self.period, self.tick)
-
-    def tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for watch in [w for w in self.watches if w.reading and now - w.since >= w.stall_after_s]:
-            self.watches.discard(watch)
-            watch.content.set_exception(_Stalled())
-        self.handle = loop.call_later(self.period, self.tick) if self.watches else None
-
-
-_TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Ticker]] = weakref.WeakKeyDictionary()
-
-
-def _ticker(loop: asyncio.AbstractEventLoop, period: float) -> _Ticker:
-    tickers = _TICKERS.get(loop)
-    if tickers is None:
-        tickers = _TICKERS[loop] = {}
-    ticker = tickers.get(period)
-    if ticker is None:
-        ticker = tickers[period] = _Ticker(period)
-    return ticker
-
-
-class _Ending(Exception):
-    """Set on the upstream's stream by ``Endings.finish``: the server stops."""
-
-
-class Endings:
-    """The SSE answers a server relays now, so that its stop ends each with an error event."""
-
-    def __init__(self, what: str = "the server") -> None:
-        self.what = what  # who stops, in the event's message ("the MirbadLLM daemon")
-        self._open: set[aiohttp.StreamReader] = set()
-        self._empty = asyncio.Event()
-        self._empty.set()
-
-    def add(self, content: aiohttp.StreamReader) -> None:
-        self._open.add(content)
-        self._empty.clear()
-
-    def discard(self, content: aiohttp.StreamReader) -> None:
-        self._open.discard(content)
-        if not self._open:
-            self._empty.set()
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    async def finish(self, grace_s: float) -> int:
-        """Wait up to ``grace_s`` for the answers in flight to end, then end the rest: each gets one
-        error event and its connection is cut. Returns how many were ended."""
-        if self._open:
-            try:
-                async with asyncio.timeout(grace_s):
-                    await self._empty.wait()
-            except TimeoutError:
-                pass
-        ended = list(self._open)
-        for content in ended:
-            content.set_exception(_Ending())
-        return len(ended)
 
 
 class Rewrite(Protocol):
@@ -440,7 +316,7 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse | Answer,
     last = final = b""
     silence = silence if sse else None
     pending: bytes | None = ready or None
-    watch: _Watch | None = None
+    watch: StallWatch | None = None
     endings = endings if sse else None
     if endings is not None:
         endings.add(content)
@@ -448,7 +324,7 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse | Answer,
         if silence is not None:
             if pending is None:
                 pending = await _first_bytes(response, content, record, silence, upstream)
-            watch = _Watch(content, silence.stall_after_s)
+            watch = StallWatch(content, silence.stall_after_s)
         while True:
             try:
                 if pending is not None:
@@ -462,11 +338,11 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse | Answer,
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                 await _broken(request, response, record, log, label, request_id, sse, relayed, last, exc)
                 return response
-            except _Stalled:
+            except Stalled:
                 assert silence is not None
                 await _stalled(request, response, record, log, label, request_id, relayed, silence)
                 return response
-            except _Ending:
+            except Ending:
                 assert endings is not None
                 await _stopping(request, response, record, log, label, request_id, relayed, endings.what)
                 return response
@@ -493,11 +369,11 @@ async def _stream(request: web.Request, answer: aiohttp.ClientResponse | Answer,
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:  # before the first bytes
         await _broken(request, response, record, log, label, request_id, sse, relayed, last, exc)
         return response
-    except _Ending:  # while the first token was awaited
+    except Ending:  # while the first token was awaited
         assert endings is not None
         await _stopping(request, response, record, log, label, request_id, relayed, endings.what)
         return response
-    except _PromptStalled:
+    except PromptStalled:
         assert silence is not None
         await _stalled(request, response, record, log, label, request_id, relayed, silence, prompt=True)
         return response
@@ -542,9 +418,9 @@ async def _first_bytes(response: web.StreamResponse, content: aiohttp.StreamRead
     """The upstream's first bytes, however long a prompt takes to read: an SSE comment goes to the
     client every ``heartbeat_s`` meanwhile. A cancelled read loses nothing (the bytes stay buffered).
     From the first heartbeat on (never for an answer that starts sooner), a runtime with
-    ``silence.progress`` is polled; raises ``_PromptStalled`` once its progress stood still for
+    ``silence.progress`` is polled; raises ``PromptStalled`` once its progress stood still for
     ``stall_after_s`` (checked at each heartbeat)."""
-    watch: _PromptWatch | None = None
+    watch: PromptWatch | None = None
     try:
         while True:
             try:
@@ -552,11 +428,11 @@ async def _first_bytes(response: web.StreamResponse, content: aiohttp.StreamRead
                     return await content.readany()
             except TimeoutError:
                 if watch is not None and watch.stopped(silence.stall_after_s):
-                    raise _PromptStalled() from None
+                    raise PromptStalled() from None
                 await response.write(HEARTBEAT)
                 record.heartbeats += 1
                 if watch is None and silence.progress is not None and upstream is not None:
-                    watch = _PromptWatch(silence, silence.progress, upstream)
+                    watch = PromptWatch(silence.stall_after_s, functools.partial(silence.progress, upstream))
     finally:
         if watch is not None:
             watch.cancel()
