@@ -1,18 +1,56 @@
-"""The Backup page against the in-memory daemon: back up with a passphrase, see it in the list,
-restore from a file — the preview table first, nothing changed until Restore, then applied."""
+"""The Backup page against the real daemon: back up with a passphrase, see it in the list, restore
+from a file — the preview table first, nothing changed until Restore, then applied. Which model files
+a restore must fetch needs a node's agent to look: that preview is read from the in-memory fake."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fake_daemon import FakeDaemonClient, definition
+import pytest
+from fake_daemon import FakeDaemonClient
 from helpers import cells
 
 from app.ui.main_window import PAGES, MainWindow
 from app.ui.pages.backup import BackupPage
 from app.viewmodels.backup import BackupViewModel
+from daemon.api.client import DaemonClient
+from daemon.api.models import ModelDefinition
+from daemon.audit.log import AuditQuery
+
+# vLLM models: no node is asked for their files on a restore (this daemon has no agent to ask).
+ALPHA = ModelDefinition(id="alpha", served_name="alpha", model_path="/models/alpha", runtime="vllm", tags=["chat"])
+BETA = ModelDefinition(id="beta", served_name="Beta-7B", model_path="/models/beta", runtime="vllm",
+                       tags=["code", "chat"])
+
+
+@pytest.fixture
+def client(real_daemon: Any) -> DaemonClient:
+    """The app's client of the real daemon holding alpha and beta (Beta-7B)."""
+    real_daemon.hold_models(ALPHA, BETA)
+    return DaemonClient(*real_daemon, client_name="app")
+
+
+@pytest.fixture
+def real_window(client: DaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(client)
+
+
+def _models(real_daemon: Any) -> dict[str, ModelDefinition]:
+    return {d.id: d for d in real_daemon.call(lambda deps: deps.registry.all())}
+
+
+def _lose_beta_and_edit_alpha(real_daemon: Any) -> None:
+    """What the user did since the backup: beta removed, alpha's tags edited."""
+
+    async def change(deps: Any) -> None:
+        await deps.registry.remove("beta")
+        alpha = next(d for d in deps.registry.all() if d.id == "alpha")
+        await deps.registry.update(alpha.model_copy(update={"tags": ["edited"]}))
+
+    real_daemon.call(change)
 
 
 def test_backup_is_a_page_with_its_icon() -> None:
@@ -21,7 +59,8 @@ def test_backup_is_a_page_with_its_icon() -> None:
 
 
 def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
-        window: MainWindow, fake: FakeDaemonClient, qtbot: Any, tmp_path: Path) -> None:
+        real_window: MainWindow, real_daemon: Any, qtbot: Any, tmp_path: Path) -> None:
+    window = real_window
     window.show_page("backup")
     page: BackupPage = window.backup
     qtbot.waitUntil(lambda: page.vm.state.value.listing is not None)
@@ -43,8 +82,7 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     assert target.stat().st_mode & 0o777 == 0o600
 
     # The user removes a model and edits another; the backup brings both back, after a preview.
-    del fake.definitions["beta"]
-    fake.definitions["alpha"] = definition("alpha", tags=["edited"])
+    _lose_beta_and_edit_alpha(real_daemon)
     page.ask_open = lambda _parent: target
     page.restore_passphrase.setText("a good passphrase")
     page.open_button.click()
@@ -53,21 +91,23 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     assert rows[("Model", "alpha")][0] == "Changed" and rows[("Model", "alpha")][3] == "tags"
     assert rows[("Model", "Beta-7B")][0] == "New"
     assert "with encrypted secrets" in page.preview_note.text()
-    assert "beta" not in fake.definitions and page.apply_button.isEnabled()  # the preview changed nothing
+    assert "beta" not in _models(real_daemon) and page.apply_button.isEnabled()  # the preview changed nothing
 
     page.apply_button.click()
     qtbot.waitUntil(lambda: page.vm.state.value.result is not None)
-    assert "beta" in fake.definitions and fake.definitions["alpha"].tags == ["chat"]
+    assert "beta" in _models(real_daemon) and _models(real_daemon)["alpha"].tags == ["chat"]
     assert page.preview.rowCount() == 0 and "Restored 2 change(s)." in page.preview_note.text()
 
 
 def test_a_wrong_passphrase_says_so_and_restores_nothing(
-        window: MainWindow, fake: FakeDaemonClient, qtbot: Any, tmp_path: Path) -> None:
+        real_window: MainWindow, client: DaemonClient, real_daemon: Any, qtbot: Any, tmp_path: Path) -> None:
+    window = real_window
     target = tmp_path / "b.json"
-    vm = BackupViewModel(fake)
+    vm = BackupViewModel(client)
     saved = asyncio.ensure_future(vm.save_to_file(target, "the right passphrase"))
     qtbot.waitUntil(saved.done)
-    del fake.definitions["beta"]
+    real_daemon.call(lambda deps: deps.registry.remove("beta"))
+    restores = len(real_daemon.call(lambda deps: deps.audit.query(AuditQuery(action="backup.restore"))).entries)
     window.show_page("backup")
     page: BackupPage = window.backup
     page.ask_open = lambda _parent: target
@@ -76,7 +116,9 @@ def test_a_wrong_passphrase_says_so_and_restores_nothing(
     qtbot.waitUntil(lambda: page.vm.state.value.error is not None)
     assert "passphrase does not open" in page.preview_note.text()
     assert page.preview.rowCount() == 0 and not page.apply_button.isEnabled()
-    assert "beta" not in fake.definitions and not fake.called("restore_backup")
+    assert "beta" not in _models(real_daemon)
+    assert len(real_daemon.call(lambda deps: deps.audit.query(AuditQuery(action="backup.restore"))).entries) == \
+        restores  # nothing restored
 
 
 def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_download(
