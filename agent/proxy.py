@@ -11,19 +11,40 @@ frees the slot.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
 
 from agent.runtimes.run import RuntimeRun
-from core.relay import Record, Unreachable, Upstream, relay, runtime_session
+from core.relay import (
+    RUNTIME_KEEPALIVE_S,
+    Record,
+    Unreachable,
+    Upstream,
+    relay,
+    runtime_session,
+)
+from core.runtime_http import RuntimePool
 
 _LOGGER = logging.getLogger(__name__)
 
 
-def new_proxy_session() -> aiohttp.ClientSession:
-    """The pooled session to this machine's runtimes (see ``core.relay.runtime_session``)."""
-    return runtime_session(False)
+@dataclass
+class RuntimeConnections:
+    """The agent's pooled connections to its runtimes: the relay's lean client (``core.runtime_http``)
+    for a plain-HTTP runtime, the session (``core.relay.runtime_session``) for any other."""
+
+    session: aiohttp.ClientSession = field(default_factory=lambda: runtime_session(False))
+    pool: RuntimePool = field(default_factory=lambda: RuntimePool(RUNTIME_KEEPALIVE_S))
+
+    def upstream(self, run: RuntimeRun) -> Upstream:
+        pool = self.pool if run.endpoint.startswith("http://") else None
+        return Upstream(run.endpoint, run.auth_headers(), self.session, False, run.api_key, pool)
+
+    async def close(self) -> None:
+        self.pool.close()
+        await self.session.close()
 
 
 class UpstreamUnreachable(Exception):
@@ -31,11 +52,11 @@ class UpstreamUnreachable(Exception):
 
 
 async def forward(request: web.Request, run: RuntimeRun, path: str,
-                  session: aiohttp.ClientSession) -> web.StreamResponse:
+                  connections: RuntimeConnections) -> web.StreamResponse:
     """Send ``request`` to ``run`` at ``/path`` and stream the answer back."""
     body = await request.read()
     request_id = request.headers.get("X-Request-Id")
-    target = Upstream(run.endpoint, run.auth_headers(), session, False, run.api_key)
+    target = connections.upstream(run)
     query = request.rel_url.raw_query_string
     path_qs = f"/{path}?{query}" if query else f"/{path}"
     label = f"request {request_id or '-'} to {request.match_info.get('id', run.endpoint)}"

@@ -17,7 +17,6 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-import aiohttp
 import psutil
 from aiohttp import web
 from pydantic import ValidationError
@@ -31,7 +30,7 @@ from agent.identity import AgentIdentity
 from agent.manager import AlreadyRunning, UnknownInstance
 from agent.pairing.enrollment import daemon_pin_file
 from agent.problems import AgentProblem, errors_middleware
-from agent.proxy import UpstreamUnreachable, forward, new_proxy_session
+from agent.proxy import RuntimeConnections, UpstreamUnreachable, forward
 from agent.rpc import api as rpc_api
 from agent.rpc.peers import PeerPolicy, peer_gate, read_pins
 from agent.rpc.servers import RpcServers
@@ -56,7 +55,7 @@ _LOGGER = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEPS = web.AppKey("deps", AgentDeps)
-PROXY_SESSION = web.AppKey("proxy_session", aiohttp.ClientSession)
+PROXY_CONNECTIONS = web.AppKey("proxy_connections", RuntimeConnections)
 MAX_BODY = 64 * 1024 * 1024
 MAX_LONG_POLL_S = 300.0
 SSE_KEEPALIVE_S = 15.0
@@ -177,8 +176,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     run = sup.run
     if run is None or sup.state is not InstanceState.READY:
         raise AgentProblem(f"instance {sup.instance_id} is {sup.state.value}", status=503, code="instance_not_ready")
-    session = request.app[PROXY_SESSION]
-    return await forward(request, run, request.match_info["path"], session)
+    return await forward(request, run, request.match_info["path"], request.app[PROXY_CONNECTIONS])
 
 
 async def unpair(request: web.Request) -> web.StreamResponse:
@@ -224,11 +222,10 @@ async def _telemetry(app: web.Application) -> AsyncIterator[None]:
     await cancel_and_wait(task)
 
 
-async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
-    session = new_proxy_session()
-    app[PROXY_SESSION] = session
+async def _proxy_connections(app: web.Application) -> AsyncIterator[None]:
+    app[PROXY_CONNECTIONS] = connections = RuntimeConnections()
     yield
-    await session.close()
+    await connections.close()
 
 
 def _present(part: T | None, status: int, code: str, message: str) -> T:
@@ -301,7 +298,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *services_routes(p, _services),                             # GET /services, POST /services/{name}/{action}: agent.services
         *rpc_api.routes(p, _rpc),                                   # /rpc/servers, /rpc/{grant}/tunnel: agent.rpc.api
     ])
-    app.cleanup_ctx.extend([_adoption, _warm_offers, _telemetry, _proxy_session])
+    app.cleanup_ctx.extend([_adoption, _warm_offers, _telemetry, _proxy_connections])
     app.cleanup_ctx.append(rpc_api.cleanup(lambda a: a[DEPS].rpc))  # every rpc-server stops with the agent
     return app
 

@@ -423,10 +423,7 @@ class Router:
     def _target(self, model_id: str, where: Where) -> Upstream:
         self.orchestrator.touch(model_id)
         assert self._session is not None
-        target = answer_at(where.node, where.instance, where.link.client, self._session)
-        if target.session is self._session and target.base.startswith("http://"):
-            target.pool = self._pool  # a runtime on this machine: the relay's lean client
-        return target
+        return answer_at(where.node, where.instance, where.link.client, self._session, self._pool)
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agent.proxy import forward, new_proxy_session
+from agent.proxy import RuntimeConnections, forward
 from core.relay import (
     BROKEN_CODE,
     Record,
@@ -92,10 +92,10 @@ async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
 async def agent_proxy(upstream: tuple[FakeUpstream, str]) -> AsyncIterator[str]:
     """The agent's proxy handler in front of the fake upstream, as ``agent.server`` mounts it."""
     _fake, base = upstream
-    session = new_proxy_session()
+    connections = RuntimeConnections()
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        return await forward(request, FakeRun(base), request.match_info["path"], session)  # type: ignore[arg-type]
+        return await forward(request, FakeRun(base), request.match_info["path"], connections)  # type: ignore[arg-type]
 
     app = web.Application()
     app.router.add_route("*", "/proxy/m/{path:.*}", handle)
@@ -103,7 +103,7 @@ async def agent_proxy(upstream: tuple[FakeUpstream, str]) -> AsyncIterator[str]:
         async with serving(app, handler_cancellation=True) as url:
             yield f"{url}/proxy/m"
     finally:
-        await session.close()
+        await connections.close()
 
 
 @dataclass
