@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from helpers import definition
 from memory_daemon import DemoDaemon
 
 from daemon.api.client import DaemonError
 from daemon.api.models import ModelDefinition
 
-
-def definition(model_id: str, **kw: Any) -> ModelDefinition:
-    return ModelDefinition(id=model_id, served_name=kw.pop("served_name", model_id),
-                           model_path=kw.pop("model_path", f"/models/{model_id}.gguf"), **kw)
+__all__ = ["FakeDaemonClient", "definition"]
 
 
 class FakeDaemonClient(DemoDaemon):

@@ -14,8 +14,15 @@ from typing import Any
 from app.viewmodels.add_model import AddModelViewModel
 from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.playground import PlaygroundViewModel
+from daemon.api.models import ModelDefinition
 
 _LOGGER = logging.getLogger(__name__)
+
+
+def definition(model_id: str, **kw: Any) -> ModelDefinition:
+    """A model's definition as the tests write one: served as its id, its file ``/models/<id>.gguf``."""
+    return ModelDefinition(id=model_id, served_name=kw.pop("served_name", model_id),
+                           model_path=kw.pop("model_path", f"/models/{model_id}.gguf"), **kw)
 
 
 async def until(predicate: Callable[[], object], timeout: float = 3.0, what: str = "condition") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fake_daemon import definition
+from helpers import definition
 
 from agent.api.llamacpp import Adapter
 from app.viewmodels.settings_form import SettingsForm, all_fields
