@@ -1,9 +1,11 @@
-"""The in-memory daemon answers every call of ``DaemonClient``, with its signatures and its types.
+"""The in-memory daemon answers every call of ``DaemonClient`` (but those of ``ON_THE_REAL_DAEMON``),
+with its signatures and its types.
 
 The app's tests run it (``tests/app/memory_daemon``) as ``FakeDaemonClient``, a bare
 ``DemoDaemon(models)`` that only records calls and injects failures; ``mirbadllm --demo`` runs the real
 daemon. A method the client gains and the fake lacks would fail a page's test with an
-``AttributeError`` rather than with what it checks; these tests name it.
+``AttributeError`` rather than with what it checks; these tests name it. The pages whose tests all
+run the real daemon (``real_daemon.py``) need no fake: their calls are ``ON_THE_REAL_DAEMON``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from daemon.api.models import (
     ModelDefinition,
     ModelSource,
     ModelStatus,
-    RequestRecord,
 )
 from daemon.api.plan import PlanQuery
 from daemon.api.services import ServiceNames
@@ -49,7 +50,8 @@ def _public_calls(cls: type) -> dict[str, Any]:
             if not name.startswith("_") and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))}
 
 
-CLIENT_CALLS = _public_calls(DaemonClient)
+ON_THE_REAL_DAEMON = frozenset({"requests", "request"})  # the Requests page's calls
+CLIENT_CALLS = {name: fn for name, fn in _public_calls(DaemonClient).items() if name not in ON_THE_REAL_DAEMON}
 
 
 def _shape(fn: Any) -> list[tuple[str, Any, Any, str]]:
@@ -77,8 +79,6 @@ def _bare() -> tuple[DemoDaemon, str, tuple[str, str, str]]:
     waiting = bare.add_waiting_agent("box", "ABCD-EFGH")
     bare.add_node_file("local", "/models/alpha.gguf", 4_000_000)
     bare.add_node_file("local", "/models/old/unused.gguf", 2_000_000)
-    bare.add_request(RequestRecord(id="r1", ts=1.7e9, model="alpha", node="local", path="/v1/chat/completions",
-                                   status=200))
     return bare, "alpha", (waiting.address, "ABCD-EFGH", waiting.fingerprint)
 
 
@@ -101,7 +101,7 @@ def _calls(model: str, pairing: tuple[str, str, str]) -> list[tuple[str, Callabl
         ("set_key_limits", lambda r: (r["create_key"].info.id, ApiKeyLimits(requests_per_minute=60))),
         ("revoke_key", lambda r: (r["create_key"].info.id,)),
         ("get_settings", lambda r: ()), ("put_settings", lambda r: (DaemonSettings(require_api_keys=True),)),
-        ("requests", lambda r: (10,)), ("request", lambda r: (r["requests"][0].id,)), ("audit", lambda r: ()), ("shutdown", lambda r: (False,)),
+        ("audit", lambda r: ()), ("shutdown", lambda r: (False,)),
         ("fit", lambda r: (FitQuery(model_path="/models/x.gguf", settings=LlamaCppSettings(ctx_size=4096)),)),
         ("plan", lambda r: (PlanQuery(model_path="/models/x.gguf", ctx_size=4096),)),
         ("download", lambda r: (DownloadQuery(url="https://example.com/x.gguf", sha256="0" * 64),)),

@@ -6,8 +6,7 @@ like the daemon would: state changes publish events with monotonic ids and a ``b
 app's ``EventFeed`` runs for real. ``DemoDaemon(models)`` is a bare daemon holding just those models
 (stopped), one machine without paired nodes, no keys, no jobs and no made-up figures, the state the
 app's tests start from (their ``FakeDaemonClient`` adds only recorded calls and injected failures).
-Its parts: the access log (``memory_daemon.requests``); nodes, sources and jobs
-(``memory_daemon.services``), the hub (``memory_daemon.hub``), saved chats
+Its parts: nodes, sources and jobs (``memory_daemon.services``), the hub (``memory_daemon.hub``), saved chats
 (``memory_daemon.conversations``), and one module per other feature.
 
 What a test may set directly: ``definitions``/``statuses``, ``keys``, ``settings``,
@@ -64,7 +63,6 @@ from memory_daemon.hub import DemoHub
 from memory_daemon.lmstudio import DemoLmStudio
 from memory_daemon.model_updates import DemoModelUpdates
 from memory_daemon.releases import DemoReleases
-from memory_daemon.requests import DemoRequests
 from memory_daemon.services import DemoJobs, DemoNodes, DemoSources
 
 _LOGGER = logging.getLogger(__name__)
@@ -80,7 +78,7 @@ def _bare_host() -> HostSnapshot:
                                       memory_used=5 * GIB, utilization_percent=42.0)])
 
 
-class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups, DemoRequests,
+class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNodes, DemoJobs, DemoAudit, DemoHostServices, DemoBackups,
                  DemoDisk, DemoHub, DemoModelUpdates, DemoCaRotation, DemoConversations):
     """Same surface as ``DaemonClient``; nothing leaves the process. ``DemoDaemon(models)``: a bare
     daemon with just these (stopped) models and nothing made up.
@@ -263,7 +261,6 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
     async def update_model(self, definition: ModelDefinition) -> ModelView:
         self._record("update_model", definition)
         self._view(definition.id)
-        self._note_audit("model.update", definition.id, self.definitions[definition.id], definition)
         self.definitions[definition.id] = definition
         status = self.statuses[definition.id]
         if status.state in _RUNNING:
@@ -342,9 +339,8 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
 
     async def revoke_key(self, key_id: str) -> None:
         self._record("revoke_key", key_id)
-        if (revoked := self.keys.pop(key_id, None)) is None:
+        if self.keys.pop(key_id, None) is None:
             raise DaemonError(404, "key_not_found", f"no key '{key_id}'")
-        self._note_audit("key.revoke", key_id, revoked.model_dump(include={"id", "name", "prefix", "limits"}))
         self.publish("keys.changed")
 
     async def get_settings(self) -> DaemonSettings:
@@ -363,7 +359,6 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
                                                if name not in settings.model_fields_set})
         if settings.lan_access and not self.keys:  # as the daemon: /v1 on the LAN always requires keys
             raise DaemonError(409, "keys_required", "Create an API key first: /v1 on the LAN always requires keys.")
-        self._note_audit("settings.update", "", self.settings, settings)
         self.settings = settings
         self.publish("settings.changed")
         return settings
