@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_daemon import FakeDaemonClient
 from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 
@@ -24,6 +23,7 @@ from app.updates import (
     UpToDate,
 )
 from app.viewmodels.updates import UPDATES_OFF, UpdatesViewModel
+from daemon.api.client import DaemonClient
 
 pytestmark = pytest.mark.gui
 
@@ -81,7 +81,16 @@ def installer() -> FakeInstaller:
 
 
 @pytest.fixture
-def page(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, tmp_path: Path,
+def fake(real_daemon: Any, qloop: asyncio.AbstractEventLoop, qtbot: Any) -> Iterator[DaemonClient]:
+    """The app's client of the real daemon (the app's own updates ask nothing of it); closed after."""
+    client = DaemonClient(*real_daemon, client_name="app")
+    yield client
+    closing = asyncio.ensure_future(client.close())
+    qtbot.waitUntil(closing.done, timeout=10_000)
+
+
+@pytest.fixture
+def page(fake: DaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, tmp_path: Path,
          checker: FakeChecker, installer: FakeInstaller) -> Iterator[SettingsPage]:
     ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
     ctx.settings.updates = UpdatesViewModel("", tmp_path / "updates", installer=installer,  # type: ignore[arg-type]
@@ -181,7 +190,7 @@ async def test_the_daily_check_runs_a_minute_after_start_then_each_day_and_stops
     assert vm.state.value.ready is not None and vm.state.value.ready.version == "0.2.0"
 
 
-def test_the_tray_tells_once_of_an_update_a_check_staged(fake: FakeDaemonClient, qloop: asyncio.AbstractEventLoop,
+def test_the_tray_tells_once_of_an_update_a_check_staged(fake: DaemonClient, qloop: asyncio.AbstractEventLoop,
                                                          qapp: QApplication, tmp_path: Path, checker: FakeChecker,
                                                          installer: FakeInstaller, qtbot: Any) -> None:
     from app.ui.tray import TrayController
@@ -201,7 +210,7 @@ def test_the_tray_tells_once_of_an_update_a_check_staged(fake: FakeDaemonClient,
         tray.close()
 
 
-def test_the_daily_check_is_one_setting_that_is_kept(page: SettingsPage, fake: FakeDaemonClient,
+def test_the_daily_check_is_one_setting_that_is_kept(page: SettingsPage, fake: DaemonClient,
                                                      tmp_path: Path) -> None:
     assert page.daily_updates.isChecked()  # on by default
     page.daily_updates.click()
