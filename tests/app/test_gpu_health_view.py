@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from fake_daemon import FakeDaemonClient
 
 from agent.api.models import GpuEcc, GpuInfo
 from app.ui.main_window import MainWindow
 from app.viewmodels.nodes import gpu_health
+from daemon.api.client import DaemonClient
 from daemon.api.nodes import NodeState, NodeView
 
 GIB = 1 << 30
@@ -31,8 +32,8 @@ def test_health_says_what_the_gpu_reports() -> None:
 
 
 @pytest.fixture
-def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
-    return open_main_window(fake, nodes_loaded=True)
+def window(real_daemon: Any, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    return open_main_window(DaemonClient(*real_daemon, client_name="app"), nodes_loaded=True)
 
 
 @pytest.mark.gui
