@@ -134,13 +134,33 @@ def gemma_gguf() -> Path:
     return target
 
 
-# Modules that take minutes of one core whatever else runs (the first Vulkan load compiles its
-# shader pipelines on lavapipe): collected first, so a parallel run starts them at once and the
-# rest of the suite runs beside them instead of after.
-LONG_FIRST = ("tests/e2e/test_vulkan_backend.py",)
+# The longest modules, longest first (measured on two workers with --durations): a worker runs a
+# module at a time, so a parallel run starts these at once and ends on short ones, and the workers
+# finish together instead of one running a long module alone at the end. The first Vulkan load takes
+# minutes of one core whatever else runs (it compiles its shader pipelines on lavapipe).
+LONG_FIRST = (
+    "tests/e2e/test_vulkan_backend.py",
+    "tests/app/test_app_gui.py",
+    "tests/fleet/test_fault_matrix.py",
+    "tests/daemon/test_stalls.py",
+    "tests/jobs/test_jobs_daemon.py",
+    "tests/e2e/test_real_llama.py",
+    "tests/app/test_screenshots.py",
+    "tests/daemon/test_health.py",
+    "tests/app/test_app_services_whitelist.py",
+    "tests/daemon/test_backup.py",
+    "tests/cli/test_ctl_daemon.py",
+    "tests/fleet/test_rpc_agents.py",
+    "tests/e2e/test_real_lora.py",
+    "tests/app/test_playground_chats_gui.py",
+    "tests/app/test_app_lifecycle.py",
+    "tests/fleet/test_rollout.py",
+    "tests/app/test_overview_keys_at_rest.py",
+    "tests/cli/test_run_chat.py",
+    "tests/daemon/test_access_log.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    first = [item for item in items if item.nodeid.startswith(LONG_FIRST)]
-    if first:
-        items[:] = first + [item for item in items if not item.nodeid.startswith(LONG_FIRST)]
+    rank = {module: index for index, module in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(LONG_FIRST)))  # stable: the rest keep their order
