@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from daemon.api.client import DaemonError
-from daemon.api.contracts import GpuInfo, KeysAtRest
+from daemon.api.contracts import GpuInfo
 from daemon.api.mirror import MirrorQuery
 from daemon.api.models import (
     ApiKeyCreated,
@@ -99,7 +99,6 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
         self.base_model_files: set[str] = set()
         self.hosts = [_bare_host()]
         self.router: dict[str, RouterStats] = {}
-        self.keys_at_rest: KeysAtRest | None = None  # a test sets the daemon's key-storage state (+ warning)
         self.ready_after: float | None = None
         self.unreachable = False
         self.closed = False
@@ -220,7 +219,7 @@ class DemoDaemon(DemoReleases, DemoDownloads, DemoLmStudio, DemoSources, DemoNod
                           started_at=self.started_at, home=self.home)
         hosts = list(self.hosts)
         return StatusResponse(daemon=info, models=list(self.statuses.values()), router=dict(self.router),
-                              hosts=hosts, last_event_id=self._last_id, keys_at_rest=self.keys_at_rest)
+                              hosts=hosts, last_event_id=self._last_id)
 
     async def events(self, since: int, timeout: float = 30.0) -> EventsPage:
         self._record("events", since)
