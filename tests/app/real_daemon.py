@@ -71,22 +71,34 @@ class RealDaemon(tuple[str, str]):
 
 
 @contextmanager
-def daemon_in_thread(home: Path) -> Iterator[RealDaemon]:
-    """``(url, admin token)`` of a real daemon serving until the block ends."""
+def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[RealDaemon]:
+    """``(url, admin token)`` of a real daemon serving until the block ends; with ``llama_server`` (a
+    runtime, e.g. the fake one of ``tests/conftest.py``) it runs its local agent too, as the daemon
+    harness (``tests/daemon/harness.py``) does, and its models stop at the end."""
     up: concurrent.futures.Future[RealDaemon] = concurrent.futures.Future()
     held: dict[str, object] = {}
+
+    def ready(daemon: DaemonDeps) -> None:
+        found = RealDaemon((f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token))
+        found.deps, found.loop = daemon, asyncio.get_running_loop()
+        up.set_result(found)
 
     async def serve() -> None:
         stop = asyncio.Event()
         held["loop"], held["stop"] = asyncio.get_running_loop(), stop
+        if llama_server is not None:
+            from tests.daemon.harness import running_daemon
+
+            async with running_daemon(home, llama_server, nodes=NodePolicy(discovery=False)) as running:
+                ready(running.daemon)
+                await stop.wait()
+            return
         config = DaemonConfig(port=0, ollama_port=None, local_agent=False, seed_demo_model=False,
                               nodes=NodePolicy(discovery=False))
         daemon = build_deps(config, DaemonPaths(home))
         runner = await start_server(daemon)
         try:
-            found = RealDaemon((f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token))
-            found.deps, found.loop = daemon, asyncio.get_running_loop()
-            up.set_result(found)
+            ready(daemon)
             await stop.wait()
         finally:
             await runner.cleanup()
