@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from fake_daemon import FakeDaemonClient, definition
-from helpers import playground_at, until
+from helpers import definition, playground_at, until
 
 from app.viewmodels.playground import PlaygroundViewModel
-from daemon.api.models import ModelState
+from daemon.api.client import DaemonClient
 
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")
 
@@ -57,12 +56,21 @@ async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
 
 
 @pytest.fixture
-def daemon() -> FakeDaemonClient:
-    fake = FakeDaemonClient([definition("plain", served_name="plain-7b"),
-                             definition("eye", served_name="eye-4b", extra_args=["--mmproj", "/models/eye-mmproj.gguf"]),
-                             definition("manual", start_on_request=False)])
-    fake.set_state("plain", ModelState.READY)
-    return fake
+async def daemon(real_daemon: Any) -> AsyncIterator[DaemonClient]:
+    """The app's client of the real daemon holding plain, eye (it can see) and manual (never started by
+    a request), all stopped, and no saved chats."""
+    real_daemon.hold_models(definition("plain", served_name="plain-7b"),
+                            definition("eye", served_name="eye-4b", extra_args=["--mmproj", "/models/eye-mmproj.gguf"]),
+                            definition("manual", start_on_request=False))
+
+    async def forget(deps: Any) -> None:
+        for chat in await deps.conversations.summaries():
+            await deps.conversations.delete(chat.id)
+
+    real_daemon.call(forget)
+    client = DaemonClient(*real_daemon, client_name="app")
+    yield client
+    await client.close()
 
 
 async def _answered(vm: PlaygroundViewModel, task: asyncio.Task[None] | None) -> None:
@@ -72,14 +80,14 @@ async def _answered(vm: PlaygroundViewModel, task: asyncio.Task[None] | None) ->
 
 
 async def test_every_model_a_request_can_start_is_offered_and_vision_ones_are_known(
-        daemon: FakeDaemonClient, upstream: tuple[Upstream, str]) -> None:
+        daemon: DaemonClient, upstream: tuple[Upstream, str]) -> None:
     vm = await playground_at(daemon, upstream[1])
     assert vm.state.value.models == ("plain-7b", "eye-4b")  # the stopped one loads on request; "manual" does not
     assert vm.state.value.vision_models == frozenset({"eye-4b"})
     await vm.close()
 
 
-async def test_reasoning_is_kept_apart_and_the_chat_is_saved(daemon: FakeDaemonClient,
+async def test_reasoning_is_kept_apart_and_the_chat_is_saved(daemon: DaemonClient,
                                                              upstream: tuple[Upstream, str]) -> None:
     up, url = upstream
     up.answers = [[{"reasoning_content": "The user greets; "}, {"reasoning_content": "greet back."},
@@ -104,7 +112,7 @@ async def test_reasoning_is_kept_apart_and_the_chat_is_saved(daemon: FakeDaemonC
 
 
 async def test_regenerate_replaces_the_last_answer_and_edit_replaces_what_followed(
-        daemon: FakeDaemonClient, upstream: tuple[Upstream, str]) -> None:
+        daemon: DaemonClient, upstream: tuple[Upstream, str]) -> None:
     up, url = upstream
     up.answers = [[{"content": "Paris."}], [{"content": "Berlin."}], [{"content": "Paris, France."}],
                   [{"content": "Rome."}]]
@@ -124,7 +132,7 @@ async def test_regenerate_replaces_the_last_answer_and_edit_replaces_what_follow
 
 
 async def test_an_image_goes_to_a_model_that_sees_and_is_refused_for_one_that_cannot(
-        daemon: FakeDaemonClient, upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+        daemon: DaemonClient, upstream: tuple[Upstream, str], tmp_path: Path) -> None:
     up, url = upstream
     photo = tmp_path / "cat.png"
     photo.write_bytes(PNG)
@@ -155,7 +163,7 @@ async def test_an_image_goes_to_a_model_that_sees_and_is_refused_for_one_that_ca
 
 
 async def test_a_saved_chat_reopens_with_its_model_and_new_chat_starts_empty(
-        daemon: FakeDaemonClient, upstream: tuple[Upstream, str]) -> None:
+        daemon: DaemonClient, upstream: tuple[Upstream, str]) -> None:
     url = upstream[1]
     vm = await playground_at(daemon, url)
     await _answered(vm, vm.send("First chat"))
@@ -175,7 +183,7 @@ async def test_a_saved_chat_reopens_with_its_model_and_new_chat_starts_empty(
 
 
 async def test_a_new_chat_mid_answer_leaves_the_old_one_saved_and_the_new_one_empty(
-        daemon: FakeDaemonClient, upstream: tuple[Upstream, str]) -> None:
+        daemon: DaemonClient, upstream: tuple[Upstream, str]) -> None:
     up, url = upstream
     up.hold = asyncio.Event()
     vm = await playground_at(daemon, url)
