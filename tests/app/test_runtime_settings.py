@@ -6,16 +6,17 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import pytest
-from fake_daemon import FakeDaemonClient, definition
-from helpers import settings_of
+from helpers import definition, settings_of
 from pydantic import BaseModel, Field
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QPlainTextEdit
+from real_daemon import WORKSTATION
 
 from app.ui.main_window import MainWindow
 from app.ui.pages.models import ModelRow
 from app.viewmodels.models_page import runtime_badge
 from app.viewmodels.settings_form import RUNTIME_SECTIONS, SettingsForm, runtime_fields
+from daemon.api.client import DaemonClient
 from daemon.api.contracts import LlamaCppSettings, MlxSettings, VllmSettings
 from daemon.api.models import ModelDefinition
 
@@ -130,16 +131,18 @@ pytest_gui = pytest.mark.gui
 
 
 @pytest.fixture
-def fake() -> FakeDaemonClient:
-    return FakeDaemonClient([definition("alpha", tags=["chat"]),
-                             vllm_model("qwen-vl", served_name="Qwen-vLLM", runtime_version="0.8.5",
-                                        vllm=VllmSettings(max_model_len=8192)),
-                             definition("mlx-one", runtime="mlx", model_path="/models/mlx-one")])
+def window(real_daemon: Any, open_main_window: Callable[..., MainWindow]) -> MainWindow:
+    """The main window over the real daemon holding alpha, qwen-vl (vLLM 0.8.5) and mlx-one, stopped."""
+    real_daemon.hold_models(definition("alpha", tags=["chat"]),
+                            vllm_model("qwen-vl", served_name="Qwen-vLLM", runtime_version="0.8.5",
+                                       vllm=VllmSettings(max_model_len=8192)),
+                            definition("mlx-one", runtime="mlx", model_path="/models/mlx-one"))
+    return open_main_window(DaemonClient(*real_daemon, client_name="app"), size=(1280, 800), nodes_loaded=True)
 
 
-@pytest.fixture
-def window(fake: FakeDaemonClient, open_main_window: Callable[..., MainWindow]) -> MainWindow:
-    return open_main_window(fake, size=(1280, 800))
+def _saved(real_daemon: Any, model_id: str) -> Any:
+    """The daemon's definition of ``model_id`` (None: it has none)."""
+    return next((d for d in real_daemon.call(lambda deps: deps.registry.all()) if d.id == model_id), None)
 
 
 @pytest_gui
@@ -160,7 +163,7 @@ def test_a_vllm_models_panel_shows_vllms_fields_with_flags_and_defaults(window: 
 
 
 @pytest_gui
-def test_editing_a_vllm_field_saves_it_and_a_bad_value_shows_the_error(window: MainWindow, fake: FakeDaemonClient,
+def test_editing_a_vllm_field_saves_it_and_a_bad_value_shows_the_error(window: MainWindow, real_daemon: Any,
                                                                       qtbot: Any) -> None:
     editor = settings_of(window, qtbot, "qwen-vl")
     seqs = editor.editors["vllm.max_num_seqs"]
@@ -171,14 +174,14 @@ def test_editing_a_vllm_field_saves_it_and_a_bad_value_shows_the_error(window: M
     seqs.setText("48")
     assert not error.isVisible() and editor.save_button.isEnabled()
     editor.save_button.click()
-    qtbot.waitUntil(lambda: len(fake.called("update_model")) == 1)
-    saved = fake.called("update_model")[0][0]
+    qtbot.waitUntil(lambda: _saved(real_daemon, "qwen-vl").vllm.max_num_seqs == 48)
+    saved = _saved(real_daemon, "qwen-vl")
     assert saved.runtime == "vllm" and saved.vllm.max_num_seqs == 48 and saved.vllm.max_model_len == 8192
     assert saved.settings.ctx_size == 2048 and saved.image == "vllm/vllm-openai:v0.8.5"
 
 
 @pytest_gui
-def test_picking_another_runtime_for_a_new_model_rebuilds_the_rows(window: MainWindow, fake: FakeDaemonClient,
+def test_picking_another_runtime_for_a_new_model_rebuilds_the_rows(window: MainWindow, real_daemon: Any,
                                                                    qtbot: Any) -> None:
     window.show_page("models")
     window.models.add_button.click()
@@ -190,9 +193,11 @@ def test_picking_another_runtime_for_a_new_model_rebuilds_the_rows(window: MainW
     assert "vllm.max_num_seqs" in editor.editors and "settings.ctx_size" not in editor.editors
     editor.editors["id"].setText("gamma")
     editor.editors["vllm.max_num_seqs"].setText("8")
+    node = editor.editors["node"]
+    node.setCurrentIndex(node.findData(WORKSTATION))  # the machine it runs on: this daemon has no local agent
     editor.save_button.click()
-    qtbot.waitUntil(lambda: len(fake.called("create_model")) == 1)
-    created = fake.called("create_model")[0][0]
+    qtbot.waitUntil(lambda: _saved(real_daemon, "gamma") is not None)
+    created = _saved(real_daemon, "gamma")
     assert created.runtime == "vllm" and created.vllm.max_num_seqs == 8
 
 
