@@ -1,4 +1,4 @@
-"""The Settings page's updates, offscreen, over a fake checker and a fake installer."""
+"""The Settings page's updates, offscreen, over a fake checker and a fake installer (the daemon is the real one)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def installer() -> FakeInstaller:
 
 
 @pytest.fixture
-def fake(real_daemon: Any, qloop: asyncio.AbstractEventLoop, qtbot: Any) -> Iterator[DaemonClient]:
+def client(real_daemon: Any, qloop: asyncio.AbstractEventLoop, qtbot: Any) -> Iterator[DaemonClient]:
     """The app's client of the real daemon (the app's own updates ask nothing of it); closed after."""
     client = DaemonClient(*real_daemon, client_name="app")
     yield client
@@ -90,9 +90,9 @@ def fake(real_daemon: Any, qloop: asyncio.AbstractEventLoop, qtbot: Any) -> Iter
 
 
 @pytest.fixture
-def page(fake: DaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, tmp_path: Path,
+def page(client: DaemonClient, qloop: asyncio.AbstractEventLoop, qapp: QApplication, tmp_path: Path,
          checker: FakeChecker, installer: FakeInstaller) -> Iterator[SettingsPage]:
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx = AppContext.create(client, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
     ctx.settings.updates = UpdatesViewModel("", tmp_path / "updates", installer=installer,  # type: ignore[arg-type]
                                             checker_factory=checker)
     widget = SettingsPage(ctx, apply_theme=lambda _mode: None)
@@ -190,12 +190,12 @@ async def test_the_daily_check_runs_a_minute_after_start_then_each_day_and_stops
     assert vm.state.value.ready is not None and vm.state.value.ready.version == "0.2.0"
 
 
-def test_the_tray_tells_once_of_an_update_a_check_staged(fake: DaemonClient, qloop: asyncio.AbstractEventLoop,
+def test_the_tray_tells_once_of_an_update_a_check_staged(client: DaemonClient, qloop: asyncio.AbstractEventLoop,
                                                          qapp: QApplication, tmp_path: Path, checker: FakeChecker,
                                                          installer: FakeInstaller, qtbot: Any) -> None:
     from app.ui.tray import TrayController
 
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
+    ctx = AppContext.create(client, tmp_path, prefs_path=tmp_path / "app.json", platform="linux", host_refresh_s=3600)
     ctx.settings.updates = UpdatesViewModel(FEED, tmp_path / "updates", installer=installer,  # type: ignore[arg-type]
                                             checker_factory=checker)
     tray = TrayController(ctx, open_window=lambda: None, quit_app=lambda: None, stop_all_and_quit=lambda: None)
@@ -210,10 +210,10 @@ def test_the_tray_tells_once_of_an_update_a_check_staged(fake: DaemonClient, qlo
         tray.close()
 
 
-def test_the_daily_check_is_one_setting_that_is_kept(page: SettingsPage, fake: DaemonClient,
+def test_the_daily_check_is_one_setting_that_is_kept(page: SettingsPage, client: DaemonClient,
                                                      tmp_path: Path) -> None:
     assert page.daily_updates.isChecked()  # on by default
     page.daily_updates.click()
     assert json.loads((tmp_path / "app.json").read_text())["check_updates_daily"] is False
-    again = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux")
+    again = AppContext.create(client, tmp_path, prefs_path=tmp_path / "app.json", platform="linux")
     assert again.start_update_checks() is None  # off: the next start begins no daily check
