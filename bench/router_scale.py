@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -164,7 +165,7 @@ class AdminPoller:
     """The ``--poll-admin`` process, and the calls it made."""
 
     def __init__(self, d: BenchDaemon) -> None:
-        self._out = Path(tempfile.mkstemp(prefix="admin-calls-")[1])
+        self._out = Path(tempfile.mkdtemp(prefix="admin-calls-")) / "calls"  # the poller writes it
         self._proc = subprocess.Popen([sys.executable, __file__, "--poll-admin", str(self._out),
                                        "--url", f"http://127.0.0.1:{d.port}", "--home", str(d.home)])
 
@@ -172,8 +173,8 @@ class AdminPoller:
         self._proc.send_signal(signal.SIGTERM)
         self._proc.wait(30)
         calls = [AdminCall(float(a), float(b), int(c), int(e))
-                 for a, b, c, e in (line.split() for line in self._out.read_text().splitlines())]
-        self._out.unlink()
+                 for a, b, c, e in (line.split() for line in (self._out.read_text() if self._out.exists() else "").splitlines())]
+        shutil.rmtree(self._out.parent)
         return calls
 
 
