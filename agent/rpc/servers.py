@@ -47,6 +47,7 @@ _LOGGER = logging.getLogger(__name__)
 RPC_FIRST_PORT = 50052  # llama.cpp's own default rpc-server port; a free one from here, loopback only
 READY_TIMEOUT_S = 30.0  # silence before it listens (``RuntimeRun.wait_ready``)
 STOP_TIMEOUT_S = 5.0
+LEFTOVER_WAIT_S = 5.0  # how long a new agent waits for the rpc-servers it killed to be gone
 RUNTIME_NAME = "ggml-rpc-server"
 # The supervisor's state as the wire names it: starting is the grant being opened (POST answers once
 # it is ready or failed), stopping is its closing.
@@ -283,14 +284,18 @@ class RpcServers:
 
     def reap_leftovers(self) -> int:
         """Stop the rpc-servers an earlier agent recorded and left running; how many were."""
-        reaped = 0
+        killed: list[psutil.Process] = []
         for record in self.records.load(rpc=True).values():
             proc = find_live_process(record)
             if proc is not None:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
-                    reaped += 1
+                    killed.append(proc)
+        if killed:  # gone before this agent serves: their ports are free for the next grant
+            _gone, alive = psutil.wait_procs(killed, timeout=LEFTOVER_WAIT_S)
+            for proc in alive:
+                _LOGGER.warning("rpc-server pid %d an earlier agent left running has not exited yet", proc.pid)
         self.records.save({}, rpc=True)
-        if reaped:
-            _LOGGER.warning("stopped %d rpc-server(s) an earlier agent left running", reaped)
-        return reaped
+        if killed:
+            _LOGGER.warning("stopped %d rpc-server(s) an earlier agent left running", len(killed))
+        return len(killed)
