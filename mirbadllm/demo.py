@@ -39,6 +39,7 @@ from agent.paths import AgentPaths
 from agent.runtimes.ports import port_is_free
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.conversations import ConversationCreate, ConversationMessage
+from daemon.api.mirror import MirrorQuery
 from daemon.api.models import ApiKeyLimits, ModelState
 from daemon.config import DaemonConfig
 from daemon.deps import build_deps
@@ -177,6 +178,9 @@ async def _seed(client: DaemonClient, agents: list[DemoAgent]) -> Coroutine[Any,
             _LOGGER.warning("demo: could not add %s: %s", definition.id, exc.message)
     with contextlib.suppress(DaemonError):
         await client.start_model("gemma-3-270m-broken")
+    if "mac-studio" in nodes:  # a real push of the demo's file to a node: the Downloads page's transfer
+        with contextlib.suppress(DaemonError):
+            await client.mirror(MirrorQuery(model_id=base.id, target_node=nodes["mac-studio"], register_model=False))
     return _answer_some(client, base.id, base.served_name, created.key)
 
 

@@ -120,7 +120,7 @@ class DownloadsPage(ReadOnShow, QScrollArea):
         elif not s.transfers:
             self.note.setText("Loading…" if not s.loaded else "Nothing downloaded yet: Models → Add model starts one.")
         else:
-            self.note.setText(f"{len(s.transfers)} transfers, {s.running} running")
+            self.note.setText(f"{len(s.transfers)} transfer{'' if len(s.transfers) == 1 else 's'}, {s.running} running")
         set_prop(self.note, "role", "error" if s.error else "")
 
     def _render_rows(self, s: DownloadsState) -> None:
