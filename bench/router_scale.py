@@ -281,7 +281,9 @@ async def soak(seconds: float, streams: int, tree: Path, runtime: str) -> None:
         print(f"  start: {_daemon_figures(proc)}")
         end = time.monotonic() + seconds
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        # On the real runtime most streams wait in the router's queue (it has no time limit) for minutes.
+        timeout = aiohttp.ClientTimeout(total=None if real else 600)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
             async def worker(n: int) -> None:
                 nonlocal done, failed
