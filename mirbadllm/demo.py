@@ -27,15 +27,12 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.api.models import GpuInfo
-from agent.deps import AgentDeps
-from agent.deps import build_deps as build_agent
-from agent.lifecycle import AgentLifecycle
-from agent.paths import AgentPaths
+from agent.inprocess import InProcessAgent
 from agent.runtimes.ports import port_is_free
 from daemon.api.client import DaemonClient, DaemonError
 from daemon.api.conversations import ConversationCreate, ConversationMessage
@@ -91,66 +88,18 @@ def _port_block(size: int = 20) -> int:
     return next(b for b in bases if all(port_is_free(p) for p in range(b, b + size)))
 
 
-@dataclass
-class DemoAgent:
-    node: DemoNode
-    lifecycle: AgentLifecycle
-    stop: asyncio.Event
-    task: asyncio.Task[int]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    built: list[AgentDeps] = field(default_factory=list)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.lifecycle.port}"
-
-    async def said(self, kind: str, timeout: float = 30) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            found = [e for e in self.events if e.get("event") == kind]
-            if found:
-                return found[-1]
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"the demo agent {self.node.name} did not say {kind!r}")
-
-    async def close(self) -> None:
-        self.stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.task, 20)
-        for deps in self.built:
-            for instance_id in list(deps.manager.runs()):
-                with contextlib.suppress(Exception):
-                    await deps.manager.stop(instance_id, timeout=2)
-            await deps.manager.close()
+async def _start_agent(home: Path, node: DemoNode, llama_server: str | None) -> InProcessAgent:
+    return await InProcessAgent.start(home, name=node.name, version="demo", llama_server=llama_server,
+                                      telemetry_interval_s=1.0, gpu_probe=DemoGpus(node.gpus),
+                                      first_port=_port_block())
 
 
-async def _start_agent(home: Path, node: DemoNode, llama_server: str | None) -> DemoAgent:
-    paths = AgentPaths(home).ensure()
-    built: list[AgentDeps] = []
-    first_port = _port_block()
-
-    def build() -> AgentDeps:
-        deps = build_agent(home, llama_server=llama_server, telemetry_interval_s=1.0,
-                           gpu_probe=DemoGpus(node.gpus), first_port=first_port)
-        built.append(deps)
-        return deps
-
-    events: list[dict[str, Any]] = []
-    lifecycle = AgentLifecycle(paths, "127.0.0.1", 0, build, name=node.name, version="demo", mdns=False,
-                               emit=events.append, banner=lambda _text: None)
-    stop = asyncio.Event()
-    agent = DemoAgent(node, lifecycle, stop, asyncio.ensure_future(lifecycle.run(stop)), events, built)
-    await agent.said("listening")
-    return agent
-
-
-async def _seed(client: DaemonClient, agents: list[DemoAgent]) -> Coroutine[Any, Any, None] | None:
+async def _seed(client: DaemonClient, agents: list[tuple[DemoNode, InProcessAgent]]) -> Coroutine[Any, Any, None] | None:
     """What the demo shows, made through the admin API as a user would; returns the part that waits on
     the demo model (its start and a few answers), for the caller to await or run beside the app."""
-    for agent in agents:
+    for node, agent in agents:
         pairing = await agent.said("pairing")
-        if agent.node.paired:
+        if node.paired:
             await client.pair_node(agent.address, pairing["code"], pairing["fingerprint"])
         else:
             await client.add_node_address(agent.address)
@@ -227,14 +176,14 @@ async def _run_fleet(settled: bool, llama_server: str | None, up: Callable[[Runn
         daemon = build_deps(config, DaemonPaths(root / "home"))
         runner = await start_server(daemon)
         seeder = DaemonClient(f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token, client_name="demo")
-        agents: list[DemoAgent] = []
+        agents: list[tuple[DemoNode, InProcessAgent]] = []
         answering: asyncio.Task[None] | None = None
         try:
             link = daemon.links.get("local")
             if link is not None:
                 await asyncio.wait_for(link.first_sync.wait(), 60)
             for node in NODES:
-                agents.append(await _start_agent(root / "nodes" / node.name, node, llama_server))
+                agents.append((node, await _start_agent(root / "nodes" / node.name, node, llama_server)))
             rest = await _seed(seeder, agents)
             if rest is not None and settled:
                 await rest
@@ -250,8 +199,9 @@ async def _run_fleet(settled: bool, llama_server: str | None, up: Callable[[Runn
                     await daemon.orchestrator.stop(definition.id)
             await seeder.close()
             await runner.cleanup()
-            for agent in agents:
-                await agent.close()
+            for _node, agent in agents:
+                with contextlib.suppress(Exception):  # the rest still close
+                    await agent.close()
 
 
 @asynccontextmanager

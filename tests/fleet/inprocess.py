@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import inprocess as agent_inprocess
 from agent.api.models import GpuInfo
-from agent.deps import AgentDeps, build_deps
-from agent.lifecycle import AgentLifecycle
-from agent.paths import AgentPaths
 from daemon.nodes.pairing import Paired, pair
 from daemon.pki import CertificateAuthority
 from tests.fakes import FakeGpuProbe
@@ -21,22 +16,8 @@ from tests.fleet.agents import eventually
 _LOGGER = logging.getLogger(__name__)
 
 
-@dataclass
-class InProcessAgent:
-    home: Path
-    lifecycle: AgentLifecycle
-    stop_event: asyncio.Event
-    task: asyncio.Task[int]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    banner: list[str] = field(default_factory=list)
-    deps: list[AgentDeps] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.lifecycle.port}"
-
-    def last(self, kind: str) -> dict[str, Any]:
-        return [e for e in self.events if e["event"] == kind][-1]
+class InProcessAgent(agent_inprocess.InProcessAgent):
+    """The product's in-process agent (``agent.inprocess``) with the tests' waits and pairing."""
 
     async def wait_event(self, kind: str, after: int = 0, **match: Any) -> dict[str, Any]:
         def found() -> dict[str, Any] | None:
@@ -52,37 +33,14 @@ class InProcessAgent:
         await self.wait_event("listening", paired=True)
         return paired
 
-    async def close(self) -> None:
-        self.stop_event.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(self.task, 20)
-        for deps in self.deps:
-            for instance_id in list(deps.manager.runs()):
-                await deps.manager.stop(instance_id, timeout=2)
-            await deps.manager.close()
-
 
 async def start_inprocess_agent(home: Path, *, name: str = "inproc", llama_server: Path | None = None,
                                 gpus: list[GpuInfo] | None = None, first_port: int = 41000,
                                 memory_probe: Any = None, service_manager: Any = None) -> InProcessAgent:
-    paths = AgentPaths(home).ensure()
-    made: list[AgentDeps] = []
-
-    def build() -> AgentDeps:
-        deps = build_deps(home, llama_server=llama_server, telemetry_interval_s=0.2,
-                          gpu_probe=FakeGpuProbe(list(gpus or [])), first_port=first_port,
-                          memory_probe=memory_probe, service_manager=service_manager)
-        made.append(deps)
-        return deps
-
-    events: list[dict[str, Any]] = []
-    banner: list[str] = []
-    lifecycle = AgentLifecycle(paths, "127.0.0.1", 0, build, name=name, version="test", mdns=False,
-                               emit=events.append, banner=banner.append)
-    stop = asyncio.Event()
-    agent = InProcessAgent(home, lifecycle, stop, asyncio.ensure_future(lifecycle.run(stop)), events, banner, made)
-    await agent.wait_event("listening")
-    return agent
+    return await InProcessAgent.start(home, name=name, version="test", llama_server=llama_server,
+                                      telemetry_interval_s=0.2, gpu_probe=FakeGpuProbe(list(gpus or [])),
+                                      first_port=first_port, memory_probe=memory_probe,
+                                      service_manager=service_manager)
 
 
 async def pair_online(rd: Any, agent: InProcessAgent) -> str:
