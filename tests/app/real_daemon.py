@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent.api.models import GpuInfo
+from daemon.api.client import DaemonClient
 from daemon.api.models import ModelDefinition, RequestRecord
 from daemon.config import DaemonConfig
 from daemon.deps import DaemonDeps, build_deps
@@ -34,6 +36,7 @@ class RealDaemon(tuple[str, str]):
 
     deps: DaemonDeps
     loop: asyncio.AbstractEventLoop
+    agents: list[Any]  # the in-process agents ``add_node`` started; closed with the daemon
 
     def call(self, work: Callable[[DaemonDeps], Coroutine[Any, Any, _T] | _T]) -> _T:
         """``work(deps)`` run on the daemon's loop (awaited if it is a coroutine); its result."""
@@ -59,6 +62,34 @@ class RealDaemon(tuple[str, str]):
 
         return self.call(hold)
 
+    def add_node(self, name: str, gpus: list[GpuInfo] | None = None, *, paired: bool = True,
+                 llama_server: Path | None = None) -> str:
+        """A real agent in the daemon's process (``tests/fleet/inprocess.py``: its GPU probe reports
+        ``gpus``, its runtime is ``llama_server`` if given), paired through the admin API unless
+        ``paired`` is false (then it waits, as a new machine on the LAN does); the node's id once online
+        (its address when not paired)."""
+        from tests.fleet.agents import eventually
+        from tests.fleet.inprocess import start_inprocess_agent
+
+        async def add(deps: DaemonDeps) -> str:
+            home = deps.paths.home.parent / f"agent-{name}"
+            agent = await start_inprocess_agent(home, name=name, gpus=gpus, llama_server=llama_server,
+                                                first_port=43000 + 200 * len(self.agents))
+            self.agents.append(agent)
+            if not paired:
+                return agent.address
+            pairing = await agent.said("pairing")
+            client = DaemonClient(*self)
+            try:
+                node = await client.pair_node(agent.address, pairing["code"], pairing["fingerprint"])
+            finally:
+                await client.close()
+            await eventually(lambda: (link := deps.links.get(node.id)) is not None and link.online,
+                             what=f"the node {name} online")
+            return str(node.id)
+
+        return self.call(add)
+
     def served(self, *records: RequestRecord) -> None:
         """``records`` in the daemon's access log, as if its router had served them."""
 
@@ -80,8 +111,14 @@ def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[R
 
     def ready(daemon: DaemonDeps) -> None:
         found = RealDaemon((f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token))
-        found.deps, found.loop = daemon, asyncio.get_running_loop()
+        found.deps, found.loop, found.agents = daemon, asyncio.get_running_loop(), []
+        held["found"] = found
         up.set_result(found)
+
+    async def close_agents() -> None:
+        found = held.get("found")
+        for agent in getattr(found, "agents", []):
+            await agent.close()
 
     async def serve() -> None:
         stop = asyncio.Event()
@@ -92,6 +129,7 @@ def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[R
             async with running_daemon(home, llama_server, nodes=NodePolicy(discovery=False)) as running:
                 ready(running.daemon)
                 await stop.wait()
+                await close_agents()
             return
         config = DaemonConfig(port=0, ollama_port=None, local_agent=False, seed_demo_model=False,
                               nodes=NodePolicy(discovery=False))
@@ -101,6 +139,7 @@ def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[R
             ready(daemon)
             await stop.wait()
         finally:
+            await close_agents()
             await runner.cleanup()
 
     def run() -> None:
