@@ -11,12 +11,13 @@ are measured once.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent.api.llamacpp import LlamaCppSettings
 from daemon.api.jobs import TuneRequest
+from daemon.jobs.dimension import Dimension
 
 QUICK = ("threads", "parallel", "flash_attn")
 FULL = ("threads", "batch", "parallel", "flash_attn", "cache_type", "n_gpu_layers")
@@ -34,25 +35,10 @@ class Machine:
     min_slot_ctx: int = 0  # a slot must still hold the longest prompt the preset sends
 
 
-@dataclass(frozen=True)
-class Dimension:
-    name: str
-    goal: str
-    tradeoff: str
-    values: Callable[[LlamaCppSettings, Machine], list[dict[str, Any]]]
+class LlamaCppDimension(Dimension[LlamaCppSettings, Machine]):
+    """A llama.cpp dimension: ``batch`` and ``cache_type`` set two fields from one value."""
 
-    def variants(self, best: LlamaCppSettings, machine: Machine,
-                 override: Sequence[Any] | None = None) -> list[tuple[str, LlamaCppSettings]]:
-        """(label, settings) for each value of this dimension on top of ``best``, minus ``best`` itself."""
-        changes = [self._change(v) for v in override] if override is not None else self.values(best, machine)
-        out = []
-        for change in changes:
-            candidate = best.model_copy(update=change)
-            if candidate != best:
-                out.append((describe_change(change), candidate))
-        return out
-
-    def _change(self, value: Any) -> dict[str, Any]:
+    def change(self, value: Any, machine: Machine) -> dict[str, Any]:
         if isinstance(value, dict):
             return value
         field = {"batch": "ubatch_size", "cache_type": "cache_type_k"}.get(self.name, self.name)
@@ -60,10 +46,6 @@ class Dimension:
         if self.name == "cache_type":
             change["cache_type_v"] = value
         return change
-
-
-def describe_change(change: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={'default' if v is None else v}" for k, v in change.items())
 
 
 def _threads(best: LlamaCppSettings, m: Machine) -> list[dict[str, Any]]:
@@ -100,19 +82,19 @@ def _gpu_layers(best: LlamaCppSettings, m: Machine) -> list[dict[str, Any]]:
     return [{"n_gpu_layers": 0}, {"n_gpu_layers": 999}] if m.has_gpu else []
 
 
-DIMENSIONS: dict[str, Dimension] = {d.name: d for d in (
-    Dimension("threads", "Match CPU threads to the cores that do the work.",
-              "Too many threads contend with each other and with the rest of the machine.", _threads),
-    Dimension("batch", "Size the prompt batches to the hardware.",
-              "Bigger batches process prompts faster but take more memory.", _batch),
-    Dimension("parallel", "Serve more requests at once.",
-              "More slots share the same context, so each request gets less of it.", _parallel),
-    Dimension("flash_attn", "Use the fused attention kernel.",
-              "Faster and leaner on most hardware; slower on some CPUs.", _flash_attn),
-    Dimension("cache_type", "Store the KV cache in 8 bits.",
-              "Halves the cache memory; may cost a little speed or quality.", _cache_type),
-    Dimension("n_gpu_layers", "Put the right number of layers on the GPU.",
-              "All layers on the GPU is fastest when they fit; none frees the GPU.", _gpu_layers),
+DIMENSIONS: dict[str, LlamaCppDimension] = {d.name: d for d in (
+    LlamaCppDimension("threads", "Match CPU threads to the cores that do the work.",
+                      "Too many threads contend with each other and with the rest of the machine.", _threads),
+    LlamaCppDimension("batch", "Size the prompt batches to the hardware.",
+                      "Bigger batches process prompts faster but take more memory.", _batch),
+    LlamaCppDimension("parallel", "Serve more requests at once.",
+                      "More slots share the same context, so each request gets less of it.", _parallel),
+    LlamaCppDimension("flash_attn", "Use the fused attention kernel.",
+                      "Faster and leaner on most hardware; slower on some CPUs.", _flash_attn),
+    LlamaCppDimension("cache_type", "Store the KV cache in 8 bits.",
+                      "Halves the cache memory; may cost a little speed or quality.", _cache_type),
+    LlamaCppDimension("n_gpu_layers", "Put the right number of layers on the GPU.",
+                      "All layers on the GPU is fastest when they fit; none frees the GPU.", _gpu_layers),
 )}
 
 

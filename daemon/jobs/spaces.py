@@ -21,10 +21,10 @@ from agent.api.runtimes import profile, settings_update
 from agent.api.vllm import VllmSettings
 from daemon.api.jobs import CandidateResult, TuneRequest, TuningResult
 from daemon.api.models import LOCAL_NODE, ModelDefinition
+from daemon.jobs.dimension import Dimension
 from daemon.jobs.planner import (
     CONFIRM_SLOTS,
     DIMENSIONS,
-    Dimension,
     Machine,
     dimensions_for,
     effective_config,
@@ -33,7 +33,6 @@ from daemon.jobs.planner import (
 from daemon.jobs.vllm_dimensions import (
     DEFAULT_UTILIZATION,
     VLLM_DIMENSIONS,
-    VllmDimension,
     VllmMachine,
     canonical,
     chunked_prefill,
@@ -50,7 +49,7 @@ class SearchSpace:
     """The llama.cpp space (the default); ``VllmSpace`` overrides what differs."""
 
     runtime = "llamacpp"
-    dimensions: Mapping[str, Dimension | VllmDimension] = DIMENSIONS  # by name: what each varies, and why
+    dimensions: Mapping[str, Dimension[Any, Any]] = DIMENSIONS  # by name: what each varies, and why
 
     def __init__(self, definition: ModelDefinition, machine: Machine) -> None:
         self.definition = definition

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.api.vllm import SpeculativeSettings, VllmSettings
+from daemon.jobs.dimension import Dimension
 
 VLLM_QUICK = ("max_num_seqs", "speculative")
 VLLM_FULL = ("kv_cache_dtype", "prefix_caching", "max_num_seqs", "max_num_batched_tokens", "speculative",
@@ -160,28 +161,20 @@ def _async(best: VllmSettings, m: VllmMachine) -> list[dict[str, Any]]:
     return [{"async_scheduling": True}, {"async_scheduling": False}]
 
 
-@dataclass(frozen=True)
-class VllmDimension:
-    name: str
-    goal: str
-    tradeoff: str
-    values: Callable[[VllmSettings, VllmMachine], list[dict[str, Any]]]
+class VllmDimension(Dimension[VllmSettings, VllmMachine]):
+    """A vLLM dimension: settings compared with vLLM's defaults folded in (``canonical``)."""
 
-    def variants(self, best: VllmSettings, machine: VllmMachine,
-                 override: Sequence[Any] | None = None) -> list[tuple[str, VllmSettings]]:
-        """(label, settings) for each value on top of ``best``, minus ``best`` and repeats."""
-        changes = [self._change(v, machine) for v in override] if override is not None else self.values(best, machine)
-        out: list[tuple[str, VllmSettings]] = []
-        seen = [canonical(best)]
-        for change in changes:
-            candidate = VllmSettings.model_validate({**best.model_dump(), **{
-                k: v.model_dump() if isinstance(v, SpeculativeSettings) else v for k, v in change.items()}})
-            if canonical(candidate) not in seen:
-                seen.append(canonical(candidate))
-                out.append((describe_vllm_change(change), candidate))
-        return out
+    def apply(self, best: VllmSettings, change: dict[str, Any]) -> VllmSettings:
+        return VllmSettings.model_validate({**best.model_dump(), **{
+            k: v.model_dump() if isinstance(v, SpeculativeSettings) else v for k, v in change.items()}})
 
-    def _change(self, value: Any, m: VllmMachine) -> dict[str, Any]:
+    def same_as(self, settings: VllmSettings) -> VllmSettings:
+        return canonical(settings)
+
+    def describe(self, change: dict[str, Any]) -> str:
+        return describe_vllm_change(change)
+
+    def change(self, value: Any, m: VllmMachine) -> dict[str, Any]:
         """An explicit value: a raw change (a dict), or the dimension's own value."""
         if isinstance(value, dict):
             return value
