@@ -63,9 +63,10 @@ class RealDaemon(tuple[str, str]):
         return self.call(hold)
 
     def add_node(self, name: str, gpus: list[GpuInfo] | None = None, *, paired: bool = True,
-                 llama_server: Path | None = None) -> str:
+                 llama_server: Path | None = None, **agent: Any) -> str:
         """A real agent in the daemon's process (``tests/fleet/inprocess.py``: its GPU probe reports
-        ``gpus``, its runtime is ``llama_server`` if given), paired through the admin API unless
+        ``gpus``, its runtime is ``llama_server`` if given; ``agent``: its other seams, as
+        ``memory_probe``, ``service_manager``, ``docker_socket``), paired through the admin API unless
         ``paired`` is false (then it waits, as a new machine on the LAN does); the node's id once online
         (its address when not paired)."""
         from tests.fleet.agents import eventually
@@ -73,15 +74,15 @@ class RealDaemon(tuple[str, str]):
 
         async def add(deps: DaemonDeps) -> str:
             home = deps.paths.home.parent / f"agent-{name}"
-            agent = await start_inprocess_agent(home, name=name, gpus=gpus, llama_server=llama_server,
-                                                first_port=43000 + 200 * len(self.agents))
-            self.agents.append(agent)
+            started = await start_inprocess_agent(home, name=name, gpus=gpus, llama_server=llama_server,
+                                                  first_port=43000 + 200 * len(self.agents), **agent)
+            self.agents.append(started)
             if not paired:
-                return agent.address
-            pairing = await agent.said("pairing")
+                return started.address
+            pairing = await started.said("pairing")
             client = DaemonClient(*self)
             try:
-                node = await client.pair_node(agent.address, pairing["code"], pairing["fingerprint"])
+                node = await client.pair_node(started.address, pairing["code"], pairing["fingerprint"])
             finally:
                 await client.close()
             await eventually(lambda: (link := deps.links.get(node.id)) is not None and link.online,
@@ -117,8 +118,14 @@ def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[R
 
     async def close_agents() -> None:
         found = held.get("found")
-        for agent in getattr(found, "agents", []):
-            await agent.close()
+        agents = getattr(found, "agents", [])
+        if agents:  # the daemon's long-polls end first, else each agent's server waits for its own
+            from daemon.nodes.links import NodeLink
+
+            for link in list(found.deps.links):  # type: ignore[union-attr]
+                if isinstance(link, NodeLink):
+                    await link.stop()
+            await asyncio.gather(*(agent.close() for agent in agents))
 
     async def serve() -> None:
         stop = asyncio.Event()
