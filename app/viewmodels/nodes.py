@@ -2,7 +2,7 @@
 
 ``NodesViewModel`` refreshes from ``DaemonApi.list_nodes`` / ``discovered_nodes`` whenever the
 event feed says a node changed (``node.*`` events) and on a slow timer for the gauges. The model
-editor's node picker reads ``node_choices``: every node with its free memory. ``runtime_badges``
+editor's node picker reads ``node_choices``: every node the daemon has, with its free memory. ``runtime_badges``
 says what each node offers of the runtimes (llama.cpp, vLLM, MLX): available with the version, or
 greyed with the node's reason; ``available_runtimes`` is what a model may be placed on there.
 """
@@ -27,6 +27,7 @@ from daemon.api.protocol import DaemonApi
 _LOGGER = logging.getLogger(__name__)
 
 LOCAL = "local"
+NO_NODES = "No nodes yet: pair one on the Nodes page"  # the model editor's picker on a daemon without any
 STATE_TEXT = {NodeState.ONLINE: "Online", NodeState.DEGRADED: "Degraded", NodeState.OFFLINE: "Offline",
               NodeState.UNKNOWN: "Checking…"}
 BADGE = {NodeState.ONLINE: "ready", NodeState.DEGRADED: "starting", NodeState.OFFLINE: "failed",
@@ -165,11 +166,11 @@ def node_label(node: NodeView) -> str:
 
 
 def node_choices(nodes: tuple[NodeView, ...], current: str | None = None) -> list[tuple[str, str]]:
-    """(node id, label) for the model editor's picker; an unknown current placement stays listed."""
+    """(node id, label) for the model editor's picker: the nodes the daemon has (empty: it has none);
+    an unknown current placement stays listed, but never a "local" the daemon runs no agent for (it
+    would refuse the model: ``unknown_node``)."""
     choices = [(n.id, node_label(n)) for n in nodes]
-    if not any(n.local for n in nodes):
-        choices.insert(0, (LOCAL, "This machine"))
-    if current and all(node_id != current for node_id, _label in choices):
+    if current and current != LOCAL and all(node_id != current for node_id, _label in choices):
         choices.append((current, f"{current[:12]}… — not paired"))
     return choices
 

@@ -42,7 +42,8 @@ def test_the_node_picker_says_how_much_memory_each_node_has_free() -> None:
     box = NodeView(id="b" * 64, name="gpu-box", state=NodeState.OFFLINE, memory_available=48 * 2**30)
     assert node_choices((local, box)) == [("local", "This machine — 20.0 GiB free"),
                                           ("b" * 64, "gpu-box — 48.0 GiB free · offline")]
-    assert node_choices((), "local") == [("local", "This machine")]
+    assert node_choices((), "local") == [], "no 'local' where the daemon runs no local agent"
+    assert node_choices((box,), "local") == [("b" * 64, "gpu-box — 48.0 GiB free · offline")]
     assert node_choices((local,), "c" * 64)[-1] == ("c" * 64, "cccccccccccc… — not paired")
 
 

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext, Message
 from app.ui.widgets import Card, StillComboBox, bind, button, label, line_edit, set_prop
 from app.viewmodels.disk import RemovalPreview
-from app.viewmodels.nodes import node_choices
+from app.viewmodels.nodes import NO_NODES, node_choices
 from app.viewmodels.settings_form import (
     FieldSpec,
     SettingsForm,
@@ -217,9 +217,17 @@ class SettingsEditor(QWidget):
             picker.clear()
             for node_id, text in node_choices(self.ctx.nodes.state.value.nodes, current):
                 picker.addItem(text, node_id)
-            picker.setCurrentIndex(max(0, picker.findData(current)))
+            index = picker.findData(current)
+            placed = index < 0 and picker.count() > 0 and self.form is not None and self.form.is_new
+            if placed and self.form is not None:
+                index = 0  # a new model's default placement ("local") is on no node here: the first it has
+                self.form.set("node", picker.itemData(0))
+            picker.setPlaceholderText(NO_NODES if not picker.count() else f"{current}: no such node here — pick one")
+            picker.setCurrentIndex(index)
         finally:
             self._loading = loading
+        if placed and not loading:
+            self._validate()
 
     def _load(self, form: SettingsForm) -> None:
         self.form = form
@@ -232,6 +240,8 @@ class SettingsEditor(QWidget):
                 value = form.values.get(key)
                 if isinstance(editor, QCheckBox):
                     editor.setChecked(bool(value))
+                elif key == "node":
+                    continue  # placed by _fill_nodes: a node the daemon does not have is not shown as another
                 elif isinstance(editor, QComboBox):
                     editor.setCurrentIndex(max(0, editor.findData(value or "")))
                 elif isinstance(editor, QPlainTextEdit):
