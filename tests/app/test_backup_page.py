@@ -1,24 +1,26 @@
 """The Backup page against the real daemon: back up with a passphrase, see it in the list, restore
-from a file — the preview table first, nothing changed until Restore, then applied. Which model files
-a restore must fetch needs a node's agent to look: that preview is read from the in-memory fake."""
+from a file — the preview table first, nothing changed until Restore, then applied; the model files a
+restore must fetch, asked of a real node's agent (and the fake hub), downloaded only when ticked."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_daemon import FakeDaemonClient
 from helpers import cells
 
+from app import format as fmt
 from app.ui.main_window import PAGES, MainWindow
 from app.ui.pages.backup import BackupPage
 from app.viewmodels.backup import BackupViewModel
 from daemon.api.client import DaemonClient
-from daemon.api.models import ModelDefinition
+from daemon.api.models import ModelDefinition, ModelSource
 from daemon.audit.log import AuditQuery
+from tests.fakes.fake_hf_hub import FakeHub
+from tests.fakes.gguf_files import gguf_bytes
 
 # vLLM models: no node is asked for their files on a restore (this daemon has no agent to ask).
 ALPHA = ModelDefinition(id="alpha", served_name="alpha", model_path="/models/alpha", runtime="vllm", tags=["chat"])
@@ -121,36 +123,59 @@ def test_a_wrong_passphrase_says_so_and_restores_nothing(
         restores  # nothing restored
 
 
-def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_download(
-        window: MainWindow, fake: FakeDaemonClient, qtbot: Any, tmp_path: Path) -> None:
-    from daemon.api.backup import MissingFile
+@pytest.fixture(scope="module")
+def box(real_daemon: Any) -> Iterator[tuple[str, FakeHub]]:
+    """A real node "box" (an in-process agent, paired) and the fake hub it asks (``HF_ENDPOINT``): the
+    node's id and the hub holding alpha's file."""
+    hub: FakeHub = real_daemon.call(lambda deps: FakeHub().start())
+    hub.add("acme/alpha-GGUF", "alpha-Q4_K_M.gguf", gguf_bytes() + bytes(100_000))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_ENDPOINT", hub.hub_url)
+        env.delenv("HF_TOKEN", raising=False)
+        yield real_daemon.add_node("box"), hub
+    real_daemon.call(lambda deps: hub.close())
 
+
+def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_download(
+        real_daemon: Any, box: tuple[str, FakeHub], open_main_window: Callable[..., MainWindow], qtbot: Any,
+        tmp_path: Path) -> None:
+    node, hub = box
+    pulled = ModelSource(hf_repo="acme/alpha-GGUF", hf_file="alpha-Q4_K_M.gguf")
+    real_daemon.hold_models(
+        ModelDefinition(id="alpha", served_name="alpha", model_path="/old/alpha.gguf", node=node, sources=pulled),
+        ModelDefinition(id="beta", served_name="beta", model_path="/old/beta.gguf", node=node),
+        ModelDefinition(id="gamma", served_name="gamma", model_path="/old/gamma.gguf"))  # on a node never online
+    client = DaemonClient(*real_daemon, client_name="app")
+    window = open_main_window(client)
     target = tmp_path / "b.json"
-    saved = asyncio.ensure_future(BackupViewModel(fake).save_to_file(target))
+    saved = asyncio.ensure_future(BackupViewModel(client).save_to_file(target))
     qtbot.waitUntil(saved.done)
-    fake.restore_missing_files.extend([
-        MissingFile(model_id="alpha", node="local", path="/old/alpha.gguf", fetch="huggingface",
-                    source="hf:acme/alpha@main", size=3 * 2**30, note="downloaded from Hugging Face"),
-        MissingFile(model_id="beta", node="local", path="/old/beta.gguf", fetch="by_hand",
-                    note="its definition names no source: copy the file to local:/old/beta.gguf")])
     window.show_page("backup")
     page: BackupPage = window.backup
     page.ask_open = lambda _parent: target
+    size = fmt.size(len(hub.repos["acme/alpha-GGUF"]["alpha-Q4_K_M.gguf"].data))
 
     for download in (False, True):
         page.open_button.click()
-        qtbot.waitUntil(lambda: page.vm.state.value.preview is not None)
-        files = {r[2]: r for r in cells(page.preview) if r[1] == "Model file"}
-        alpha, beta = files["alpha on local: /old/alpha.gguf"], files["beta on local: /old/beta.gguf"]
-        assert alpha[0] == "Missing" and alpha[3].startswith("Download from Hugging Face (3.0 GiB)")
-        assert beta[3].startswith("Copy by hand — its definition names no source")
+        qtbot.waitUntil(lambda: page.vm.state.value.preview is not None, timeout=10_000)
+        files = {r[2].split(" on ")[0]: r for r in cells(page.preview) if r[1] == "Model file"}
+        assert files["alpha"][2].endswith(": /old/alpha.gguf") and files["beta"][2].endswith(": /old/beta.gguf")
+        assert files["alpha"][0] == "Missing" and files["alpha"][3].startswith(f"Download from Hugging Face ({size})")
+        assert files["beta"][3].startswith("Copy by hand — its definition names no source")
+        assert files["gamma"][0] == "Unchecked" and "not connected yet" in files["gamma"][3]
         # nothing else differs, yet there is a file to fetch: Restore stays possible
         assert page.apply_button.isEnabled() and page.downloads.isEnabled() and page.downloads.isChecked()
         page.downloads.setChecked(download)
         page.apply_button.click()
-        qtbot.waitUntil(lambda: page.vm.state.value.result is not None)
-        assert fake.called("restore_backup")[-1][-1] is download
+        qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=10_000)
         note = page.preview_note.text()
         assert "1 model file(s) to copy by hand" in note
         assert ("Downloading 1 model file(s)" in note) is download
+        result = page.vm.state.value.result
+        assert result is not None and len(result.transfers) == int(download)
         page.downloads.setChecked(True)
+
+    # the download brings alpha's file onto box, and alpha points at it there
+    qtbot.waitUntil(lambda: _models(real_daemon)["alpha"].model_path != "/old/alpha.gguf", timeout=30_000)
+    assert _models(real_daemon)["alpha"].model_path.endswith("alpha-Q4_K_M.gguf")
+    assert _models(real_daemon)["beta"].model_path == "/old/beta.gguf"
