@@ -1,155 +1,161 @@
-"""The Playground streams a real SSE answer from an aiohttp server, piece by piece."""
+"""The Playground streams a real SSE answer through the real daemon from its model's runtime (its local
+agent, the fake llama-server), piece by piece."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-from fake_daemon import FakeDaemonClient
-from helpers import playground_at, until
+from helpers import definition, playground_at, until
+from real_daemon import RealDaemon, daemon_in_thread
 
 from app.viewmodels.playground import PlaygroundViewModel
-from daemon.api.models import ModelState
+from daemon.api.client import DaemonClient
+from daemon.api.models import DaemonSettings, ModelState, Preset
+from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import gguf_bytes
 
-PIECES = ["Hel", "lo", " there", "!"]
+BREAK_AFTER = 20  # the runtime cuts a stream after this many tokens (an answer of 4 is whole)
+TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"  # the files chat: not base models
 
 
-class Upstream:
-    """A /v1/chat/completions that streams PIECES, each released by the test."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-        self.auth: list[str | None] = []
-        self.release = asyncio.Queue[str]()
-        self.refuse: tuple[int, str] | None = None
-        self.break_after_with: str | None = None  # after the first piece: the daemon's error event, then a cut
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        self.bodies.append(await request.json())
-        self.auth.append(request.headers.get("Authorization"))
-        if self.refuse:
-            status, message = self.refuse
-            return web.json_response({"error": {"message": message, "type": "x", "code": "x"}}, status=status)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for piece in PIECES:
-            await self.release.get()
-            chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            if self.break_after_with:
-                error = {"error": {"message": self.break_after_with, "type": "server_error", "code": "upstream_broken"}}
-                await resp.write(f"data: {json.dumps(error)}\n\n".encode())
-                assert request.transport is not None
-                request.transport.close()  # no final chunk: the answer is not complete
-                return resp
-        usage = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                 "usage": {"completion_tokens": 4, "prompt_tokens": 9}}
-        await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
-        return resp
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
+    """A real daemon with its local agent and the fake llama-server (a token every 50 ms, its requests'
+    bodies in its log, streams cut after 20 tokens); alpha and beta (served Beta-7B) are tiny GGUFs."""
+    root = tmp_path_factory.mktemp("playground")
+    (root / "models").mkdir()
+    runtime = write_fake_runtime(root / "runtime", token_delay_s=0.05, tokens=1000, break_after=BREAK_AFTER,
+                                 log_bodies=True)
+    with daemon_in_thread(root / "home", runtime) as found:
+        for model_id, served_name in (("alpha", "alpha"), ("beta", "Beta-7B")):
+            path = root / "models" / f"{model_id}.gguf"
+            path.write_bytes(gguf_bytes(extra={"tokenizer.chat_template": TEMPLATE}))
+            model = definition(model_id, served_name=served_name, model_path=str(path))
+            found.call(lambda deps, model=model: deps.registry.add(model))
+        yield found
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
-    up = Upstream()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", up.chat)
-    server = TestServer(app)
-    await server.start_server()
-    yield up, f"http://127.0.0.1:{server.port}/v1"
-    await server.close()
+async def daemon(served: RealDaemon) -> AsyncIterator[DaemonClient]:
+    """The app's client; beta ready, alpha stopped, no key required on loopback."""
+    client = DaemonClient(*served, client_name="app")
+    await client.put_settings(DaemonSettings(require_api_keys=False))
+    if (await client.get_model("beta")).status.state != ModelState.READY:
+        await client.start_model("beta", wait=True)
+    yield client
+    await client.close()
 
 
-async def playground(fake: FakeDaemonClient, api_url: str) -> PlaygroundViewModel:
-    fake.set_state("beta", ModelState.READY)
-    return await playground_at(fake, api_url)
+async def playground(daemon: DaemonClient, served: RealDaemon) -> PlaygroundViewModel:
+    return await playground_at(daemon, f"{served[0]}/v1")
 
 
-async def test_answer_arrives_in_pieces_with_ttft_and_rate(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
-    up, url = upstream
-    vm = await playground(fake, url)
+async def bodies(client: DaemonClient, count: int) -> list[dict[str, Any]]:
+    """The request bodies beta's runtime logged, once it has logged ``count`` of them (read as the
+    user reads a model's log, through the daemon)."""
+    seen: list[dict[str, Any]] = []
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        lines = [line async for line in client.logs("beta", tail=1000)]
+        seen = [json.loads(line.split("fake: body ", 1)[1]) for line in lines if "fake: body " in line]
+        if len(seen) >= count:
+            return seen
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"beta's runtime logged {len(seen)} bodies, not {count}")
+        await asyncio.sleep(0.05)  # the log line is written as the runtime reads the request
+
+
+async def test_answer_arrives_in_pieces_with_ttft_and_rate(daemon: DaemonClient, served: RealDaemon) -> None:
+    vm = await playground(daemon, served)
     assert vm.state.value.models == ("Beta-7B", "alpha") and vm.state.value.model == "Beta-7B", "ready first"
-    vm.configure(system_prompt="Be brief.", temperature=0.2, max_tokens=64)
-    task = vm.send("Say hello")
+    before = len(await bodies(daemon, 0))
+    vm.configure(system_prompt="Be brief.", temperature=0.2, max_tokens=4)
     seen: list[str] = []
-    for n, piece in enumerate(PIECES, 1):
-        up.release.put_nowait(piece)
-        want = "".join(PIECES[:n])
-        await until(lambda want=want: vm.state.value.messages[-1].content == want, what=f"piece {n}")
-        seen.append(vm.state.value.messages[-1].content)
-    assert seen == ["Hel", "Hello", "Hello there", "Hello there!"]
+
+    def note(state: Any) -> None:
+        last = state.messages[-1] if state.messages else None
+        if last is not None and last.role == "assistant" and last.content and (not seen or seen[-1] != last.content):
+            seen.append(last.content)
+
+    unsubscribe = vm.state.subscribe(note)
+    task = vm.send("Say hello")
+    assert task is not None
     await task
+    unsubscribe()
+    assert seen == ["Hello", "Hello from", "Hello from the", "Hello from the fake"]  # a token at a time
     answer = vm.state.value.messages[-1]
     assert not vm.state.value.busy and not answer.streaming and answer.error is None
     assert answer.stats is not None and answer.stats.tokens == 4 and answer.stats.ttft_ms is not None
     assert answer.stats.tokens_per_s is not None and "TTFT" in answer.stats.describe()
-    body = up.bodies[0]
-    assert body["stream"] is True and body["model"] == "Beta-7B" and body["max_tokens"] == 64
+    body = (await bodies(daemon, before + 1))[before]  # what the runtime was asked, through the daemon
+    assert body["stream"] is True and body["model"] == "Beta-7B" and body["max_tokens"] == 4
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["messages"][1] == {"role": "user", "content": "Say hello"}
     await vm.close()
 
 
-async def test_stop_ends_the_answer_where_it_is(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
-    up, url = upstream
-    vm = await playground(fake, url)
+async def test_stop_ends_the_answer_where_it_is(daemon: DaemonClient, served: RealDaemon) -> None:
+    vm = await playground(daemon, served)
     vm.send("Tell me a story")
-    up.release.put_nowait("x")
-    await until(lambda: vm.state.value.messages[-1].content == "Hel")
+    await until(lambda: vm.state.value.messages[-1].content.startswith("Hello"), timeout=30, what="the first piece")
     vm.stop()
     await until(lambda: not vm.state.value.busy)
     answer = vm.state.value.messages[-1]
-    assert answer.content == "Hel" and answer.stats and answer.stats.finish_reason == "stopped by you"
+    assert answer.content.startswith("Hello") and answer.error is None
+    assert answer.stats and answer.stats.finish_reason == "stopped by you"
+    assert len(answer.content.split()) < BREAK_AFTER  # ended where it was, before the runtime's own end
     await vm.close()
 
 
-async def test_refusal_shows_the_openai_error_and_sends_the_key(fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
-    up, url = upstream
-    up.refuse = (401, "invalid API key")
-    vm = await playground(fake, url)
-    vm.configure(api_key="sk-test")
+async def test_refusal_shows_the_openai_error_and_sends_the_key(daemon: DaemonClient, served: RealDaemon) -> None:
+    await daemon.put_settings(DaemonSettings(require_api_keys=True))
+    vm = await playground(daemon, served)
+    vm.configure(api_key="sk-test", max_tokens=4)
     await vm.send("hi")  # type: ignore[misc]
     answer = vm.state.value.messages[-1]
-    assert answer.error == "invalid API key (401)"
-    assert up.auth == ["Bearer sk-test"]
+    assert answer.error == "Invalid API key. (401)" and answer.content == ""  # the daemon's own message
+    created = await daemon.create_key("playground")
+    vm.configure(api_key=created.key)  # the key is what is sent: a real one is let through
+    await vm.send("hi")  # type: ignore[misc]
+    answer = vm.state.value.messages[-1]
+    assert answer.error is None and answer.content == "Hello from the fake"
     await vm.close()
 
 
 async def test_a_model_stopped_mid_answer_shows_the_daemons_message_and_keeps_model_and_mode(
-        fake: FakeDaemonClient, upstream) -> None:  # type: ignore[no-untyped-def]
-    up, url = upstream
-    up.break_after_with = "The model's runtime stopped in the middle of the answer."
-    vm = await playground(fake, url)
+        daemon: DaemonClient, served: RealDaemon) -> None:
+    vm = await playground(daemon, served)  # the runtime cuts the stream after 20 tokens
     vm.configure(mode="chat")
     task = vm.send("Tell me a story")
-    up.release.put_nowait("x")
+    assert task is not None
     await task
     answer = vm.state.value.messages[-1]
-    assert answer.content == "Hel" and answer.error == "The model's runtime stopped in the middle of the answer."
-    assert "cannot reach" not in answer.error
-    fake.set_state("beta", ModelState.STOPPED)  # the user stopped it
+    assert answer.content.startswith("Hello from the fake")
+    assert answer.error == "The model's runtime stopped in the middle of the answer."
+    await daemon.stop_model("beta")  # the user stopped it
     await vm.fleet.resync()
     assert vm.fleet.snapshot.value.model("beta").status.state == ModelState.STOPPED  # type: ignore[union-attr]
     assert (vm.state.value.model, vm.state.value.mode) == ("Beta-7B", "chat"), "no silent switch"
     await vm.close()
 
 
-async def test_the_playground_starts_from_the_models_preset() -> None:
-    from fake_daemon import definition
-
-    from daemon.api.models import Preset
-
-    fake = FakeDaemonClient([definition("alpha"), definition("beta", served_name="Beta-7B", preset=Preset(
-        system_prompt="You answer in French.", temperature=0.2, max_tokens=64))])
-    fake.set_state("beta", ModelState.READY)
-    vm = await playground_at(fake, "http://127.0.0.1:9/v1")
-    s = vm.state.value
-    assert (s.model, s.system_prompt, s.temperature, s.max_tokens) == ("Beta-7B", "You answer in French.", 0.2, 64)
-    vm.configure(model="alpha")  # no preset: what was there stays
-    assert vm.state.value.system_prompt == "You answer in French."
-    vm.configure(model="Beta-7B", temperature=1.0)  # what the user sets wins over the preset
-    s = vm.state.value
-    assert (s.system_prompt, s.temperature, s.max_tokens) == ("You answer in French.", 1.0, 64)
+async def test_the_playground_starts_from_the_models_preset(daemon: DaemonClient, served: RealDaemon) -> None:
+    saved = (await daemon.get_model("beta")).definition
+    await daemon.update_model(saved.model_copy(update={"preset": Preset(
+        system_prompt="You answer in French.", temperature=0.2, max_tokens=64)}))
+    try:
+        vm = await playground(daemon, served)
+        s = vm.state.value
+        assert (s.model, s.system_prompt, s.temperature, s.max_tokens) == ("Beta-7B", "You answer in French.", 0.2, 64)
+        vm.configure(model="alpha")  # no preset: what was there stays
+        assert vm.state.value.system_prompt == "You answer in French."
+        vm.configure(model="Beta-7B", temperature=1.0)  # what the user sets wins over the preset
+        s = vm.state.value
+        assert (s.system_prompt, s.temperature, s.max_tokens) == ("You answer in French.", 1.0, 64)
+        await vm.close()
+    finally:
+        await daemon.update_model(saved)
