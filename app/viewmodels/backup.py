@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,16 +56,19 @@ def fetchable(item: MissingFile) -> bool:
     return item.state == "missing" and item.fetch != "by_hand"
 
 
-def file_cells(item: MissingFile) -> tuple[str, str, str, str]:
-    """What the preview table shows of a model file not on its node."""
+def file_cells(item: MissingFile, node_names: Mapping[str, str] | None = None) -> tuple[str, str, str, str]:
+    """What the preview table shows of a model file not on its node; its node by name (``node_names``:
+    id -> name), in the item and in the daemon's note alike."""
+    node = (node_names or {}).get(item.node) or item.node
     how = FETCH_LABELS.get(item.fetch, item.fetch) if item.state == "missing" else "Not checked"
     if item.size:
         how += f" ({fmt.size(item.size)})"
     if item.transfer:
         how += f", transfer {item.transfer}"
-    detail = f"{how} — {item.note}" if item.note else how
+    note = item.note.replace(item.node, node)
+    detail = f"{how} — {note}" if note else how
     return ("Missing" if item.state == "missing" else "Unchecked", "Model file",
-            f"{item.model_id} on {item.node}: {item.path}", detail)
+            f"{item.model_id} on {node}: {item.path}", detail)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class BackupState:
     result: RestoreResult | None = None
     busy: str | None = None
     error: str | None = None
+    node_names: Mapping[str, str] = field(default_factory=dict)  # node id -> name, for the model files' rows
 
     @property
     def can_apply(self) -> bool:
@@ -131,8 +135,17 @@ class BackupViewModel:
         self._set(preview=None, result=None, restore_file=path.name)
         preview = await self._busy("Reading the backup…", self.client.preview_restore(text, passphrase or None))
         self._pending = (text, passphrase or None)
-        self._set(preview=preview)
+        self._set(preview=preview, node_names=await self._node_names(preview))
         return preview
+
+    async def _node_names(self, preview: RestorePreview) -> dict[str, str]:
+        """Node id -> name: the nodes the backup brings back, and this daemon's own."""
+        names = {r.id: r.label for r in preview.rows if r.kind == "node"}
+        try:
+            names.update({n.id: n.name for n in await self.client.list_nodes()})
+        except DaemonError as exc:  # the rows then name the nodes by id
+            _LOGGER.warning("restore preview: the nodes' names are not known: %s", exc.message)
+        return names
 
     async def apply(self, downloads: bool = True) -> RestoreResult:
         """Restore what was previewed; with ``downloads`` the missing model files that can be fetched are."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from helpers import cells
+from real_daemon import WORKSTATION
 
 from app import format as fmt
 from app.ui.main_window import PAGES, MainWindow
@@ -159,7 +160,12 @@ def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_
         page.open_button.click()
         qtbot.waitUntil(lambda: page.vm.state.value.preview is not None, timeout=10_000)
         files = {r[2].split(" on ")[0]: r for r in cells(page.preview) if r[1] == "Model file"}
-        assert files["alpha"][2].endswith(": /old/alpha.gguf") and files["beta"][2].endswith(": /old/beta.gguf")
+        # each node by its name, in the item and in the daemon's note: never its id
+        assert [files[m][2] for m in ("alpha", "beta", "gamma")] == [
+            "alpha on box: /old/alpha.gguf", "beta on box: /old/beta.gguf", "gamma on workstation: /old/gamma.gguf"]
+        assert "copy the file to box:/old/beta.gguf" in files["beta"][3]
+        assert "node workstation not connected yet" in files["gamma"][3]
+        assert not [c for row in cells(page.preview) for c in row if node in c or WORKSTATION in c]
         assert files["alpha"][0] == "Missing" and files["alpha"][3].startswith(f"Download from Hugging Face ({size})")
         assert files["beta"][3].startswith("Copy by hand — its definition names no source")
         assert files["gamma"][0] == "Unchecked" and "not connected yet" in files["gamma"][3]

@@ -192,7 +192,7 @@ class BackupPage(ReadOnShow, QScrollArea):
     def _render_restore(self, s: BackupState) -> None:
         rows = [row_cells(r) for r in s.preview.rows] if s.preview is not None else []
         missing = s.preview.missing_files if s.preview is not None else s.result.missing_files if s.result else []
-        rows += [file_cells(m) for m in missing]
+        rows += [file_cells(m, s.node_names) for m in missing]
         self.preview.setRowCount(len(rows))
         for n, cells in enumerate(rows):
             for col, text in enumerate(cells):
