@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-from fake_daemon import FakeDaemonClient, definition
-from helpers import playground_at, until
+from helpers import definition, playground_at, until
+from real_daemon import RealDaemon, daemon_in_thread
 
 from agent.api.llamacpp import LlamaCppSettings
 from app.viewmodels.playground import (
@@ -25,83 +23,101 @@ from app.viewmodels.playground import (
     COMPLETION,
     PlaygroundViewModel,
 )
-from daemon.api.models import ModelState
+from daemon.api.client import DaemonClient
+from daemon.api.models import LOCAL_NODE
+from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import gguf_bytes
+
+TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
 
 
-class Upstream:
-    """``/v1/completions`` and ``/v1/chat/completions``, each streaming two pieces."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        self.bodies: list[dict[str, Any]] = []
-
-    async def answer(self, request: web.Request) -> web.StreamResponse:
-        self.paths.append(request.path)
-        self.bodies.append(await request.json())
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for piece in (" upon", " a time"):
-            choice = ({"index": 0, "text": piece} if request.path.endswith("/v1/completions")
-                      else {"index": 0, "delta": {"content": piece}})
-            await resp.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
+    """A real daemon with its local agent and the fake llama-server (each /v1 request's path in
+    ``requests.jsonl``, its body in the model's log): base (a GGUF without a chat template, served
+    Base-270M), instruct (one with its own template) and builtin (the base file with llama.cpp's
+    built-in gemma template set), all stopped."""
+    root = tmp_path_factory.mktemp("base-model")
+    (root / "models").mkdir()
+    base, instruct = root / "models" / "base.gguf", root / "models" / "instruct.gguf"
+    base.write_bytes(gguf_bytes(name="base"))
+    instruct.write_bytes(gguf_bytes(name="instruct", extra={"tokenizer.chat_template": TEMPLATE}))
+    runtime = write_fake_runtime(root / "runtime", tokens=3, log_bodies=True,
+                                 headers_file=str(root / "requests.jsonl"))
+    with daemon_in_thread(root / "home", runtime) as found:
+        found.root = root  # type: ignore[attr-defined]
+        for model in (definition("base", served_name="Base-270M", model_path=str(base)),
+                      definition("instruct", served_name="Instruct-7B", model_path=str(instruct)),
+                      definition("builtin", served_name="Builtin", model_path=str(base),
+                                 settings=LlamaCppSettings(chat_template="gemma"))):
+            found.call(lambda deps, model=model: deps.registry.add(model))
+        yield found
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
-    up = Upstream()
-    app = web.Application()
-    app.router.add_post("/v1/completions", up.answer)
-    app.router.add_post("/v1/chat/completions", up.answer)
-    server = TestServer(app)
-    await server.start_server()
-    yield up, f"http://127.0.0.1:{server.port}/v1"
-    await server.close()
+async def daemon(served: RealDaemon) -> AsyncIterator[DaemonClient]:
+    client = DaemonClient(*served, client_name="app")
+    yield client
+    await client.close()
 
 
-def _fleet_of_models() -> FakeDaemonClient:
-    fake = FakeDaemonClient([definition("base", served_name="Base-270M", model_path="/models/base.gguf"),
-                             definition("instruct", served_name="Instruct-7B", model_path="/models/instruct.gguf"),
-                             definition("builtin", served_name="Builtin", model_path="/models/base.gguf",
-                                        settings=LlamaCppSettings(chat_template="gemma"))])
-    fake.base_model_files.add("/models/base.gguf")
-    return fake
+async def _playground(daemon: DaemonClient, served: RealDaemon) -> PlaygroundViewModel:
+    return await playground_at(daemon, f"{served[0]}/v1")
 
 
-async def _playground(fake: FakeDaemonClient, api_url: str = "http://127.0.0.1:8484/v1") -> PlaygroundViewModel:
-    for model_id in fake.definitions:
-        fake.set_state(model_id, ModelState.READY)
-    return await playground_at(fake, api_url)
+def _known(vm: PlaygroundViewModel, served: RealDaemon, name: str) -> bool:
+    """Whether the Playground has read the header of ``name`` (a file of ``models/``) from its node."""
+    return (LOCAL_NODE, str(served.root / "models" / name)) in vm._templates and not vm._lookups  # type: ignore[attr-defined]
 
 
-async def test_a_base_model_gets_text_completion_and_its_reason() -> None:
-    vm = await _playground(_fleet_of_models())
+async def _asked(served: RealDaemon, count: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """The paths of the runtime's generation requests and their bodies (read from its request file and
+    from its log through the daemon), once it has had ``count`` of them."""
+    client = DaemonClient(*served)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while True:
+            requests = served.root / "requests.jsonl"  # type: ignore[attr-defined]
+            lines = requests.read_text().splitlines() if requests.exists() else []
+            paths = [p for p in (json.loads(line)["path"] for line in lines) if p.endswith("completions")]
+            logged = [line async for line in client.logs("base", tail=1000)]
+            bodies = [json.loads(line.split("fake: body ", 1)[1]) for line in logged if "fake: body " in line]
+            if len(paths) >= count and len(bodies) >= count:
+                return paths, bodies
+            if loop.time() > deadline:
+                raise AssertionError(f"the runtime was asked {len(paths)} times, not {count}")
+            await asyncio.sleep(0.05)  # its lines are written as it reads each request
+    finally:
+        await client.close()
+
+
+async def test_a_base_model_gets_text_completion_and_its_reason(daemon: DaemonClient, served: RealDaemon) -> None:
+    vm = await _playground(daemon, served)
     assert vm.state.value.model == "Base-270M"
-    await until(lambda: vm.state.value.mode == COMPLETION, what="completion mode for the base model")
+    await until(lambda: vm.state.value.mode == COMPLETION, timeout=10, what="completion mode for the base model")
     assert vm.state.value.base_model and vm.state.value.mode_reason == BASE_MODEL_REASON
     await vm.close()
 
 
 async def test_a_model_with_a_template_in_its_file_chats_and_a_built_in_name_does_not_make_a_base_model_chat(
-        ) -> None:
-    fake = _fleet_of_models()
-    vm = await _playground(fake)
-    await until(lambda: vm.state.value.mode == COMPLETION)
+        daemon: DaemonClient, served: RealDaemon) -> None:
+    vm = await _playground(daemon, served)
+    await until(lambda: vm.state.value.mode == COMPLETION, timeout=10)
     vm.configure(model="Instruct-7B")
-    await until(lambda: len(fake.called("fit")) == 2 and not vm._lookups, what="the instruct model's file looked up")
+    await until(lambda: _known(vm, served, "instruct.gguf"), timeout=10, what="the instruct model's file looked up")
     assert vm.state.value.mode == CHAT and not vm.state.value.base_model and vm.state.value.mode_reason == ""
     # The same base file with llama.cpp's built-in gemma template set (as the demo model has): still a
     # base model, which repeats a chat back; it opens in completion too.
     vm.configure(model="Builtin")
-    await until(lambda: vm.state.value.mode == COMPLETION, what="completion for the base file")
+    await until(lambda: vm.state.value.mode == COMPLETION, timeout=10, what="completion for the base file")
     assert vm.state.value.base_model and vm.state.value.mode_reason == BASE_MODEL_REASON
     await vm.close()
 
 
-async def test_the_user_may_switch_a_base_model_back_to_chat() -> None:
-    vm = await _playground(_fleet_of_models())
-    await until(lambda: vm.state.value.mode == COMPLETION)
+async def test_the_user_may_switch_a_base_model_back_to_chat(daemon: DaemonClient, served: RealDaemon) -> None:
+    vm = await _playground(daemon, served)
+    await until(lambda: vm.state.value.mode == COMPLETION, timeout=10)
     vm.configure(mode=CHAT)
     vm.configure(model="Instruct-7B")
     vm.configure(model="Base-270M")
@@ -109,46 +125,57 @@ async def test_the_user_may_switch_a_base_model_back_to_chat() -> None:
     await vm.close()
 
 
-async def test_completion_mode_sends_the_raw_prompt_to_v1_completions(upstream) -> None:  # type: ignore[no-untyped-def]
-    up, url = upstream
-    vm = await _playground(_fleet_of_models(), url)
-    await until(lambda: vm.state.value.mode == COMPLETION)
-    await vm.send("Once")  # type: ignore[misc]
-    assert up.paths == ["/v1/completions"]
-    body = up.bodies[0]
-    assert body["prompt"] == "Once" and "messages" not in body and body["stream"] is True
-    answer = vm.state.value.messages[-1]
-    assert answer.content == " upon a time" and answer.completion and answer.error is None
-    vm.configure(mode=CHAT)
-    await vm.send("Hello")  # type: ignore[misc]
-    assert up.paths[-1] == "/v1/chat/completions"
-    assert [m["content"] for m in up.bodies[-1]["messages"]][1:] == ["Hello"]  # the completion is not a turn
-    await vm.close()
+async def test_completion_mode_sends_the_raw_prompt_to_v1_completions(daemon: DaemonClient,
+                                                                      served: RealDaemon) -> None:
+    await daemon.start_model("base", wait=True)
+    try:
+        vm = await _playground(daemon, served)
+        await until(lambda: vm.state.value.mode == COMPLETION, timeout=10)
+        paths, bodies = await _asked(served, 0)
+        before = (len(paths), len(bodies))
+        await vm.send("Once")  # type: ignore[misc]
+        answer = vm.state.value.messages[-1]
+        assert answer.content == "Hello from the" and answer.completion and answer.error is None  # its 3 tokens
+        paths, bodies = await _asked(served, before[0] + 1)
+        assert paths[before[0]:] == ["/v1/completions"]
+        body = bodies[before[1]]
+        assert body["prompt"] == "Once" and "messages" not in body and body["stream"] is True
+        vm.configure(mode=CHAT)
+        await vm.send("Hello")  # type: ignore[misc]
+        paths, bodies = await _asked(served, before[0] + 2)
+        assert paths[-1] == "/v1/chat/completions"
+        assert [m["content"] for m in bodies[-1]["messages"]][1:] == ["Hello"]  # the completion is not a turn
+        await vm.close()
+    finally:
+        await daemon.stop_model("base")
 
 
 @pytest.mark.gui
-def test_the_page_offers_completion_and_says_why(qloop: asyncio.AbstractEventLoop, qtbot: Any,
+def test_the_page_offers_completion_and_says_why(served: RealDaemon, qloop: asyncio.AbstractEventLoop, qtbot: Any,
                                                  tmp_path: Path) -> None:
     from app.context import AppContext
     from app.ui.pages.playground import PlaygroundPage
 
-    fake = _fleet_of_models()
-    for model_id in fake.definitions:
-        fake.set_state(model_id, ModelState.READY)
-    ctx = AppContext.create(fake, tmp_path, prefs_path=tmp_path / "app.json", platform="linux",
-                            host_refresh_s=3600)
+    ctx = AppContext.create(DaemonClient(*served, client_name="app"), tmp_path, prefs_path=tmp_path / "app.json",
+                            platform="linux", host_refresh_s=3600)
+    ctx.fleet.feed._poll_timeout = 5
     ctx.start()
-    qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
-    page = PlaygroundPage(ctx)
-    qtbot.addWidget(page)
-    page.resize(1100, 700)
-    page.show()
-    qtbot.waitUntil(lambda: page.mode_reason.isVisible())
-    assert page.mode_reason.text() == BASE_MODEL_REASON
-    assert page.mode.currentText() == "Text completion" and page.send_button.text() == "Continue"
-    assert not page.system.isEnabled()
-    page.mode.setCurrentIndex(page.mode.findData(CHAT))  # the way back to chat
-    assert ctx.playground.state.value.mode == CHAT and page.system.isEnabled()
-    page.model.setCurrentText("Instruct-7B")
-    qtbot.waitUntil(lambda: not page.mode_reason.isVisible())
-    assert page.mode.currentText() == "Chat"
+    try:
+        qtbot.waitUntil(lambda: ctx.fleet.snapshot.value.loaded)
+        page = PlaygroundPage(ctx)
+        qtbot.addWidget(page)
+        page.resize(1100, 700)
+        page.show()
+        qtbot.waitUntil(lambda: page.mode_reason.isVisible(), timeout=10_000)
+        assert page.mode_reason.text() == BASE_MODEL_REASON
+        assert page.mode.currentText() == "Text completion" and page.send_button.text() == "Continue"
+        assert not page.system.isEnabled()
+        page.mode.setCurrentIndex(page.mode.findData(CHAT))  # the way back to chat
+        assert ctx.playground.state.value.mode == CHAT and page.system.isEnabled()
+        page.model.setCurrentText("Instruct-7B")
+        qtbot.waitUntil(lambda: not page.mode_reason.isVisible(), timeout=10_000)
+        assert page.mode.currentText() == "Chat"
+    finally:
+        closing = asyncio.ensure_future(ctx.close())
+        qtbot.waitUntil(closing.done, timeout=10_000)
+        ctx.first_run.close()
