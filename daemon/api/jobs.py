@@ -152,17 +152,25 @@ class OverheadResult(BaseModel):
     tps_ratio: float | None = Field(default=None, description="Router ÷ baseline, tokens per second p50.")
 
 
-class BenchmarkResult(BaseModel):
+class JobResult(BaseModel):
+    """What every stored result has, a benchmark's or a tuning run's: enough to list it as a finished job."""
+
     schema_version: int = JOB_SCHEMA_VERSION
-    kind: Literal["benchmark"] = "benchmark"
+    kind: JobKind
     model: str
-    served_name: str = ""
     node: str = "local"
     preset: PresetId = "interactive"
     stamp: str
     state: JobState = JobState.SUCCEEDED
     started_at: float
     finished_at: float | None = None
+    noisy: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class BenchmarkResult(JobResult):
+    kind: Literal["benchmark"] = "benchmark"
+    served_name: str = ""
     settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings, description="Read back from the process.")
     runtime: RuntimeId = Field(default="llamacpp", description="The runtime the measured instance ran on.")
     vllm: VllmSettings | None = Field(default=None, description="vLLM's settings read back from the container's "
@@ -178,11 +186,9 @@ class BenchmarkResult(BaseModel):
     objective: CheckResult | None = None
     metrics: dict[str, float] = Field(default_factory=dict, description="Medians; what scores are made of.")
     repetitions: list[dict[str, float]] = Field(default_factory=list)
-    noisy: list[str] = Field(default_factory=list)
     request_errors: list[str] = Field(default_factory=list, description="The first distinct request failures.")
     overhead: OverheadResult | None = Field(default=None, description="What the router (and the agent) add.")
     duration_s: float | None = None
-    error: str | None = None
 
 
 class CandidateResult(BaseModel):
@@ -205,17 +211,9 @@ class CandidateResult(BaseModel):
     benchmark_seconds: float | None = None
 
 
-class TuningResult(BaseModel):
-    schema_version: int = JOB_SCHEMA_VERSION
+class TuningResult(JobResult):
     kind: Literal["tune"] = "tune"
-    model: str
-    node: str = "local"
-    preset: PresetId = "interactive"
     search: SearchMode = "quick"
-    stamp: str
-    state: JobState = JobState.SUCCEEDED
-    started_at: float
-    finished_at: float | None = None
     runtime: RuntimeId = "llamacpp"
     saved_settings: LlamaCppSettings = Field(default_factory=LlamaCppSettings)
     saved_vllm: VllmSettings | None = Field(default=None, description="vLLM: the saved settings, normalized.")
@@ -231,9 +229,7 @@ class TuningResult(BaseModel):
     winner_vllm: VllmSettings | None = Field(default=None, description="vLLM: the winner's normalized settings.")
     gain: float | None = Field(default=None, description="Winner's confirmed score over the baseline's (1.0 = same).")
     decision: str = ""
-    noisy: list[str] = Field(default_factory=list)
     restore_note: str | None = None
-    error: str | None = None
 
 
 class ScorePoint(BaseModel):
