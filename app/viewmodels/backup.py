@@ -56,19 +56,24 @@ def fetchable(item: MissingFile) -> bool:
     return item.state == "missing" and item.fetch != "by_hand"
 
 
-def file_cells(item: MissingFile, node_names: Mapping[str, str] | None = None) -> tuple[str, str, str, str]:
-    """What the preview table shows of a model file not on its node; its node by name (``node_names``:
-    id -> name), in the item and in the daemon's note alike."""
+def file_cells(item: MissingFile, node_names: Mapping[str, str] | None = None,
+               downloads: bool = True) -> tuple[str, str, str, str]:
+    """What the preview table shows of a model file not on its node: what the restore does about it
+    (with ``downloads``: the box ticked), its node by name (``node_names``: id -> name), in the item and
+    in the daemon's note alike. A file its node could not be asked about is left as it is, and says so."""
     node = (node_names or {}).get(item.node) or item.node
-    how = FETCH_LABELS.get(item.fetch, item.fetch) if item.state == "missing" else "Not checked"
-    if item.size:
-        how += f" ({fmt.size(item.size)})"
+    note = item.note.replace(item.node, node)
+    where = f"{item.model_id} on {node}: {item.path}"
+    if item.state != "missing":
+        return "Not checked", "Model file", where, f"Left as it is: its node could not be asked — {note}"
+    size = f" ({fmt.size(item.size)})" if item.size else ""
+    if fetchable(item) and not downloads:
+        return ("Missing", "Model file", where, (f"Not downloaded{size}: downloading is unticked — copy the file "
+                f"to {node}:{item.path} by hand, or tick it"))
+    how = FETCH_LABELS.get(item.fetch, item.fetch) + size
     if item.transfer:
         how += f", transfer {item.transfer}"
-    note = item.note.replace(item.node, node)
-    detail = f"{how} — {note}" if note else how
-    return ("Missing" if item.state == "missing" else "Unchecked", "Model file",
-            f"{item.model_id} on {node}: {item.path}", detail)
+    return "Missing", "Model file", where, f"{how} — {note}" if note else how
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,15 @@ class BackupState:
     busy: str | None = None
     error: str | None = None
     node_names: Mapping[str, str] = field(default_factory=dict)  # node id -> name, for the model files' rows
+    downloads: bool = True  # the preview's box: the restore fetches the missing model files that can be
+    fetched: bool = True  # the restore done (``result``) was asked to fetch them
 
     @property
     def can_apply(self) -> bool:
+        """A restore would change something: a row new or changed, or (downloads on) a file to fetch."""
         return self.preview is not None and self.busy is None and (
             any(r.change in ("new", "changed") for r in self.preview.rows)
-            or any(fetchable(m) for m in self.preview.missing_files))
+            or (self.downloads and any(fetchable(m) for m in self.preview.missing_files)))
 
 
 class BackupViewModel:
@@ -147,6 +155,10 @@ class BackupViewModel:
             _LOGGER.warning("restore preview: the nodes' names are not known: %s", exc.message)
         return names
 
+    def set_downloads(self, downloads: bool) -> None:
+        """The preview's box: whether the restore fetches the missing model files (the rows say so)."""
+        self._set(downloads=downloads)
+
     async def apply(self, downloads: bool = True) -> RestoreResult:
         """Restore what was previewed; with ``downloads`` the missing model files that can be fetched are."""
         if self._pending is None:
@@ -154,7 +166,7 @@ class BackupViewModel:
         text, passphrase = self._pending
         result = await self._busy("Restoring…", self.client.restore_backup(text, passphrase, downloads=downloads))
         self._pending = None
-        self._set(preview=None, result=result)
+        self._set(preview=None, result=result, fetched=downloads)
         return result
 
     def cancel(self) -> None:

@@ -156,30 +156,53 @@ def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_
     page.ask_open = lambda _parent: target
     size = fmt.size(len(hub.repos["acme/alpha-GGUF"]["alpha-Q4_K_M.gguf"].data))
 
-    for download in (False, True):
+    def preview() -> dict[str, list[str]]:
         page.open_button.click()
         qtbot.waitUntil(lambda: page.vm.state.value.preview is not None, timeout=10_000)
-        files = {r[2].split(" on ")[0]: r for r in cells(page.preview) if r[1] == "Model file"}
-        # each node by its name, in the item and in the daemon's note: never its id
-        assert [files[m][2] for m in ("alpha", "beta", "gamma")] == [
-            "alpha on box: /old/alpha.gguf", "beta on box: /old/beta.gguf", "gamma on workstation: /old/gamma.gguf"]
-        assert "copy the file to box:/old/beta.gguf" in files["beta"][3]
-        assert "node workstation not connected yet" in files["gamma"][3]
-        assert not [c for row in cells(page.preview) for c in row if node in c or WORKSTATION in c]
-        assert files["alpha"][0] == "Missing" and files["alpha"][3].startswith(f"Download from Hugging Face ({size})")
-        assert files["beta"][3].startswith("Copy by hand — its definition names no source")
-        assert files["gamma"][0] == "Unchecked" and "not connected yet" in files["gamma"][3]
-        # nothing else differs, yet there is a file to fetch: Restore stays possible
-        assert page.apply_button.isEnabled() and page.downloads.isEnabled() and page.downloads.isChecked()
-        page.downloads.setChecked(download)
-        page.apply_button.click()
-        qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=10_000)
-        note = page.preview_note.text()
-        assert "1 model file(s) to copy by hand" in note
-        assert ("Downloading 1 model file(s)" in note) is download
-        result = page.vm.state.value.result
-        assert result is not None and len(result.transfers) == int(download)
-        page.downloads.setChecked(True)
+        return model_files()
+
+    def model_files() -> dict[str, list[str]]:
+        return {r[2].split(" on ")[0]: r for r in cells(page.preview) if r[1] == "Model file"}
+
+    _lose_beta_and_edit_alpha(real_daemon)  # beta gone, alpha's tags edited: the restore has work to do
+    files = preview()
+    # each node by its name, in the item and in the daemon's note: never its id
+    assert [files[m][2] for m in ("alpha", "beta", "gamma")] == [
+        "alpha on box: /old/alpha.gguf", "beta on box: /old/beta.gguf", "gamma on workstation: /old/gamma.gguf"]
+    assert "copy the file to box:/old/beta.gguf" in files["beta"][3]
+    assert "node workstation not connected yet" in files["gamma"][3]
+    assert not [c for row in cells(page.preview) for c in row if node in c or WORKSTATION in c]
+    assert files["alpha"][0] == "Missing" and files["alpha"][3].startswith(f"Download from Hugging Face ({size})")
+    assert files["beta"][3].startswith("Copy by hand — its definition names no source")
+    # a node that could not be asked: marked so, and the restore leaves it as it is
+    assert files["gamma"][0] == "Not checked" and files["gamma"][3].startswith("Left as it is: its node could not")
+    assert page.apply_button.isEnabled() and page.downloads.isEnabled() and page.downloads.isChecked()
+
+    page.downloads.setChecked(False)  # unticked: the row says the file stays missing, and the restore fetches nothing
+    assert model_files()["alpha"][3] == (f"Not downloaded ({size}): downloading is unticked — copy the file to "
+                                         "box:/old/alpha.gguf by hand, or tick it")
+    page.apply_button.click()
+    qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=10_000)
+    note = page.preview_note.text()
+    assert "Restored 2 change(s)." in note and "1 model file(s) to copy by hand" in note
+    assert "Downloading" not in note and page.vm.state.value.result.transfers == []  # type: ignore[union-attr]
+    assert model_files()["alpha"][3].startswith("Not downloaded")
+    page.downloads.setChecked(True)
+    assert model_files()["alpha"][3].startswith("Not downloaded"), "the restore done still says what it did"
+
+    # nothing else differs now: a file to fetch is all the restore would do, so unticked it does nothing
+    preview()
+    assert page.apply_button.isEnabled()
+    page.downloads.setChecked(False)
+    assert not page.apply_button.isEnabled()
+    assert "Nothing to restore unless the missing model files are downloaded." in page.preview_note.text()
+    page.downloads.setChecked(True)
+    page.apply_button.click()
+    qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=10_000)
+    note = page.preview_note.text()
+    assert "Downloading 1 model file(s)" in note and "1 model file(s) to copy by hand" in note
+    assert len(page.vm.state.value.result.transfers) == 1  # type: ignore[union-attr]
+    assert ", transfer " in model_files()["alpha"][3]
 
     # the download brings alpha's file onto box, and alpha points at it there
     qtbot.waitUntil(lambda: _models(real_daemon)["alpha"].model_path != "/old/alpha.gguf", timeout=30_000)

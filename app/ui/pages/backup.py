@@ -126,6 +126,7 @@ class BackupPage(ReadOnShow, QScrollArea):
         self.downloads.setToolTip("Models whose definition names a Hugging Face file (or the demo package) are "
                                   "fetched onto their node after the restore; the others are copied by hand.")
         self.downloads.setChecked(True)
+        self.downloads.toggled.connect(self.vm.set_downloads)
         actions.addWidget(self.downloads)
         actions.addStretch(1)
         self.cancel_button = button("Cancel", name="CancelRestore", on_click=self.vm.cancel)
@@ -192,7 +193,8 @@ class BackupPage(ReadOnShow, QScrollArea):
     def _render_restore(self, s: BackupState) -> None:
         rows = [row_cells(r) for r in s.preview.rows] if s.preview is not None else []
         missing = s.preview.missing_files if s.preview is not None else s.result.missing_files if s.result else []
-        rows += [file_cells(m, s.node_names) for m in missing]
+        fetch = s.downloads if s.preview is not None else s.fetched
+        rows += [file_cells(m, s.node_names, fetch) for m in missing]
         self.preview.setRowCount(len(rows))
         for n, cells in enumerate(rows):
             for col, text in enumerate(cells):
@@ -219,7 +221,8 @@ class BackupPage(ReadOnShow, QScrollArea):
             text = f"{s.restore_file}: a backup of {p.host or 'a daemon'} from {fmt.when(p.created_at)}" + (
                 ", with encrypted secrets." if p.encrypted else ", without secrets.")
             if not s.can_apply:
-                text += " This daemon already holds all of it."
+                text += (" Nothing to restore unless the missing model files are downloaded."
+                         if any(fetchable(m) for m in p.missing_files) else " This daemon already holds all of it.")
         else:
             text = ""
         self.preview_note.setText(text)
