@@ -279,6 +279,8 @@ class AddModelDialog(QDialog):
                         item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsSelectable & ~Qt.ItemFlag.ItemIsEnabled)
                     self.plan_list.addItem(item)
             self.plan_list.setCurrentRow(-1 if s.picked is None else s.picked)
+            if not self.node.text() and s.node.strip() not in ("", "local"):  # the daemon has no local agent
+                self.node.setText(s.node)
             picked_node = s.chosen_node if s.picked is not None else None
             if picked_node is not None:  # the option picked says where it runs: the Node field shows it
                 shown = "local" if picked_node.local else picked_node.name

@@ -6,8 +6,9 @@ Studio's models: ``app.viewmodels.lmstudio_import``, its own tab with its own Im
 fit estimate comes from the node before anything is downloaded (only the file's header is read).
 Progress arrives as daemon events (``transfer.state``, ``transfer.progress``).
 
-The chosen node's runtimes are shown (``runtime_badges``) and the runtime is picked among the ones
-it offers (``runtime_choices``; llama.cpp by default). A downloaded or imported model is a GGUF
+The node is typed (a name, an id or ``local``; on a daemon without a local agent the first node
+it has, not ``local``) and sent as the node's id. Its runtimes are shown (``runtime_badges``) and the
+runtime is picked among the ones it offers (``runtime_choices``; llama.cpp by default). A downloaded or imported model is a GGUF
 file: llama.cpp only. For vLLM and MLX the local model may be a folder (a Hugging Face snapshot:
 config.json and safetensors) as well as a file; vLLM also asks for the container image, by default
 the one the node's vLLM offer names (``image_default``). The saved definition carries the runtime,
@@ -290,6 +291,13 @@ class AddModelState:
         return found[0] if len(found) == 1 else None
 
     @property
+    def node_id(self) -> str:
+        """What the daemon is sent: the chosen node's id (its sources API takes ids, not the name
+        typed), else what was typed, for the daemon to say what is wrong with it."""
+        node = self.chosen_node
+        return node.id if node is not None else self.node.strip() or "local"
+
+    @property
     def runtime_badges(self) -> tuple[RuntimeBadge, ...]:
         node = self.chosen_node
         return runtime_badges(node) if node is not None else ()
@@ -454,7 +462,13 @@ class AddModelViewModel:
         except DaemonError as exc:
             self._set(error=exc.message)
             return
-        self._set(nodes=nodes)
+        s = self.state.value
+        if s.node.strip() in ("", "local") and nodes and not any(n.local for n in nodes):
+            first = nodes[0]  # no local agent: "local" is no node here; the first the daemon has
+            unique = sum(n.name == first.name for n in nodes) == 1
+            self._set(nodes=nodes, node=first.name if unique else first.id)
+        else:
+            self._set(nodes=nodes)
         self._settle_runtime()
 
     def _hf_ref(self) -> HfFileRef:
@@ -496,9 +510,9 @@ class AddModelViewModel:
         self._set(checking=True, error=None)
         try:
             if s.source == "file":
-                query = FitQuery(node=s.node, model_path=s.path.strip(), settings=self._settings())
+                query = FitQuery(node=s.node_id, model_path=s.path.strip(), settings=self._settings())
             else:
-                query = FitQuery(node=s.node, hf=self._hf_ref(), settings=self._settings())
+                query = FitQuery(node=s.node_id, hf=self._hf_ref(), settings=self._settings())
             report = await self.client.fit(query)
         except (DaemonError, ValueError) as exc:
             self._set(checking=False, error=getattr(exc, "message", str(exc)))
@@ -509,7 +523,7 @@ class AddModelViewModel:
     async def load_ollama_models(self) -> None:
         s = self.state.value
         try:
-            models = await self.client.ollama_models(s.node, s.ollama_store.strip() or None)
+            models = await self.client.ollama_models(s.node_id, s.ollama_store.strip() or None)
         except DaemonError as exc:
             self._set(error=exc.message, ollama_models=())
             return
@@ -535,18 +549,18 @@ class AddModelViewModel:
                 path = s.path.strip()
                 name = model_id or slug(os.path.basename(path.rstrip("/\\")).removesuffix(".gguf"))
                 view = await self.client.create_model(ModelDefinition(
-                    id=name, served_name=name, node=s.node, model_path=path, runtime=s.runtime,
+                    id=name, served_name=name, node=s.node_id, model_path=path, runtime=s.runtime,
                     image=s.chosen_image, rpc_nodes=list(s.rpc_nodes), memory_budget_gib=s.main_share_gib,
                     **self._runtime_settings()))
                 self._set(busy=False, done_ids=(view.definition.id,))
                 return
             if s.source == "hf":  # registered when done, with the picked option's settings and helpers
                 placed = self._placed_settings() if s.picked_option is not None or s.ctx_size else None
-                transfer = await self.client.download(DownloadQuery(node=s.node, hf=self._hf_ref(), model_id=model_id,
+                transfer = await self.client.download(DownloadQuery(node=s.node_id, hf=self._hf_ref(), model_id=model_id,
                                                                     settings=placed, rpc_nodes=list(s.rpc_nodes)))
             else:
                 transfer = await self.client.import_ollama(OllamaImportQuery(
-                    node=s.node, model=s.ollama_model.strip(), store=s.ollama_store.strip() or None,
+                    node=s.node_id, model=s.ollama_model.strip(), store=s.ollama_store.strip() or None,
                     model_id=model_id))
         except ValidationError as exc:  # said as the dialog names its fields
             self._set(busy=False, error=plain_validation(exc, ADD_LABELS))

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from agent.api.models import GpuInfo
 from daemon.api.client import DaemonClient
 from daemon.api.models import ModelDefinition, RequestRecord
@@ -103,10 +105,11 @@ class RealDaemon(tuple[str, str]):
 
 
 @contextmanager
-def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[RealDaemon]:
+def daemon_in_thread(home: Path, llama_server: Path | None = None, port: int = 0) -> Iterator[RealDaemon]:
     """``(url, admin token)`` of a real daemon serving until the block ends; with ``llama_server`` (a
     runtime, e.g. the fake one of ``tests/conftest.py``) it runs its local agent too, as the daemon
-    harness (``tests/daemon/harness.py``) does, and its models stop at the end."""
+    harness (``tests/daemon/harness.py``) does, and its models stop at the end. ``port``: where it
+    listens (0: any free port; a given one, for a daemon that stops and starts again there)."""
     up: concurrent.futures.Future[RealDaemon] = concurrent.futures.Future()
     held: dict[str, object] = {}
 
@@ -133,12 +136,13 @@ def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[R
         if llama_server is not None:
             from tests.daemon.harness import running_daemon
 
-            async with running_daemon(home, llama_server, nodes=NodePolicy(discovery=False)) as running:
+            async with running_daemon(home, llama_server, nodes=NodePolicy(discovery=False),
+                                      port=port) as running:
                 ready(running.daemon)
                 await stop.wait()
                 await close_agents()
             return
-        config = DaemonConfig(port=0, ollama_port=None, local_agent=False, seed_demo_model=False,
+        config = DaemonConfig(port=port, ollama_port=None, local_agent=False, seed_demo_model=False,
                               nodes=NodePolicy(discovery=False))
         daemon = build_deps(config, DaemonPaths(home))
         runner = await start_server(daemon)
@@ -167,3 +171,177 @@ def daemon_in_thread(home: Path, llama_server: Path | None = None) -> Iterator[R
         if isinstance(loop, asyncio.AbstractEventLoop) and isinstance(stop, asyncio.Event):
             loop.call_soon_threadsafe(stop.set)
         thread.join(30)
+
+
+@contextmanager
+def daemon_with_workstation(root: Path, gpus: list[GpuInfo] | None = None, port: int = 0,
+                            **switches: object) -> Iterator[RealDaemon]:
+    """A real daemon (no local agent) with one node, "workstation": a real in-process agent whose GPU
+    probe reports ``gpus`` and whose runtime is the fake llama-server with ``switches`` (its fault
+    switches, ``tests/fakes``). ``on_workstation(daemon, id)`` defines a model there (a tiny GGUF);
+    ``fresh(daemon, ...)`` resets the daemon between tests."""
+    from tests.fakes import write_fake_runtime
+    from tests.fakes.gguf_files import gguf_bytes
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "tiny.gguf").write_bytes(gguf_bytes())
+    with daemon_in_thread(root / "home", port=port) as found:
+        found.gguf = root / "tiny.gguf"  # type: ignore[attr-defined]
+        found.workstation = found.add_node(  # type: ignore[attr-defined]
+            "workstation", gpus, llama_server=write_fake_runtime(root / "runtime", **switches))
+        try:
+            yield found
+        finally:
+            fresh(found)
+
+
+def on_workstation(daemon: RealDaemon, model_id: str, *, node: str | None = None, **fields: Any) -> ModelDefinition:
+    """A model served as its id, of ``daemon_with_workstation``'s tiny GGUF, on its workstation (or ``node``)."""
+    return ModelDefinition.model_validate({"id": model_id, "served_name": model_id, "model_path": str(daemon.gguf),  # type: ignore[attr-defined]
+                                           "node": node or daemon.workstation, **fields})  # type: ignore[attr-defined]
+
+
+def fresh(daemon: RealDaemon, *definitions: ModelDefinition) -> list[ModelDefinition]:
+    """The daemon as a test starts from: every model stopped, then exactly ``definitions`` (stopped);
+    no API keys; the default settings (LAN access off)."""
+    from daemon.api.models import DaemonSettings
+
+    async def reset(deps: DaemonDeps) -> None:
+        for held in deps.registry.all():
+            try:
+                await deps.orchestrator.stop(held.id)
+            except Exception as exc:  # noqa: BLE001 - a model on a node that is gone: nothing runs
+                _LOGGER.debug("no stop of %s: %s", held.id, exc)
+        for key in deps.keys.list():
+            deps.keys.revoke(key.id)
+        client = DaemonClient(*daemon)
+        try:
+            await client.put_settings(DaemonSettings())
+        finally:
+            await client.close()
+
+    daemon.call(reset)
+    return daemon.hold_models(*definitions)
+
+
+def ask(daemon: RealDaemon, work: Callable[[DaemonClient], Coroutine[Any, Any, _T]]) -> _T:
+    """``work(client)`` with an admin client of ``daemon``, on its loop (a test's own set-up or check,
+    never the app's client): e.g. ``ask(daemon, lambda c: c.get_model("alpha"))``."""
+
+    async def run(_deps: DaemonDeps) -> _T:
+        client = DaemonClient(*daemon)
+        try:
+            return await work(client)
+        finally:
+            await client.close()
+
+    return daemon.call(run)
+
+
+@contextmanager
+def fake_hub_for(daemon: RealDaemon, home: Path) -> Iterator[Any]:
+    """The fake Hugging Face hub (``tests/fakes/fake_hf_hub.py``) on ``daemon``'s loop, asked by the
+    daemon and by its in-process agents (``HF_ENDPOINT``; ``HF_HOME`` under ``home``) until the block ends."""
+    from tests.fakes.fake_hf_hub import FakeHub
+
+    hub = daemon.call(lambda _deps: FakeHub().start())
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("HF_ENDPOINT", hub.hub_url)
+            env.setenv("HF_HOME", str(home / "hf-home"))
+            env.delenv("HF_TOKEN", raising=False)
+            yield hub
+    finally:
+        daemon.call(lambda _deps: hub.close())
+
+
+def gpu_node(daemon: RealDaemon, root: Path, name: str, gpus: list[GpuInfo], *, memory_gib: tuple[int, int] = (64, 48),
+             **agent: Any) -> str:
+    """``add_node`` with the fake llama-server as its runtime (so its plan offers the GPUs its probe
+    reports) and ``memory_gib`` (total, available) of system memory; the node's id."""
+    from tests.fakes import write_fake_runtime
+    from tests.fakes.fake_memory import FakeMemoryProbe
+
+    total, available = memory_gib
+    return daemon.add_node(name, gpus, llama_server=write_fake_runtime(root / f"runtime-{name}"),
+                           memory_probe=FakeMemoryProbe(total=total << 30, available=available << 30), **agent)
+
+
+def host_services_node(daemon: RealDaemon, name: str = "gpu-box") -> tuple[str, Any]:
+    """(node id, its service manager): a real agent paired with ``daemon`` whose service manager is the
+    tests' systemd in memory (``tests/fakes/services.py``: ssh, dbus, docker, ollama stopped, nginx...,
+    and the NVIDIA persistence daemon and Open WebUI, running) and whose own ``services.json``
+    whitelists docker, the NVIDIA persistence daemon and ollama. ``reset_host_services`` puts both
+    back as they started."""
+    from tests.fakes.services import FakeServiceManager
+
+    manager = FakeServiceManager()
+    (daemon.deps.paths.home.parent / f"agent-{name}").mkdir(parents=True, exist_ok=True)
+    (daemon.deps.paths.home.parent / f"agent-{name}" / "services.json").write_text(
+        '{"allow": ["docker", "nvidia-persistenced", "ollama"]}')
+    node = daemon.add_node(name, service_manager=manager)
+    reset_host_services(daemon, manager)
+    return node, manager
+
+
+def reset_host_services(daemon: RealDaemon, manager: Any) -> None:
+    """The units of ``host_services_node`` as they started, and the daemon's whitelist: Open WebUI on
+    every node (its ``services.json``, through the admin API)."""
+    from daemon.api.services import ServiceNames
+    from tests.fakes.services import FakeServiceManager, FakeUnit, default_units
+
+    fresh = FakeServiceManager([*default_units(), FakeUnit("nvidia-persistenced.service", "NVIDIA Persistence Daemon",
+                                                           running=True),
+                                FakeUnit("open-webui.service", "Open WebUI", running=True)])
+    manager.units, manager.calls, manager.failing = fresh.units, [], {}
+    (daemon.deps.paths.home / "services.json").unlink(missing_ok=True)
+
+    async def allow(_deps: DaemonDeps) -> None:
+        client = DaemonClient(*daemon)
+        try:
+            await client.set_services_policy(ServiceNames(allow=["open-webui"]))
+        finally:
+            await client.close()
+
+    daemon.call(allow)
+
+
+@contextmanager
+def hub_in_thread(home: Path) -> Iterator[Any]:
+    """The fake Hugging Face hub (``tests/fakes/fake_hf_hub.py``) serving from a thread of its own, with
+    ``HF_ENDPOINT`` pointing at it (and ``HF_HOME`` under ``home``) until the block ends: up before a
+    daemon whose local agent, a child process, inherits them (``daemon_on_a_machine``)."""
+    from tests.fakes.fake_hf_hub import FakeHub
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-hub", daemon=True)
+    thread.start()
+    hub = asyncio.run_coroutine_threadsafe(FakeHub().start(), loop).result(30)
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("HF_ENDPOINT", hub.hub_url)
+            env.setenv("HF_HOME", str(home / "hf-home"))
+            env.delenv("HF_TOKEN", raising=False)
+            yield hub
+    finally:
+        asyncio.run_coroutine_threadsafe(hub.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@contextmanager
+def daemon_on_a_machine(root: Path) -> Iterator[RealDaemon]:
+    """A real daemon with its local agent (the fake llama-server) on a machine of its own under
+    ``root``: the agent's home folder is ``root/user`` (LM Studio's ``~/.lmstudio/models`` is under it)
+    and Ollama's store ``root/ollama`` (``OLLAMA_MODELS``), so what a test puts there is what the
+    agent finds. Inside ``hub_in_thread`` its downloads come from the fake hub."""
+    from tests.fakes import write_fake_runtime
+
+    (root / "user").mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HOME", str(root / "user"))  # the agent child's; restored once it is up
+        env.setenv("OLLAMA_MODELS", str(root / "ollama"))
+        with daemon_in_thread(root / "home", write_fake_runtime(root / "runtime")) as found:
+            env.undo()
+            yield found

@@ -58,7 +58,7 @@ async def test_a_vllm_folder_is_saved_with_the_nodes_image_and_max_model_len(fak
     assert vm.state.value.error is None, vm.state.value.error
     saved = fake.called("create_model")[-1][0]
     assert (saved.id, saved.runtime, saved.node, saved.model_path) == (
-        "qwen2-5-7b-instruct-awq", "vllm", "gpu-box", "/models/Qwen2.5-7B-Instruct-AWQ/")
+        "qwen2-5-7b-instruct-awq", "vllm", GPU, "/models/Qwen2.5-7B-Instruct-AWQ/")  # the node typed, by its id
     assert saved.image == NODE_IMAGE and saved.vllm.max_model_len == 16384
     assert saved.settings.ctx_size is None  # llama.cpp's settings are not where vLLM's context goes
     vm.close()
@@ -88,7 +88,7 @@ async def test_an_mlx_folder_is_saved_without_a_context_or_an_image(fake: FakeDa
     vm.set_field("path", "/Users/me/models/Qwen3-4B-4bit")
     await vm.add()
     saved = fake.called("create_model")[-1][0]
-    assert (saved.id, saved.runtime, saved.node, saved.image) == ("qwen3-4b-4bit", "mlx", MAC[:8], None)
+    assert (saved.id, saved.runtime, saved.node, saved.image) == ("qwen3-4b-4bit", "mlx", MAC, None)
     assert saved.mlx.max_tokens is None
     vm.close()
 
