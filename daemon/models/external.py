@@ -11,8 +11,8 @@ daemon knows of them:
   (``watch`` in the background, ``probe`` on a start or when no answer is known yet), never per
   request. A 2xx is ready; anything else is failed with the reason.
 - where a request goes: ``upstream`` gives the relay's ``Upstream`` on a session of its own that
-  verifies TLS (the system's CA store), with ``Authorization: Bearer <key>``; the router strips
-  ``/v1`` from the request's path and appends the rest to ``base_url``.
+  verifies TLS (the system's CA store), with ``Authorization: Bearer <key>``; its router target
+  (``daemon.nodes.answer.at_endpoint``) strips ``/v1`` from the request's path for ``base_url``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Bodies are read up to the limit (64 MiB) and no further; responses are streamed 
 (SSE is never buffered) by the one relay of ``core.relay`` (hop-by-hop headers, keep-alive,
 the safe retry and a broken stream's ending are its policy, shared with the agent's proxy); a
 client that goes away cancels the upstream request, which frees the runtime's slot. Where the
-model's instance answers is ``daemon.nodes.answer``'s decision. The router's own refusals are
+model answers (a runtime here, one through its node's agent, an external endpoint) is one
+``daemon.nodes.answer.Target``, decided once per request. The router's own refusals are
 ``DaemonProblem``s, answered by the errors middleware. Every ``/v1`` request, refusals included,
 leaves exactly one access-log row (the ``access_log`` middleware writes it) with the API key's id
 and, when something failed, why.
@@ -36,7 +37,6 @@ from core.relay import (
     Record,
     Silence,
     Unreachable,
-    Upstream,
     relay,
     runtime_session,
 )
@@ -51,7 +51,7 @@ from daemon.models.maintenance import JOB_PASS_HEADER, Maintenance
 from daemon.models.orchestrator import Orchestrator, OrchestratorError
 from daemon.models.presets import apply_preset
 from daemon.models.states import Where
-from daemon.nodes.answer import answer_at
+from daemon.nodes.answer import Target, at_endpoint, at_instance
 from daemon.nodes.links import Links
 from daemon.router.early import EarlyStream
 from daemon.router.gate import DEFAULT_SLOTS, Gates, ModelGate, QueueFull
@@ -375,12 +375,12 @@ class Router:
         return self.gates.for_model(definition.id, slots, definition.max_queue)
 
     async def _admit(self, definition: ModelDefinition, gate: ModelGate,
-                     exchange: _Exchange, where: Where | None) -> Upstream:
+                     exchange: _Exchange, where: Where | None) -> Target:
         """Queue for the model (loading it when it allows that), then for a free slot."""
         waited = time.perf_counter()
         try:
             async with gate.queued():
-                target = await self._ready_target(definition, exchange.job_pass, where)
+                target = await self._ready_target(definition, gate.release_slot, exchange.job_pass, where)
                 await gate.acquire_slot()
         except QueueFull:
             raise DaemonProblem(503, "queue_full",
@@ -390,16 +390,16 @@ class Router:
             exchange.queue_s = time.perf_counter() - waited
         return target
 
-    async def _ready_target(self, definition: ModelDefinition, job_pass: str | None = None,
-                            where: Where | None = None) -> Upstream:
+    async def _ready_target(self, definition: ModelDefinition, release: Callable[[], None],
+                            job_pass: str | None = None, where: Where | None = None) -> Target:
         """Where to send the request (``where``: the request's one lookup), starting the model first
-        when it allows that."""
+        when it allows that; ``release`` frees the slot the request is about to take."""
         orch = self.orchestrator
         window = self.maintenance.get(definition.id)  # a benchmark or tuning job (daemon.jobs)
         if window is not None and not window.lets_through(job_pass):  # the job's own requests pass
             raise window.refusal()  # 503 maintenance, Retry-After from the job's estimate
         if where is not None and where.instance.state == InstanceState.READY and where.link.online:
-            return self._target(definition.id, where)  # the hot path: one lookup, no status to derive
+            return self._at(definition, where, release)  # the hot path: one lookup, no status to derive
         status = orch.status(definition)
         if status.state != ModelState.READY and definition.start_on_request:
             try:
@@ -418,12 +418,13 @@ class Router:
                                 retry_after=retry)
         where = orch.where(definition)
         assert where is not None
-        return self._target(definition.id, where)
+        return self._at(definition, where, release)
 
-    def _target(self, model_id: str, where: Where) -> Upstream:
-        self.orchestrator.touch(model_id)
+    def _at(self, definition: ModelDefinition, where: Where, release: Callable[[], None]) -> Target:
+        self.orchestrator.touch(definition.id)
         assert self._session is not None
-        return answer_at(where.node, where.instance, where.link.client, self._session, self._pool)
+        return at_instance(where.node, where.instance, where.link.client, self._session, self._pool,
+                           named=definition.node, release=release)
 
     async def _forward(self, request: web.Request, definition: ModelDefinition, body: bytes,
                        exchange: _Exchange) -> web.StreamResponse:
@@ -467,22 +468,30 @@ class Router:
 
     async def _forward_one(self, request: web.Request, definition: ModelDefinition, body: bytes,
                            exchange: _Exchange) -> web.StreamResponse:
-        on_node = profile(definition.runtime).on_node
-        exchange.node = definition.node if on_node else None
-        if not on_node:
-            target = await self._external_target(definition)
-            return await self._send(request, definition, _with_model(body, definition.provider_model or ""),
-                                    exchange, target)
-        where = self.orchestrator.where(definition)  # its node ("auto": the one it runs on now), link, instance
-        gate = self._gate(definition, where)
-        admitting = self._admit(definition, gate, exchange, where)
-        target = await (admitting if exchange.trace is None else exchange.trace.queue(admitting, definition))
+        target = await self._target(definition, exchange)
+        if target.model is not None:
+            body = _with_model(body, target.model)
         try:
             return await self._send(request, definition, body, exchange, target)
         finally:
-            gate.release_slot()
+            if target.release is not None:
+                target.release()
 
-    async def _external_target(self, definition: ModelDefinition) -> Upstream:
+    async def _target(self, definition: ModelDefinition, exchange: _Exchange) -> Target:
+        """Where this request answers (``daemon.nodes.answer.Target``): the one question of its
+        runtime's kind per request. An endpoint is called as it is; a runtime is queued for (and
+        loaded when it allows that), then holds one of its slots. The row names the target's node
+        from here on, a refusal on the way too."""
+        if not profile(definition.runtime).on_node:
+            exchange.node = None
+            return await self._endpoint_target(definition)
+        exchange.node = definition.node
+        where = self.orchestrator.where(definition)  # its node ("auto": the one it runs on now), link, instance
+        gate = self._gate(definition, where)
+        admitting = self._admit(definition, gate, exchange, where)
+        return await (admitting if exchange.trace is None else exchange.trace.queue(admitting, definition))
+
+    async def _endpoint_target(self, definition: ModelDefinition) -> Target:
         """An external model's endpoint, with its key read now: refused (503) while its last probe
         failed or when the key file cannot be read."""
         external = self.orchestrator.external
@@ -492,32 +501,30 @@ class Router:
             raise DaemonProblem(503, "model_not_ready", f"The model '{definition.served_name}' is "
                                 f"{status.state.value}: {status.error}", retry_after=30)
         try:
-            target = external.upstream(definition)
+            upstream = external.upstream(definition)
         except KeyUnreadable as exc:
             raise DaemonProblem(503, "api_key_unreadable",
                                 f"The model '{definition.served_name}' cannot be called: {exc}", retry_after=30) from None
         self.orchestrator.touch(definition.id)
-        return target
+        return at_endpoint(upstream, definition.provider_model or "")
 
     async def _send(self, request: web.Request, definition: ModelDefinition, body: bytes, exchange: _Exchange,
-                    target: Upstream) -> web.StreamResponse:
+                    target: Target) -> web.StreamResponse:
         request_id = request[REQUEST_ID]
-        path_qs = request.path_qs
-        runtime = profile(definition.runtime)
-        if not runtime.on_node:  # an endpoint's base_url ends where /v1 does
-            path_qs = path_qs.removeprefix("/v1")
+        path_qs = target.path(request.path_qs)
         if "x-api-key" in request.headers or "cookie" in request.headers or exchange.job_pass is not None:
             # the client's own key, cookies and a job's window token stay here
             request = request.clone(headers=_without_ours(request.headers))
+        upstream = target.upstream
         trace = exchange.trace
         if trace is not None:  # the upstream span begins; its traceparent goes along
-            target, span = trace.upstream(target, definition, exchange.node)
+            upstream, span = trace.upstream(upstream, definition, target.node)
         prepared = await exchange.early.stop() if exchange.early is not None else None
-        relaying = relay(request, target, path_qs, body, record=exchange, log=_LOGGER, prepared=prepared,
+        relaying = relay(request, upstream, path_qs, body, record=exchange, log=_LOGGER, prepared=prepared,
                          label=f"request {request_id} to '{definition.served_name}'", request_id=request_id,
                          sse_rewrite=_UsageFilter() if exchange.strip_usage else None, tail_bytes=USAGE_TAIL_BYTES,
                          silence=Silence(definition.heartbeat_s, definition.stall_timeout_s, definition.served_name,
-                                         slot_progress if runtime.prompt_progress else None),
+                                         slot_progress if profile(definition.runtime).prompt_progress else None),
                          endings=self.endings)
         try:
             response = await (relaying if trace is None else trace.relayed(relaying, span, exchange))

@@ -29,7 +29,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from opentelemetry import trace
@@ -47,6 +47,7 @@ from daemon.api.models import ModelDefinition, TracingSettings
 from daemon.errors import DaemonProblem
 
 EXPORT_TIMEOUT_S = 10.0
+T = TypeVar("T")  # what a queue span waits for (the router's Target)
 _W3C = TraceContextTextMapPropagator()  # traceparent/tracestate only, whatever OTEL_PROPAGATORS says
 
 # Attribute names: OpenTelemetry's semantic conventions where one fits, ours under "mirbadllm.".
@@ -105,7 +106,7 @@ class RequestTrace:
             self._admission.end()
             self._admission = None
 
-    async def queue(self, waiting: Awaitable[Upstream], definition: ModelDefinition) -> Upstream:
+    async def queue(self, waiting: Awaitable[T], definition: ModelDefinition) -> T:
         """``waiting`` (the router's queue, a load, a slot) inside a ``queue`` span."""
         span = self._tracer.start_span("queue", self._context, attributes={MODEL: definition.id,
                                                                            NODE: definition.node})
