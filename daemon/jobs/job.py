@@ -8,44 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ConfigDict, Field
 
 from daemon.api.jobs import (
     BenchmarkResult,
-    JobKind,
     JobState,
     JobView,
-    PresetId,
     ScorePoint,
-    SearchMode,
     TuningResult,
 )
 
 
-@dataclass
-class Job:
-    id: str
-    kind: JobKind
-    model: str
-    node: str
-    preset: PresetId
+class Job(JobView):
+    """A job in progress: the fields of its view, changed in place as it runs, and what only the daemon
+    holds (its stamp, its task, whether a cancel was asked). ``summary`` is made by ``view``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     stamp: str
-    search: SearchMode | None = None
-    started_at: float = field(default_factory=time.time)
     state: JobState = JobState.DRAINING
-    finished_at: float | None = None
-    progress: float = 0.0
+    started_at: float = Field(default_factory=time.time)
     phase: str = "waiting for requests in flight"
-    message: str = ""
-    candidate: str | None = None
-    candidates_done: int = 0
-    candidates_total: int = 0
-    eta_s: float | None = None
-    scores: list[ScorePoint] = field(default_factory=list)
-    noisy: list[str] = field(default_factory=list)
-    error: str | None = None
-    result: BenchmarkResult | TuningResult | None = None
     task: asyncio.Task[Any] | None = None
     cancel_requested: bool = False
 
@@ -55,14 +40,11 @@ class Job:
                 self.noisy.append(reason)
 
     def view(self, with_result: bool = False) -> JobView:
-        return JobView(
-            id=self.id, kind=self.kind, model=self.model, node=self.node, preset=self.preset, search=self.search,
-            state=self.state, started_at=self.started_at, finished_at=self.finished_at,
-            progress=min(1.0, max(0.0, self.progress)), phase=self.phase, message=self.message,
-            candidate=self.candidate, candidates_done=self.candidates_done, candidates_total=self.candidates_total,
-            eta_s=self.eta_s, scores=list(self.scores), noisy=list(self.noisy), error=self.error,
-            summary=summarize(self.result) if self.result is not None else {},
-            result=self.result if with_result else None)
+        fields = {name: getattr(self, name) for name in JobView.model_fields}
+        return JobView(**{**fields, "progress": min(1.0, max(0.0, self.progress)), "scores": list(self.scores),
+                          "noisy": list(self.noisy),
+                          "summary": summarize(self.result) if self.result is not None else {},
+                          "result": self.result if with_result else None})
 
 
 _BENCH_HEADLINES = ("single_tps", "top_agg_tps", "single_ttft_p50_ms", "top_ttft_p95_ms", "long_ttft_ms",
