@@ -64,6 +64,11 @@ class RealDaemon(tuple[str, str]):
 
         return self.call(hold)
 
+    def agent_home(self, name: str) -> Path:
+        """Where ``add_node(name)`` keeps its agent's files: beside this daemon's home, and its own (two
+        daemons of one session, in two modules, each pair an agent of that name)."""
+        return self.deps.paths.home.parent / f"{self.deps.paths.home.name}-agent-{name}"
+
     def add_node(self, name: str, gpus: list[GpuInfo] | None = None, *, paired: bool = True,
                  llama_server: Path | None = None, **agent: Any) -> str:
         """A real agent in the daemon's process (``tests/fleet/inprocess.py``: its GPU probe reports
@@ -75,7 +80,7 @@ class RealDaemon(tuple[str, str]):
         from tests.fleet.inprocess import start_inprocess_agent
 
         async def add(deps: DaemonDeps) -> str:
-            home = deps.paths.home.parent / f"agent-{name}"
+            home = self.agent_home(name)
             started = await start_inprocess_agent(home, name=name, gpus=gpus, llama_server=llama_server,
                                                   first_port=43000 + 200 * len(self.agents), **agent)
             self.agents.append(started)
@@ -276,9 +281,8 @@ def host_services_node(daemon: RealDaemon, name: str = "gpu-box") -> tuple[str, 
     from tests.fakes.services import FakeServiceManager
 
     manager = FakeServiceManager()
-    (daemon.deps.paths.home.parent / f"agent-{name}").mkdir(parents=True, exist_ok=True)
-    (daemon.deps.paths.home.parent / f"agent-{name}" / "services.json").write_text(
-        '{"allow": ["docker", "nvidia-persistenced", "ollama"]}')
+    daemon.agent_home(name).mkdir(parents=True, exist_ok=True)
+    (daemon.agent_home(name) / "services.json").write_text('{"allow": ["docker", "nvidia-persistenced", "ollama"]}')
     node = daemon.add_node(name, service_manager=manager)
     reset_host_services(daemon, manager)
     return node, manager
@@ -345,3 +349,59 @@ def daemon_on_a_machine(root: Path) -> Iterator[RealDaemon]:
         with daemon_in_thread(root / "home", write_fake_runtime(root / "runtime")) as found:
             env.undo()
             yield found
+
+
+class HeldTuning:
+    """Tuning runs the test moves along, in the real daemon's job manager (``held_tuning``): a started
+    run holds where the real one measures (a whole run of the fake runtime takes half a minute; of a
+    vLLM model it needs a Docker engine and a GPU); ``advance`` publishes its progress as the run's own
+    ``ctx.publish`` does, ``finish`` ends it with a result that the manager stores and publishes."""
+
+    def __init__(self, daemon: RealDaemon) -> None:
+        self.daemon = daemon
+        self.started: list[str] = []  # the ids of the tuning jobs started, oldest first
+        self._runs: dict[str, tuple[Any, Any, asyncio.Future[Any]]] = {}
+
+    async def run(self, ctx: Any, job: Any, definition: ModelDefinition, request: Any, hint: Any) -> Any:
+        self.started.append(job.id)
+        ending: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._runs[job.id] = (ctx, job, ending)
+        from daemon.api.jobs import JobState
+
+        job.state, job.phase = JobState.RUNNING, "measuring"
+        return await ending
+
+    async def _run_of(self, job_id: str) -> tuple[Any, Any, asyncio.Future[Any]]:
+        """The held run of ``job_id``, once the manager has entered it (it asks the agent first)."""
+        while job_id not in self._runs:
+            await asyncio.sleep(0.01)  # on the daemon's loop: the job's task gets there in a few steps
+        return self._runs[job_id]
+
+    def advance(self, job_id: str, **changes: Any) -> None:
+        async def move(_deps: DaemonDeps) -> None:
+            ctx, job, _ = await self._run_of(job_id)
+            for name, value in changes.items():
+                setattr(job, name, value)
+            ctx.publish()
+
+        self.daemon.call(move)
+
+    def finish(self, job_id: str, result: Any) -> None:
+        """The run ends with ``result`` (its model and stamp become the job's)."""
+        async def end(_deps: DaemonDeps) -> None:
+            _, job, ending = await self._run_of(job_id)
+            ending.set_result(result.model_copy(update={"model": job.model, "stamp": job.stamp}))
+
+        self.daemon.call(end)
+
+
+@contextmanager
+def held_tuning(daemon: RealDaemon) -> Iterator[HeldTuning]:
+    """Within the block every tuning job ``daemon`` starts (its route, its job manager, its maintenance
+    window, its store and events: all real) runs as ``HeldTuning`` moves it."""
+    from daemon.jobs import manager
+
+    held = HeldTuning(daemon)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manager, "run_tune", held.run)
+        yield held
