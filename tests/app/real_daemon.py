@@ -405,3 +405,20 @@ def held_tuning(daemon: RealDaemon) -> Iterator[HeldTuning]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(manager, "run_tune", held.run)
         yield held
+
+
+def models_only(daemon: RealDaemon, *definitions: ModelDefinition) -> None:
+    """The daemon's models, exactly ``definitions`` as they are (their own node: no node is added, unlike
+    ``hold_models``); each model held before is stopped first (it may be running on the local agent)."""
+
+    async def hold(deps: DaemonDeps) -> None:
+        for held in deps.registry.all():
+            try:
+                await deps.orchestrator.stop(held.id)
+            except Exception as exc:  # noqa: BLE001 - it was not running
+                _LOGGER.debug("no stop of %s: %s", held.id, exc)
+            await deps.registry.remove(held.id)
+        for definition in definitions:
+            await deps.registry.add(definition)
+
+    daemon.call(hold)
