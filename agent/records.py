@@ -7,7 +7,9 @@ written atomically (``core.json_store``: temp file + ``os.replace``).
 
 Two owners share the file, each reading and writing its own part: the ``InstanceManager``'s models
 (adopted by a later agent) and ``agent.rpc.servers``'s rpc-servers (``rpc_server`` records): those are
-never adopted, a later agent stops them as leftovers (a split model cannot outlive its agents).
+never adopted, a later agent stops them as leftovers (a split model cannot outlive its agents). A
+record's kind is its ``rpc_server`` field, not its runtime's name (version 1 files told it by
+``runtime: "rpc"``; they are read that way once).
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from core.json_store import JsonStore, UnreadableStore
 
 _LOGGER = logging.getLogger(__name__)
 
-RECORDS_VERSION = 1
+RECORDS_VERSION = 2  # 2: a record says it is an rpc-server's (``rpc_server``); 1 said it by ``runtime: "rpc"``
 # psutil derives the creation time from boot time + clock ticks: equal for one process, but a
 # float; anything closer than this is the same start.
 CREATE_TIME_TOLERANCE_S = 0.05
-RPC_RUNTIME = "rpc"  # a helper's ggml-rpc-server (agent.rpc.servers): stopped as a leftover, never adopted
+RPC_RUNTIME = "rpc"  # an rpc-server record's runtime: what version 1 (and an older agent) told one by
 
 
 class ProcessRecord(BaseModel):
@@ -38,7 +40,9 @@ class ProcessRecord(BaseModel):
 
     instance_id: str
     runtime: str = Field(default="llamacpp", description="The driver that started it (records before 0.x: "
-                         "llama.cpp); \"rpc\": an rpc-server, which a later agent stops instead of adopting.")
+                         "llama.cpp); \"rpc\": an rpc-server.")
+    rpc_server: bool = Field(default=False, description="An rpc-server's record (agent.rpc.servers), which a "
+                             "later agent stops as a leftover; else a model's, which it adopts.")
     pid: int
     create_time: float
     executable: str = Field(description="What the agent launched (argv[0]).")
@@ -54,17 +58,12 @@ class ProcessRecord(BaseModel):
     backend: str | None = Field(default=None, description="llama.cpp: the backend it computes on (cpu, vulkan, ...).")
     offload: Offload | None = Field(default=None, description="llama.cpp: where its load put the model (its log).")
 
-    @property
-    def rpc_server(self) -> bool:
-        """An rpc-server's record (stopped as a leftover), not a model's (adopted)."""
-        return self.runtime == RPC_RUNTIME
-
 
 class _RecordsFile(BaseModel):
     """Storage shape of ``processes.json``; each record is validated on its own, so one malformed
     record costs only itself."""
 
-    version: int = RECORDS_VERSION
+    version: int = 1  # what a file that says none is
     processes: list[Any] = []
 
 
@@ -88,7 +87,10 @@ class ProcessRecords:
             _LOGGER.warning("ignoring unreadable %s: %s", self.path, exc)
             return {}
         records: dict[str, ProcessRecord] = {}
+        version = data.version if data is not None else RECORDS_VERSION
         for item in data.processes if data is not None else []:
+            if version < 2 and isinstance(item, dict):
+                item = _from_version_1(item)
             try:
                 record = ProcessRecord.model_validate(item)
             except ValidationError as exc:
@@ -102,11 +104,17 @@ class ProcessRecords:
         (0600, atomically); skipped when nothing changed."""
         held = self._held if self._held is not None else self._load_all()
         self._held = {**{i: r for i, r in held.items() if r.rpc_server != rpc}, **records}
-        body = self._store.encode(_RecordsFile(processes=[r.model_dump() for _, r in sorted(self._held.items())]))
+        body = self._store.encode(_RecordsFile(version=RECORDS_VERSION,
+                                                processes=[r.model_dump() for _, r in sorted(self._held.items())]))
         if body == self._last_written:
             return
         self._store.write_bytes(body)
         self._last_written = body
+
+
+def _from_version_1(item: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 record as version 2 holds it: an rpc-server's said so by its runtime's name."""
+    return {**item, "rpc_server": item.get("runtime") == RPC_RUNTIME}
 
 
 def _same_file(a: str | None, b: str | None) -> bool:

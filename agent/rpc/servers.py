@@ -239,7 +239,7 @@ class RpcServers:
             return info
 
     def _launch(self, request: RpcServerRequest, exe: RuntimeExecutable, port: int, ring: LogRing) -> RuntimeRun:
-        """Spawn the grant's rpc-server (the supervisor's ``launch``), recorded as runtime ``rpc``."""
+        """Spawn the grant's rpc-server (the supervisor's ``launch``), recorded as an rpc-server's (``rpc_server``)."""
         argv = [str(exe.path), *build_rpc_args(request, port)]
         gpu_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if request.gpus else {}
         env = child_env(gpu_env, "", exe.library_dir)
@@ -249,9 +249,9 @@ class RpcServers:
         log_path.unlink(missing_ok=True)
         process = RuntimeProcess.spawn(argv, env, log_path, cwd=self.paths.home)
         _LOGGER.info("rpc-server for grant %s: pid %d on %s:%d", request.grant_id, process.pid, LOOPBACK, port)
-        record = ProcessRecord(instance_id=record_id(request.grant_id), runtime=RPC_RUNTIME, pid=process.pid,
-                               create_time=process.create_time, executable=str(exe.path), port=port, api_key="", argv=argv,
-                               model_path="", served_name=f"rpc {request.grant_id}", config_hash="",
+        record = ProcessRecord(instance_id=record_id(request.grant_id), runtime=RPC_RUNTIME, rpc_server=True,
+                               pid=process.pid, create_time=process.create_time, executable=str(exe.path), port=port,
+                               api_key="", argv=argv, model_path="", served_name=f"rpc {request.grant_id}", config_hash="",
                                started_at=time.time(), startup_timeout_s=READY_TIMEOUT_S)
         return RuntimeRun(RUNTIME_NAME, process, record, LogTailer(log_path, ring))
 

@@ -123,7 +123,8 @@ def test_models_and_rpc_servers_each_write_their_own_part(tmp_path: Path) -> Non
     way round; adoption reads only the models' part (an rpc-server is a leftover to stop)."""
     path = tmp_path / "processes.json"
     model = _record(123, 1.5, "/bin/x")
-    rpc = _record(456, 2.5, "/bin/rpc").model_copy(update={"instance_id": "rpc:grant-0001", "runtime": "rpc"})
+    rpc = _record(456, 2.5, "/bin/rpc").model_copy(update={"instance_id": "rpc:grant-0001", "runtime": "rpc",
+                                                           "rpc_server": True})
     ProcessRecords(path).save({"rpc:grant-0001": rpc}, rpc=True)
     models = ProcessRecords(path)  # a later agent: its first save keeps what it has not read yet
     models.save({"m": model})
@@ -131,3 +132,18 @@ def test_models_and_rpc_servers_each_write_their_own_part(tmp_path: Path) -> Non
     assert ProcessRecords(path).load(rpc=True) == {"rpc:grant-0001": rpc}
     models.save({}, rpc=True)
     assert (ProcessRecords(path).load(), ProcessRecords(path).load(rpc=True)) == ({"m": model}, {})
+
+
+def test_a_version_1_file_still_tells_its_rpc_servers_from_its_models(tmp_path: Path) -> None:
+    """An agent upgraded while a split model ran: its old file named an rpc-server by its runtime
+    ("rpc"); the new agent still stops that one as a leftover and adopts only the model."""
+    path = tmp_path / "processes.json"
+    model = _record(123, 1.5, "/bin/x")
+    rpc = {**model.model_dump(exclude={"rpc_server"}), "instance_id": "rpc:grant-0001", "runtime": "rpc", "pid": 456}
+    path.write_text(json.dumps({"version": 1, "processes": [model.model_dump(exclude={"rpc_server"}), rpc]}))
+    records = ProcessRecords(path)
+    assert records.load() == {"m": model}
+    assert [(i, r.pid, r.rpc_server) for i, r in records.load(rpc=True).items()] == [("rpc:grant-0001", 456, True)]
+    records.save({})  # written back as version 2: the rpc-server's record says what it is
+    assert json.loads(path.read_text())["version"] == 2
+    assert list(ProcessRecords(path).load(rpc=True)) == ["rpc:grant-0001"]
