@@ -1,25 +1,111 @@
-"""The Benchmarks tab's and the tuning wizard's view-models, Qt-free, over the fake daemon."""
+"""The Benchmarks tab's and the tuning wizard's view-models, Qt-free, over the real daemon: its local
+agent runs alpha on the fake llama-server and benchmarks it for real; its stored runs are the history;
+a tuning run holds where it measures (``real_daemon.held_tuning``) and the test moves it along."""
 
 from __future__ import annotations
 
-import pytest
-from fake_daemon import definition
-from fake_jobs import FakeJobsClient, benchmark_view, tuning_result
-from helpers import started, stopped, until
+import shutil
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+import pytest
+from helpers import definition, started, until
+from real_daemon import HeldTuning, RealDaemon, daemon_in_thread, held_tuning
+
+from agent.api.llamacpp import LlamaCppSettings
 from app.viewmodels.benchmarks import BenchmarksViewModel, compare
-from app.viewmodels.tuning import Step, TuningWizardViewModel
-from daemon.api.jobs import ScorePoint
+from app.viewmodels.observable import Emitter
+from app.viewmodels.tuning import Step, TuningWizardViewModel, WizardState
+from daemon.api.client import DaemonClient
+from daemon.api.jobs import (
+    BenchmarkResult,
+    CandidateResult,
+    JobState,
+    JobView,
+    ScorePoint,
+    TuningResult,
+)
+from daemon.api.models import Event, ModelState
+from tests.fakes import write_fake_runtime
+from tests.fakes.gguf_files import gguf_bytes
+
+TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
+SAVED = LlamaCppSettings(threads=4)
+
+
+def benchmark_result(model: str, stamp: str, started_at: float, **metrics: float) -> BenchmarkResult:
+    """A benchmark run as the daemon stores it."""
+    return BenchmarkResult(model=model, stamp=stamp, started_at=started_at, finished_at=started_at + 30,
+                           metrics=metrics, duration_s=30)
+
+
+def tuning_result(model: str, stamp: str, *, winner: bool) -> TuningResult:
+    """A llama.cpp tuning run whose winner (threads=2) confirmed 28 % better than the saved threads=4."""
+    base_metrics = {"single_tps": 40.0, "top_agg_tps": 100.0, "long_ttft_ms": 500.0}
+    best_metrics = {"single_tps": 60.0, "top_agg_tps": 110.0, "long_ttft_ms": 400.0}
+    best = LlamaCppSettings(threads=2)
+    candidates = [CandidateResult(index=0, step="baseline", settings=SAVED, score=1.0, metrics=base_metrics),
+                  CandidateResult(index=1, step="threads", settings=best, score=1.3, metrics=best_metrics,
+                                  effective_config="threads=2")]
+    confirmation = [CandidateResult(index=0, step="confirmation", settings=SAVED, score=1.0, score_min=0.98,
+                                    score_max=1.02, metrics=base_metrics),
+                    CandidateResult(index=1, step="confirmation", settings=best, score=1.28, score_min=1.25,
+                                    score_max=1.31, metrics=best_metrics)]
+    return TuningResult(model=model, stamp=stamp, started_at=time.time(), saved_settings=SAVED,
+                        candidates=candidates, confirmation=confirmation if winner else [],
+                        winner=1 if winner else None, winner_settings=best if winner else None,
+                        gain=1.28 if winner else None,
+                        decision="#1 beats the baseline by 28.0 %" if winner else "no change: nothing beat it")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
+    """A real daemon with its local agent and the fake llama-server (a token every 10 ms, so a run's
+    progress is seen); alpha (a tiny GGUF, threads=4) running."""
+    root = tmp_path_factory.mktemp("benchmarks")
+    (root / "models").mkdir()
+    (root / "models" / "alpha.gguf").write_bytes(gguf_bytes(extra={"tokenizer.chat_template": TEMPLATE}))
+    with daemon_in_thread(root / "home", write_fake_runtime(root / "runtime", token_delay_s=0.01)) as found:
+        found.alpha = definition("alpha", model_path=str(root / "models" / "alpha.gguf"),  # type: ignore[attr-defined]
+                                 settings=SAVED)
+        found.call(lambda deps: deps.registry.add(found.alpha))  # type: ignore[attr-defined]
+        yield found
+
+
+def store(served: RealDaemon, *results: BenchmarkResult | TuningResult) -> None:
+    """``results`` in the daemon's job store, as finished runs leave them."""
+    served.call(lambda deps: [deps.jobs.store.save(r) for r in results])
 
 
 @pytest.fixture
-def fake() -> FakeJobsClient:
-    client = FakeJobsClient([definition("alpha")])
-    client.jobs = {v.id: v for v in (
-        benchmark_view("alpha", "0001", 1000.0, single_tps=40.0, top_agg_tps=100.0, single_ttft_p50_ms=200.0),
-        benchmark_view("alpha", "0002", 2000.0, single_tps=50.0, top_agg_tps=90.0, single_ttft_p50_ms=100.0),
-        benchmark_view("beta", "0003", 3000.0, single_tps=1.0))}
-    return client
+async def daemon(served: RealDaemon) -> AsyncIterator[DaemonClient]:
+    """The app's client; alpha running with its saved settings, no stored runs."""
+    def forget(deps: Any) -> None:
+        for folder in ("benchmarks", "tuning"):
+            shutil.rmtree(deps.jobs.store.home / folder, ignore_errors=True)
+
+    served.call(forget)
+    client = DaemonClient(*served, client_name="app")
+    if (await client.get_model("alpha")).definition.settings != SAVED:
+        await client.update_model(served.alpha)  # type: ignore[attr-defined]
+    if (await client.get_model("alpha")).status.state != ModelState.READY:
+        await client.start_model("alpha", wait=True)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def history(served: RealDaemon) -> None:
+    store(served, benchmark_result("alpha", "0001", 1000.0, single_tps=40.0, top_agg_tps=100.0, single_ttft_p50_ms=200.0),
+          benchmark_result("alpha", "0002", 2000.0, single_tps=50.0, top_agg_tps=90.0, single_ttft_p50_ms=100.0),
+          benchmark_result("beta", "0003", 3000.0, single_tps=1.0))
+
+
+@pytest.fixture
+def tuning(served: RealDaemon) -> Iterator[HeldTuning]:
+    with held_tuning(served) as held:
+        yield held
 
 
 def test_comparison_rows_say_which_way_is_better() -> None:
@@ -32,13 +118,13 @@ def test_comparison_rows_say_which_way_is_better() -> None:
 
 
 async def test_history_chart_and_the_previous_run_compared_with_the_latest(
-        fake: FakeJobsClient) -> None:
-    fleet = await started(fake)
-    vm = BenchmarksViewModel(fake, fleet.events)
+        daemon: DaemonClient, history: None) -> None:
+    fleet = await started(daemon)
+    vm = BenchmarksViewModel(daemon, fleet.events)
     vm.show("alpha")
-    await until(lambda: vm.state.value.runs)
+    await until(lambda: vm.state.value.runs, timeout=10)
     s = vm.state.value
-    assert [r.id for r in s.runs] == ["benchmark.alpha.0002", "benchmark.alpha.0001"]
+    assert [r.id for r in s.runs] == ["benchmark.alpha.0002", "benchmark.alpha.0001"]  # beta's is not alpha's
     assert s.chart("single_tps") == ((1000.0, 2000.0), (40.0, 50.0))
     assert s.compare_ids == ("benchmark.alpha.0001", "benchmark.alpha.0002")
     assert [(r.label, r.change) for r in s.rows][:2] == [("Tokens/s, one request", 1.25),
@@ -46,85 +132,103 @@ async def test_history_chart_and_the_previous_run_compared_with_the_latest(
     vm.select_compare("benchmark.alpha.0002", "benchmark.alpha.0001")
     assert vm.state.value.rows[0].change == 0.8
     vm.close()
-    await stopped(fleet, fake)
+    await fleet.stop()
 
 
 async def test_a_run_is_followed_through_events_and_the_history_reloads_when_it_ends(
-        fake: FakeJobsClient) -> None:
-    fleet = await started(fake)
-    vm = BenchmarksViewModel(fake, fleet.events)
+        daemon: DaemonClient, history: None) -> None:
+    fleet = await started(daemon)
+    vm = BenchmarksViewModel(daemon, fleet.events)
     vm.show("alpha")
-    await until(lambda: vm.state.value.runs)
-    view = await vm.run_benchmark("throughput")
-    assert fake.called("start_benchmark")[0][0].preset == "throughput"
-    fake.advance(view.id, progress=0.5, phase="measuring", message="repetition 2: 4 at once")
-    await until(lambda: vm.state.value.active is not None and vm.state.value.active.progress == 0.5)
-    finished = []
+    await until(lambda: vm.state.value.runs, timeout=10)
+    seen: list[JobView] = []
+    vm.state.subscribe(lambda s: seen.append(s.active) if s.active is not None else None)
+    finished: list[JobView] = []
     vm.finished.subscribe(finished.append)
-    fake.finish(view.id, single_tps=55.0)
-    await until(lambda: vm.state.value.active is None and len(vm.state.value.runs) == 3)
-    assert vm.state.value.runs[0].summary == {"single_tps": 55.0} and finished[0].id == view.id
+    view = await vm.run_benchmark("throughput")
+    assert view is not None and view.preset == "throughput" and view.model == "alpha"  # the daemon's own job
+    await until(lambda: vm.state.value.active is None and len(vm.state.value.runs) == 3, timeout=120,
+                what="the run to end and the history to reload")
+    progress = [v for v in seen if v.id == view.id and 0 < v.progress < 1]
+    assert progress and any(v.message.startswith("repetition 1: ") for v in progress)  # followed as it went
+    latest = vm.state.value.runs[0]
+    assert latest.id == view.id and latest.state == JobState.SUCCEEDED and latest.summary["single_tps"] > 0
+    assert finished[0].id == view.id
     vm.close()
-    await stopped(fleet, fake)
+    await fleet.stop()
 
 
 async def test_the_wizard_walks_preset_search_plan_progress_results_and_applies(
-        fake: FakeJobsClient) -> None:
-    fleet = await started(fake)
-    now = [1000.0]
-    vm = TuningWizardViewModel(fake, fleet.events, "alpha", clock=lambda: now[0])
+        daemon: DaemonClient, tuning: HeldTuning) -> None:
+    fleet = await started(daemon)
+    vm = TuningWizardViewModel(daemon, fleet.events, "alpha")
     vm.choose_preset("agents")
     vm.go(Step.SEARCH)
     vm.choose_search("full")
     await vm.make_plan()
     s = vm.state.value
-    assert s.step == Step.PLAN and s.plan is not None and s.plan.eta_s == 270
-    assert fake.called("plan_tune")[0][0].preset == "agents" and fake.called("plan_tune")[0][0].search == "full"
+    assert s.step == Step.PLAN and s.plan is not None and s.plan.preset == "agents" and s.plan.search == "full"
+    assert {"batch", "cache_type"} <= {st.dimension for st in s.plan.steps} and s.plan.eta_s > 0  # what full adds
     await vm.start()
-    job_id = vm.state.value.job.id
+    job_id = vm.state.value.job.id  # type: ignore[union-attr]
     assert vm.state.value.step == Step.PROGRESS
-    fake.advance(job_id, progress=0.4, candidate="threads: threads=2 — Match the cores.", eta_s=120.0,
-                 scores=[ScorePoint(label="#0", score=1.0), ScorePoint(label="#1", score=1.3)])
-    await until(lambda: vm.state.value.job.progress == 0.4)
-    assert vm.state.value.job.candidate.startswith("threads") and len(vm.state.value.job.scores) == 2
-    assert vm.eta_text() == " · about 2 min 0 s left"
-    now[0] += 45  # the daemon re-estimates only between candidates: the ETA still counts down
-    assert vm.eta_text() == " · about 1 min 15 s left"
-    fake.advance(job_id, progress=0.5)  # news without a new estimate does not reset the countdown
-    await until(lambda: vm.state.value.job.progress == 0.5)
-    assert vm.eta_text() == " · about 1 min 15 s left"
-    now[0] += 500
-    assert vm.eta_text() == " · almost done"
-    fake.advance(job_id, eta_s=90.0)
-    await until(lambda: vm.state.value.job.eta_s == 90.0)
-    assert vm.eta_text() == " · about 1 min 30 s left"
-    fake.finish(job_id, tuning_result("alpha", "0009", winner=True))
-    await until(lambda: vm.state.value.step == Step.RESULTS)
+    assert (await daemon.get_model("alpha")).status.busy == f"tuning (job {job_id})"  # the daemon's own job
+    tuning.advance(job_id, progress=0.4, candidate="threads: threads=2 — Match the cores.", eta_s=120.0,
+                   scores=[ScorePoint(label="#0", score=1.0), ScorePoint(label="#1", score=1.3)])
+    await until(lambda: vm.state.value.job.progress == 0.4, timeout=10)  # type: ignore[union-attr]
+    assert vm.state.value.job.candidate.startswith("threads") and len(vm.state.value.job.scores) == 2  # type: ignore[union-attr]
+    tuning.finish(job_id, tuning_result("alpha", "-", winner=True))
+    await until(lambda: vm.state.value.step == Step.RESULTS, timeout=10)
     s = vm.state.value
     assert s.headline == "Found settings 28 % better than the saved ones."
     assert [(r.label, r.a, r.b) for r in s.rows()][:2] == [("Tokens/s, one request", 40.0, 60.0),
                                                            ("Tokens/s, all requests together", 100.0, 110.0)]
     await vm.apply(restart=True)
-    assert fake.called("apply_job") == [(job_id, True)] and vm.state.value.applied
-    assert fake.definitions["alpha"].settings.threads == 2
+    assert vm.state.value.applied and vm.state.value.error is None
+    assert (await daemon.get_model("alpha")).definition.settings.threads == 2  # saved in the daemon
     vm.close()
-    await stopped(fleet, fake)
+    await fleet.stop()
+
+
+def test_the_eta_counts_down_between_the_daemons_estimates(daemon: DaemonClient) -> None:
+    """Pure view-model: job events as the daemon publishes them, a hand-driven clock."""
+    events: Emitter[Event] = Emitter()
+    now = [1000.0]
+    vm = TuningWizardViewModel(daemon, events, "alpha", clock=lambda: now[0])
+    job = JobView(id="tune.alpha.1", kind="tune", model="alpha", state=JobState.RUNNING, started_at=now[0])
+    vm.state.set(WizardState(model_id="alpha", step=Step.PROGRESS, job=job))
+
+    def progress(**changes: Any) -> None:
+        view = vm.state.value.job.model_copy(update=changes)  # type: ignore[union-attr]
+        events.emit(Event(id=1, ts=now[0], type="job.progress", model="alpha", data={"job": view.model_dump(mode="json")}))
+
+    progress(progress=0.4, eta_s=120.0)
+    assert vm.eta_text() == " · about 2 min 0 s left"
+    now[0] += 45  # the daemon re-estimates only between candidates: the ETA still counts down
+    assert vm.eta_text() == " · about 1 min 15 s left"
+    progress(progress=0.5)  # news without a new estimate does not reset the countdown
+    assert vm.eta_text() == " · about 1 min 15 s left"
+    now[0] += 500
+    assert vm.eta_text() == " · almost done"
+    progress(eta_s=90.0)
+    assert vm.eta_text() == " · about 1 min 30 s left"
+    vm.close()
 
 
 async def test_a_run_without_a_winner_says_no_change_and_cancel_shows_the_end(
-        fake: FakeJobsClient) -> None:
-    fleet = await started(fake)
-    vm = TuningWizardViewModel(fake, fleet.events, "alpha")
+        daemon: DaemonClient, tuning: HeldTuning) -> None:
+    fleet = await started(daemon)
+    vm = TuningWizardViewModel(daemon, fleet.events, "alpha")
     await vm.start()
-    job_id = vm.state.value.job.id
-    fake.finish(job_id, tuning_result("alpha", "0010", winner=False))
-    await until(lambda: vm.state.value.step == Step.RESULTS)
+    job_id = vm.state.value.job.id  # type: ignore[union-attr]
+    tuning.finish(job_id, tuning_result("alpha", "-", winner=False))
+    await until(lambda: vm.state.value.step == Step.RESULTS, timeout=10)
     assert vm.state.value.headline == "No change: the saved settings are already the best found."
-    other = TuningWizardViewModel(fake, fleet.events, "alpha")
+    other = TuningWizardViewModel(daemon, fleet.events, "alpha")
     await other.start()
     await other.cancel()
-    assert fake.called("cancel_job") == [(other.state.value.job.id,)]
-    assert other.state.value.step == Step.RESULTS and other.state.value.job.state.value == "cancelled"
+    assert other.state.value.step == Step.RESULTS and other.state.value.job.state.value == "cancelled"  # type: ignore[union-attr]
+    assert (await daemon.get_job(other.state.value.job.id)).state == JobState.CANCELLED  # type: ignore[union-attr]
     vm.close()
     other.close()
-    await stopped(fleet, fake)
+    await fleet.stop()
