@@ -422,3 +422,81 @@ def models_only(daemon: RealDaemon, *definitions: ModelDefinition) -> None:
             await deps.registry.add(definition)
 
     daemon.call(hold)
+
+
+# --- the Benchmarks tab's and the tuning wizard's daemon (test_app_benchmarks_vm/_gui) -----------------
+def benchmark_result(model: str, stamp: str, started_at: float, **metrics: float) -> Any:
+    """A benchmark run as the daemon stores it."""
+    from daemon.api.jobs import BenchmarkResult
+
+    return BenchmarkResult(model=model, stamp=stamp, started_at=started_at, finished_at=started_at + 30,
+                           metrics=metrics, duration_s=30)
+
+
+def tuning_result(model: str, stamp: str, *, winner: bool) -> Any:
+    """A llama.cpp tuning run whose winner (threads=2) confirmed 28 % better than the saved threads=4."""
+    import time
+
+    from agent.api.llamacpp import LlamaCppSettings
+    from daemon.api.jobs import CandidateResult, TuningResult
+
+    saved, best = LlamaCppSettings(threads=4), LlamaCppSettings(threads=2)
+    base_metrics = {"single_tps": 40.0, "top_agg_tps": 100.0, "long_ttft_ms": 500.0}
+    best_metrics = {"single_tps": 60.0, "top_agg_tps": 110.0, "long_ttft_ms": 400.0}
+    candidates = [CandidateResult(index=0, step="baseline", settings=saved, score=1.0, metrics=base_metrics),
+                  CandidateResult(index=1, step="threads", settings=best, score=1.3, metrics=best_metrics,
+                                  effective_config="threads=2")]
+    confirmation = [CandidateResult(index=0, step="confirmation", settings=saved, score=1.0, score_min=0.98,
+                                    score_max=1.02, metrics=base_metrics),
+                    CandidateResult(index=1, step="confirmation", settings=best, score=1.28, score_min=1.25,
+                                    score_max=1.31, metrics=best_metrics)]
+    return TuningResult(model=model, stamp=stamp, started_at=time.time(), saved_settings=saved,
+                        candidates=candidates, confirmation=confirmation if winner else [],
+                        winner=1 if winner else None, winner_settings=best if winner else None,
+                        gain=1.28 if winner else None,
+                        decision="#1 beats the baseline by 28.0 %" if winner else "no change: nothing beat it")
+
+
+@contextmanager
+def benchmarks_daemon(root: Path, **switches: object) -> Iterator[RealDaemon]:
+    """A real daemon with its local agent and the fake llama-server (a token every 10 ms, so a run's
+    progress is seen; ``switches`` more), alpha (a tiny GGUF, threads=4) defined: ``.alpha``."""
+    from agent.api.llamacpp import LlamaCppSettings
+    from tests.fakes import write_fake_runtime
+    from tests.fakes.gguf_files import gguf_bytes
+
+    (root / "models").mkdir(parents=True, exist_ok=True)
+    (root / "models" / "alpha.gguf").write_bytes(gguf_bytes(extra={"tokenizer.chat_template": "{{ messages }}"}))
+    runtime = write_fake_runtime(root / "runtime", **{"token_delay_s": 0.01, **switches})
+    with daemon_in_thread(root / "home", runtime) as found:
+        found.alpha = ModelDefinition(id="alpha", served_name="alpha",  # type: ignore[attr-defined]
+                                      model_path=str(root / "models" / "alpha.gguf"),
+                                      settings=LlamaCppSettings(threads=4))
+        found.call(lambda deps: deps.registry.add(found.alpha))  # type: ignore[attr-defined]
+        yield found
+
+
+async def benchmarks_client(daemon: RealDaemon) -> DaemonClient:
+    """The app's client of ``benchmarks_daemon``, set as a test starts: alpha running with its saved
+    settings, no stored runs (the caller closes it)."""
+    import shutil
+
+    from daemon.api.models import ModelState
+
+    def forget(deps: DaemonDeps) -> None:
+        for folder in ("benchmarks", "tuning"):
+            shutil.rmtree(deps.jobs.store.home / folder, ignore_errors=True)
+
+    daemon.call(forget)
+    client = DaemonClient(*daemon, client_name="app")
+    alpha: ModelDefinition = daemon.alpha  # type: ignore[attr-defined]
+    if (await client.get_model("alpha")).definition.settings != alpha.settings:
+        await client.update_model(alpha)
+    if (await client.get_model("alpha")).status.state != ModelState.READY:
+        await client.start_model("alpha", wait=True)
+    return client
+
+
+def stored_runs(daemon: RealDaemon, *results: Any) -> None:
+    """``results`` in the daemon's job store, as finished runs leave them."""
+    daemon.call(lambda deps: [deps.jobs.store.save(r) for r in results])

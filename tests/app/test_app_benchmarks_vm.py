@@ -4,100 +4,50 @@ a tuning run holds where it measures (``real_daemon.held_tuning``) and the test 
 
 from __future__ import annotations
 
-import shutil
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from helpers import definition, started, until
-from real_daemon import HeldTuning, RealDaemon, daemon_in_thread, held_tuning
+from helpers import started, until
+from real_daemon import (
+    HeldTuning,
+    RealDaemon,
+    benchmark_result,
+    benchmarks_client,
+    benchmarks_daemon,
+    held_tuning,
+    stored_runs,
+    tuning_result,
+)
 
-from agent.api.llamacpp import LlamaCppSettings
 from app.viewmodels.benchmarks import BenchmarksViewModel, compare
 from app.viewmodels.observable import Emitter
 from app.viewmodels.tuning import Step, TuningWizardViewModel, WizardState
 from daemon.api.client import DaemonClient
 from daemon.api.jobs import (
-    BenchmarkResult,
-    CandidateResult,
     JobState,
     JobView,
     ScorePoint,
-    TuningResult,
 )
-from daemon.api.models import Event, ModelState
-from tests.fakes import write_fake_runtime
-from tests.fakes.gguf_files import gguf_bytes
-
-TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
-SAVED = LlamaCppSettings(threads=4)
-
-
-def benchmark_result(model: str, stamp: str, started_at: float, **metrics: float) -> BenchmarkResult:
-    """A benchmark run as the daemon stores it."""
-    return BenchmarkResult(model=model, stamp=stamp, started_at=started_at, finished_at=started_at + 30,
-                           metrics=metrics, duration_s=30)
-
-
-def tuning_result(model: str, stamp: str, *, winner: bool) -> TuningResult:
-    """A llama.cpp tuning run whose winner (threads=2) confirmed 28 % better than the saved threads=4."""
-    base_metrics = {"single_tps": 40.0, "top_agg_tps": 100.0, "long_ttft_ms": 500.0}
-    best_metrics = {"single_tps": 60.0, "top_agg_tps": 110.0, "long_ttft_ms": 400.0}
-    best = LlamaCppSettings(threads=2)
-    candidates = [CandidateResult(index=0, step="baseline", settings=SAVED, score=1.0, metrics=base_metrics),
-                  CandidateResult(index=1, step="threads", settings=best, score=1.3, metrics=best_metrics,
-                                  effective_config="threads=2")]
-    confirmation = [CandidateResult(index=0, step="confirmation", settings=SAVED, score=1.0, score_min=0.98,
-                                    score_max=1.02, metrics=base_metrics),
-                    CandidateResult(index=1, step="confirmation", settings=best, score=1.28, score_min=1.25,
-                                    score_max=1.31, metrics=best_metrics)]
-    return TuningResult(model=model, stamp=stamp, started_at=time.time(), saved_settings=SAVED,
-                        candidates=candidates, confirmation=confirmation if winner else [],
-                        winner=1 if winner else None, winner_settings=best if winner else None,
-                        gain=1.28 if winner else None,
-                        decision="#1 beats the baseline by 28.0 %" if winner else "no change: nothing beat it")
+from daemon.api.models import Event
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
-    """A real daemon with its local agent and the fake llama-server (a token every 10 ms, so a run's
-    progress is seen); alpha (a tiny GGUF, threads=4) running."""
-    root = tmp_path_factory.mktemp("benchmarks")
-    (root / "models").mkdir()
-    (root / "models" / "alpha.gguf").write_bytes(gguf_bytes(extra={"tokenizer.chat_template": TEMPLATE}))
-    with daemon_in_thread(root / "home", write_fake_runtime(root / "runtime", token_delay_s=0.01)) as found:
-        found.alpha = definition("alpha", model_path=str(root / "models" / "alpha.gguf"),  # type: ignore[attr-defined]
-                                 settings=SAVED)
-        found.call(lambda deps: deps.registry.add(found.alpha))  # type: ignore[attr-defined]
+    with benchmarks_daemon(tmp_path_factory.mktemp("benchmarks")) as found:
         yield found
-
-
-def store(served: RealDaemon, *results: BenchmarkResult | TuningResult) -> None:
-    """``results`` in the daemon's job store, as finished runs leave them."""
-    served.call(lambda deps: [deps.jobs.store.save(r) for r in results])
 
 
 @pytest.fixture
 async def daemon(served: RealDaemon) -> AsyncIterator[DaemonClient]:
-    """The app's client; alpha running with its saved settings, no stored runs."""
-    def forget(deps: Any) -> None:
-        for folder in ("benchmarks", "tuning"):
-            shutil.rmtree(deps.jobs.store.home / folder, ignore_errors=True)
-
-    served.call(forget)
-    client = DaemonClient(*served, client_name="app")
-    if (await client.get_model("alpha")).definition.settings != SAVED:
-        await client.update_model(served.alpha)  # type: ignore[attr-defined]
-    if (await client.get_model("alpha")).status.state != ModelState.READY:
-        await client.start_model("alpha", wait=True)
+    client = await benchmarks_client(served)
     yield client
     await client.close()
 
 
 @pytest.fixture
 def history(served: RealDaemon) -> None:
-    store(served, benchmark_result("alpha", "0001", 1000.0, single_tps=40.0, top_agg_tps=100.0, single_ttft_p50_ms=200.0),
+    stored_runs(served, benchmark_result("alpha", "0001", 1000.0, single_tps=40.0, top_agg_tps=100.0, single_ttft_p50_ms=200.0),
           benchmark_result("alpha", "0002", 2000.0, single_tps=50.0, top_agg_tps=90.0, single_ttft_p50_ms=100.0),
           benchmark_result("beta", "0003", 3000.0, single_tps=1.0))
 
