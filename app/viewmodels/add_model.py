@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from app.viewmodels.downloads import byte_share
+from app.viewmodels.downloads import byte_share, event_transfer
 from app.viewmodels.nodes import RuntimeBadge, available_runtimes, runtime_badges
 from app.viewmodels.observable import Emitter, Observable
 from app.viewmodels.settings_form import plain_validation
@@ -59,6 +59,7 @@ from daemon.api.contracts import (
     RuntimeId,
     VllmSettings,
     profile,
+    runtime_among,
     settings_type,
     settings_update,
 )
@@ -139,7 +140,7 @@ class AddModelState:
     error: str | None = None
     done_ids: tuple[str, ...] = ()
     nodes: tuple[NodeView, ...] = ()
-    runtime: RuntimeId = "llamacpp"
+    runtime: RuntimeId = DEFAULT_RUNTIME
     image: str = ""  # vLLM: the container image; empty: image_default
     # "How it runs here" (llama.cpp, a GGUF file): the daemon's plan and the option picked (an index
     # into ``plan_options``), or why there is no plan.
@@ -322,7 +323,7 @@ class AddModelState:
         if node is None or not node.runtimes:
             return "The node has not reported its runtimes yet: llama.cpp, the default."
         if not self.runtime_choices:
-            why = next((b.tooltip for b in self.runtime_badges if b.runtime == DEFAULT_RUNTIME), "")
+            why = next((b.tooltip for b in self.runtime_badges if profile(b.runtime).default), "")
             return f"No runtime for this model there. {why}".strip()
         return ""
 
@@ -388,10 +389,8 @@ class AddModelViewModel:
         """Keep the runtime among the chosen node's: back to llama.cpp (or the first one) otherwise."""
         s = self.state.value
         choices = [r for r, _label in s.runtime_choices]
-        if choices and s.runtime not in choices:
-            self._set(runtime=DEFAULT_RUNTIME if DEFAULT_RUNTIME in choices else choices[0])
-        elif not choices and s.runtime != DEFAULT_RUNTIME:
-            self._set(runtime=DEFAULT_RUNTIME)
+        if s.runtime not in choices and (wanted := runtime_among(choices)) != s.runtime:
+            self._set(runtime=wanted)
 
     def set_source(self, source: SourceKind) -> None:
         self._set(source=source, fit=None, fit_text="", error=None, plan=None, plan_error=None, picked=None)
@@ -584,13 +583,11 @@ class AddModelViewModel:
 
     def on_event(self, event: Event) -> None:
         t = self.state.value.transfer
-        if t is None or event.data.get("id") != t.id:
+        transfer = event_transfer(event, t) if t is not None else None
+        if transfer is None:
             return
         if event.type == "transfer.state":
-            transfer = Transfer.model_validate(event.data)
             self._set(transfer=transfer, done_ids=tuple(transfer.registered),
                       error=transfer.error or transfer.register_error)
-        elif event.type == "transfer.progress":
-            self._set(transfer=t.model_copy(update={k: event.data[k] for k in ("stage", "bytes_done", "bytes_total",
-                                                                               "speed_bps", "eta_s")
-                                                    if k in event.data}))
+        else:
+            self._set(transfer=transfer)

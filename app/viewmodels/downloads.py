@@ -73,6 +73,24 @@ def byte_share(t: Transfer | None) -> float | None:
     return min(1.0, t.bytes_done / t.bytes_total)
 
 
+def event_transfer(event: Event, known: Transfer | None = None) -> Transfer | None:
+    """The transfer a ``transfer.state`` or ``transfer.progress`` event tells of, as it is now: a state
+    event carries it whole, a progress event updates ``known``'s figures. None: an event about another
+    transfer than ``known``, a progress event with nothing known, an unreadable one, or another event."""
+    if event.type == "transfer.state":
+        data = event.data.get("transfer", event.data)  # the in-memory daemon nests it
+        if known is not None and data.get("id") != known.id:
+            return None
+        try:
+            return Transfer.model_validate(data)
+        except ValueError as exc:
+            _LOGGER.debug("an unreadable transfer event: %s", exc)
+            return None
+    if event.type == "transfer.progress" and known is not None and event.data.get("id") == known.id:
+        return known.model_copy(update={k: event.data[k] for k in PROGRESS_FIELDS if k in event.data})
+    return None
+
+
 def fraction(t: Transfer) -> float | None:
     return 1.0 if t.state == TransferState.DONE else byte_share(t)
 
@@ -136,16 +154,10 @@ class DownloadsViewModel:
         self._set(transfers=tuple(rows))
 
     def on_event(self, event: Event) -> None:
-        if event.type == "transfer.state":
-            data = event.data.get("transfer", event.data)  # the in-memory daemon nests it
-            try:
-                self._put(Transfer.model_validate(data))
-            except ValueError as exc:
-                _LOGGER.debug("downloads: an unreadable transfer event: %s", exc)
-        elif event.type == "transfer.progress":
-            found = next((t for t in self.state.value.transfers if t.id == event.data.get("id")), None)
-            if found is not None:
-                self._put(found.model_copy(update={k: event.data[k] for k in PROGRESS_FIELDS if k in event.data}))
+        known = next((t for t in self.state.value.transfers if t.id == event.data.get("id")), None)
+        transfer = event_transfer(event, known)
+        if transfer is not None:
+            self._put(transfer)
 
     async def _verb(self, call: Callable[[str], Awaitable[Transfer]], transfer_id: str) -> None:
         self._set(error=None)

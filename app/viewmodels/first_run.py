@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from app.viewmodels.downloads import byte_share
+from app.viewmodels.downloads import byte_share, event_transfer
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
@@ -198,16 +198,15 @@ class FirstRunViewModel:
 
     def on_event(self, event: Event) -> None:
         t = self.state.value.demo_transfer
-        if t is None or event.data.get("id") != t.id:
+        transfer = event_transfer(event, t) if t is not None else None
+        if transfer is None:
             return
         if event.type == "transfer.state":
-            transfer = Transfer.model_validate(event.data)
             self._set(demo_transfer=transfer, error=transfer.error or transfer.register_error)
             if transfer.state.value == "done" and transfer.registered:
                 asyncio.ensure_future(self._finished(transfer))
-        elif event.type == "transfer.progress":
-            self._set(demo_transfer=t.model_copy(update={k: event.data[k] for k in ("bytes_done", "bytes_total")
-                                                         if k in event.data}))
+        else:
+            self._set(demo_transfer=transfer)
 
     async def _finished(self, transfer: Transfer) -> None:
         """Start the models a finished demo download registered, so the user sees them get ready."""

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.viewmodels.downloads import event_transfer
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
 from daemon.api.models import Event
@@ -167,9 +168,9 @@ class LmStudioImportViewModel:
 
     def on_event(self, event: Event) -> None:
         t = self.state.value.transfer
-        if t is None or event.data.get("id") != t.id or event.type != "transfer.state":
+        transfer = event_transfer(event, t) if t is not None and event.type == "transfer.state" else None
+        if transfer is None:
             return
-        transfer = Transfer.model_validate(event.data)
         was_running = self.state.value.running
         self._set(transfer=transfer, error=transfer.error)
         if was_running and not self.state.value.running:
