@@ -222,6 +222,6 @@ async def remote_summary(files: list[HfFile], settings: FetchSettings) -> GgufSu
             header = await read_header_ranged(fetch, first.size)
         except GgufError as exc:
             raise InvalidModelFile(f"{first.path} is not a usable GGUF file: {exc}") from exc
-        except asyncio.IncompleteReadError as exc:
-            raise DownloadFailed(f"the hub sent a short answer for {first.path}") from exc
+        except (asyncio.IncompleteReadError, aiohttp.ClientPayloadError) as exc:  # a connection cut mid-answer
+            raise DownloadFailed(f"the hub sent a short answer for {first.path}; try again") from exc
     return summarize(header, sum(f.size for f in files[1:]))

@@ -207,6 +207,15 @@ async def test_will_it_fit_reads_only_the_header_by_ranges(hub: FakeHub, agent: 
     assert fetched < len(big) and files_under(agent.models_dir) == []
 
 
+async def test_a_header_read_cut_short_says_so_and_the_next_one_works(hub: FakeHub, agent: SourcesAgent) -> None:
+    hub.add(REPO, "cut.gguf", gguf_bytes() + bytes(1 << 20), cut_at=64, cut_times=1)
+    with pytest.raises(AgentError) as caught:
+        await agent.client.fit(FitRequest(hf=HfFileRef(repo=REPO, file="cut.gguf")))
+    assert (caught.value.status, caught.value.code) == (502, "download_failed"), "not the agent's 'internal'"
+    assert caught.value.message == "the hub sent a short answer for cut.gguf; try again"
+    assert (await agent.client.fit(FitRequest(hf=HfFileRef(repo=REPO, file="cut.gguf")))).fits
+
+
 async def test_a_partial_file_left_by_a_killed_agent_is_resumed_only_for_the_same_file(
         hub: FakeHub, tmp_path: Path) -> None:
     """Scenario 31: after a crash the download resumes (or restarts), and is verified either way."""
