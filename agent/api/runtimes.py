@@ -15,6 +15,7 @@ the version it really is, where it is, and why it is unavailable when it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
@@ -30,7 +31,6 @@ RuntimeId = Literal["llamacpp", "vllm", "mlx", "external"]
 RUNTIMES: tuple[RuntimeId, ...] = ("llamacpp", "vllm", "mlx")
 EXTERNAL: RuntimeId = "external"
 LLAMACPP: RuntimeId = "llamacpp"  # its builds carry the GPU backends (agent.api.backends)
-DEFAULT_RUNTIME: RuntimeId = LLAMACPP  # what a model runs on unless it says otherwise
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class RuntimeProfile:
     id: RuntimeId
     label: str
     on_node: bool = True  # an agent runs it on a node; False: an endpoint the daemon's router calls itself
+    default: bool = False  # what a model runs on unless it says otherwise (``DEFAULT_RUNTIME``): exactly one
     reads_gguf: bool = False  # one .gguf file: fit and plans read its header, its files are checked on save
     takes_folder: bool = False  # a model folder (safetensors, MLX) is what it loads
     spreads_over_nodes: bool = False  # lends layers to other nodes' rpc-servers (``rpc_nodes``)
@@ -63,7 +64,7 @@ class RuntimeProfile:
 
 _SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("max_tokens", "max_tokens"))
 PROFILES: dict[RuntimeId, RuntimeProfile] = {p.id: p for p in (
-    RuntimeProfile("llamacpp", "llama.cpp", reads_gguf=True, spreads_over_nodes=True, takes_adapters=True,
+    RuntimeProfile("llamacpp", "llama.cpp", default=True, reads_gguf=True, spreads_over_nodes=True, takes_adapters=True,
                    gpu_backends=True, tunable=True, flags_lifted=True, settings_field="settings", prompt_progress=True,
                    context_setting="ctx_size", executable="llama-server", sampling=_SAMPLING + (
                        ("top_k", "top_k"), ("min_p", "min_p"), ("repeat_penalty", "repeat_penalty"))),
@@ -77,6 +78,7 @@ PROFILES: dict[RuntimeId, RuntimeProfile] = {p.id: p for p in (
     RuntimeProfile("external", "external endpoint", on_node=False),
 )}
 RUNTIME_LABELS: dict[str, str] = {p.id: p.label for p in PROFILES.values()}
+DEFAULT_RUNTIME: RuntimeId = next(p.id for p in PROFILES.values() if p.default)
 # The fields of a model definition (and a launch spec) that hold agent runtimes' settings, side by side.
 SETTINGS_FIELDS: tuple[str, ...] = tuple(p.settings_field for p in PROFILES.values() if p.settings_field)
 
@@ -84,6 +86,12 @@ SETTINGS_FIELDS: tuple[str, ...] = tuple(p.settings_field for p in PROFILES.valu
 def profile(runtime: str) -> RuntimeProfile:
     """The profile of ``runtime``; KeyError for a name no profile has (contracts only carry known ids)."""
     return PROFILES[runtime]  # type: ignore[index]
+
+
+def runtime_among(offered: Sequence[str]) -> str:
+    """The runtime a new model takes where ``offered`` are what its node offers it: the default one
+    where offered, else the first offered; the default where nothing is (a node that has not said)."""
+    return DEFAULT_RUNTIME if DEFAULT_RUNTIME in offered or not offered else offered[0]
 
 
 class ExternalSettings(BaseModel):

@@ -27,6 +27,7 @@ from agent.api.runtimes import (
     RuntimeProfile,
     RuntimeSettings,
     profile,
+    runtime_among,
     settings_type,
     settings_update,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "format_code",
     "normalize_code",
     "profile",
+    "runtime_among",
     "settings_type",
     "settings_update",
     "short_fingerprint",

@@ -195,8 +195,8 @@ def test_the_check_sees_a_violation() -> None:
 
 
 # --- a runtime is a value: what it can do is asked of its profile (agent/api/runtimes.py) ---------
-RUNTIME_IDS = {"llamacpp", "vllm", "mlx", "external"}
-RUNTIME_CONSTANTS = {"LLAMACPP", "EXTERNAL"}
+RUNTIME_IDS = {"llamacpp", "vllm", "mlx", "external", "rpc"}  # "rpc": an rpc-server's process record
+RUNTIME_CONSTANTS = {"LLAMACPP", "EXTERNAL"}  # and every *_RUNTIME constant (DEFAULT_RUNTIME, RPC_RUNTIME)
 REGISTRY = Path("agent/api/runtimes.py")
 
 
@@ -210,7 +210,8 @@ def _a_runtime_id(node: ast.expr) -> bool:
     if isinstance(node, ast.Constant):
         return node.value in RUNTIME_IDS
     if isinstance(node, ast.Name | ast.Attribute):
-        return (node.id if isinstance(node, ast.Name) else node.attr) in RUNTIME_CONSTANTS
+        name = node.id if isinstance(node, ast.Name) else node.attr
+        return name in RUNTIME_CONSTANTS or (name.isupper() and name.endswith("RUNTIME"))
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return any(_a_runtime_id(e) for e in node.elts)
     return False
@@ -243,6 +244,10 @@ def test_the_runtime_switch_check_sees_one() -> None:
     assert runtime_switches("y = runtime != EXTERNAL") == [1]
     assert runtime_switches("z = profile(definition.runtime).takes_folder") == []
     assert runtime_switches("w = form.runtime != self.runtime") == []
+    assert runtime_switches("u = b.runtime == DEFAULT_RUNTIME") == [1]
+    assert runtime_switches("t = self.runtime == RPC_RUNTIME") == [1]
+    assert runtime_switches("s = spec.runtime != runtimes.DEFAULT_RUNTIME") == [1]
+    assert runtime_switches("r = profile(b.runtime).default") == []
     assert runtime_switches('v = profile(definition.runtime).settings_field == "vllm"') == [1]
 
 
