@@ -149,6 +149,8 @@ async def test_external_model_rewrites_the_name_and_reads_the_key_per_request(
         problem = error["error"]
         assert isinstance(problem, dict) and problem["code"] == "api_key_unreadable"
         assert str(key_file) in str(problem["message"]) and "sk-" not in str(problem["message"])
+        refused = (await d.logged_requests(4))[-1]  # an endpoint's refusal names no node either
+        assert (refused.model, refused.node, refused.status) == ("ext", None, 503)
 
 
 async def test_fallbacks_answer_when_the_model_cannot(tmp_path: Path, fake_runtime: Path,
