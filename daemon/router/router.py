@@ -469,9 +469,9 @@ class Router:
     async def _forward_one(self, request: web.Request, definition: ModelDefinition, body: bytes,
                            exchange: _Exchange) -> web.StreamResponse:
         target = await self._target(definition, exchange)
-        if target.model is not None:
-            body = _with_model(body, target.model)
         try:
+            if target.model is not None:  # an endpoint's own name for the model
+                body = _with_model(body, target.model)
             return await self._send(request, definition, body, exchange, target)
         finally:
             if target.release is not None:
