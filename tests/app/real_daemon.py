@@ -76,13 +76,14 @@ class RealDaemon(tuple[str, str]):
         ``memory_probe``, ``service_manager``, ``docker_socket``), paired through the admin API unless
         ``paired`` is false (then it waits, as a new machine on the LAN does); the node's id once online
         (its address when not paired)."""
+        from tests.fakes.ports import free_port_block
         from tests.fleet.agents import eventually
         from tests.fleet.inprocess import start_inprocess_agent
 
         async def add(deps: DaemonDeps) -> str:
             home = self.agent_home(name)
             started = await start_inprocess_agent(home, name=name, gpus=gpus, llama_server=llama_server,
-                                                  first_port=43000 + 200 * len(self.agents), **agent)
+                                                  first_port=free_port_block(20), **agent)
             self.agents.append(started)
             if not paired:
                 return started.address
@@ -194,6 +195,14 @@ def daemon_with_workstation(root: Path, gpus: list[GpuInfo] | None = None, port:
         found.gguf = root / "tiny.gguf"  # type: ignore[attr-defined]
         found.workstation = found.add_node(  # type: ignore[attr-defined]
             "workstation", gpus, llama_server=write_fake_runtime(root / "runtime", **switches))
+
+        async def reported(deps: DaemonDeps) -> None:  # its first figures (and GPUs) are in
+            from tests.fleet.agents import eventually
+
+            await eventually(lambda: any(h.node == found.workstation and len(h.gpus) == len(gpus or [])  # type: ignore[attr-defined]
+                                         and h.memory_total for h in deps.telemetry.hosts()), what="the workstation's figures")
+
+        found.call(reported)
         try:
             yield found
         finally:
@@ -221,7 +230,7 @@ def fresh(daemon: RealDaemon, *definitions: ModelDefinition) -> list[ModelDefini
             deps.keys.revoke(key.id)
         client = DaemonClient(*daemon)
         try:
-            await client.put_settings(DaemonSettings())
+            await client.put_settings(DaemonSettings(lan_access=False, require_api_keys=False))
         finally:
             await client.close()
 
