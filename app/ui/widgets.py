@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from PySide6.QtCore import QObject, Qt
@@ -143,6 +143,17 @@ class StillComboBox(_StillWheel, QComboBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._still()
+
+
+def combo_box(name: str, choices: Iterable[tuple[str, object]] = (), *, tooltip: str = "") -> StillComboBox:
+    """A drop-down that ignores the wheel: its object name, its (title, value) choices, its tooltip."""
+    box = StillComboBox()
+    box.setObjectName(name)
+    for title, value in choices:
+        box.addItem(title, value)
+    if tooltip:
+        box.setToolTip(tooltip)
+    return box
 
 
 class StillSpinBox(_StillWheel, QSpinBox):

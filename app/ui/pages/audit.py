@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import (
     Card,
-    StillComboBox,
     StillSpinBox,
     button,
+    combo_box,
     filled_page,
     fit_columns,
     label,
@@ -57,15 +57,9 @@ class AuditPage(QWidget):
 
         filters = QHBoxLayout()
         self.action = line_edit("Action: model, key.revoke, …", name="AuditAction")
-        self.actor = StillComboBox()
-        self.actor.setObjectName("AuditActor")
-        for actor in ACTORS:
-            self.actor.addItem(_ACTOR_TITLES.get(actor, actor), actor)
+        self.actor = combo_box("AuditActor", [(_ACTOR_TITLES.get(actor, actor), actor) for actor in ACTORS])
         self.subject = line_edit("Subject: a model, key or node id", name="AuditSubject")
-        self.since = StillComboBox()
-        self.since.setObjectName("AuditSince")
-        for key, title in _SINCE_TITLES.items():
-            self.since.addItem(title, key)
+        self.since = combo_box("AuditSince", [(title, key) for key, title in _SINCE_TITLES.items()])
         for edit in (self.action, self.subject):
             edit.setClearButtonEnabled(True)
             edit.editingFinished.connect(self.apply_filters)

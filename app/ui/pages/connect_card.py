@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QPlainTextEdit, QWidget
 
-from app.ui.widgets import Card, StillComboBox, button, label
+from app.ui.widgets import Card, button, combo_box, label
 from app.viewmodels.access import AccessState, AccessViewModel
 from daemon.api.connect import TOOLS
 from daemon.api.models import ApiKeyCreated
@@ -28,8 +28,7 @@ Act = Callable[[Awaitable[Any], str], object]  # AppContext.act: run an action, 
 
 
 def _picker(name: str, min_chars: int) -> QComboBox:
-    box = StillComboBox()
-    box.setObjectName(name)
+    box = combo_box(name)
     box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     box.setMinimumContentsLength(min_chars)  # a long served name does not widen the page
     return box

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.ui.widgets import (
     Card,
-    StillComboBox,
     button,
+    combo_box,
     filled_page,
     fit_columns,
     label,
@@ -130,9 +130,7 @@ class DiscoverPage(QWidget):
         _columns(self.quants, 0)
         self.quants.currentCellChanged.connect(lambda *_: self._quant_picked())
         card.body.addWidget(self.quants, 1)
-        self.node = StillComboBox()
-        self.node.setObjectName("DiscoverNode")
-        self.node.setToolTip("The node that downloads it (and runs it)")
+        self.node = combo_box("DiscoverNode", tooltip="The node that downloads it (and runs it)")
         card.body.addWidget(self.node)
         actions = QHBoxLayout()
         self.fit_button = button("Will it fit?", name="DiscoverFit", on_click=self._check_fit)

@@ -21,7 +21,7 @@ from app.format import busy_text
 from app.ui.pages.first_run import FirstRunCard
 from app.ui.pages.model_panel import ModelPanel, RuntimeBadge
 from app.ui.pages.model_update_badge import UpdateBadge
-from app.ui.widgets import StateBadge, StillComboBox, button, filled_page, label
+from app.ui.widgets import StateBadge, button, combo_box, filled_page, label
 from app.viewmodels.model_updates import badge_text
 from app.viewmodels.models_page import ModelsPageState
 from daemon.api.model_updates import ModelUpdate
@@ -88,8 +88,7 @@ class ModelsPage(QWidget):
         bar.addWidget(self.get_button, 1)
         bar.addWidget(self.add_button)
         left_layout.addLayout(bar)
-        self.tag_filter = StillComboBox()
-        self.tag_filter.setObjectName("TagFilter")
+        self.tag_filter = combo_box("TagFilter")
         self.tag_filter.currentIndexChanged.connect(self._tag_chosen)
         left_layout.addWidget(self.tag_filter)
         self.list = QListWidget()

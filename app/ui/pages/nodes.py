@@ -33,8 +33,8 @@ from app.ui.pages.pair_dialog import PairDialog
 from app.ui.widgets import (
     Card,
     StateBadge,
-    StillComboBox,
     button,
+    combo_box,
     filled_page,
     label,
     set_prop,
@@ -169,12 +169,10 @@ class NodePanel(QScrollArea):
         backend = QWidget()
         backend_col = QVBoxLayout(backend)
         backend_col.setContentsMargins(0, 0, 0, 0)
-        self.backend_choice = StillComboBox()
-        self.backend_choice.setObjectName("NodeBackendChoice")
-        self.backend_choice.setToolTip("What llama.cpp computes on on this node. Models started from now on use it; "
-                                       "a running model keeps its backend until it restarts.")
-        for value, text in BACKEND_CHOICES:
-            self.backend_choice.addItem(text, value)
+        self.backend_choice = combo_box(
+            "NodeBackendChoice", [(text, value) for value, text in BACKEND_CHOICES],
+            tooltip="What llama.cpp computes on on this node. Models started from now on use it; "
+                    "a running model keeps its backend until it restarts.")
         self.backend_choice.activated.connect(self._backend_chosen)
         self.backend_note = label("—", muted=True, wrap=True, selectable=True, name="NodeBackendNote")
         backend_col.addWidget(self.backend_choice, 0, Qt.AlignmentFlag.AlignLeft)
@@ -220,8 +218,7 @@ class NodePanel(QScrollArea):
             self.range_buttons.addButton(b)
             bar.addWidget(b)
         bar.addStretch(1)
-        self.gpu_pick = StillComboBox()
-        self.gpu_pick.setObjectName("GpuPick")
+        self.gpu_pick = combo_box("GpuPick")
         self.gpu_pick.activated.connect(lambda _i: self.ctx.node_charts.set_gpu(self.gpu_pick.currentData()))
         bar.addWidget(self.gpu_pick)
         card.body.addLayout(bar)

@@ -37,10 +37,10 @@ from app.context import AppContext
 from app.ui.pages.chat_bubble import Bubble
 from app.ui.widgets import (
     Card,
-    StillComboBox,
     StillDoubleSpinBox,
     StillSpinBox,
     button,
+    combo_box,
     filled_page,
     label,
     line_edit,
@@ -67,15 +67,11 @@ class PlaygroundPage(QWidget):
         side.setFixedWidth(300)
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
-        self.model = StillComboBox()
-        self.model.setObjectName("PlaygroundModel")
+        self.model = combo_box("PlaygroundModel")
         self.model.currentTextChanged.connect(lambda t: t and self.vm.configure(model=t))
-        self.mode = StillComboBox()
-        self.mode.setObjectName("PlaygroundMode")
-        self.mode.addItem("Chat", CHAT)
-        self.mode.addItem("Text completion", COMPLETION)
-        self.mode.setToolTip("Chat sends /v1/chat/completions; text completion sends the raw prompt to "
-                             "/v1/completions, for base models that only continue text.")
+        self.mode = combo_box("PlaygroundMode", [("Chat", CHAT), ("Text completion", COMPLETION)],
+                              tooltip="Chat sends /v1/chat/completions; text completion sends the raw prompt "
+                                      "to /v1/completions, for base models that only continue text.")
         self.mode.currentIndexChanged.connect(lambda i: self.vm.configure(mode=self.mode.itemData(i)))
         self.temperature = StillDoubleSpinBox()
         self.temperature.setRange(0.0, 2.0)

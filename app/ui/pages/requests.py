@@ -26,6 +26,7 @@ from app.ui.widgets import (
     Card,
     StillComboBox,
     StillSpinBox,
+    combo_box,
     filled_page,
     label,
     read_only_table,
@@ -121,16 +122,9 @@ class RequestsPage(QWidget):
     # --- building -----------------------------------------------------------------------------
     def _filters(self) -> QHBoxLayout:
         row = QHBoxLayout()
-        self.model = StillComboBox()
-        self.model.setObjectName("RequestsModel")
-        self.model.addItem("Any model", "")
-        self.key = StillComboBox()
-        self.key.setObjectName("RequestsKey")
-        self.key.addItem("Any key", "")
-        self.status = StillComboBox()
-        self.status.setObjectName("RequestsStatus")
-        for status in STATUSES:
-            self.status.addItem(_STATUS_TITLES[status], status)
+        self.model = combo_box("RequestsModel", [("Any model", "")])
+        self.key = combo_box("RequestsKey", [("Any key", "")])
+        self.status = combo_box("RequestsStatus", [(_STATUS_TITLES[status], status) for status in STATUSES])
         self.slower = StillSpinBox()
         self.slower.setObjectName("RequestsSlower")
         self.slower.setRange(0, 600_000)

@@ -23,9 +23,9 @@ from app.context import AppContext, Message
 from app.ui.widgets import (
     Card,
     ReadOnShow,
-    StillComboBox,
     bind,
     button,
+    combo_box,
     fit_columns,
     label,
     line_edit,
@@ -131,8 +131,7 @@ class ServicesPage(ReadOnShow, QWidget):
         card = Card()
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Node"))
-        self.node_picker = StillComboBox()
-        self.node_picker.setObjectName("ServiceNode")
+        self.node_picker = combo_box("ServiceNode")
         self.node_picker.setMinimumWidth(220)
         self.node_picker.activated.connect(self._node_chosen)
         bar.addWidget(self.node_picker)
