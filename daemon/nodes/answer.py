@@ -44,9 +44,9 @@ def answer_at(node_id: str, instance: InstanceInfo, agent: AgentClient | None,
     return Upstream(agent.proxy_url(instance.instance_id, ""), {}, agent.session, agent.ssl)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen one's __init__ costs three times as much, on every request
 class Target:
-    """Where one ``/v1`` request answers and how it is sent there."""
+    """Where one ``/v1`` request answers and how it is sent there (read, never changed)."""
 
     upstream: Upstream
     node: str | None  # the node its row and its trace name (the model's own: "auto" too); None: an endpoint
