@@ -1,17 +1,20 @@
 """Fleet alerts: a node offline, a GPU's XID or uncorrected ECC errors, a models disk nearly full.
-Each is on the Overview's attention list with what to do, and told once in the tray as it appears."""
+Each is on the Overview's attention list with what to do, and told once in the tray as it appears.
+The widget and tray tests run the real daemon with two real in-process agents: "this-pc", whose
+made-up GPU reports an XID, and "mac-mini", whose agent has stopped."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from fake_daemon import FakeDaemonClient
 from PySide6.QtWidgets import QLabel, QWidget
+from real_daemon import RealDaemon
 
 from app.ui.main_window import MainWindow
 from app.viewmodels.fleet import FleetSnapshot, Notice, _transitions, host_alerts
+from daemon.api.client import DaemonClient
 from daemon.api.contracts import GpuInfo
 from daemon.api.models import HostSnapshot
 
@@ -53,13 +56,29 @@ def test_a_new_fault_is_told_once_and_not_at_the_first_figures() -> None:
     assert _transitions(FleetSnapshot(loaded=True), full) == []  # the first figures: what was already so
 
 
+@pytest.fixture(scope="module")
+def faulty(real_daemon: RealDaemon) -> Iterator[RealDaemon]:
+    """The module's daemon with "this-pc" (its GPU reported XID 43) online and "mac-mini" offline."""
+    from tests.fleet.agents import eventually
+
+    this_pc = real_daemon.add_node("this-pc", [gpu(xid_events=1, last_xid=43)])
+    mac_mini = real_daemon.add_node("mac-mini")
+
+    async def stop_mac_mini(deps: Any) -> None:  # its machine goes away: missed probes, then offline
+        await real_daemon.agents[-1].close()
+        await eventually(lambda: any(h.node == mac_mini and not h.online for h in deps.telemetry.hosts()),
+                         timeout=30, what="mac-mini offline")
+        await eventually(lambda: any(h.node == this_pc and h.gpus for h in deps.telemetry.hosts()),
+                         what="this-pc's GPU figures")
+
+    real_daemon.call(stop_mac_mini)
+    yield real_daemon
+
+
 @pytest.mark.gui
-def test_the_overview_lists_the_nodes_faults_at_1024x700(open_main_window: Callable[..., MainWindow],
-                                                              qtbot: Any) -> None:
-    fake = FakeDaemonClient([])
-    fake.hosts = [host(node="local", node_name="this-pc", gpus=[gpu(xid_events=1, last_xid=43)]),
-                  host(node="n2", node_name="mac-mini", online=False)]
-    win = open_main_window(fake, size=(1024, 700))
+def test_the_overview_lists_the_nodes_faults_at_1024x700(faulty: RealDaemon, open_main_window: Callable[..., MainWindow],
+                                                         qtbot: Any) -> None:
+    win = open_main_window(DaemonClient(*faulty, client_name="app"), size=(1024, 700))
     qtbot.waitUntil(lambda: len([w for w in win.overview.findChildren(QWidget)
                                  if w.objectName().startswith("attention-host-")]) == 2)
     rows = [w for w in win.overview.findChildren(QWidget) if w.objectName().startswith("attention-host-")]
@@ -68,14 +87,24 @@ def test_the_overview_lists_the_nodes_faults_at_1024x700(open_main_window: Calla
     assert any("mac-mini is offline" in t for t in texts)
 
 
-async def test_the_tray_hears_of_a_fault_that_appears(fake: FakeDaemonClient) -> None:
-    from helpers import started, until
+async def test_the_tray_hears_of_a_fault_that_appears(faulty: RealDaemon) -> None:
+    from helpers import started
 
-    fleet = await started(fake)
+    from tests.fleet.agents import eventually
+
+    client = DaemonClient(*faulty, client_name="app")
+    fleet = await started(client)
     notices: list[Notice] = []
     fleet.notices.subscribe(notices.append)
-    fake.hosts = [h.model_copy(update={"disk_total": 100 * GIB, "disk_free": GIB}) for h in fake.hosts]
-    await fleet.resync()
-    await until(lambda: bool(notices))
-    assert notices[0].failed and "full" in notices[0].title
+    probe = faulty.agents[0].deps[-1].gpu_probe  # this-pc's: its GPU now reports uncorrected ECC errors
+    probe.gpus = [gpu(xid_events=1, last_xid=43, ecc={"volatile_uncorrected": 3, "volatile_corrected": 0})]
+
+    async def told() -> list[Notice]:  # the host figures as the daemon has them now
+        await fleet.resync()
+        return notices
+
+    await eventually(told, timeout=10, what="the tray told of the new fault")
+    assert [(n.title, n.failed) for n in notices] == [("GPU 0 on this-pc has 3 uncorrected ECC errors", True)]
+    probe.gpus = [gpu(xid_events=1, last_xid=43)]
     await fleet.stop()
+    await client.close()
