@@ -23,7 +23,8 @@ from real_daemon import (
     tuning_result,
 )
 
-from agent.api.vllm import VllmSettings
+from agent.api.models import GpuInfo
+from agent.api.vllm import SpeculativeSettings, VllmSettings
 from app.ui.main_window import MainWindow
 from app.ui.pages.model_panel import BENCHMARKS
 from app.viewmodels.benchmarks import (
@@ -42,14 +43,18 @@ from daemon.api.client import DaemonClient
 from daemon.api.jobs import CandidateResult, TuneRequest, TuningResult
 from daemon.api.models import ModelDefinition
 from tests.fakes import write_fake_runtime
+from tests.fakes.fake_docker_engine import FakeDockerEngine
 from tests.fakes.gguf_files import gguf_bytes
 
 SAVED = VllmSettings(max_num_seqs=16)
 BEST = VllmSettings(max_num_seqs=64, kv_cache_dtype="fp8")
 BEST_LINE = "kv_cache_dtype=fp8 max_num_seqs=64"
+IMAGE = "vllm/vllm-openai:v0.9.1"
+# vl's saved settings: its MTP head in use (proof enough of one: the daemon cannot read the node's config.json)
+MODEL_SAVED = SAVED.model_copy(update={"speculative": SpeculativeSettings(method="mtp", num_speculative_tokens=2)})
 CONFIG = {"architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 4, "num_attention_heads": 8,
           "num_key_value_heads": 2, "head_dim": 64, "torch_dtype": "bfloat16", "max_position_embeddings": 32768,
-          "mtp_num_hidden_layers": 1}  # an MTP head: quick search tries speculative decoding
+          "mtp_num_hidden_layers": 1}  # the model folder on the node
 
 
 def vllm_result(model: str, stamp: str, *, winner: bool = True, started_at: float | None = None) -> TuningResult:
@@ -69,9 +74,10 @@ def vllm_result(model: str, stamp: str, *, winner: bool = True, started_at: floa
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
-    """A real daemon with its local agent: vl, a vLLM model (a folder with its config.json; a vLLM run needs
-    a Docker engine and a GPU, so a tuning run of it holds where it measures: ``held_tuning``), and alpha,
-    a llama.cpp model on the fake llama-server."""
+    """A real daemon with its local agent (alpha, a llama.cpp model on the fake llama-server) and a node,
+    "gpu-box" (a real agent whose GPU probe reports an 80 GiB GPU and whose Docker engine, the fake one,
+    holds the vLLM image): vl, a vLLM model there (a folder with its config.json). A vLLM run needs a
+    real engine and GPU, so a tuning run of it holds where it measures (``held_tuning``)."""
     root = tmp_path_factory.mktemp("tuning-vllm")
     folder = root / "models" / "Qwen3-8B"
     folder.mkdir(parents=True)
@@ -80,12 +86,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
         weights.truncate(2**30)  # sparse: its size is what counts
     (root / "models" / "alpha.gguf").write_bytes(gguf_bytes())
     with daemon_in_thread(root / "home", write_fake_runtime(root / "runtime")) as found:
-        found.vl = ModelDefinition(id="vl", served_name="vl", runtime="vllm", model_path=str(folder),  # type: ignore[attr-defined]
-                                   image="vllm/vllm-openai:v0.9.1", vllm=SAVED, memory_budget_gib=3.0)
-        alpha = definition("alpha", model_path=str(root / "models" / "alpha.gguf"))
-        found.call(lambda deps: deps.registry.add(found.vl))  # type: ignore[attr-defined]
-        found.call(lambda deps: deps.registry.add(alpha))
-        yield found
+        engine = found.call(lambda _deps: FakeDockerEngine(root / "docker.sock", IMAGE,
+                                                           {"ai.vllm.version": "0.9.1"}).start())
+        try:
+            gpu_box = found.add_node("gpu-box", [GpuInfo(index=0, name="H100", memory_total=80 * 2**30)],
+                                     docker_socket=str(root / "docker.sock"), vllm_image=IMAGE)
+            found.vl = ModelDefinition(id="vl", served_name="vl", runtime="vllm", model_path=str(folder),  # type: ignore[attr-defined]
+                                       node=gpu_box, image=IMAGE, vllm=MODEL_SAVED, memory_budget_gib=3.0)
+            alpha = definition("alpha", model_path=str(root / "models" / "alpha.gguf"))
+            found.call(lambda deps: deps.registry.add(found.vl))  # type: ignore[attr-defined]
+            found.call(lambda deps: deps.registry.add(alpha))
+            yield found
+        finally:
+            found.call(lambda _deps: engine.close())
 
 
 def _fresh(served: RealDaemon) -> None:
@@ -95,7 +108,7 @@ def _fresh(served: RealDaemon) -> None:
             shutil.rmtree(deps.jobs.store.home / folder, ignore_errors=True)
 
     served.call(forget)
-    if ask(served, lambda c: c.get_model("vl")).definition.vllm != SAVED:
+    if ask(served, lambda c: c.get_model("vl")).definition.vllm != MODEL_SAVED:
         ask(served, lambda c: c.update_model(served.vl))  # type: ignore[attr-defined]
 
 
@@ -153,7 +166,8 @@ async def test_the_wizard_follows_a_vllm_model_from_search_to_apply(
     await vm.apply(restart=False)
     assert vm.state.value.applied and vm.state.value.error is None
     saved = (await daemon.get_model("vl")).definition  # what the daemon saved
-    assert saved.vllm == BEST and saved.settings.threads is None
+    assert saved.vllm == MODEL_SAVED.model_copy(update={"max_num_seqs": 64, "kv_cache_dtype": "fp8"})  # what won
+    assert saved.settings.threads is None
     vm.close()
     await fleet.stop()
 
