@@ -509,3 +509,32 @@ async def benchmarks_client(daemon: RealDaemon) -> DaemonClient:
 def stored_runs(daemon: RealDaemon, *results: Any) -> None:
     """``results`` in the daemon's job store, as finished runs leave them."""
     daemon.call(lambda deps: [deps.jobs.store.save(r) for r in results])
+
+
+def chat(daemon: RealDaemon, model: str, text: str = "hello") -> None:
+    """One chat request to ``daemon``'s /v1 for ``model``, answered (a runtime that logs requests logs it)."""
+    import aiohttp
+
+    async def send(_deps: DaemonDeps) -> None:
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{daemon[0]}/v1/chat/completions", json={"model": model, "max_tokens": 4,
+                                                          "messages": [{"role": "user", "content": text}]}) as r:
+            assert r.status == 200, await r.text()
+
+    daemon.call(send)
+
+
+def plant_history(daemon: RealDaemon, model_id: str, rows: list[dict[str, float | None]]) -> list[float]:
+    """``rows`` in ``daemon``'s history of ``model_id`` as if its telemetry had sampled them, one per 2 s
+    (the 5-minute chart's step), ending now; their times."""
+    import time
+
+    end = time.time() // 2 * 2
+    times = [end - 2 * (len(rows) - i) for i in range(len(rows))]
+
+    async def add(deps: DaemonDeps) -> None:
+        for ts, row in zip(times, rows, strict=True):
+            await deps.history.add_samples("model", ts, {model_id: row})
+
+    daemon.call(add)
+    return times

@@ -1,13 +1,24 @@
-"""Per-page view-models: settings form, models list, logs, charts, access keys and snippets."""
+"""Per-page view-models: settings form, models list, logs, charts, access keys and snippets; those
+that read the daemon run the real one (no local agent) with a node, "workstation", whose runtime is
+the fake llama-server (it logs each request)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
 import pytest
-from fake_daemon import FakeDaemonClient, definition
-from helpers import until
+from helpers import definition, until
+from real_daemon import (
+    RealDaemon,
+    ask,
+    chat,
+    daemon_with_workstation,
+    fresh,
+    on_workstation,
+    plant_history,
+)
 
 from agent.api.llamacpp import LlamaCppSettings
 from app.viewmodels.access import AccessState, AccessViewModel
@@ -16,7 +27,8 @@ from app.viewmodels.fleet import FleetViewModel
 from app.viewmodels.logs import LogsViewModel
 from app.viewmodels.models_page import ModelsPageViewModel
 from app.viewmodels.settings_form import SettingsForm, llamacpp_fields
-from daemon.api.models import DaemonSettings, HistoryPoint, ModelState
+from daemon.api.client import DaemonClient
+from daemon.api.models import DaemonSettings
 
 
 # --- settings editor ------------------------------------------------------------------------------
@@ -65,9 +77,25 @@ def test_new_model_id_is_checked_in_words() -> None:
     assert "NAME=value" in form.validate()[1]["env"]
 
 
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
+    with daemon_with_workstation(tmp_path_factory.mktemp("pages"), log_requests=True) as found:
+        yield found
+
+
+@pytest.fixture
+async def client(daemon: RealDaemon) -> AsyncIterator[DaemonClient]:
+    """The app's client of the module's daemon, reset to alpha and beta ("Beta-7B"), stopped."""
+    fresh(daemon, on_workstation(daemon, "alpha", tags=["chat"]),
+          on_workstation(daemon, "beta", served_name="Beta-7B", tags=["code", "chat"]))
+    found = DaemonClient(*daemon, client_name="app")
+    yield found
+    await found.close()
+
+
 # --- models page ----------------------------------------------------------------------------------
-async def test_models_page_filters_by_tag_and_keeps_a_selection(fake: FakeDaemonClient) -> None:
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
+async def test_models_page_filters_by_tag_and_keeps_a_selection(client: DaemonClient) -> None:
+    fleet = FleetViewModel(client, host_refresh_s=3600)
     await fleet.resync()
     page = ModelsPageViewModel(fleet)
     assert page.state.value.selected_id == "alpha" and page.state.value.tags == ("chat", "code")
@@ -81,32 +109,36 @@ async def test_models_page_filters_by_tag_and_keeps_a_selection(fake: FakeDaemon
 
 
 # --- logs -----------------------------------------------------------------------------------------
-async def test_logs_follow_pause_and_search(fake: FakeDaemonClient) -> None:
-    fake.log_lines["alpha"] = ["loading model", "server is listening"]
-    logs = LogsViewModel(fake, flush_s=0.001)
+async def test_logs_follow_pause_and_search(client: DaemonClient, daemon: RealDaemon) -> None:
+    await client.start_model("alpha", wait=True)
+    logs = LogsViewModel(client, flush_s=0.001)
     shown: list[str] = []
     logs.appended.subscribe(shown.extend)
     logs.follow("alpha")
-    await until(lambda: shown == ["loading model", "server is listening"])
-    assert fake.called("logs") == [("alpha", 500, True)]
+    await until(lambda: any("server is listening on" in line for line in shown), timeout=10)
+    assert shown[0].startswith("build: fake llama-server"), "from the log's start (it is short)"
+    await until(lambda: "all slots are idle" in shown[-1] or "processing task" in shown[-1], timeout=10)
+    seen = len(logs.lines)
     logs.set_paused(True)
-    fake.add_log_line("alpha", "slot 0 processing task")
-    await until(lambda: len(logs.lines) == 3)
-    assert len(shown) == 2, "paused: nothing new is shown"
+    chat(daemon, "alpha")  # the runtime logs the request
+    await until(lambda: any("processing task" in line for line in logs.lines[seen:]), timeout=10)
+    assert len(shown) == seen, "paused: nothing new is shown"
     logs.set_paused(False)
-    assert shown[-1] == "slot 0 processing task"
-    logs.set_query("LISTEN")
-    assert logs.text() == "server is listening"
+    assert shown == list(logs.lines) and "processing task" in "\n".join(shown[seen:])
+    logs.set_query("LISTENING ON")
+    assert logs.text() == next(line for line in logs.lines if "server is listening on" in line)
     logs.stop()
 
 
 # --- charts ---------------------------------------------------------------------------------------
-async def test_charts_turn_history_into_columns_and_follow_the_range(fake: FakeDaemonClient) -> None:
-    fake.history["alpha"] = [HistoryPoint(ts=1.0, values={"gen_tps": 10.0, "kv_cache_ratio": 0.25}),
-                             HistoryPoint(ts=2.0, values={"gen_tps": None, "kv_cache_ratio": 0.5})]
-    charts = ChartsViewModel(fake)
-    charts.show("alpha")
-    await until(lambda: charts.state.value.ts == (1.0, 2.0))
+async def test_charts_turn_history_into_columns_and_follow_the_range(client: DaemonClient,
+                                                                    daemon: RealDaemon) -> None:
+    fresh(daemon, on_workstation(daemon, "charted"))
+    times = plant_history(daemon, "charted", [{"gen_tps": 10.0, "kv_cache_ratio": 0.25},
+                                              {"gen_tps": None, "kv_cache_ratio": 0.5}])
+    charts = ChartsViewModel(client)
+    charts.show("charted")
+    await until(lambda: charts.state.value.ts == tuple(times), timeout=10)
     cols = charts.state.value.columns
     assert cols["gen_tps"][0] == 10.0 and math.isnan(cols["gen_tps"][1])
     assert cols["kv_cache_ratio"] == (25.0, 50.0), "KV cache is shown in percent"
@@ -114,14 +146,17 @@ async def test_charts_turn_history_into_columns_and_follow_the_range(fake: FakeD
     assert {k for spec in CHARTS for k, _ in spec.series} >= {"gen_tps", "prompt_tps", "requests_running",
                                                              "requests_waiting", "rss_bytes", "gpu_mem_bytes",
                                                              "gpu_util_percent"}
+    daemon.call(lambda deps: deps.history.maintain(times[-1] + 120))  # their minute, rolled up
     charts.set_range("24h")
-    await until(lambda: ("alpha", "24h") in fake.called("model_history"))
+    await until(lambda: charts.state.value.range == "24h" and len(charts.state.value.ts) == 1, timeout=10)
+    assert charts.state.value.columns["kv_cache_ratio"] == (37.5,), "the minute's average"
     charts.hide()
 
 
 # --- access ---------------------------------------------------------------------------------------
-async def test_a_new_key_is_returned_once_and_the_list_never_holds_it(fake: FakeDaemonClient) -> None:
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
+async def test_a_new_key_is_returned_once_and_the_list_never_holds_it(client: DaemonClient,
+                                                                     daemon: RealDaemon) -> None:
+    fleet = FleetViewModel(client, host_refresh_s=3600)
     await fleet.resync()
     access = AccessViewModel(fleet)
     await access.refresh()
@@ -129,25 +164,27 @@ async def test_a_new_key_is_returned_once_and_the_list_never_holds_it(fake: Fake
     assert created.key.startswith("sk-mirbad-")
     assert [k.name for k in access.state.value.keys] == ["laptop"]
     assert created.key not in repr(access.state.value)
+    assert daemon.call(lambda deps: deps.keys.verify(created.key)) == created.info.id
     await access.revoke_key(created.info.id)
-    assert access.state.value.keys == () and fake.called("revoke_key") == [(created.info.id,)]
+    assert access.state.value.keys == () and daemon.call(lambda deps: deps.keys.list()) == []
 
 
-async def test_lan_access_turns_on_required_keys(fake: FakeDaemonClient) -> None:
-    await fake.create_key("editor")  # the daemon refuses LAN access until a key exists
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
+async def test_lan_access_turns_on_required_keys(client: DaemonClient, daemon: RealDaemon) -> None:
+    await client.create_key("editor")  # the daemon refuses LAN access until a key exists
+    fleet = FleetViewModel(client, host_refresh_s=3600)
     await fleet.resync()
     access = AccessViewModel(fleet)
     await access.refresh()
     saved = await access.set_lan_access(True)
-    assert fake.called("put_settings")[-1] == (DaemonSettings(lan_access=True, require_api_keys=True),)
+    settings = ask(daemon, lambda c: c.get_settings())
+    assert (settings.lan_access, settings.require_api_keys) == (True, True)
     assert saved.require_api_keys and access.state.value.keys_required
     with pytest.raises(ValueError, match="LAN access off first"):
         await access.set_require_keys(False)
     await access.set_lan_access(False)
-    assert access.state.value.settings == DaemonSettings(lan_access=False, require_api_keys=True)
-
-
+    assert access.state.value.settings.lan_access is False and access.state.value.settings.require_api_keys
+    settings = ask(daemon, lambda c: c.get_settings())
+    assert (settings.lan_access, settings.require_api_keys) == (False, True)
 def test_connections_carry_the_real_url_model_and_key_hint() -> None:
     here = AccessState(api_url="http://127.0.0.1:8484/v1", local_url="http://127.0.0.1:8484/v1",
                        models=("gemma3", "qwen"))
@@ -165,9 +202,9 @@ def test_connections_carry_the_real_url_model_and_key_hint() -> None:
     assert "127.0.0.1" in lan.connection("continue")[0].text
 
 
-async def test_ready_models_feed_the_snippets(fake: FakeDaemonClient) -> None:
-    fake.set_state("beta", ModelState.READY)
-    fleet = FleetViewModel(fake, host_refresh_s=3600)
+async def test_ready_models_feed_the_snippets(client: DaemonClient) -> None:
+    await client.start_model("beta", wait=True)
+    fleet = FleetViewModel(client, host_refresh_s=3600)
     await fleet.resync()
     access = AccessViewModel(fleet)
     assert access.state.value.model == "Beta-7B"
