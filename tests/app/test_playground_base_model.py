@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +33,15 @@ TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
-    """A real daemon with its local agent and the fake llama-server (each /v1 request's path in
-    ``requests.jsonl``, its body in the model's log): base (a GGUF without a chat template, served
-    Base-270M), instruct (one with its own template) and builtin (the base file with llama.cpp's
-    built-in gemma template set), all stopped."""
+    """A real daemon with its local agent and the fake llama-server (each request's body in the model's
+    log): base (a GGUF without a chat template, served Base-270M), instruct (one with its own template)
+    and builtin (the base file with llama.cpp's built-in gemma template set), all stopped."""
     root = tmp_path_factory.mktemp("base-model")
     (root / "models").mkdir()
     base, instruct = root / "models" / "base.gguf", root / "models" / "instruct.gguf"
     base.write_bytes(gguf_bytes(name="base"))
     instruct.write_bytes(gguf_bytes(name="instruct", extra={"tokenizer.chat_template": TEMPLATE}))
-    runtime = write_fake_runtime(root / "runtime", tokens=3, log_bodies=True,
-                                 headers_file=str(root / "requests.jsonl"))
+    runtime = write_fake_runtime(root / "runtime", tokens=3, log_bodies=True)
     with daemon_in_thread(root / "home", runtime) as found:
         found.root = root  # type: ignore[attr-defined]
         for model in (definition("base", served_name="Base-270M", model_path=str(base)),
@@ -70,26 +68,31 @@ def _known(vm: PlaygroundViewModel, served: RealDaemon, name: str) -> bool:
     return (LOCAL_NODE, str(served.root / "models" / name)) in vm._templates and not vm._lookups  # type: ignore[attr-defined]
 
 
-async def _asked(served: RealDaemon, count: int) -> tuple[list[str], list[dict[str, Any]]]:
-    """The paths of the runtime's generation requests and their bodies (read from its request file and
-    from its log through the daemon), once it has had ``count`` of them."""
-    client = DaemonClient(*served)
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while True:
-            requests = served.root / "requests.jsonl"  # type: ignore[attr-defined]
-            lines = requests.read_text().splitlines() if requests.exists() else []
-            paths = [p for p in (json.loads(line)["path"] for line in lines) if p.endswith("completions")]
-            logged = [line async for line in client.logs("base", tail=1000)]
-            bodies = [json.loads(line.split("fake: body ", 1)[1]) for line in logged if "fake: body " in line]
-            if len(paths) >= count and len(bodies) >= count:
-                return paths, bodies
-            if loop.time() > deadline:
-                raise AssertionError(f"the runtime was asked {len(paths)} times, not {count}")
-            await asyncio.sleep(0.05)  # its lines are written as it reads each request
-    finally:
-        await client.close()
+async def _paths(daemon: DaemonClient, count: int) -> list[str]:
+    """The paths of the Playground's requests to base in the daemon's access log, oldest first, once it
+    holds ``count`` (a row is written as its answer ends)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while True:
+        rows = await daemon.requests(model="base")
+        if len(rows) >= count or loop.time() > deadline:
+            return [row.path for row in sorted(rows, key=lambda r: r.ts)]
+        await asyncio.sleep(0.05)  # the log is written in batches
+
+
+async def _asked(daemon: DaemonClient, sent: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The request body base's runtime logged (read from its log through the daemon) that ``sent`` picks."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while True:
+        lines = [line async for line in daemon.logs("base", tail=1000)]
+        bodies = [json.loads(line.split("fake: body ", 1)[1]) for line in lines if "fake: body " in line]
+        found = [body for body in bodies if sent(body)]
+        if found:
+            return found[-1]
+        if loop.time() > deadline:
+            raise AssertionError(f"base's runtime was not sent that body; it logged {bodies}")
+        await asyncio.sleep(0.05)  # its line is written as it reads the request
 
 
 async def test_a_base_model_gets_text_completion_and_its_reason(daemon: DaemonClient, served: RealDaemon) -> None:
@@ -131,20 +134,18 @@ async def test_completion_mode_sends_the_raw_prompt_to_v1_completions(daemon: Da
     try:
         vm = await _playground(daemon, served)
         await until(lambda: vm.state.value.mode == COMPLETION, timeout=10)
-        paths, bodies = await _asked(served, 0)
-        before = (len(paths), len(bodies))
+        before = len(await _paths(daemon, 0))
         await vm.send("Once")  # type: ignore[misc]
         answer = vm.state.value.messages[-1]
         assert answer.content == "Hello from the" and answer.completion and answer.error is None  # its 3 tokens
-        paths, bodies = await _asked(served, before[0] + 1)
-        assert paths[before[0]:] == ["/v1/completions"]
-        body = bodies[before[1]]
-        assert body["prompt"] == "Once" and "messages" not in body and body["stream"] is True
+        assert (await _paths(daemon, before + 1))[before:] == ["/v1/completions"]
+        body = await _asked(daemon, lambda body: body.get("prompt") == "Once")
+        assert "messages" not in body and body["stream"] is True
         vm.configure(mode=CHAT)
         await vm.send("Hello")  # type: ignore[misc]
-        paths, bodies = await _asked(served, before[0] + 2)
-        assert paths[-1] == "/v1/chat/completions"
-        assert [m["content"] for m in bodies[-1]["messages"]][1:] == ["Hello"]  # the completion is not a turn
+        assert (await _paths(daemon, before + 2))[before:] == ["/v1/completions", "/v1/chat/completions"]
+        body = await _asked(daemon, lambda body: "messages" in body and body["messages"][-1]["content"] == "Hello")
+        assert [m["content"] for m in body["messages"]][1:] == ["Hello"]  # the completion is not a turn
         await vm.close()
     finally:
         await daemon.stop_model("base")
