@@ -176,7 +176,8 @@ async def test_a_run_without_a_winner_says_no_change_and_cancel_shows_the_end(
     assert vm.state.value.headline == "No change: the saved settings are already the best found."
     other = TuningWizardViewModel(daemon, fleet.events, "alpha")
     await other.start()
-    await other.cancel()
+    tuning.advance(other.state.value.job.id, phase="measuring alpha-tune-1")  # type: ignore[union-attr]
+    await other.cancel()  # while it measures
     assert other.state.value.step == Step.RESULTS and other.state.value.job.state.value == "cancelled"  # type: ignore[union-attr]
     assert (await daemon.get_job(other.state.value.job.id)).state == JobState.CANCELLED  # type: ignore[union-attr]
     vm.close()
