@@ -8,7 +8,6 @@ streamed request and never answers it (a model busy with long prompts)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -28,10 +27,12 @@ from PySide6.QtWidgets import (
 from real_daemon import (
     RealDaemon,
     ask,
+    chat,
     daemon_in_thread,
     daemon_with_workstation,
     fresh,
     on_workstation,
+    plant_history,
 )
 
 from agent.api.models import GpuInfo
@@ -114,29 +115,6 @@ def window(ctx: AppContext, qapp: QApplication) -> Iterator[MainWindow]:
 def state(daemon: RealDaemon, model_id: str) -> ModelState:
     """The model's state as the daemon reports it."""
     return ask(daemon, lambda c: c.get_model(model_id)).status.state
-
-
-def chat(daemon: RealDaemon, model: str, text: str = "hello") -> None:
-    """One chat request to the daemon's /v1, answered."""
-
-    async def send(_deps: Any) -> None:
-        async with aiohttp.ClientSession() as session, session.post(
-                f"{daemon[0]}/v1/chat/completions", json={"model": model, "max_tokens": 4,
-                                                          "messages": [{"role": "user", "content": text}]}) as r:
-            assert r.status == 200, await r.text()
-
-    daemon.call(send)
-
-
-def plant_history(daemon: RealDaemon, model_id: str, rows: list[dict[str, float | None]]) -> None:
-    """``rows`` in the daemon's history of ``model_id``, one per 2 s (its 5-minute chart's step), ending now."""
-    end = time.time() // 2 * 2
-
-    async def add(deps: Any) -> None:
-        for i, row in enumerate(rows):
-            await deps.history.add_samples("model", end - 2 * (len(rows) - i), {model_id: row})
-
-    daemon.call(add)
 
 
 def texts(widget: Any) -> str:
