@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from app.viewmodels.downloads import byte_share, event_transfer
+from app.viewmodels.downloads import byte_share, event_transfer, in_flight
 from app.viewmodels.nodes import RuntimeBadge, available_runtimes, runtime_badges
 from app.viewmodels.observable import Emitter, Observable
 from app.viewmodels.settings_form import plain_validation
@@ -336,7 +336,7 @@ class AddModelState:
 
     @property
     def running(self) -> bool:
-        return self.transfer is not None and self.transfer.state.value in ("queued", "running")
+        return in_flight(self.transfer)
 
     @property
     def can_add(self) -> bool:

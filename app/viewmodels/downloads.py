@@ -45,14 +45,19 @@ class DownloadsState:
 
     @property
     def running(self) -> int:
-        return sum(1 for t in self.transfers if t.state in ACTIVE)
+        return sum(1 for t in self.transfers if in_flight(t))
+
+
+def in_flight(t: Transfer | None) -> bool:
+    """Queued or running: the transfer is still on its way (paused or finished ones are not)."""
+    return t is not None and t.state in ACTIVE
 
 
 def actions(t: Transfer | None) -> frozenset[str]:
     """The verbs the daemon takes for this transfer now."""
     if t is None:
         return frozenset()
-    if t.state in ACTIVE:
+    if in_flight(t):
         return frozenset({"pause", "cancel"} if t.pausable else {"cancel"})
     if t.state == TransferState.PAUSED:
         return frozenset({"resume", "cancel"})
@@ -101,7 +106,7 @@ def progress_text(t: Transfer) -> str:
         return f"{fmt.size(t.bytes_done)} of {fmt.size(t.bytes_total)}"
     if t.bytes_done:
         return fmt.size(t.bytes_done)
-    return t.stage.capitalize() if t.state in ACTIVE and t.stage else ""
+    return t.stage.capitalize() if in_flight(t) and t.stage else ""
 
 
 def state_text(t: Transfer) -> str:

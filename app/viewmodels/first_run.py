@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from app.viewmodels.downloads import byte_share, event_transfer
+from app.viewmodels.downloads import byte_share, event_transfer, in_flight
 from app.viewmodels.fleet import FleetSnapshot, FleetViewModel
 from app.viewmodels.observable import Observable
 from daemon.api.client import DaemonError
@@ -36,7 +36,6 @@ _LOGGER = logging.getLogger(__name__)
 
 FoundKind = Literal["ollama", "lmstudio"]
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
-_ACTIVE = ("queued", "running")
 
 
 def model_id_for(name: str) -> str:
@@ -78,8 +77,7 @@ class FirstRunState:
 
     @property
     def downloading(self) -> bool:
-        t = self.demo_transfer
-        return t is not None and t.state.value in _ACTIVE
+        return in_flight(self.demo_transfer)
 
     @property
     def can_get_demo(self) -> bool:

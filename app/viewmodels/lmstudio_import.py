@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.viewmodels.downloads import event_transfer
+from app.viewmodels.downloads import event_transfer, in_flight
 from app.viewmodels.observable import Emitter, Observable
 from daemon.api.client import DaemonError
 from daemon.api.models import Event
@@ -25,7 +25,6 @@ from daemon.api.sources import LmStudioImportQuery, LmStudioModel, Transfer
 
 _LOGGER = logging.getLogger(__name__)
 GiB = 1 << 30
-_ACTIVE = ("queued", "running")
 
 
 def size_text(n: int) -> str:
@@ -59,7 +58,7 @@ class LmStudioImportState:
 
     @property
     def running(self) -> bool:
-        return self.transfer is not None and self.transfer.state.value in _ACTIVE
+        return in_flight(self.transfer)
 
     @property
     def can_import(self) -> bool:
@@ -81,7 +80,7 @@ class LmStudioImportState:
         t = self.transfer
         if t is None:
             return ""
-        if t.state.value in _ACTIVE:
+        if in_flight(t):
             return f"Importing {t.label}…"
         parts = [] if t.state.value == "done" else [f"{t.state.value.capitalize()}: {t.error or 'no reason given'}"]
         if t.registered:

@@ -35,6 +35,7 @@ from app.viewmodels.downloads import (
     DownloadsViewModel,
     actions,
     fraction,
+    in_flight,
     progress_text,
     row_cells,
 )
@@ -153,7 +154,7 @@ class DownloadsPage(ReadOnShow, QScrollArea):
         bar.setRange(0, 1000)
         done = fraction(t)
         if done is None:
-            bar.setRange(0, 0 if t.state.value in ("queued", "running") else 1000)
+            bar.setRange(0, 0 if in_flight(t) else 1000)
         else:
             bar.setValue(int(done * 1000))
         bar.setTextVisible(False)
