@@ -1,8 +1,9 @@
 """The add-model wizard for vLLM and MLX over the real daemon: a model folder as well as a file, vLLM's
 container image (the node's by default), and the definition saved with the runtime's own settings;
-llama.cpp's wizard is what it was. Its nodes are real agents: "gpu-box" reaches a Docker engine (a
-fake one on a Unix socket: its version, no image yet) and runs no MLX (not a Mac); "studio" believes
-it is Apple silicon (its platform seam) with the fake mlx_lm.server, and has no Docker engine."""
+llama.cpp's wizard is what it was. Its nodes are real agents: "gpu-box" reaches a Docker engine
+(``tests/fakes/fake_docker_engine.py``, holding its vLLM 0.9.1 image) and runs no MLX (not a Mac);
+"studio" believes it is Apple silicon (its platform seam) with the fake mlx_lm.server, and has no
+Docker engine."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from helpers import add_model_dialog
 from real_daemon import RealDaemon, gpu_node
 
-from agent.runtimes.docker import API_VERSION
 from agent.runtimes.mlx import MlxPlatform
 from app.ui.add_model_dialog import AddModelDialog
 from app.ui.main_window import MainWindow
@@ -23,6 +22,7 @@ from app.viewmodels.add_model import AddModelState, AddModelViewModel
 from daemon.api.client import DaemonClient
 from daemon.api.nodes import NodeView
 from tests.agent.test_mlx_driver import write_fake_mlx
+from tests.fakes.fake_docker_engine import FakeDockerEngine
 from tests.fakes.gguf_files import write_gguf
 
 NODE_IMAGE = "vllm/vllm-openai:v0.9.1"
@@ -33,34 +33,18 @@ class Nodes:
         self.daemon, self.gpu, self.mac, self.gguf = daemon, gpu, mac, gguf
 
 
-async def docker_engine(socket: Path) -> web.AppRunner:
-    """A Docker engine on ``socket`` that says its version and has no image (pulled at a first start)."""
-    async def version(_request: web.Request) -> web.Response:
-        return web.json_response({"Version": "27.3.1", "ApiVersion": API_VERSION, "MinAPIVersion": "1.24"})
-
-    async def no_image(request: web.Request) -> web.Response:
-        return web.json_response({"message": f"No such image: {request.match_info['name']}"}, status=404)
-
-    app = web.Application()
-    app.router.add_get("/version", version)
-    app.router.add_get("/{api}/images/{name:.+}/json", no_image)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.UnixSite(runner, str(socket)).start()
-    return runner
-
-
 @pytest.fixture(scope="module")
 def nodes(real_daemon: RealDaemon, tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("runtimes")
-    engine = real_daemon.call(lambda _deps: docker_engine(root / "docker.sock"))
+    engine = real_daemon.call(lambda _deps: FakeDockerEngine(root / "docker.sock", NODE_IMAGE,
+                                                             {"ai.vllm.version": "0.9.1"}).start())
     try:
         gpu = gpu_node(real_daemon, root, "gpu-box", [], vllm_image=NODE_IMAGE, docker_socket=str(root / "docker.sock"))
         mac = gpu_node(real_daemon, root, "studio", [], mlx_platform=MlxPlatform("darwin", "arm64"),
                        mlx_server=write_fake_mlx(root / "mlx"), docker_socket=str(root / "no-docker.sock"))
         yield Nodes(real_daemon, gpu, mac, write_gguf(root / "models" / "qwen-7b.Q4_K_M.gguf"))
     finally:
-        real_daemon.call(lambda _deps: engine.cleanup())
+        real_daemon.call(lambda _deps: engine.close())
 
 
 @pytest.fixture
