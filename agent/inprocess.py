@@ -40,6 +40,7 @@ class InProcessAgent:
 
         def build_one() -> AgentDeps:
             deps = build_deps(home, **build)
+            deps.version = version  # what its status reports, as ``agent.main`` sets it
             made.append(deps)
             return deps
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.api.models import GpuInfo
+from agent.api.program import program_version
 from agent.inprocess import InProcessAgent
 from agent.runtimes.ports import port_is_free
 from daemon.api.client import DaemonClient, DaemonError
@@ -89,7 +90,7 @@ def _port_block(size: int = 20) -> int:
 
 
 async def _start_agent(home: Path, node: DemoNode, llama_server: str | None) -> InProcessAgent:
-    return await InProcessAgent.start(home, name=node.name, version="demo", llama_server=llama_server,
+    return await InProcessAgent.start(home, name=node.name, version=program_version(), llama_server=llama_server,
                                       telemetry_interval_s=1.0, gpu_probe=DemoGpus(node.gpus),
                                       first_port=_port_block())
 
