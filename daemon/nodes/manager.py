@@ -61,6 +61,7 @@ _LOGGER = logging.getLogger(__name__)
 
 FIRST_CONTACT_S = 10.0
 OLD_CLIENT_GRACE_S = 300.0  # a swapped-out node client stays open this long for its requests under way
+UNREADABLE = "its certificate in nodes.json cannot be read: remove it here and pair it again"
 UNTRUSTED = ("its certificate is from a CA this daemon no longer trusts (rotated while it was offline): run "
              "`mirbadllm agent --unpair` there, remove it here and pair it again")
 
@@ -120,6 +121,13 @@ class NodeManager:
             self.extra_cas = [x509.load_pem_x509_certificate(pending.read_bytes())]
         self.store.load()
         for record in self.store.all():
+            try:
+                x509.load_pem_x509_certificate(record.certificate_pem.encode())
+            except ValueError:  # a damaged nodes.json: that node is offline, the daemon serves the rest
+                _LOGGER.error("node %s in nodes.json holds no certificate that can be read; ignored (remove it "
+                              "and pair it again)", record.id[:12])
+                self.monitor.health[record.id] = NodeHealth(state=NodeState.OFFLINE, reason=UNREADABLE)
+                continue
             if self._attach(record) is None:
                 self.monitor.health[record.id] = NodeHealth(state=NodeState.OFFLINE, reason=UNTRUSTED)
             elif record.rotated_at:

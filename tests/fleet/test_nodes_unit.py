@@ -117,3 +117,28 @@ async def test_the_monitor_degrades_then_takes_offline_then_resumes_the_link() -
 def test_the_documented_offline_bound_follows_the_policy() -> None:
     assert NodePolicy().offline_within_s == 12.0
     assert NodePolicy(interval_s=0.5, probe_timeout_s=1.0, offline_after=3).offline_within_s == 4.5
+
+
+async def test_a_node_whose_stored_certificate_cannot_be_read_is_offline_and_the_daemon_serves(
+        tmp_path: Path) -> None:
+    """A damaged record in nodes.json once stopped the daemon at start (the certificate's parse error)."""
+    from daemon.api.client import DaemonClient
+    from daemon.config import DaemonConfig
+    from daemon.deps import build_deps
+    from daemon.paths import DaemonPaths
+    from daemon.server import start_server
+
+    paths = DaemonPaths(tmp_path / "home")
+    await NodeStore(paths.nodes).put(NodeRecord(id=FP, name="box", host="10.0.0.5", port=9443,
+                                                certificate_pem="-----BEGIN CERTIFICATE-----\ncut short"))
+    daemon = build_deps(DaemonConfig(port=0, ollama_port=None, local_agent=False, seed_demo_model=False,
+                                     nodes=NodePolicy(discovery=False)), paths)
+    runner = await start_server(daemon)
+    client = DaemonClient(f"http://127.0.0.1:{daemon.config.port}", daemon.admin_token)
+    try:
+        [node] = await client.list_nodes()
+        assert (node.name, node.state) == ("box", NodeState.OFFLINE)
+        assert "cannot be read" in (node.reason or "") and "pair it again" in (node.reason or "")
+    finally:
+        await client.close()
+        await runner.cleanup()
