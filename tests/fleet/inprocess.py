@@ -8,6 +8,7 @@ from typing import Any
 
 from agent import inprocess as agent_inprocess
 from agent.api.models import GpuInfo
+from agent.api.program import program_version
 from daemon.nodes.pairing import Paired, pair
 from daemon.pki import CertificateAuthority
 from tests.fakes import FakeGpuProbe
@@ -36,11 +37,11 @@ class InProcessAgent(agent_inprocess.InProcessAgent):
 
 async def start_inprocess_agent(home: Path, *, name: str = "inproc", llama_server: Path | None = None,
                                 gpus: list[GpuInfo] | None = None, first_port: int = 41000,
-                                memory_probe: Any = None, service_manager: Any = None, version: str = "test",
+                                memory_probe: Any = None, service_manager: Any = None, version: str | None = None,
                                 **build: Any) -> InProcessAgent:
-    """``version``: what the agent reports; ``build``: more of ``agent.deps.build_deps``'s keywords
-    (``docker_socket``...)."""
-    return await InProcessAgent.start(home, name=name, version=version, llama_server=llama_server,
+    """``version``: what the agent reports (the program's by default, as ``mirbadllm agent``); ``build``:
+    more of ``agent.deps.build_deps``'s keywords (``docker_socket``...)."""
+    return await InProcessAgent.start(home, name=name, version=version or program_version(), llama_server=llama_server,
                                       telemetry_interval_s=0.2, gpu_probe=FakeGpuProbe(list(gpus or [])),
                                       first_port=first_port, memory_probe=memory_probe,
                                       service_manager=service_manager, **build)
