@@ -18,14 +18,14 @@ from daemon.api.models import DaemonSettings, ModelState, Preset
 from tests.fakes import write_fake_runtime
 from tests.fakes.gguf_files import gguf_bytes
 
-BREAK_AFTER = 20  # the runtime cuts a stream after this many tokens (an answer of 4 is whole)
+BREAK_AFTER = 40  # the runtime cuts a stream after this many tokens (an answer of 4 is whole)
 TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"  # the files chat: not base models
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
     """A real daemon with its local agent and the fake llama-server (a token every 50 ms, its requests'
-    bodies in its log, streams cut after 20 tokens); alpha and beta (served Beta-7B) are tiny GGUFs."""
+    bodies in its log, streams cut after 40 tokens); alpha and beta (served Beta-7B) are tiny GGUFs."""
     root = tmp_path_factory.mktemp("playground")
     (root / "models").mkdir()
     runtime = write_fake_runtime(root / "runtime", token_delay_s=0.05, tokens=1000, break_after=BREAK_AFTER,
@@ -128,7 +128,7 @@ async def test_refusal_shows_the_openai_error_and_sends_the_key(daemon: DaemonCl
 
 async def test_a_model_stopped_mid_answer_shows_the_daemons_message_and_keeps_model_and_mode(
         daemon: DaemonClient, served: RealDaemon) -> None:
-    vm = await playground(daemon, served)  # the runtime cuts the stream after 20 tokens
+    vm = await playground(daemon, served)  # the runtime cuts the stream after 40 tokens
     vm.configure(mode="chat")
     task = vm.send("Tell me a story")
     assert task is not None
