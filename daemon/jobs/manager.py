@@ -141,6 +141,9 @@ class JobManager:
             ctx.cpu_count = (await ctx.access.link.client.status()).cpu_count
         except AgentError as exc:
             _LOGGER.debug("no agent status for the load check: %s", exc)
+        except BaseException:  # cancelled while asking: the run never starts, and is closed unstarted
+            body.close()
+            raise
         return await body
 
     def _launch(self, job: Job, definition: ModelDefinition, body: Coroutine[Any, Any, Any]) -> None:
