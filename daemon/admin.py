@@ -63,11 +63,17 @@ class AdminApi:
 
     # --- status and events ---------------------------------------------------------------------
     async def status(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.status_body(), content_type="application/json")
+
+    def status_body(self) -> str:
+        """``GET /api/status``'s JSON, also built off the loop by ``daemon.admin_lane`` (it only reads).
+        The last event id is read first: a change after it is in its events, never missed by them."""
+        last_event_id = self._events.last_id
         names = self._registry.known_nodes() if self._registry.known_nodes is not None else {}
         hosts = [h.model_copy(update={"node_name": names.get(h.node, h.node[:12])}) for h in self._telemetry.hosts()]
-        return json_response(StatusResponse(daemon=self._listener.info(), models=self._orchestrator.all_statuses(),
-                                            router=self._router_stats(), hosts=hosts,
-                                            last_event_id=self._events.last_id, keys_at_rest=self._keys_at_rest()))
+        return StatusResponse(daemon=self._listener.info(), models=self._orchestrator.all_statuses(),
+                              router=self._router_stats(), hosts=hosts, last_event_id=last_event_id,
+                              keys_at_rest=self._keys_at_rest()).model_dump_json()
 
     async def events(self, request: web.Request) -> web.Response:
         since = query_int(request, "since", 0)

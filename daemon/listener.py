@@ -21,6 +21,7 @@ import psutil
 from aiohttp import web
 
 from core.json_store import write_json_atomic
+from daemon.admin_lane import LaneSite, StatusLane
 from daemon.api.models import DaemonInfo, DaemonSettings
 from daemon.api.program import program_version
 from daemon.config import DaemonConfig, save_settings
@@ -67,7 +68,8 @@ class Listener:
         self._paths = paths
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._lane: StatusLane | None = None
+        self._site: web.TCPSite | LaneSite | None = None
         self._ollama_runner: web.AppRunner | None = None
         self._ollama_site: web.TCPSite | None = None
 
@@ -96,16 +98,18 @@ class Listener:
                           keys_required=self._config.keys_required, started_at=self.started_at,
                           home=str(self._paths.home))
 
-    async def start(self, runner: web.AppRunner) -> None:
-        self._runner = runner
-        self._site = web.TCPSite(runner, self._config.bind_host, self._config.port)
+    async def start(self, runner: web.AppRunner, lane: StatusLane | None = None) -> None:
+        """Listen for ``runner``; with ``lane``, from its thread (``daemon.admin_lane``: the status
+        call answers there while /v1 saturates the loop)."""
+        self._runner, self._lane = runner, lane
+        self._site = self._new_site(runner)
         await self._site.start()
-        if self._config.port == 0:  # tests: learn the port the OS gave us
-            server = getattr(self._site, "_server", None)
-            sockets = getattr(server, "sockets", None) or []
-            if sockets:
-                self._config.port = sockets[0].getsockname()[1]
+        self._config.port = self._site.port  # tests ask for port 0: the one the OS gave
         self.write_info()
+
+    def _new_site(self, runner: web.AppRunner) -> web.TCPSite | LaneSite:
+        host, port = self._config.bind_host, self._config.port
+        return web.TCPSite(runner, host, port) if self._lane is None else LaneSite(runner, host, port, self._lane)
 
     async def start_ollama(self, runner: web.AppRunner) -> bool:
         """Listen for the Ollama API on ``ollama_port`` at /v1's host; False (and one log line saying
@@ -153,7 +157,7 @@ class Listener:
         save_settings(self._paths.config, self._config.settings())
         if self._runner is not None and self._site is not None and before != self._config.bind_host:
             await self._site.stop()
-            self._site = web.TCPSite(self._runner, self._config.bind_host, self._config.port)
+            self._site = self._new_site(self._runner)
             await self._site.start()
             self.write_info()
             _LOGGER.info("now listening on %s:%s", self._config.bind_host, self._config.port)

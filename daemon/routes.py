@@ -76,7 +76,7 @@ def route_table(h: Handlers) -> list[web.RouteDef]:
         web.route("*", "/v1/{path:.*}", router.proxy),                       # routed by the body's model
 
         # --- /api: admin token ---------------------------------------------------------------------
-        web.get("/api/status", admin.status),
+        web.get("/api/status", admin.status),                                # a plain call: off the loop (daemon.admin_lane)
         web.get("/api/events", admin.events),                                # ?since=ID&timeout=S
         web.get("/api/models", models.list_models),
         web.post("/api/models", models.create_model),                        # body: ModelDefinition

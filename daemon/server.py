@@ -10,13 +10,14 @@ Only the entry point (``daemon.main``) and tests import this module.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
 
 from agent.api.client import AgentError
 from daemon import admin_token, deps
+from daemon.admin_lane import StatusLane
 from daemon.api.audit import ACTOR_SYSTEM
 from daemon.audit.actor import CURRENT_ACTOR, acting_as, actor_middleware
 from daemon.deps import DaemonDeps
@@ -89,9 +90,14 @@ def _middlewares(d: DaemonDeps) -> list[Any]:
     return [request_id, d.router.access_log, errors, guard]
 
 
+STATUS_BODY: web.AppKey[Callable[[], str]] = web.AppKey("status_body")  # the admin lane's GET /api/status (daemon.admin_lane)
+
+
 def create_app(d: DaemonDeps) -> web.Application:
     app = web.Application(middlewares=_middlewares(d))
-    app.add_routes(route_table(deps.handlers(d)))
+    handlers = deps.handlers(d)
+    app.add_routes(route_table(handlers))
+    app[STATUS_BODY] = handlers.admin.status_body
 
     async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
         if REQUEST_ID in request:
@@ -128,7 +134,7 @@ async def start_server(d: DaemonDeps) -> web.AppRunner:
                            shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
     try:
-        await d.listener.start(runner)
+        await d.listener.start(runner, StatusLane(d.config, d.admin_token, runner.app[STATUS_BODY]))
     except OSError:
         await runner.cleanup()
         raise
