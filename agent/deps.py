@@ -25,7 +25,7 @@ from agent.manager import InstanceManager
 from agent.paths import AgentPaths
 from agent.records import ProcessRecords
 from agent.rpc.forwards import RpcForwards, peer_client_context
-from agent.rpc.servers import RpcServers
+from agent.rpc.servers import RPC_FIRST_PORT, RpcServers
 from agent.runtimes.catalog import PreferredBuild, RuntimeCatalog
 from agent.runtimes.docker import DEFAULT_SOCKET
 from agent.runtimes.drivers import Drivers
@@ -75,6 +75,8 @@ class AgentDeps:
     rpc: RpcServers | None = None  # /rpc/servers: this node's rpc-servers for models on other nodes (agent.rpc)
     services: HostServices | None = None  # GET /services, POST /services/{name}/{action}: agent.services
     tls: LiveTls | None = None  # set by the lifecycle: POST /trust swaps the TLS of new handshakes (agent.trust)
+    # GET /status's system memory: the figure admission and the rpc-servers' grants are held to
+    memory_probe: MemoryProbe = field(default_factory=PsutilMemoryProbe)
 
 
 def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None,
@@ -83,7 +85,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
                memory_probe: MemoryProbe | None = None, admission_policy: AdmissionPolicy | None = None,
                allow_private_sources: bool = False, mlx_server: str | os.PathLike[str] | None = None,
                mlx_platform: MlxPlatform | None = None, vllm_image: str = DEFAULT_IMAGE,
-               docker_socket: str = DEFAULT_SOCKET, service_manager: ServiceManager | None = None) -> AgentDeps:
+               docker_socket: str = DEFAULT_SOCKET, service_manager: ServiceManager | None = None,
+               rpc_first_port: int = RPC_FIRST_PORT) -> AgentDeps:
     """The agent's parts for the home directory ``home`` (created where missing)."""
     paths = AgentPaths(Path(home)).ensure()
     identity = load_or_create_identity(paths)
@@ -94,7 +97,8 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     # NVIDIA's GPUs from NVML; an AMD or Intel GPU as the build's Vulkan backend lists it (agent.gpu).
     # A probe given to build_deps (a test's, a platform's) is the whole truth as it is.
     probe = gpu_probe if gpu_probe is not None else RuntimeListedProbe(nvml, llamacpp.backends.listed_devices)
-    admission = Admission(admission_policy or AdmissionPolicy(), memory_probe or PsutilMemoryProbe(), probe,
+    memory = memory_probe or PsutilMemoryProbe()  # one figure: GET /status, admission, the rpc-servers' grants
+    admission = Admission(admission_policy or AdmissionPolicy(), memory, probe,
                           models_dir=paths.models_dir, computes_on=llamacpp.computes_on)
     drivers = Drivers(llamacpp, VllmDriver(paths, vllm_image, docker_socket, gpus=nvml.sample),  # vLLM: NVIDIA only
                       MlxDriver(paths, mlx_server, mlx_platform))
@@ -108,8 +112,9 @@ def build_deps(home: Path, *, llama_server: str | os.PathLike[str] | None = None
     telemetry = TelemetryCollector(manager, seen, telemetry_interval_s, models_dir=paths.models_dir)
     services = HostServices(service_manager or platform_manager(),
                             ServicePolicy(read_policy_file(paths.services_policy_file), own_service_names()))
-    rpc = RpcServers(paths, catalog, memory_probe or PsutilMemoryProbe(), probe, manager.records, manager.session,
-                     lambda: [run.port for run in manager.runs().values()])  # one processes.json, two parts
+    rpc = RpcServers(paths, catalog, memory, probe, manager.records, manager.session,
+                     lambda: [run.port for run in manager.runs().values()],  # one processes.json, two parts
+                     first_port=rpc_first_port)
     return AgentDeps(paths=paths, identity=identity, catalog=catalog, manager=manager, rpc=rpc,
                      telemetry=telemetry, gpu_probe=probe, adopt_on_start=adopt_on_start, sources=sources,
-                     runtime_builds=builds, services=services)
+                     runtime_builds=builds, services=services, memory_probe=memory)

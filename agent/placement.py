@@ -231,9 +231,9 @@ def split_contexts(summary: GgufSummary, settings: LlamaCppSettings) -> list[int
 
 
 def split_figures(summary: GgufSummary, settings: LlamaCppSettings) -> list[SplitFigures]:
-    """What each repeating layer takes (weights and KV cache) and what the main node keeps, at each
-    context of ``split_contexts``: the estimate of the model on one CPU, cut by layer. Empty when
-    the header gives no layer sizes."""
+    """What each repeating layer takes (weights and KV cache), what the main node keeps and what the
+    helpers' devices take beyond their layers, at each context of ``split_contexts``: the estimate
+    of the model on one CPU, cut by layer. Empty when the header gives no layer sizes."""
     if not summary.layer_bytes or len(summary.layer_bytes) != summary.block_count:
         return []
     figures = []
@@ -242,6 +242,8 @@ def split_figures(summary: GgufSummary, settings: LlamaCppSettings) -> list[Spli
         whole = estimate(summary, sized)
         layers = [w + kv for w, kv in zip(summary.layer_bytes, kv_bytes(summary, run_shape(summary, sized)),
                                           strict=False)]
+        # the last layer on one device, as agent.rpc.main_share figures what goes to the helpers: the rest is the buffer
+        one = sum(estimate(summary, sized, 1, (1.0,)).gpu_bytes) - layers[-1] if layers else 0
         figures.append(SplitFigures(ctx_size=whole.ctx_size, layer_bytes=layers,
-                                    main_bytes=max(0, whole.total_bytes - sum(layers))))
+                                    main_bytes=max(0, whole.total_bytes - sum(layers)), offload_bytes=max(0, one)))
     return figures

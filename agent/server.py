@@ -90,11 +90,12 @@ def _number(request: web.Request, name: str, default: float, low: float, high: f
 
 async def status(request: web.Request) -> web.Response:
     deps = request.app[DEPS]
-    memory = psutil.virtual_memory()
-    gpus = await asyncio.get_running_loop().run_in_executor(None, deps.gpu_probe.sample)
+    loop = asyncio.get_running_loop()
+    total, available = await loop.run_in_executor(None, deps.memory_probe.memory)  # as admission and grants see it
+    gpus = await loop.run_in_executor(None, deps.gpu_probe.sample)
     body = AgentStatus(node_id=deps.identity.node_id, hostname=socket.gethostname(), os=platform.system(),
                        arch=platform.machine(), version=deps.version, cpu_count=psutil.cpu_count() or 1,
-                       memory_total=memory.total, memory_available=memory.available, gpus=gpus,
+                       memory_total=total, memory_available=available, gpus=gpus,
                        runtimes=deps.catalog.runtimes(), runtime_offers=await deps.manager.drivers.offers(),
                        features=deps.features, keys_at_rest=at_rest([deps.identity.paths.key_file]))
     body.rpc_server = deps.rpc.executable() if deps.rpc is not None else None

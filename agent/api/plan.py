@@ -60,6 +60,9 @@ class SplitFigures(BaseModel):
     ctx_size: int
     layer_bytes: list[int] = Field(default_factory=list)
     main_bytes: int = 0
+    offload_bytes: int = Field(default=0, description="What goes to the devices with the offloaded layers once "
+                               "any is (llama.cpp's compute buffer): the helpers' part beyond their layers; "
+                               "0 from an older agent.")
 
 
 class PlanOption(BaseModel):

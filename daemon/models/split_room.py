@@ -13,6 +13,9 @@ memory on that node. A model unloaded frees its part on every node of the split 
 ``helper_shares`` cuts what the main's estimate sends to the helpers' devices among the helpers as
 llama.cpp does: by ``--tensor-split`` where it gives the RPC devices' shares (they come first in
 llama.cpp's device list, after the node's own GPUs when ``--device`` names them), else evenly.
+It is the one sizing of a helper's share: the start lends it (``RoomPlanner.split_needs``, from the
+main agent's estimate) and the plan holds each helper to it (``daemon.sources.plan``, from the
+agent's split figures: ``remote_of``, the same bytes), so a plan never promises what a start refuses.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent.api.llamacpp import LlamaCppSettings
+from agent.api.plan import SplitFigures
 from daemon.models.placement import (
     Loaded,
     ModelClass,
@@ -106,3 +110,13 @@ def helper_shares(remote_bytes: int, settings: LlamaCppSettings, helpers: int) -
     shares = [int(remote_bytes * w / total) for w in weights]
     shares[max(range(helpers), key=lambda i: weights[i])] += remote_bytes - sum(shares)  # rounding
     return shares
+
+
+def remote_of(figures: SplitFigures, offloaded: int) -> int:
+    """What a main node without GPUs sends to its helpers' devices with ``--n-gpu-layers offloaded``
+    (its last layers, at most all of them), as the main agent's estimate says it
+    (``FitReport.remote_bytes``): those layers' weights and KV cache, and the compute buffer."""
+    count = min(max(offloaded, 0), len(figures.layer_bytes))
+    if count == 0:
+        return 0
+    return sum(figures.layer_bytes[len(figures.layer_bytes) - count:]) + figures.offload_bytes

@@ -6,8 +6,10 @@ that gave no plan and why (offline, the file is not there), and adds the fleet's
 across nodes (llama.cpp RPC, ``across_nodes``). When no node holds the model alone, the node with
 the file and the most memory runs it (the *main*) and helpers with llama.cpp's rpc-server lend
 theirs: the layers are cut in order, each node's part in proportion to its room (the main's room
-less what it keeps: embeddings, output head, buffers), at the largest context of the main agent's
-ladder (``NodePlan.split``) that fits, with as few helpers as that takes. A node's room is where
+less what it keeps: embeddings, output head, buffers; a helper's less its part of the compute
+buffer), each helper held to what its grant lends at the start (``lent``: the start's own sizing,
+``split_room.helper_shares``), at the largest context of the main agent's ladder
+(``NodePlan.split``) that fits, with as few helpers as that takes. A node's room is where
 its part lives: its GPUs' free memory when it has GPUs, else its system memory (``NodePool``).
 """
 
@@ -32,6 +34,7 @@ from daemon.api.plan import (
     PlanQuery,
     PlanState,
 )
+from daemon.models import split_room
 
 GiB = 1 << 30
 ACROSS_NODES = "llama.cpp RPC: the layers shared over the network, each node holding its part"
@@ -124,9 +127,39 @@ def _rooms(figures: SplitFigures, pools: Sequence[NodePool], empty: bool) -> lis
     return [memory[0] - figures.main_bytes, *memory[1:]]
 
 
+def _tensor_split(pools: Sequence[NodePool], counts: Sequence[int]) -> str | None:
+    """``--tensor-split`` of a main without GPUs and several helpers without GPUs (one RPC device each)."""
+    if len(pools) > 2 and all(p.device == "cpu" for p in pools):
+        return ",".join(str(c) for c in counts[1:])
+    return None
+
+
+def lent(figures: SplitFigures, pools: Sequence[NodePool], counts: Sequence[int]) -> list[int] | None:
+    """What each helper's grant lends when the split starts: ``split_room.helper_shares`` of what the
+    main sends to the helpers, the sizing ``RoomPlanner.split_needs`` gives the start; None where the
+    start sizes none (a main with GPUs: its agent cannot tell its own GPUs' part)."""
+    if pools[0].device != "cpu":
+        return None
+    offloaded = len(figures.layer_bytes) - counts[0]
+    return split_room.helper_shares(split_room.remote_of(figures, offloaded),
+                                    LlamaCppSettings(tensor_split=_tensor_split(pools, counts)), len(pools) - 1)
+
+
 def _split(figures: SplitFigures, pools: Sequence[NodePool], empty: bool) -> list[int] | None:
+    """Each node's layers, or None: the helpers are held to what their grants will lend (``lent``)."""
     rooms = _rooms(figures, pools, empty)
-    return cut_layers(figures.layer_bytes, rooms) if rooms is not None else None
+    if rooms is None:
+        return None
+    if pools[0].device == "cpu" and figures.offload_bytes:  # the helpers hold the compute buffer besides their layers
+        room = sum(max(r, 0) for r in rooms[1:])
+        rooms = [rooms[0], *(max(0, r - (-(-figures.offload_bytes * max(r, 0) // room) if room else 0))
+                             for r in rooms[1:])]
+    counts = cut_layers(figures.layer_bytes, rooms)
+    if counts is None:
+        return None
+    memory = [p.capacity if empty else p.free for p in pools[1:]]
+    lends = lent(figures, pools, counts)
+    return None if lends is not None and any(need > have for need, have in zip(lends, memory, strict=True)) else counts
 
 
 def _unavailable(label: str, message: str) -> list[PlanOption]:
@@ -179,9 +212,10 @@ def _option(plan: NodePlan, main: NodePool, helpers: Sequence[NodePool]) -> Plan
     ctx = max_now or max_empty or ladder[0].ctx_size
     figures = next(f for f in ladder if f.ctx_size == ctx)
     counts = _split(figures, pools, state == "needs_room") or _even(len(figures.layer_bytes), len(pools))
+    lends = lent(figures, pools, counts)
     shares, start = [], 0
     for i, (pool, count) in enumerate(zip(pools, counts, strict=True)):
-        need = sum(figures.layer_bytes[start:start + count])
+        need = sum(figures.layer_bytes[start:start + count]) if i == 0 or lends is None else lends[i - 1]
         if i == 0 and pool.device == "cpu":
             need += figures.main_bytes
         shares.append(NodeShare(node=pool.node, role="main" if i == 0 else "helper", layers=count,
@@ -195,8 +229,8 @@ def _option(plan: NodePlan, main: NodePool, helpers: Sequence[NodePool]) -> Plan
     update: dict[str, object] = {"ctx_size": ctx, "n_gpu_layers": offloaded, "gpus": None, "main_gpu": None,
                                  "split_mode": None, "tensor_split": None}
     args = ["--ctx-size", str(ctx), "--n-gpu-layers", str(offloaded)]
-    if main.device == "cpu" and all(p.device == "cpu" for p in pools[1:]) and len(pools) > 2:
-        update["tensor_split"] = ",".join(str(c) for c in counts[1:])  # one RPC device per helper
+    if _tensor_split(pools, counts) is not None:
+        update["tensor_split"] = _tensor_split(pools, counts)  # one RPC device per helper
         args += ["--tensor-split", str(update["tensor_split"])]
     base = plan.options[0].settings if plan.options else LlamaCppSettings()
     parts = " + ".join(f"{s.layers} on {s.node[:12]}" for s in shares)

@@ -79,7 +79,7 @@ async def test_the_split_is_listed_picked_and_saved_with_its_helpers(pair: Pair,
     row = s.plan_rows[s.picked]
     assert row.startswith(f"{main}: across 2 nodes over llama.cpp RPC")
     assert f" · across nodes · {CTX} tokens of context (largest now {CTX}, empty {CTX}) · free now · layers: " \
-           f"6 on {main}, 26 on {helper} · --ctx-size {CTX} --n-gpu-layers 26" in row
+           f"14 on {main}, 18 on {helper} · --ctx-size {CTX} --n-gpu-layers 18" in row
     assert s.plan_note.startswith(f"Runs across nodes: {main} runs it and {helper} hold part of its layers")
     budget = s.main_share_gib
     assert budget is not None and s.plan_note.endswith(f"its memory budget is the main node's part, {budget:.2f} GiB.")
@@ -87,7 +87,7 @@ async def test_the_split_is_listed_picked_and_saved_with_its_helpers(pair: Pair,
     assert vm.state.value.error is None, vm.state.value.error
     saved = (await client.get_model("big")).definition
     assert (saved.node, saved.rpc_nodes, saved.settings.n_gpu_layers, saved.settings.ctx_size) == (
-        pair.nodes[main], [pair.nodes[helper]], 26, CTX)
+        pair.nodes[main], [pair.nodes[helper]], 18, CTX)
     assert saved.memory_budget_gib == budget, "the main node is held to its part, not to the whole model"
     vm.set_field("node", helper)  # a node typed by hand: no option, no helpers
     assert vm.state.value.rpc_nodes == ()
@@ -149,7 +149,7 @@ def test_the_wizard_takes_the_split_clicked(window: MainWindow, pair: Pair, qtbo
         s = dialog.vm.state.value
         main, helper = pair.name_of(s.node), pair.name_of(s.rpc_nodes[0])
         assert dialog.plan_list.currentRow() == s.picked and dialog.node.text() == main
-        assert f"layers: 6 on {main}, 26 on {helper}" in dialog.plan_list.item(s.picked or 0).text()
+        assert f"layers: 14 on {main}, 18 on {helper}" in dialog.plan_list.item(s.picked or 0).text()
         assert dialog.plan_note.isVisible() and f"{helper} hold part of its layers" in dialog.plan_note.text()
         qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: dialog.vm.state.value.done_ids == ("big-clicked",), timeout=10_000)
