@@ -12,6 +12,7 @@ from agent.api.program import program_version
 from daemon.nodes.pairing import Paired, pair
 from daemon.pki import CertificateAuthority
 from tests.fakes import FakeGpuProbe
+from tests.fakes.ports import free_port_block
 from tests.fleet.agents import eventually
 
 _LOGGER = logging.getLogger(__name__)
@@ -40,7 +41,9 @@ async def start_inprocess_agent(home: Path, *, name: str = "inproc", llama_serve
                                 memory_probe: Any = None, service_manager: Any = None, version: str | None = None,
                                 **build: Any) -> InProcessAgent:
     """``version``: what the agent reports (the program's by default, as ``mirbadllm agent``); ``build``:
-    more of ``agent.deps.build_deps``'s keywords (``docker_socket``...)."""
+    more of ``agent.deps.build_deps``'s keywords (``docker_socket``...). Its rpc-servers take ports of a
+    block of this worker's (two agents of two workers both finding 50052 free raced for it)."""
+    build.setdefault("rpc_first_port", free_port_block(10))
     return await InProcessAgent.start(home, name=name, version=version or program_version(), llama_server=llama_server,
                                       telemetry_interval_s=0.2, gpu_probe=FakeGpuProbe(list(gpus or [])),
                                       first_port=first_port, memory_probe=memory_probe,
