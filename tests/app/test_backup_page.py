@@ -66,13 +66,13 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     window = real_window
     window.show_page("backup")
     page: BackupPage = window.backup
-    qtbot.waitUntil(lambda: page.vm.state.value.listing is not None)
+    qtbot.waitUntil(lambda: page.vm.state.value.listing is not None, timeout=30_000)
     assert page.files.rowCount() == 0
 
     page.passphrase.setText("a good passphrase")
     page.confirm.setText("a good passphrase")
     page.backup_button.click()
-    qtbot.waitUntil(lambda: page.files.rowCount() == 1)
+    qtbot.waitUntil(lambda: page.files.rowCount() == 1, timeout=30_000)
     assert cells(page.files)[0][2] == "Encrypted"
     assert page.passphrase.text() == "" and page.confirm.text() == ""  # not left in the field
 
@@ -81,7 +81,7 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     page.confirm.setText("a good passphrase")
     page.ask_save = lambda _parent: target
     page.save_file_button.click()
-    qtbot.waitUntil(target.exists)
+    qtbot.waitUntil(target.exists, timeout=30_000)
     assert target.stat().st_mode & 0o777 == 0o600
 
     # The user removes a model and edits another; the backup brings both back, after a preview.
@@ -89,7 +89,7 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     page.ask_open = lambda _parent: target
     page.restore_passphrase.setText("a good passphrase")
     page.open_button.click()
-    qtbot.waitUntil(lambda: page.preview.rowCount() > 0)
+    qtbot.waitUntil(lambda: page.preview.rowCount() > 0, timeout=30_000)
     rows = {(r[1], r[2]): r for r in cells(page.preview)}
     assert rows[("Model", "alpha")][0] == "Changed" and rows[("Model", "alpha")][3] == "tags"
     assert rows[("Model", "Beta-7B")][0] == "New"
@@ -97,7 +97,7 @@ def test_backing_up_lists_the_file_and_a_restore_previews_before_it_applies(
     assert "beta" not in _models(real_daemon) and page.apply_button.isEnabled()  # the preview changed nothing
 
     page.apply_button.click()
-    qtbot.waitUntil(lambda: page.vm.state.value.result is not None)
+    qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=30_000)
     assert "beta" in _models(real_daemon) and _models(real_daemon)["alpha"].tags == ["chat"]
     assert page.preview.rowCount() == 0 and "Restored 2 change(s)." in page.preview_note.text()
 
@@ -108,7 +108,7 @@ def test_a_wrong_passphrase_says_so_and_restores_nothing(
     target = tmp_path / "b.json"
     vm = BackupViewModel(client)
     saved = asyncio.ensure_future(vm.save_to_file(target, "the right passphrase"))
-    qtbot.waitUntil(saved.done)
+    qtbot.waitUntil(saved.done, timeout=30_000)
     real_daemon.call(lambda deps: deps.registry.remove("beta"))
     restores = len(real_daemon.call(lambda deps: deps.audit.query(AuditQuery(action="backup.restore"))).entries)
     window.show_page("backup")
@@ -116,7 +116,7 @@ def test_a_wrong_passphrase_says_so_and_restores_nothing(
     page.ask_open = lambda _parent: target
     page.restore_passphrase.setText("the wrong passphrase")
     page.open_button.click()
-    qtbot.waitUntil(lambda: page.vm.state.value.error is not None)
+    qtbot.waitUntil(lambda: page.vm.state.value.error is not None, timeout=30_000)
     assert "passphrase does not open" in page.preview_note.text()
     assert page.preview.rowCount() == 0 and not page.apply_button.isEnabled()
     assert "beta" not in _models(real_daemon)
@@ -150,7 +150,7 @@ def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_
     window = open_main_window(client)
     target = tmp_path / "b.json"
     saved = asyncio.ensure_future(BackupViewModel(client).save_to_file(target))
-    qtbot.waitUntil(saved.done)
+    qtbot.waitUntil(saved.done, timeout=30_000)
     window.show_page("backup")
     page: BackupPage = window.backup
     page.ask_open = lambda _parent: target
@@ -158,7 +158,7 @@ def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_
 
     def preview() -> dict[str, list[str]]:
         page.open_button.click()
-        qtbot.waitUntil(lambda: page.vm.state.value.preview is not None, timeout=10_000)
+        qtbot.waitUntil(lambda: page.vm.state.value.preview is not None, timeout=30_000)
         return model_files()
 
     def model_files() -> dict[str, list[str]]:
@@ -182,7 +182,7 @@ def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_
     assert model_files()["alpha"][3] == (f"Not downloaded ({size}): downloading is unticked — copy the file to "
                                          "box:/old/alpha.gguf by hand, or tick it")
     page.apply_button.click()
-    qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=30_000)
     note = page.preview_note.text()
     assert "Restored 2 change(s)." in note and "1 model file(s) to copy by hand" in note
     assert "Downloading" not in note and page.vm.state.value.result.transfers == []  # type: ignore[union-attr]
@@ -198,7 +198,7 @@ def test_the_preview_lists_missing_model_files_and_the_checkbox_says_whether_to_
     assert "Nothing to restore unless the missing model files are downloaded." in page.preview_note.text()
     page.downloads.setChecked(True)
     page.apply_button.click()
-    qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: page.vm.state.value.result is not None, timeout=30_000)
     note = page.preview_note.text()
     assert "Downloading 1 model file(s)" in note and "1 model file(s) to copy by hand" in note
     assert len(page.vm.state.value.result.transfers) == 1  # type: ignore[union-attr]

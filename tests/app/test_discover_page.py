@@ -109,24 +109,24 @@ def test_the_discover_page_at_1024_by_700(open_main_window: Callable[..., MainWi
     window.show_page("discover")
     assert window.stack.currentWidget() is page
     entries = catalog_entries()
-    qtbot.waitUntil(lambda: page.catalog.rowCount() == len(entries), timeout=10_000)
+    qtbot.waitUntil(lambda: page.catalog.rowCount() == len(entries), timeout=30_000)
     assert page.lists.currentWidget() is page.catalog and page.list_title.text() == "Picked for you"
     assert window.width() <= 1024 and window.height() <= 700
-    qtbot.waitUntil(lambda: page.catalog.viewport().width() > 0)
+    qtbot.waitUntil(lambda: page.catalog.viewport().width() > 0, timeout=30_000)
     assert _columns_in_view(page.catalog)
 
     # a catalog entry opens its repository with its own quant picked; it fits; Download registers its name
     row = next(i for i, e in enumerate(entries) if e.name == "gemma3:4b")
     page.catalog.setCurrentCell(row, 0)
-    qtbot.waitUntil(lambda: page.quants.rowCount() == 2, timeout=10_000)
+    qtbot.waitUntil(lambda: page.quants.rowCount() == 2, timeout=30_000)
     assert page.repo_title.text() == "ggml-org/gemma-3-4b-it-GGUF"
     assert page.selected_quant() is not None and page.selected_quant().file == "gemma-3-4b-it-Q4_K_M.gguf"
     assert "vision projector" in page.repo_note.text()
     qtbot.mouseClick(page.fit_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: page.fit_note.text().startswith("✓ "), timeout=20_000)
+    qtbot.waitUntil(lambda: page.fit_note.text().startswith("✓ "), timeout=30_000)
     assert _in_window(window, page.download_button) and _in_window(window, page.fit_button)
     qtbot.mouseClick(page.download_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "Models page" in page.status.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: "Models page" in page.status.text(), timeout=30_000)
 
     def gemma() -> ModelDefinition | None:  # the download done, the daemon registers it under its short name
         return daemon.call(lambda deps: deps.registry.get("gemma3-4b"))
@@ -139,7 +139,7 @@ def test_the_discover_page_at_1024_by_700(open_main_window: Callable[..., MainWi
     # a search lists the hub's repositories, most downloaded first
     qtbot.keyClicks(page.search, "qwen3 8b")
     qtbot.keyClick(page.search, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: page.results.rowCount() == 2, timeout=10_000)
+    qtbot.waitUntil(lambda: page.results.rowCount() == 2, timeout=30_000)
     assert page.lists.currentWidget() is page.results
     assert [page.results.item(r, 0).toolTip() for r in range(2)] == ["unsloth/Qwen3-8B-GGUF",
                                                                      "bartowski/Qwen3-8B-GGUF"]
@@ -147,7 +147,7 @@ def test_the_discover_page_at_1024_by_700(open_main_window: Callable[..., MainWi
     assert _columns_in_view(page.results)
     page.results.setCurrentCell(1, 0)
     qtbot.waitUntil(lambda: page.repo_title.text() == "bartowski/Qwen3-8B-GGUF" and page.quants.rowCount() == 3,
-                    timeout=10_000)
+                    timeout=30_000)
     assert [page.quants.item(r, 0).text() for r in range(3)] == ["IQ3_XS", "Q4_K_M", "Q6_K"]
     q4 = len(hub.repos["bartowski/Qwen3-8B-GGUF"]["Qwen3-8B-Q4_K_M.gguf"].data)
     assert page.quants.item(1, 1).text() == size_text(q4) == "2 MiB" and _columns_in_view(page.quants)
@@ -156,11 +156,11 @@ def test_the_discover_page_at_1024_by_700(open_main_window: Callable[..., MainWi
     # nothing found; the hub away; the box cleared shows the catalog again
     page.search.setText("zzz-nothing")
     qtbot.keyClick(page.search, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: "no GGUF repository" in page.list_note.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: "no GGUF repository" in page.list_note.text(), timeout=30_000)
     assert page.results.rowCount() == 0
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")  # the hub does not answer
     page.search.setText("qwen3")
     qtbot.keyClick(page.search, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: "cannot reach the Hugging Face hub" in page.list_note.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: "cannot reach the Hugging Face hub" in page.list_note.text(), timeout=30_000)
     page.search.clear()
-    qtbot.waitUntil(lambda: page.lists.currentWidget() is page.catalog)
+    qtbot.waitUntil(lambda: page.lists.currentWidget() is page.catalog, timeout=30_000)

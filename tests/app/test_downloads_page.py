@@ -89,7 +89,7 @@ def test_pause_resume_cancel_retry_and_the_list_after_the_app_starts_again(
     window = open_main_window(DaemonClient(*daemon, client_name="app"))
     window.show_page("downloads")
     page = window.downloads
-    qtbot.waitUntil(lambda: page.table.rowCount() == 3)
+    qtbot.waitUntil(lambda: page.table.rowCount() == 3, timeout=30_000)
     assert [row[:3] for row in cells(page.table)] == [[labels[x3], "Hugging Face", here],
                                                       [labels[x2], "Hugging Face", here],
                                                       [labels[x1], "Ollama import", here]]
@@ -100,22 +100,22 @@ def test_pause_resume_cancel_retry_and_the_list_after_the_app_starts_again(
     def bar() -> int:
         return int(page.table.cellWidget(row_of(page, x3), 3).findChild(QProgressBar).value())
 
-    qtbot.waitUntil(lambda: 0 < bar() < 1000 and page.table.item(row_of(page, x3), 6).text() != "—", timeout=20_000)
+    qtbot.waitUntil(lambda: 0 < bar() < 1000 and page.table.item(row_of(page, x3), 6).text() != "—", timeout=30_000)
     assert page.table.item(row_of(page, x3), 6).text().endswith("/s")
     assert page.table.item(row_of(page, x3), 4).text().endswith(" of 5.8 MiB")
     first = bar()
-    qtbot.waitUntil(lambda: bar() > first, timeout=20_000)
-    qtbot.waitUntil(lambda: page.table.item(row_of(page, x3), 7).text().endswith(" s"), timeout=20_000)
+    qtbot.waitUntil(lambda: bar() > first, timeout=30_000)
+    qtbot.waitUntil(lambda: page.table.item(row_of(page, x3), 7).text().endswith(" s"), timeout=30_000)
 
     select(page, x3)
     assert enabled(page) == {"pause", "cancel"}
     page.buttons["pause"].click()
-    qtbot.waitUntil(lambda: state_of(page, x3) == "Paused", timeout=10_000)
+    qtbot.waitUntil(lambda: state_of(page, x3) == "Paused", timeout=30_000)
     assert enabled(page) == {"resume", "cancel"} and page.table.item(row_of(page, x3), 6).text() == "—"
     page.buttons["resume"].click()
-    qtbot.waitUntil(lambda: state_of(page, x3).startswith("Running"), timeout=10_000)
+    qtbot.waitUntil(lambda: state_of(page, x3).startswith("Running"), timeout=30_000)
     page.buttons["cancel"].click()
-    qtbot.waitUntil(lambda: state_of(page, x3) == "Cancelled", timeout=10_000)
+    qtbot.waitUntil(lambda: state_of(page, x3) == "Cancelled", timeout=30_000)
     assert enabled(page) == {"retry"}
 
     select(page, x2)  # the failed one says why, and runs again (the hub sends the right bytes now, slowly)
@@ -123,16 +123,16 @@ def test_pause_resume_cancel_retry_and_the_list_after_the_app_starts_again(
     phi = hub.repos[PHI]["phi-Q4_K_M.gguf"]
     phi.serve, phi.chunk_delay = None, 0.05
     page.buttons["retry"].click()
-    qtbot.waitUntil(lambda: state_of(page, x2).startswith("Running"), timeout=10_000)
+    qtbot.waitUntil(lambda: state_of(page, x2).startswith("Running"), timeout=30_000)
 
     select(page, x1)  # a done one: no verb offered; asked anyway, the daemon's reason is shown
     assert enabled(page) == set()
     window.ctx.act(page.vm.resume(x1))
-    qtbot.waitUntil(lambda: "nothing to resume" in page.note.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: "nothing to resume" in page.note.text(), timeout=30_000)
 
     again = open_main_window(DaemonClient(*daemon, client_name="app"))  # the app started anew over the same daemon
     again.show_page("downloads")
-    qtbot.waitUntil(lambda: again.downloads.table.rowCount() == 3, timeout=10_000)
+    qtbot.waitUntil(lambda: again.downloads.table.rowCount() == 3, timeout=30_000)
     assert state_of(again.downloads, x1) == "Done: added llama3-2-3b"
     assert state_of(again.downloads, x3) == "Cancelled"
     phi.chunk_delay = 0.0

@@ -47,7 +47,7 @@ async def _setup(client: DaemonClient) -> tuple[FleetViewModel, FirstRunViewMode
     fleet = FleetViewModel(client, host_refresh_s=3600, poll_timeout=1)
     vm = FirstRunViewModel(client, fleet)
     fleet.start()
-    await until(lambda: fleet.snapshot.value.loaded, timeout=10)
+    await until(lambda: fleet.snapshot.value.loaded, timeout=30)
     return fleet, vm
 
 
@@ -72,7 +72,7 @@ async def test_an_empty_fleet_is_offered_the_demo_and_the_models_found_on_the_ma
         empty: tuple[FleetViewModel, FirstRunViewModel]) -> None:
     _fleet, vm = empty
     assert vm.state.value.offered
-    await until(lambda: vm.state.value.scanned, timeout=10)  # the scan starts by itself once the offer shows
+    await until(lambda: vm.state.value.scanned, timeout=30)  # the scan starts by itself once the offer shows
     found = vm.state.value.found
     assert [(m.source_text, m.name) for m in found] == [
         ("Ollama", "llama3.2:3b"), ("LM Studio", f"{QWEN}/Qwen3-4B-Q4_K_M.gguf")]
@@ -85,7 +85,7 @@ async def test_get_the_demo_model_downloads_it_registers_it_with_the_demo_settin
     demo_file(hub).chunk_delay = 0.05  # slow enough to be seen on its way
     await vm.get_demo()
     assert vm.state.value.downloading and not vm.state.value.can_get_demo
-    await until(lambda: 0 < (vm.state.value.progress or 0) < 1, timeout=20)
+    await until(lambda: 0 < (vm.state.value.progress or 0) < 1, timeout=30)
     assert f"/{DEMO_HF_REPO}/resolve/main/{DEMO_HF_FILE}" in [s.path for s in hub.requests("hub")]
     t = vm.state.value.demo_transfer
     assert t is not None and t.bytes_total == len(demo_file(hub).data)
@@ -103,7 +103,7 @@ async def test_add_imports_an_ollama_model_and_registers_an_lm_studio_file_where
         empty: tuple[FleetViewModel, FirstRunViewModel], machine: tuple[RealDaemon, FakeHub, Path]) -> None:
     fleet, vm = empty
     daemon, _hub, lms = machine
-    await until(lambda: vm.state.value.scanned, timeout=10)
+    await until(lambda: vm.state.value.scanned, timeout=30)
     ollama, lmstudio = vm.state.value.found
     await vm.add_found(ollama.key)
     assert ollama.key in vm.state.value.adding
@@ -111,9 +111,9 @@ async def test_add_imports_an_ollama_model_and_registers_an_lm_studio_file_where
     created = _models(daemon)["qwen3-4b-q4-k-m"]
     assert created.model_path == str(lms / QWEN / "Qwen3-4B-Q4_K_M.gguf")
     assert created.extra_args == ["--mmproj", str(lms / QWEN / "mmproj-Qwen3-4B-F16.gguf")]
-    await until(lambda: not vm.state.value.offered, timeout=10)
+    await until(lambda: not vm.state.value.offered, timeout=30)
     # the Ollama import is the daemon's: its model joins once the blobs are checked
-    await until(lambda: len(fleet.snapshot.value.models) == 2, timeout=20)
+    await until(lambda: len(fleet.snapshot.value.models) == 2, timeout=30)
     assert sorted(m.definition.id for m in fleet.snapshot.value.models) == ["llama3-2-3b", "qwen3-4b-q4-k-m"]
 
 

@@ -77,7 +77,7 @@ def test_the_lm_studio_tab_imports_the_ticked_models_and_never_one_twice(
         dialog.source_buttons.button(3).click()
         assert dialog.pages.currentIndex() == 3 and not dialog.add_button.isVisible()
         assert not dialog.model_id.isVisible() and not dialog.fit_button.isVisible()
-        qtbot.waitUntil(lambda: len(_rows(dialog)) == 3, timeout=10_000)
+        qtbot.waitUntil(lambda: len(_rows(dialog)) == 3, timeout=30_000)
         assert _row(dialog, "gemma") == ("gemma-3-4b-it-Q4_K_M.gguf — Q4_K_M, 3.20 GiB, with vision projector  "
                                          "(lmstudio-community/gemma-3-4b-it-GGUF)")
         assert not page.import_button.isEnabled()
@@ -86,30 +86,30 @@ def test_the_lm_studio_tab_imports_the_ticked_models_and_never_one_twice(
         _tick(dialog, gemma)
         assert page.import_button.isEnabled() and page.import_button.text() == "Import 2 selected"
         qtbot.mouseClick(page.import_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: page.status.text().startswith("Added"), timeout=10_000)
+        qtbot.waitUntil(lambda: page.status.text().startswith("Added"), timeout=30_000)
         assert page.status.text() == "Added 'qwen3-4b-instruct-2507-q4-k-m', 'gemma-3-4b-it-q4-k-m'"
         added = next(d for d in _models(daemon) if d.id == "gemma-3-4b-it-q4-k-m")
         assert added.model_path == str(gemma) and added.tags == ["lmstudio"]
         assert added.extra_args == ["--mmproj", str(gemma.parent / "mmproj-gemma-3-4b-it-F16.gguf")]
-        qtbot.waitUntil(lambda: "— added as 'qwen3-4b-instruct-2507-q4-k-m'" in _row(dialog, "Qwen3"), timeout=10_000)
+        qtbot.waitUntil(lambda: "— added as 'qwen3-4b-instruct-2507-q4-k-m'" in _row(dialog, "Qwen3"), timeout=30_000)
         assert not page.import_button.isEnabled()  # the ticks are cleared once imported
 
         _tick(dialog, qwen)
         qtbot.mouseClick(page.import_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: "already added" in page.status.text(), timeout=10_000)
+        qtbot.waitUntil(lambda: "already added" in page.status.text(), timeout=30_000)
         assert page.status.text() == "already added as model 'qwen3-4b-instruct-2507-q4-k-m' (not added again)"
         assert [d.model_path for d in _models(daemon)].count(str(qwen)) == 1
 
-        qtbot.waitUntil(lambda: page.look_button.isEnabled(), timeout=10_000)  # the list asked again once done
+        qtbot.waitUntil(lambda: page.look_button.isEnabled(), timeout=30_000)  # the list asked again once done
         qtbot.keyClicks(page.folder, str(root / "picked"))
         qtbot.mouseClick(page.look_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: len(_rows(dialog)) == 4, timeout=10_000)
+        qtbot.waitUntil(lambda: len(_rows(dialog)) == 4, timeout=30_000)
         assert _row(dialog, "phi-4-Q5_K_M.gguf").endswith("(unsloth/phi-4-GGUF)")
 
         phi.unlink()  # gone from LM Studio's folder since it was listed: the node refuses it
         _tick(dialog, phi)
         qtbot.mouseClick(page.import_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: page.error.text() != "", timeout=10_000)
+        qtbot.waitUntil(lambda: page.error.text() != "", timeout=30_000)
         assert page.error.text() == f"{phi} is not a model in LM Studio's folders on this node"
         assert page.error.isVisible()
         assert not [d for d in _models(daemon) if d.model_path == str(phi)]

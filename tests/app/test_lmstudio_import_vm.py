@@ -69,7 +69,7 @@ async def test_an_import_is_followed_then_the_rows_say_what_they_are_added_as(
     try:
         vm.look_once()
         vm.look_once()  # the tab shown twice before the answer: one look
-        await until(lambda: vm.state.value.loaded, timeout=10)
+        await until(lambda: vm.state.value.loaded, timeout=30)
         assert client.looks == [("local", None)]
         added = {m.path: m.registered_as for m in vm.state.value.listed}
         assert added == {phi: "phi", qwen: None, str(next(lms.rglob("gemma-*.gguf"))): None}
@@ -82,11 +82,11 @@ async def test_an_import_is_followed_then_the_rows_say_what_they_are_added_as(
         assert vm.state.value.status_text == f"Importing LM Studio {PHI_MODEL} and 1 more…"
         assert not vm.state.value.can_import
         # the daemon's transfer events bring the outcome: phi is there already, Qwen is added
-        await until(lambda: not vm.state.value.running, timeout=10)
+        await until(lambda: not vm.state.value.running, timeout=30)
         assert vm.state.value.status_text == ("Added 'qwen3-4b-instruct-2507-q4-k-m'; "
                                               "already added as model 'phi' (not added again)")
-        await until(lambda: len(client.looks) == 2, timeout=10)  # asked again once it is done
-        await until(lambda: not vm.state.value.loading and not vm.state.value.selected, timeout=10)
+        await until(lambda: len(client.looks) == 2, timeout=30)  # asked again once it is done
+        await until(lambda: not vm.state.value.loading and not vm.state.value.selected, timeout=30)
         added = {m.path: m.registered_as for m in vm.state.value.listed}
         assert added[qwen] == "qwen3-4b-instruct-2507-q4-k-m" and added[phi] == "phi"
 

@@ -73,7 +73,7 @@ def test_the_badge_offers_the_update_then_the_roll_back(window: MainWindow, mach
     old_path = gamma(daemon).model_path
     new = hub.publish(REPO, {FILE: gguf_bytes() + bytes(2000)})
     ask(daemon, lambda c: c.model_updates(check=True))  # the daemon's check finds it, and says so as an event
-    qtbot.waitUntil(lambda: badge(window, "gamma") is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: badge(window, "gamma") is not None, timeout=30_000)
     shown = badge(window, "gamma")
     assert shown.text() == "Update available" and new[:12] in shown.toolTip() and old[:12] in shown.toolTip()
     assert [a.text() for a in shown.menu().actions()] == [f"Update to revision {new[:12]}"]
@@ -107,7 +107,7 @@ def test_a_refused_hub_answer_shows_why_and_offers_no_update(machine: tuple[Real
     assert found.state == "refused"
     window = open_main_window(DaemonClient(*daemon, client_name="app"))
     qtbot.waitUntil(lambda: badge(window, "gamma") is not None and badge(window, "gamma").text() == "Update refused",
-                    timeout=10_000)
+                    timeout=30_000)
     assert f"the hub changed {FILE}" in badge(window, "gamma").toolTip()
     assert "without a new revision" in badge(window, "gamma").toolTip()
     assert badge(window, "gamma").menu() is None
