@@ -200,7 +200,8 @@ def handlers(d: DaemonDeps) -> Handlers:
                        KeysAtRestReader(d.paths.pki, d.paths.local_agent_home / "identity"
                                         if d.config.local_agent else None)),
         models=ModelsApi(d.registry, d.orchestrator, d.links, d.events, d.history, disk),
-        sources=SourcesApi(d.links, d.transfers, d.history, d.mirror, d.nodes.backends.choice, d.registry),
+        sources=SourcesApi(d.links, d.transfers, d.history, d.mirror, d.nodes.backends.choice, d.registry,
+                           d.nodes.names),
         jobs=JobsApi(d.jobs, d.registry, d.links, d.history),
         nodes=NodesApi(d.nodes, d.history, d.audit, CaRotation(d.nodes, d.paths.pki, d.events, d.history, (
             d.paths.local_agent_home / "identity") if d.config.local_agent else None)),

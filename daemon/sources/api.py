@@ -23,7 +23,7 @@ required; the table is ``daemon.routes``):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -91,8 +91,9 @@ def fit_query_from(query: Any) -> FitQuery:
 class SourcesApi:
     def __init__(self, links: Links, transfers: Transfers, history: History, mirror: Mirror | None = None,
                  backend_of: Callable[[str], BackendChoice] = lambda _node: "auto",
-                 registry: Registry | None = None) -> None:
+                 registry: Registry | None = None, names: Callable[[], Mapping[str, str]] = dict) -> None:
         self._links = links
+        self._names = names  # node id -> name: what a plan's fleet options say
         self._registry = registry  # says which LM Studio file a model already runs
         self._backend_of = backend_of  # each node's backend choice: a fit or plan counts that backend's devices
         self._transfers = transfers
@@ -122,14 +123,14 @@ class SourcesApi:
         if query.node is not None:
             client = self._links.online_client(query.node)
             return json_response(await fan_out([(query.node, client)], agent_request(query),
-                                               backend_of=self._backend_of))
+                                               backend_of=self._backend_of, names=self._names()))
         links = list(self._links)
         offline = [NodePlanError(node=link.node_id, code="node_offline", message=f"offline: {link.last_error}")
                    for link in links if not link.online]
         online = [(link.node_id, link.client) for link in links if link.online]
         if not online:
             raise DaemonProblem(503, "node_offline", "no node is online to plan on")
-        return json_response(await fan_out(online, agent_request(query), offline, self._backend_of))
+        return json_response(await fan_out(online, agent_request(query), offline, self._backend_of, self._names()))
 
     async def download(self, request: web.Request) -> web.Response:
         query = await _body(request, DownloadQuery)

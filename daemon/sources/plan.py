@@ -167,19 +167,26 @@ def _unavailable(label: str, message: str) -> list[PlanOption]:
                        max_ctx_size_empty=0, message=message)]
 
 
-def across_nodes(plans: Sequence[NodePlan], pools: Mapping[str, NodePool] | None = None) -> list[PlanOption]:
+def node_name(names: Mapping[str, str], node: str) -> str:
+    """A node as people read it: its name (``NodeManager.names``), else the start of its id."""
+    return names.get(node) or node[:12]
+
+
+def across_nodes(plans: Sequence[NodePlan], pools: Mapping[str, NodePool] | None = None,
+                 names: Mapping[str, str] | None = None) -> list[PlanOption]:
     """The fleet's option of running one model over several nodes (llama.cpp RPC). ``plans`` are the
-    nodes that read the file; ``pools`` every online node's memory (a helper needs no file). None
-    with fewer than two nodes; not available when one node holds the model alone, or no pair of
-    nodes has llama.cpp's rpc-server; else the split, in memory free now or once room is made."""
-    pools = pools or {}
+    nodes that read the file; ``pools`` every online node's memory (a helper needs no file); ``names``
+    the nodes' names, for its label and messages. None with fewer than two nodes; not available when
+    one node holds the model alone, or no pair of nodes has llama.cpp's rpc-server; else the split,
+    in memory free now or once room is made."""
+    pools, names = pools or {}, names or {}
     nodes = {p.node for p in plans} | set(pools)
     if len(nodes) < 2:
         return []
     label = "across nodes (llama.cpp RPC)"
     alone = next((o for p in plans for o in p.options if o.state in ("free", "needs_room")), None)
     if alone is not None:
-        return _unavailable(label, f"not needed: it runs on node {alone.node or plans[0].node} alone "
+        return _unavailable(label, f"not needed: it runs on node {node_name(names, alone.node or plans[0].node)} alone "
                             f"({alone.label}), faster than over the network")
     mains = [main_pool(p, pools[p.node].lends) for p in plans if p.node in pools and pools[p.node].lends and p.split]
     if not mains:
@@ -192,10 +199,10 @@ def across_nodes(plans: Sequence[NodePlan], pools: Mapping[str, NodePool] | None
                      key=lambda p: (-p.capacity, -p.free, p.node))
     if not helpers:
         return _unavailable(label, f"no other node has llama.cpp's rpc-server: {ACROSS_NODES}")
-    return [_option(plan, main, helpers)]
+    return [_option(plan, main, helpers, names)]
 
 
-def _option(plan: NodePlan, main: NodePool, helpers: Sequence[NodePool]) -> PlanOption:
+def _option(plan: NodePlan, main: NodePool, helpers: Sequence[NodePool], names: Mapping[str, str]) -> PlanOption:
     ladder = plan.split
     state: PlanState = "too_big"
     k = len(helpers)
@@ -233,26 +240,26 @@ def _option(plan: NodePlan, main: NodePool, helpers: Sequence[NodePool]) -> Plan
         update["tensor_split"] = _tensor_split(pools, counts)  # one RPC device per helper
         args += ["--tensor-split", str(update["tensor_split"])]
     base = plan.options[0].settings if plan.options else LlamaCppSettings()
-    parts = " + ".join(f"{s.layers} on {s.node[:12]}" for s in shares)
+    parts = " + ".join(f"{s.layers} on {node_name(names, s.node)}" for s in shares)
     return PlanOption(
         kind="nodes", label=f"across {len(pools)} nodes over llama.cpp RPC ({parts} layers)", node=main.node,
         state=state, ctx_size=ctx, max_ctx_size=max_now, max_ctx_size_empty=max_empty, n_gpu_layers=offloaded,
         settings=base.model_copy(update=update), args=args, rpc_nodes=[p.node for p in pools[1:]], shares=shares,
-        message=_message(state, ctx, shares))
+        message=_message(state, ctx, shares, names))
 
 
 def _even(layers: int, nodes: int) -> list[int]:
     return [layers // nodes + (1 if i < layers % nodes else 0) for i in range(nodes)]
 
 
-def _message(state: PlanState, ctx: int, shares: Sequence[NodeShare]) -> str:
+def _message(state: PlanState, ctx: int, shares: Sequence[NodeShare], names: Mapping[str, str]) -> str:
     def gib(value: int) -> str:
         return f"{value / GiB:.1f} GiB"
 
     if state == "free":
         return f"fits in the memory free now over {len(shares)} nodes, with a context of {ctx} tokens ({ACROSS_NODES})"
     if state == "needs_room":
-        short = [f"{gib(s.needed_bytes - s.free_bytes)} more on {s.node[:12]}" for s in shares
+        short = [f"{gib(s.needed_bytes - s.free_bytes)} more on {node_name(names, s.node)}" for s in shares
                  if s.needed_bytes > s.free_bytes]
         return "fits once room is made: " + (", ".join(short) or "on the nodes")
     need, have = sum(s.needed_bytes for s in shares), sum(s.capacity_bytes for s in shares)
@@ -260,21 +267,23 @@ def _message(state: PlanState, ctx: int, shares: Sequence[NodeShare]) -> str:
 
 
 def merge(plans: Sequence[NodePlan], errors: Sequence[NodePlanError],
-          pools: Mapping[str, NodePool] | None = None) -> Plan:
+          pools: Mapping[str, NodePool] | None = None, names: Mapping[str, str] | None = None) -> Plan:
     """One plan of the nodes' answers, each option named with its node, and the fleet's options."""
     named = [p.model_copy(update={"options": [o.model_copy(update={"node": p.node}) for o in p.options]})
              for p in plans]
     first = named[0] if named else None
     return Plan(source=first.source if first else "", summary=first.summary if first else None, nodes=named,
-                fleet=across_nodes(named, pools), errors=list(errors))
+                fleet=across_nodes(named, pools, names), errors=list(errors))
 
 
 async def fan_out(clients: Sequence[tuple[str, AgentClient]], request: FitRequest,
                   errors: Sequence[NodePlanError] = (),
-                  backend_of: Callable[[str], BackendChoice] = lambda _node: "auto") -> Plan:
+                  backend_of: Callable[[str], BackendChoice] = lambda _node: "auto",
+                  names: Mapping[str, str] | None = None) -> Plan:
     """Every node's plan at once (with several nodes, each one's memory for a split too), each
     asked with that node's backend choice; a node that fails is listed with its error. When every
-    node failed, the first error to come back is raised (AgentError), as a one-node call's would be."""
+    node failed, the first error to come back is raised (AgentError), as a one-node call's would be.
+    ``names``: the nodes' names, for what the fleet's options say."""
 
     raised: list[AgentError] = []
 
@@ -300,4 +309,4 @@ async def fan_out(clients: Sequence[tuple[str, AgentClient]], request: FitReques
     if raised and not plans:
         raise raised[0]
     pools = {p.node: p for p in found if p is not None}
-    return merge(plans, [*errors, *(a for a in answers if isinstance(a, NodePlanError))], pools)
+    return merge(plans, [*errors, *(a for a in answers if isinstance(a, NodePlanError))], pools, names)
