@@ -187,6 +187,10 @@ class DaemonClient:
         self._http = JsonHttp(self.base_url, daemon_errors(self.base_url), session=session,
                               headers=headers, connect_s=5,
                               call_timeout=_CALL_TIMEOUT, poll_grace_s=15)
+        # Status calls on connections of their own: the daemon answers those off its loop (daemon.admin_lane)
+        # while /v1 saturates it; a connection that carried another call is the loop's from then on.
+        self._status_http = JsonHttp(self.base_url, daemon_errors(self.base_url), session=session,
+                                     headers=headers, connect_s=5, call_timeout=_CALL_TIMEOUT)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -194,6 +198,7 @@ class DaemonClient:
 
     async def close(self) -> None:
         await self._http.close()
+        await self._status_http.close()
 
     async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                     body: Any = None, timeout: aiohttp.ClientTimeout = _CALL_TIMEOUT) -> Any:
@@ -208,7 +213,7 @@ class DaemonClient:
             return False
 
     async def status(self) -> StatusResponse:
-        return StatusResponse.model_validate(await self._call("GET", "/api/status"))
+        return StatusResponse.model_validate(await self._status_http.call("GET", "/api/status"))
 
     async def events(self, since: int, timeout: float = 30.0) -> EventsPage:
         return EventsPage.model_validate(await self._http.poll("/api/events", since, timeout))
