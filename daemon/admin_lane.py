@@ -11,6 +11,7 @@ hands the connection, with the bytes read so far, to the daemon's loop, where ai
 though it had accepted it (middlewares, errors, routes, shutdown), and there it stays. A status
 answer that cannot be built off the loop (a part changing under it) is handed over the same way.
 Read-your-writes holds: a write's answer is sent after its change, which the next read sees.
+POSIX only (``daemon.server``): on Windows the port is a plain ``TCPSite``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from daemon.admin_lane import StatusLane
 from daemon.api.models import DaemonSettings, StatusResponse
+from daemon.config import DaemonConfig
 from tests.daemon.harness import RunningDaemon, running_daemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -93,3 +95,40 @@ async def test_a_request_whose_body_comes_later_reaches_the_daemon_whole(d: Runn
     answer = await asyncio.get_running_loop().run_in_executor(None, call)
     assert answer.startswith(b"HTTP/1.1 201"), answer[:200]
     assert b'"name":"lane-late-body"' in answer
+
+
+async def test_a_status_the_lane_cannot_build_goes_to_the_loop() -> None:
+    """A part changing under the lane's read (or anything unusual in the call) leaves the call to aiohttp."""
+    def changing() -> str:
+        raise RuntimeError("dictionary changed size during iteration")
+
+    config = DaemonConfig.model_validate({"port": 0})
+    head = b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer t"
+    assert StatusLane(config, "t", changing).answer(head) is None
+    lane = StatusLane(config, "t", lambda: "{}")
+    answer = lane.answer(head)
+    assert answer is not None and answer[0].endswith(b"\r\n\r\n{}") and answer[1] is True
+    for other in (head.replace(b"Bearer t", b"Bearer x"), head.replace(b"127.0.0.1", b"evil.example"),
+                  head + b"\r\nOrigin: http://evil.example", head + b"\r\nContent-Length: 0",
+                  head.replace(b"/api/status", b"/api/status?x=1"), head.replace(b"GET", b"HEAD")):
+        assert lane.answer(other) is None, other
+
+
+async def test_pipelined_calls_are_answered_in_order(d: RunningDaemon) -> None:
+    """Two calls in one write (the second before the first's answer): aiohttp answers both, in order."""
+    call = (f"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {d.daemon.admin_token}\r\n"
+            "X-Request-Id: {}\r\n\r\n")
+    port = d.daemon.config.port
+
+    def both() -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall((call.format("first") + call.format("second").replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n"))
+                         .encode())
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            return answer
+
+    answer = await asyncio.get_running_loop().run_in_executor(None, both)
+    assert answer.count(b"HTTP/1.1 200") == 2
+    assert answer.index(b"X-Request-Id: first") < answer.index(b"X-Request-Id: second")
