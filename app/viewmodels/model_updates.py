@@ -24,7 +24,7 @@ from daemon.api.sources import Transfer
 
 _LOGGER = logging.getLogger(__name__)
 
-_RELOAD_ON = ("model.update_available", "model.updated", "model.added", "model.removed")
+_RELOAD_ON = ("model.update_available", "model.update_refused", "model.updated", "model.added", "model.removed")
 
 
 def badge_text(found: ModelUpdate | None) -> str | None:

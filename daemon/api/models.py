@@ -256,7 +256,7 @@ class Event(BaseModel):
 
     id: int
     ts: float
-    type: str = Field(description="model.state | model.flagged (data: stalled, the why or null) | model.evicted (data: for_model, freed_bytes, reason) | model.added | model.updated | model.update_available (data: revision, daemon.sources.updates) | model.removed | keys.changed | settings.changed"
+    type: str = Field(description="model.state | model.flagged (data: stalled, the why or null) | model.evicted (data: for_model, freed_bytes, reason) | model.added | model.updated | model.update_available (data: revision, daemon.sources.updates) | model.update_refused (data: reason) | model.removed | keys.changed | settings.changed"
                                   " | job.started | job.progress | job.finished (data.job: a JobView)"
                                   " | node.state | node.paired | node.removed | node.discovered | node.vanished"
                                   " (data.node: a node id)")

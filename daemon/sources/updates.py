@@ -174,6 +174,8 @@ class ModelUpdates:
         self._found[model_id] = found
         if state == "available" and (before is None or before.state != "available" or before.latest != latest):
             self._events.publish("model.update_available", model_id, revision=latest)
+        elif state == "refused" and (before is None or before.state != "refused" or before.reason != reason):
+            self._events.publish("model.update_refused", model_id, reason=reason)  # an open app shows why at once
         return found
 
     async def run(self, first_after_s: float = FIRST_CHECK_S, every_s: float = CHECK_EVERY_S) -> None:

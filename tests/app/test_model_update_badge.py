@@ -98,14 +98,16 @@ def test_the_badge_offers_the_update_then_the_roll_back(window: MainWindow, mach
 
 
 @pytest.mark.gui
-def test_a_refused_hub_answer_shows_why_and_offers_no_update(machine: tuple[RealDaemon, FakeHub], pulled: str,
-                                                             open_main_window: Callable[..., MainWindow],
+def test_a_refused_hub_answer_shows_why_and_offers_no_update(window: MainWindow, machine: tuple[RealDaemon, FakeHub],
                                                              qtbot: Any) -> None:
     daemon, hub = machine
+    qtbot.waitUntil(lambda: window.models.list.count() == 2 and "gamma" in window.ctx.models.updates.state.value,
+                    timeout=30_000)  # the app has read the daemon's answers
+    assert badge(window, "gamma") is None  # pulled at the hub's newest revision: nothing to offer yet
     hub.add(REPO, FILE, gguf_bytes() + bytes(3000))  # new bytes under the same revision: the hub rewrote it in place
-    [found] = ask(daemon, lambda c: c.model_updates(check=True))  # the daemon's check refuses that answer
+    # the daemon's check (daily, here asked) refuses that answer, and says so to the app that is open
+    [found] = ask(daemon, lambda c: c.model_updates(check=True))
     assert found.state == "refused"
-    window = open_main_window(DaemonClient(*daemon, client_name="app"))
     qtbot.waitUntil(lambda: badge(window, "gamma") is not None and badge(window, "gamma").text() == "Update refused",
                     timeout=30_000)
     assert f"the hub changed {FILE}" in badge(window, "gamma").toolTip()
