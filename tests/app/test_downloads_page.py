@@ -50,7 +50,7 @@ def transfer_once(daemon: RealDaemon, qtbot: Any, start: Callable[[DaemonClient]
     def now() -> Transfer:
         return ask(daemon, lambda c: c.transfer(started.id))
 
-    qtbot.waitUntil(lambda: ok(now()), timeout=30_000)
+    qtbot.waitUntil(lambda: ok(now()), timeout=60_000)
     return now()
 
 
