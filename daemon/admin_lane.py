@@ -186,7 +186,9 @@ class LaneSite(web.BaseSite):
         await super().start()
         self._loop = asyncio.get_running_loop()
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-        self._lane_loop = asyncio.new_event_loop()
+        # A plain loop, whatever the process's policy: in the app (the demo's daemon) that is qasync's,
+        # whose loops are Qt's and belong to its main thread.
+        self._lane_loop = asyncio.DefaultEventLoopPolicy().new_event_loop()
         self._thread = threading.Thread(target=self._lane_loop.run_forever, name="admin-lane", daemon=True)
         self._thread.start()
         try:
