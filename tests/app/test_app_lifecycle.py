@@ -3,6 +3,7 @@ agents), quits through its own quit path, and exits 0 without PySide6's finalisa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -42,12 +43,26 @@ DRIVER = textwrap.dedent("""
 
 
 def run_app(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The app run to its end; one still running after 120 s is killed with everything it started (the
+    demo's agent and runtime outlive a killed app by design), and the test fails."""
+    import psutil
+
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT),
            "MIRBADLLM_SHOWN_MARKER": str(tmp_path / "shown"),
            "MIRBADLLM_APP_CONFIG": str(tmp_path / "app-config.json"),
            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", DRIVER, *args],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    argv = [sys.executable, "-X", "faulthandler", "-c", DRIVER, *args]
+    with subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as app:
+        try:
+            out, err = app.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for process in [*psutil.Process(app.pid).children(recursive=True), psutil.Process(app.pid)]:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            out, err = app.communicate()
+            pytest.fail(f"the app did not quit within 120 s:\n{err}")
+    return subprocess.CompletedProcess(argv, app.returncode, out, err)
 
 
 def test_ctrl_c_quits_the_demo_app_cleanly_and_tears_qt_down(tmp_path: Path) -> None:
