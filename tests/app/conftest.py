@@ -1,5 +1,5 @@
-"""Fixtures of the app's tests: the fake daemon, a real one (``real_daemon.py``), and for widget tests
-one qasync loop on Qt's and the app's main window opened over a client."""
+"""Fixtures of the app's tests: the real daemon (``real_daemon.py``), and for widget tests one qasync
+loop on Qt's and the app's main window opened over a client."""
 
 from __future__ import annotations
 
@@ -16,15 +16,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_daemon import FakeDaemonClient, definition
-
 _LOGGER = logging.getLogger(__name__)
-
-
-@pytest.fixture
-def fake() -> FakeDaemonClient:
-    return FakeDaemonClient([definition("alpha", tags=["chat"]), definition("beta", served_name="Beta-7B",
-                                                                              tags=["code", "chat"])])
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +112,3 @@ def open_main_window(qloop: asyncio.AbstractEventLoop, qapp: Any, qtbot: Any,
         win.close()
         win.deleteLater()
     qapp.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-
-
-@pytest.fixture
-def window(fake: FakeDaemonClient, open_main_window: Callable[..., Any]) -> Any:
-    """The main window over ``fake``; a test file defines its own ``window`` where it needs more."""
-    return open_main_window(fake)
