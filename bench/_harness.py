@@ -69,10 +69,13 @@ def _spawn_daemon(argv: list[str], home: Path, root: Path) -> subprocess.Popen[b
     return subprocess.Popen(argv, stdout=log, stderr=log, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
 
 
-async def start_daemon(*extra: str, seed_demo: bool = True, root: Path = ROOT) -> BenchDaemon:
+async def start_daemon(*extra: str, seed_demo: bool = True, root: Path = ROOT, config: str = "") -> BenchDaemon:
     """A daemon on a free port with its own home; ``root``: the source tree it runs from (another
-    tree, e.g. ``git archive HEAD~1 | tar -x -C /tmp/old``, puts an older daemon beside this one)."""
+    tree, e.g. ``git archive HEAD~1 | tar -x -C /tmp/old``, puts an older daemon beside this one);
+    ``config``: its ``config.toml``, if any."""
     home = Path(tempfile.mkdtemp(prefix="mirbadllm-bench-"))
+    if config:
+        (home / "config.toml").write_text(config)
     port = free_port()
     argv = [sys.executable, "-m", "mirbadllm", "daemon", "--home", str(home), "--port", str(port), *extra]
     if not seed_demo:

@@ -1,5 +1,6 @@
 """How the /v1 router holds many streams at once: 1, 64, 256 and 1,024 concurrent streams through
-the router against the fast fake runtime (no token delay), beside the same streams sent straight to it.
+the router against the fast fake runtime (no token delay), or the real llama-server (``--runtime
+real``, below), beside the same streams sent straight to it.
 
 Per level: the added latency (the routed streams' p50 and p99 less the direct ones'), the daemon's
 CPU per forwarded SSE event, and at the end the per-event cost at the top level against that at 1
@@ -19,9 +20,16 @@ the router's queue when routed.
 
 ``--soak``: N streams at once, each starting the next as it ends, for SECONDS; prints the streams
 done and failed (an error, or an answer short of its tokens: something lost), and the daemon's RSS
-and open files at the start, each quarter and the end. ``--runtime real``: against the real
-llama-server and the Gemma 3 270M demo model (4 slots, the rest queued in the router, 16 tokens an
-answer) instead of the fast fake.
+and open files at the start, each quarter and the end.
+
+``--runtime real`` (the levels and the soak): against the real llama-server (``make runtime``) and
+the Gemma 3 270M demo model (4 slots, 16 tokens an answer) instead of the fast fake. Past the 4
+slots most streams wait: direct ones in llama-server's own queue, routed ones in the router's
+queue (raised to the top level, so none is refused); the clients have no timeout (a stream at the
+back of a thousand waits minutes), and the added latency is then mostly how the two queues order
+the same work. ``--streams-per-level`` defaults to 64 there (two rounds of each level above it);
+the 4 slots answer ~5 streams a second on a 2-core machine, so a level of N (a warm-up round and
+two each way) takes ~N s: 256 about 4 min, 1,024 about 17.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +81,7 @@ class Level:
     failed: int
     rounds: list[Round] = field(default_factory=list)
     cpu_s: float = 0.0  # the daemon's CPU in the routed rounds
+    why: Counter[str] = field(default_factory=Counter)  # "direct: the error" or "routed: ...": how many
 
 
 @dataclass
@@ -92,18 +102,36 @@ def _raise_open_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(8192, hard), hard))
 
 
+@dataclass(frozen=True)
+class Runtime:
+    """What the levels run against: the model (its id in the router and the agent's records) and
+    the tokens of an answer."""
+
+    model: str
+    tokens: int
+
+
+FAKE = Runtime("fake", TOKENS)
+
+
 async def _batch(session: aiohttp.ClientSession, base: str, headers: dict[str, str], concurrency: int,
-                 tag: str) -> tuple[list[float], int, int]:
-    """``concurrency`` streams at once: their total times, events, and how many failed."""
+                 tag: str, runtime: Runtime, why: Counter[str]) -> tuple[list[float], int, int]:
+    """``concurrency`` streams at once: their total times, events, and how many failed (an error,
+    or an answer short of its tokens), each failure counted in ``why``."""
     results = await asyncio.gather(*[
-        stream_chat(session, base, headers, "fake", f"{tag} {i}", TOKENS) for i in range(concurrency)],
+        stream_chat(session, base, headers, runtime.model, f"{tag} {i}", runtime.tokens) for i in range(concurrency)],
         return_exceptions=True)
-    ok = [r for r in results if not isinstance(r, BaseException)]
+    ok = [r for r in results if not isinstance(r, BaseException) and r.tokens == runtime.tokens]
+    side = "warm-up" if tag == "warm-up" else "direct" if tag.startswith("d") else "routed"
+    why.update(f"{side}: {type(r).__name__}: {str(r)[:120]}" if isinstance(r, BaseException)
+               else f"{side}: an answer of {r.tokens} tokens" for r in results if r not in ok)
     return [r.total_s for r in ok], sum(r.events for r in ok), len(results) - len(ok)
 
 
-async def measure_level(d: BenchDaemon, session: aiohttp.ClientSession, concurrency: int, total: int) -> Level:
-    endpoint, key = d.runtime("fake")
+async def measure_level(d: BenchDaemon, session: aiohttp.ClientSession, concurrency: int, total: int,
+                        runtime: Runtime = FAKE, direct_session: aiohttp.ClientSession | None = None) -> Level:
+    """``direct_session``: the client of the direct streams, if not ``session``."""
+    endpoint, key = d.runtime(runtime.model)
     direct = (endpoint, {"Authorization": f"Bearer {key}"})
     routed = (f"http://127.0.0.1:{d.port}", {})
     proc = psutil.Process(d.process.pid)
@@ -111,16 +139,17 @@ async def measure_level(d: BenchDaemon, session: aiohttp.ClientSession, concurre
     times: dict[str, list[float]] = {"direct": [], "routed": []}
     cpu, events, failed = 0.0, 0, 0
     spans: list[Round] = []
-    await _batch(session, *routed, concurrency, "warm-up")  # opens the connections, untimed
+    why: Counter[str] = Counter()
+    await _batch(session, *routed, concurrency, "warm-up", runtime, why)  # opens the connections, untimed
     for r in range(rounds):
         for name in (("direct", "routed") if r % 2 == 0 else ("routed", "direct")):
             if name == "direct":
-                took, _events, lost = await _batch(session, *direct, concurrency, f"d{r}")
+                took, _events, lost = await _batch(direct_session or session, *direct, concurrency, f"d{r}", runtime, why)
             else:
-                stats = (await d.client.status()).router.get("fake")
+                stats = (await d.client.status()).router.get(runtime.model)
                 start = time.monotonic()
                 before = proc.cpu_times()
-                took, got, lost = await _batch(session, *routed, concurrency, f"r{r}")
+                took, got, lost = await _batch(session, *routed, concurrency, f"r{r}", runtime, why)
                 after = proc.cpu_times()
                 spans.append(Round(start, time.monotonic(), stats.total if stats else 0, concurrency))
                 cpu += (after.user - before.user) + (after.system - before.system)
@@ -129,7 +158,7 @@ async def measure_level(d: BenchDaemon, session: aiohttp.ClientSession, concurre
             failed += lost
     d_, r_ = times["direct"], times["routed"]
     return Level(concurrency, percentile(d_, 50) * 1000, percentile(d_, 99) * 1000, percentile(r_, 50) * 1000,
-                 percentile(r_, 99) * 1000, cpu / max(events, 1) * 1e6, failed, spans, cpu)
+                 percentile(r_, 99) * 1000, cpu / max(events, 1) * 1e6, failed, spans, cpu, why)
 
 
 @dataclass
@@ -140,7 +169,7 @@ class AdminCall:
     in_flight: int
 
 
-async def poll_admin(url: str, token: str, out: Path) -> None:
+async def poll_admin(url: str, token: str, out: Path, model: str) -> None:
     """``--poll-admin``: call ``GET /api/status`` every ADMIN_POLL_S until SIGTERM, one line per call
     in ``out``. Runs in a process of its own, its loop idle but for these calls."""
     stop = asyncio.Event()
@@ -151,7 +180,7 @@ async def poll_admin(url: str, token: str, out: Path) -> None:
             sent = time.monotonic()
             status = await client.status()
             took = time.monotonic() - sent
-            stats = status.router.get("fake")
+            stats = status.router.get(model)
             lines.write(f"{sent} {took} {stats.total if stats else 0} {stats.in_flight if stats else 0}\n")
             lines.flush()
             try:
@@ -164,10 +193,11 @@ async def poll_admin(url: str, token: str, out: Path) -> None:
 class AdminPoller:
     """The ``--poll-admin`` process, and the calls it made."""
 
-    def __init__(self, d: BenchDaemon) -> None:
+    def __init__(self, d: BenchDaemon, model: str) -> None:
         self._out = Path(tempfile.mkdtemp(prefix="admin-calls-")) / "calls"  # the poller writes it
         self._proc = subprocess.Popen([sys.executable, __file__, "--poll-admin", str(self._out),
-                                       "--url", f"http://127.0.0.1:{d.port}", "--home", str(d.home)])
+                                       "--url", f"http://127.0.0.1:{d.port}", "--home", str(d.home),
+                                       "--model", model])
 
     def stop(self) -> list[AdminCall]:
         self._proc.send_signal(signal.SIGTERM)
@@ -197,21 +227,37 @@ def _figures(took: list[float]) -> str:
             f"max {max(took) * 1000:.1f} ms ({len(took)} calls)")
 
 
-async def scale(levels: list[int], per_level: int, tree: Path, timeline: bool = False) -> None:
-    print(f"Router at scale: fast fake runtime ({SLOTS} slots, {TOKENS} tokens), streams at once through the "
-          f"router vs straight to the fake; the daemon from {tree}")
-    d = await start_fake_daemon(TOKENS, parallel=SLOTS, max_queue=max(levels), root=tree)
+async def scale(levels: list[int], per_level: int, tree: Path, timeline: bool = False, real: bool = False) -> None:
+    if real:
+        runtime = Runtime(DEMO_MODEL_ID, REAL_TOKENS)
+        print(f"Router at scale: real llama-server, Gemma 3 270M ({REAL_SLOTS} slots, {REAL_TOKENS} tokens), "
+              f"streams at once through the router vs straight to llama-server; the daemon from {tree}")
+        print(f"  past {REAL_SLOTS} streams most wait: direct ones in llama-server's own queue, routed ones in the "
+              f"router's (raised to {max(levels)}); no client timeout")
+        d = await _real_daemon(max(levels), tree)
+    else:
+        runtime = FAKE
+        print(f"Router at scale: fast fake runtime ({SLOTS} slots, {TOKENS} tokens), streams at once through the "
+              f"router vs straight to the fake; the daemon from {tree}")
+        d = await start_fake_daemon(TOKENS, parallel=SLOTS, max_queue=max(levels), root=tree)
     found: list[Level] = []
     calls: list[AdminCall] = []
+    # On the real runtime the streams at the back of the queues wait for minutes.
+    timeout = aiohttp.ClientTimeout(total=None if real else 600)
+    # llama-server closes a kept-alive connection when it likes (the client then reads "Server
+    # disconnected" on its next request) and holds one of its few HTTP threads for each idle
+    # one: the direct streams each open a connection of their own (a local connect, ~0.1 ms).
+    direct = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout) \
+        if real else None
     try:
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             print(f"  {'streams':>7}  {'added p50':>9}  {'added p99':>9}  {'direct p50/p99 ms':>17}  "
                   f"{'routed p50/p99 ms':>17}  {'µs/event':>8}  failed")
             for concurrency in levels:
-                poller = AdminPoller(d) if concurrency == max(levels) else None
+                poller = AdminPoller(d, runtime.model) if concurrency == max(levels) else None
                 try:
-                    level = await measure_level(d, session, concurrency, per_level)
+                    level = await measure_level(d, session, concurrency, per_level, runtime, direct)
                 finally:
                     if poller is not None:
                         calls = poller.stop()
@@ -220,8 +266,12 @@ async def scale(levels: list[int], per_level: int, tree: Path, timeline: bool = 
                       f"{level.routed_p99_ms - level.direct_p99_ms:>6.2f} ms  "
                       f"{level.direct_p50_ms:>8.1f}/{level.direct_p99_ms:<8.1f}  "
                       f"{level.routed_p50_ms:>8.1f}/{level.routed_p99_ms:<8.1f}  {level.cpu_us_per_event:>8.1f}  "
-                      f"{level.failed}")
+                      f"{level.failed}", flush=True)
+                for reason, count in level.why.most_common(4):  # where they failed (the warm-up: listed, not counted)
+                    print(f"           {count} x {reason}")
     finally:
+        if direct is not None:
+            await direct.close()
         await d.stop()
     first, top = found[0], found[-1]
     print(f"  CPU per event at {top.streams} / at {first.streams}: "
@@ -232,7 +282,8 @@ async def scale(levels: list[int], per_level: int, tree: Path, timeline: bool = 
               f"{top.streams}-stream routed rounds (target p99 < 50 ms):")
         print(f"    ramp (the burst, until the daemon has taken every request): {_figures(ramp)}")
         print(f"    steady (every request taken, streaming until the round ends): {_figures(steady)}")
-        print(f"    all calls at this level, straight-to-the-fake rounds included: {_figures([c.took_s for c in calls])}")
+        print(f"    all calls at this level, straight-to-the-{'runtime' if real else 'fake'} rounds included: "
+              f"{_figures([c.took_s for c in calls])}")
         wall = sum(r.end - r.start for r in top.rounds)
         print(f"    the daemon's CPU in these rounds: {top.cpu_s:.2f} s in {wall:.2f} s, {top.cpu_s / wall:.0%} of one "
               f"core (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: what it could get)")
@@ -256,8 +307,11 @@ REAL_SLOTS = 4
 
 
 async def _real_daemon(streams: int, tree: Path) -> BenchDaemon:
-    """The demo model on the real llama-server, its queue raised so that no stream is refused."""
-    d = await start_daemon(root=tree)
+    """The demo model on the real llama-server, its queue raised so that no stream is refused. The
+    daemon's work-path probe (one token, when the router has nothing in flight: in the direct rounds)
+    waits as long as llama-server's queue does: at 15 s it timed out behind 256 direct streams and
+    the daemon restarted the model under them."""
+    d = await start_daemon(root=tree, config="[health]\nprobe_timeout_s = 3600\n")
     definition = (await d.client.get_model(DEMO_MODEL_ID)).definition
     definition.max_queue = streams
     definition.settings.parallel = REAL_SLOTS  # type: ignore[union-attr]  # the demo model is llama.cpp
@@ -317,28 +371,32 @@ async def soak(seconds: float, streams: int, tree: Path, runtime: str) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", default="1,64,256,1024", help="streams at once, comma-separated")
-    parser.add_argument("--streams-per-level", type=int, default=2048,
-                        help="streams each way per level, at least two rounds of the level")
+    parser.add_argument("--streams-per-level", type=int,
+                        help="streams each way per level, at least two rounds of the level (default: 2048; 64 "
+                             "on the real runtime)")
     parser.add_argument("--soak", type=float, metavar="SECONDS", help="soak instead: this long")
     parser.add_argument("--streams", type=int, default=64, help="streams at once in the soak")
     parser.add_argument("--runtime", choices=("fake", "real"), default="fake",
-                        help="the soak's runtime: the fast fake, or the real llama-server with the demo model")
+                        help="the levels' and the soak's runtime: the fast fake, or the real llama-server with "
+                             "the demo model")
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="the daemon's source tree (another one, e.g. an older commit's, to compare)")
     parser.add_argument("--timeline", action="store_true", help="print each admin call of the top level")
     parser.add_argument("--poll-admin", type=Path, help=argparse.SUPPRESS)  # the poller process (AdminPoller)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.poll_admin:
-        await poll_admin(args.url, read_admin_token(args.home) or "", args.poll_admin)
+        await poll_admin(args.url, read_admin_token(args.home) or "", args.poll_admin, args.model)
         return
     _raise_open_files()
     if args.soak:
         await soak(args.soak, args.streams, args.tree.resolve(), args.runtime)
     else:
-        await scale([int(n) for n in args.levels.split(",")], args.streams_per_level, args.tree.resolve(),
-                    args.timeline)
+        real = args.runtime == "real"
+        per_level = args.streams_per_level or (64 if real else 2048)
+        await scale([int(n) for n in args.levels.split(",")], per_level, args.tree.resolve(), args.timeline, real)
 
 
 if __name__ == "__main__":
