@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,18 @@ def real_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     with daemon_in_thread(tmp_path_factory.mktemp("daemon")) as found:
         yield found
+
+
+@pytest.fixture
+async def client(real_daemon: Any) -> AsyncIterator[Any]:
+    """The app's client of ``real_daemon``; a test file that needs another defines its own ``client``."""
+    from daemon.api.client import DaemonClient
+
+    app = DaemonClient(*real_daemon, client_name="app")
+    try:
+        yield app
+    finally:
+        await app.close()
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ blocking the add."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +37,6 @@ def tower(real_daemon: RealDaemon, tmp_path_factory: pytest.TempPathFactory) -> 
     root = tmp_path_factory.mktemp("plan")
     return Tower(real_daemon, gpu_node(real_daemon, root, "tower", [RTX]),
                  write_gguf(root / "models" / "big-Q4_K_M.gguf", **BIG))
-
-
-@pytest.fixture
-async def client(real_daemon: RealDaemon) -> AsyncIterator[DaemonClient]:
-    app = DaemonClient(*real_daemon, client_name="app")
-    try:
-        yield app
-    finally:
-        await app.close()
 
 
 async def wizard(client: DaemonClient, path: Path | str, model_id: str) -> AddModelViewModel:

@@ -8,7 +8,7 @@ status and in the model panel."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +47,6 @@ def pair(real_daemon: RealDaemon, tmp_path_factory: pytest.TempPathFactory) -> P
         write_fake_rpc_server(root / f"runtime-{name}")  # beside its llama-server, where the catalog looks
         nodes[name] = gpu_node(real_daemon, root, name, [], memory_gib=(8, 6))
     return Pair(real_daemon, nodes, write_gguf(root / "models" / "big-Q4_K_M.gguf", **BIG))
-
-
-@pytest.fixture
-async def client(real_daemon: RealDaemon) -> AsyncIterator[DaemonClient]:
-    app = DaemonClient(*real_daemon, client_name="app")
-    try:
-        yield app
-    finally:
-        await app.close()
 
 
 async def split_wizard(client: DaemonClient, pair: Pair, model_id: str) -> AddModelViewModel:

@@ -5,7 +5,6 @@ agents, no GPU, 6 GiB of memory free of 8, the fake llama-server and ggml-rpc-se
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -34,15 +33,6 @@ def pair(real_daemon: RealDaemon, tmp_path_factory: pytest.TempPathFactory) -> P
         nodes[name] = gpu_node(real_daemon, root, name, [], memory_gib=(8, 6))
     return Pair(nodes, write_gguf(root / "models" / "big-Q4_K_M.gguf", **BIG),
                 write_gguf(root / "models" / "small-Q4_K_M.gguf"))
-
-
-@pytest.fixture
-async def client(real_daemon: RealDaemon) -> AsyncIterator[DaemonClient]:
-    app = DaemonClient(*real_daemon, client_name="app")
-    try:
-        yield app
-    finally:
-        await app.close()
 
 
 async def planned(client: DaemonClient, file: Path, ctx: int) -> AddModelViewModel:

@@ -7,7 +7,7 @@ Docker engine."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +45,6 @@ def nodes(real_daemon: RealDaemon, tmp_path_factory: pytest.TempPathFactory) -> 
         yield Nodes(real_daemon, gpu, mac, write_gguf(root / "models" / "qwen-7b.Q4_K_M.gguf"))
     finally:
         real_daemon.call(lambda _deps: engine.close())
-
-
-@pytest.fixture
-async def client(real_daemon: RealDaemon) -> AsyncIterator[DaemonClient]:
-    app = DaemonClient(*real_daemon, client_name="app")
-    try:
-        yield app
-    finally:
-        await app.close()
 
 
 async def wizard(client: DaemonClient, node: str, runtime: str) -> AddModelViewModel:
