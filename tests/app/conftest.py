@@ -32,13 +32,10 @@ def real_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture
 async def client(real_daemon: Any) -> AsyncIterator[Any]:
     """The app's client of ``real_daemon``; a test file that needs another defines its own ``client``."""
-    from daemon.api.client import DaemonClient
+    from real_daemon import app_client
 
-    app = DaemonClient(*real_daemon, client_name="app")
-    try:
+    async with app_client(real_daemon) as app:
         yield app
-    finally:
-        await app.close()
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -215,6 +215,25 @@ def on_workstation(daemon: RealDaemon, model_id: str, *, node: str | None = None
                                            "node": node or daemon.workstation, **fields})  # type: ignore[attr-defined]
 
 
+@asynccontextmanager
+async def app_client(daemon: RealDaemon, *definitions: ModelDefinition) -> AsyncIterator[DaemonClient]:
+    """The app's client of ``daemon``, closed at the end; with ``definitions``, the daemon reset to
+    just those first (``fresh``)."""
+    if definitions:
+        fresh(daemon, *definitions)
+    client = DaemonClient(*daemon, client_name="app")
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def alpha_and_beta(daemon: RealDaemon) -> tuple[ModelDefinition, ModelDefinition]:
+    """The window tests' two models on the workstation: alpha, and beta served as "Beta-7B"."""
+    return (on_workstation(daemon, "alpha", tags=["chat"]),
+            on_workstation(daemon, "beta", served_name="Beta-7B", tags=["code", "chat"]))
+
+
 def fresh(daemon: RealDaemon, *definitions: ModelDefinition) -> list[ModelDefinition]:
     """The daemon as a test starts from: every model stopped, then exactly ``definitions`` (stopped);
     no API keys; the default settings (LAN access off)."""
@@ -253,6 +272,16 @@ def ask(daemon: RealDaemon, work: Callable[[DaemonClient], Coroutine[Any, Any, _
 
 
 @contextmanager
+def _hub_env(hub: Any, home: Path) -> Iterator[None]:
+    """``HF_ENDPOINT`` at ``hub`` and ``HF_HOME`` under ``home``, no token, until the block ends."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_ENDPOINT", hub.hub_url)
+        env.setenv("HF_HOME", str(home / "hf-home"))
+        env.delenv("HF_TOKEN", raising=False)
+        yield
+
+
+@contextmanager
 def fake_hub_for(daemon: RealDaemon, home: Path) -> Iterator[Any]:
     """The fake Hugging Face hub (``tests/fakes/fake_hf_hub.py``) on ``daemon``'s loop, asked by the
     daemon and by its in-process agents (``HF_ENDPOINT``; ``HF_HOME`` under ``home``) until the block ends."""
@@ -260,10 +289,7 @@ def fake_hub_for(daemon: RealDaemon, home: Path) -> Iterator[Any]:
 
     hub = daemon.call(lambda _deps: FakeHub().start())
     try:
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("HF_ENDPOINT", hub.hub_url)
-            env.setenv("HF_HOME", str(home / "hf-home"))
-            env.delenv("HF_TOKEN", raising=False)
+        with _hub_env(hub, home):
             yield hub
     finally:
         daemon.call(lambda _deps: hub.close())
@@ -331,10 +357,7 @@ def hub_in_thread(home: Path) -> Iterator[Any]:
     thread.start()
     hub = asyncio.run_coroutine_threadsafe(FakeHub().start(), loop).result(30)
     try:
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("HF_ENDPOINT", hub.hub_url)
-            env.setenv("HF_HOME", str(home / "hf-home"))
-            env.delenv("HF_TOKEN", raising=False)
+        with _hub_env(hub, home):
             yield hub
     finally:
         asyncio.run_coroutine_threadsafe(hub.close(), loop).result(30)

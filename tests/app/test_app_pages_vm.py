@@ -12,6 +12,8 @@ import pytest
 from helpers import definition, until
 from real_daemon import (
     RealDaemon,
+    alpha_and_beta,
+    app_client,
     ask,
     chat,
     daemon_with_workstation,
@@ -86,11 +88,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
 @pytest.fixture
 async def client(daemon: RealDaemon) -> AsyncIterator[DaemonClient]:
     """The app's client of the module's daemon, reset to alpha and beta ("Beta-7B"), stopped."""
-    fresh(daemon, on_workstation(daemon, "alpha", tags=["chat"]),
-          on_workstation(daemon, "beta", served_name="Beta-7B", tags=["code", "chat"]))
-    found = DaemonClient(*daemon, client_name="app")
-    yield found
-    await found.close()
+    async with app_client(daemon, *alpha_and_beta(daemon)) as found:
+        yield found
 
 
 # --- models page ----------------------------------------------------------------------------------
