@@ -37,16 +37,17 @@ class InProcessAgent(agent_inprocess.InProcessAgent):
 
 
 async def start_inprocess_agent(home: Path, *, name: str = "inproc", llama_server: Path | None = None,
-                                gpus: list[GpuInfo] | None = None, first_port: int = 41000,
+                                gpus: list[GpuInfo] | None = None, first_port: int | None = None,
                                 memory_probe: Any = None, service_manager: Any = None, version: str | None = None,
                                 **build: Any) -> InProcessAgent:
     """``version``: what the agent reports (the program's by default, as ``mirbadllm agent``); ``build``:
     more of ``agent.deps.build_deps``'s keywords (``docker_socket``...). Its rpc-servers take ports of a
-    block of this worker's (two agents of two workers both finding 50052 free raced for it)."""
+    block of this worker's (two agents of two workers both finding 50052 free raced for it), and so do
+    its runtimes unless ``first_port`` says where."""
     build.setdefault("rpc_first_port", free_port_block(10))
     return await InProcessAgent.start(home, name=name, version=version or program_version(), llama_server=llama_server,
                                       telemetry_interval_s=0.2, gpu_probe=FakeGpuProbe(list(gpus or [])),
-                                      first_port=first_port, memory_probe=memory_probe,
+                                      first_port=free_port_block(20) if first_port is None else first_port, memory_probe=memory_probe,
                                       service_manager=service_manager, **build)
 
 

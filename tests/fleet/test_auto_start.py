@@ -14,7 +14,7 @@ MONITOR = {"interval_s": 0.5, "probe_timeout_s": 1.0}
 
 async def test_a_node_whose_start_never_completes_does_not_hold_up_another(
         tmp_path: Path, runtime_exe: Path, fake_runtime: Callable[..., Path], model_file: Path) -> None:
-    slow_node = await start_inprocess_agent(tmp_path / "agent", name="slow", first_port=41300,
+    slow_node = await start_inprocess_agent(tmp_path / "agent", name="slow",
                                             llama_server=fake_runtime(load_seconds=600))
     home = tmp_path / "daemon"
     try:

@@ -45,8 +45,8 @@ async def rd(tmp_path: Path) -> AsyncIterator[RunningDaemon]:
 
 @pytest.fixture
 async def two(tmp_path: Path, rd: RunningDaemon, runtime_exe: Path) -> AsyncIterator[list[InProcessAgent]]:
-    started = [await start_inprocess_agent(tmp_path / name, name=name, llama_server=runtime_exe, first_port=port)
-               for name, port in (("alpha", 41300), ("beta", 41340))]
+    started = [await start_inprocess_agent(tmp_path / name, name=name, llama_server=runtime_exe)
+               for name in ("alpha", "beta")]
     yield started
     for agent in started:
         await agent.close()
@@ -125,7 +125,7 @@ async def test_an_offline_node_is_named_and_paired_again_afterwards(
     # Re-pairing: `mirbadllm agent --unpair` there, remove it here, pair it again with the new CA.
     reset_identity(AgentPaths(beta.home))
     await rd.client.remove_node(beta_id)
-    again = await start_inprocess_agent(beta.home, name="beta", llama_server=runtime_exe, first_port=41380)
+    again = await start_inprocess_agent(beta.home, name="beta", llama_server=runtime_exe)
     two.append(again)
     await pair_online(rd, again)
     await eventually(lambda: _all_online(rd), what="alpha and the re-paired beta online")
@@ -205,7 +205,7 @@ async def test_ctl_rotate_ca_prints_each_node_and_the_offline_ones(
 
 async def test_this_machines_agent_rotates_too_and_a_restarted_daemon_keeps_the_new_ca(
         tmp_path: Path, runtime_exe: Path) -> None:
-    remote = await start_inprocess_agent(tmp_path / "gamma", name="gamma", llama_server=runtime_exe, first_port=41420)
+    remote = await start_inprocess_agent(tmp_path / "gamma", name="gamma", llama_server=runtime_exe)
     try:
         async with running_daemon(tmp_path / "daemon", runtime_exe, nodes=MONITOR) as rd:
             node = await pair_online(rd, remote)

@@ -22,7 +22,7 @@ BIG = {"layers": 32, "embd": 4096, "heads": 32, "kv_heads": 32, "ctx": 32768, "t
 async def agent(tmp_path: Path, runtime_exe: Path) -> AsyncIterator[InProcessAgent]:
     memory = FakeMemoryProbe(total=16 * GiB, available=12 * GiB)
     started = await start_inprocess_agent(tmp_path / "agent", name="budget", llama_server=runtime_exe,
-                                          memory_probe=memory, first_port=41200)
+                                          memory_probe=memory)
     yield started
     await started.close()
 

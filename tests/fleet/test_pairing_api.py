@@ -127,7 +127,7 @@ async def test_a_remote_runtime_that_hangs_up_on_reused_connections_still_answer
         tmp_path: Path, rd: RunningDaemon, model_file: Path, fake_runtime: Any) -> None:
     """The agent's proxy retries once on a fresh connection, as the daemon's router does locally."""
     exe = fake_runtime(drop_reused=True)
-    agent = await start_inprocess_agent(tmp_path / "dropping", name="theta", llama_server=exe, first_port=41500)
+    agent = await start_inprocess_agent(tmp_path / "dropping", name="theta", llama_server=exe)
     try:
         pairing = agent.last("pairing")
         node = await rd.client.pair_node(f"127.0.0.1:{agent.lifecycle.port}", pairing["code"], pairing["fingerprint"])

@@ -74,8 +74,7 @@ def daemonish(tmp_path: Path) -> Daemonish:
 @pytest.fixture
 async def main_agent(tmp_path: Path, daemonish: Daemonish, real_llama_server: Path,
                      rpc_build: Path) -> AsyncIterator[tuple[InProcessAgent, AgentClient, str]]:
-    agent = await start_inprocess_agent(tmp_path / "main", name="main", llama_server=real_llama_server,
-                                        first_port=43100)
+    agent = await start_inprocess_agent(tmp_path / "main", name="main", llama_server=real_llama_server)
     try:
         paired = await agent.pair_with(daemonish.ca, daemonish.cert.read_text())
         client = daemonish.client(agent.url, paired.certificate_pem)
@@ -155,8 +154,7 @@ async def test_a_model_split_over_two_agents_on_loopback_answers(
         tmp_path: Path, daemonish: Daemonish, main_agent: tuple[InProcessAgent, AgentClient, str],
         real_llama_server: Path, gemma_gguf: Path) -> None:
     main, main_client, main_node = main_agent
-    helper = await start_inprocess_agent(tmp_path / "helper", name="helper", llama_server=real_llama_server,
-                                         first_port=43200)
+    helper = await start_inprocess_agent(tmp_path / "helper", name="helper", llama_server=real_llama_server)
     try:
         paired = await helper.pair_with(daemonish.ca, daemonish.cert.read_text())
         helper_client = daemonish.client(helper.url, paired.certificate_pem)

@@ -95,7 +95,7 @@ async def nvidia_node(tmp_path: Path) -> AsyncIterator[InProcessAgent]:
     write_portable_build(home / "runtimes", "llamacpp-11434.0.0-cpuvulkan", {"vulkan": NO_VULKAN_DEVICE})
     (home / "runtimes").mkdir(parents=True, exist_ok=True)
     (home / "runtimes" / "preferred.json").write_text(json.dumps({"build": "llamacpp-11434.0.0-cpuvulkan"}))
-    agent = await start_inprocess_agent(home, name="gaming-pc", gpus=[RTX], first_port=41300)
+    agent = await start_inprocess_agent(home, name="gaming-pc", gpus=[RTX])
     yield agent
     await agent.close()
 
