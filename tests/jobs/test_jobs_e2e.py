@@ -29,7 +29,10 @@ async def _finished(d: RunningDaemon, job_id: str, timeout: float = 400) -> obje
 async def test_a_short_benchmark_of_gemma_on_llama_server(tmp_path: Path, gemma_gguf: Path,
                                                          real_llama_server: Path) -> None:
     async with running_daemon(tmp_path / "home", None) as d:
-        await d.client.create_model(model("gemma", str(gemma_gguf), settings={"ctx_size": 2048, "parallel": 2}))
+        # One thread: the suite's other worker holds a core, and two threads of llama-server on the one
+        # left wait on each other at every step (a token took 200 ms instead of 20).
+        settings = {"ctx_size": 2048, "parallel": 2, "threads": 1}
+        await d.client.create_model(model("gemma", str(gemma_gguf), settings=settings))
         status = await d.client.start_model("gemma", wait=True)
         assert status.state == ModelState.READY, status.error
         suite = SuiteOptions(levels=[1, 2], repetitions=1, max_tokens=MAX_TOKENS, long_prompt_tokens=96,
