@@ -222,6 +222,8 @@ def _demo_completion(ctx) -> None:  # type: ignore[no-untyped-def]
 
 async def shoot(app, out: Path, demo, modes: tuple[str, ...] = ("light", "dark")) -> list[Path]:  # type: ignore[no-untyped-def]
     """Every picture, in each of ``modes``, of the app over the fleet ``demo()`` runs (one for all)."""
+    from PySide6.QtCore import QEvent
+
     from app.context import AppContext
     from app.ui import theme
     from app.ui.main_window import MainWindow
@@ -251,9 +253,14 @@ async def shoot(app, out: Path, demo, modes: tuple[str, ...] = ("light", "dark")
             tray.rebuild_menu()
             tray.menu.adjustSize()
             save("tray-menu", tray.menu)
+            tray.close()
             window.quitting = True
             window.close()
             await ctx.close()  # the client opens a new session for the next mode
+            # Gone before the next theme: a style sheet set on the app restyles every widget alive
+            # (this mode's window and dialogs took seconds to restyle for nothing).
+            window.deleteLater()
+            app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     return written
 
 
