@@ -54,6 +54,7 @@ class InstanceManager:
         self._supervisors: dict[str, InstanceSupervisor] = {}
         self._version = 0
         self._changed = asyncio.Condition()
+        self._polls_ended = False
         self._start_lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
 
@@ -114,9 +115,17 @@ class InstanceManager:
             self._changed.notify_all()
 
     async def wait_page(self, since: int, timeout: float) -> InstancesPage:
-        """The page once ``version`` differs from ``since`` (at once if it does), or at ``timeout``."""
-        await self.wait_for(lambda: self._version != since, timeout)
+        """The page once ``version`` differs from ``since`` (at once if it does), or at ``timeout``; at
+        once after ``end_polls``."""
+        await self.wait_for(lambda: self._version != since or self._polls_ended, timeout)
         return self.page()
+
+    async def end_polls(self) -> None:
+        """The agent is stopping: every long-poll answers now, and any later one at once, so a stop (an
+        upgrade's restart) never waits on the daemon's poll, which it holds open all the time."""
+        async with self._changed:
+            self._polls_ended = True
+            self._changed.notify_all()
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``predicate()`` holds after some change; False on timeout."""

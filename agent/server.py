@@ -203,6 +203,15 @@ async def _adoption(app: web.Application) -> AsyncIterator[None]:
         await deps.sources.close()  # running transfers are cancelled and leave no partial files
 
 
+async def _end_long_polls(app: web.Application) -> None:
+    """A stop (an upgrade's restart, SIGTERM) answers the daemon's long-polls at once: the runner would
+    otherwise wait for them, up to its shutdown timeout, before the agent exits."""
+    deps = app[DEPS]
+    await deps.manager.end_polls()
+    if deps.sources is not None:
+        await deps.sources.transfers.end_polls()
+
+
 async def _warm_offers(app: web.Application) -> AsyncIterator[None]:
     """Learn what each runtime offers once at start (a build's fingerprint, ``--version``, the vLLM
     image's version), so the first status probes answer from the drivers' caches, not after it."""
@@ -299,6 +308,7 @@ def create_app(deps: AgentDeps) -> web.Application:
         *services_routes(p, _services),                             # GET /services, POST /services/{name}/{action}: agent.services
         *rpc_api.routes(p, _rpc),                                   # /rpc/servers, /rpc/{grant}/tunnel: agent.rpc.api
     ])
+    app.on_shutdown.append(_end_long_polls)
     app.cleanup_ctx.extend([_adoption, _warm_offers, _telemetry, _proxy_connections])
     app.cleanup_ctx.append(rpc_api.cleanup(lambda a: a[DEPS].rpc))  # every rpc-server stops with the agent
     return app

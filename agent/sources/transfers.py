@@ -85,6 +85,7 @@ class TransferManager:
         self._works: dict[str, Work] = {}  # a pausable transfer's work, run again by a resume
         self._version = 0
         self._changed = asyncio.Condition()
+        self._polls_ended = False
         self._slots = asyncio.Semaphore(running_at_once)
         self._counter = itertools.count(1)
 
@@ -106,8 +107,15 @@ class TransferManager:
     async def wait_page(self, since: int, timeout: float) -> TransfersPage:
         async with self._changed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait_for(lambda: self._version != since), timeout)
+                await asyncio.wait_for(self._changed.wait_for(lambda: self._version != since or self._polls_ended),
+                                       timeout)
         return self.page()
+
+    async def end_polls(self) -> None:
+        """The agent is stopping: every long-poll answers now, and any later one at once."""
+        async with self._changed:
+            self._polls_ended = True
+            self._changed.notify_all()
 
     def get(self, transfer_id: str) -> TransferInfo:
         try:

@@ -259,3 +259,27 @@ async def test_clients_without_the_right_certificate_are_refused(start_agent, tm
         finally:
             await client.close()
     assert (await agent.client.status()).node_id  # the right certificate still gets in
+
+
+async def test_a_stopping_agent_answers_the_daemons_long_polls_instead_of_holding_its_exit(
+        tmp_path: Path, port_base: int, fake_runtime) -> None:  # type: ignore[no-untyped-def]
+    """The daemon holds an instances long-poll open all the time (and a transfers one while a download
+    runs): a stop (an upgrade's restart, SIGTERM) answers them with the page as it is, where the runner
+    used to wait out its shutdown timeout and then cut them."""
+    home = tmp_path / "agent"
+    tls = issue_tls(tmp_path, home / "identity")
+    deps = build_deps(home, llama_server=fake_runtime(), telemetry_interval_s=0.05, first_port=port_base)
+    runner, port = await start_server(create_app(deps), "127.0.0.1", 0, server_ssl_context(deps.identity))
+    client = AgentClient(f"https://127.0.0.1:{port}", tls.client_context())
+    try:
+        instances, transfers = await client.instances(), await client.transfers()
+        polls = asyncio.gather(client.instances(since=instances.version, timeout=60),
+                               client.transfers(since=transfers.version, timeout=60))
+        assert runner.server is not None
+        await eventually(lambda: runner.server.requests_count == 4, what="both polls taken in")
+        await runner.cleanup()
+        answered, listed = await asyncio.wait_for(polls, 30)
+        assert answered.version == instances.version and answered.instances == []
+        assert listed.version == transfers.version and listed.transfers == []
+    finally:
+        await client.close()
