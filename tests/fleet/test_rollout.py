@@ -8,6 +8,7 @@ exits 75.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import platform
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 OLD, NEW = "0.1.0", "0.2.0"
 PLATFORM = agent_platform(platform.system(), platform.machine())
+FAST_UPGRADES = {"poll_interval_s": 0.1}  # a restarted node is asked again every 0.1 s, not every 0.5 s
 
 
 def stage_release(rd: RunningDaemon, tmp_path: Path) -> None:
@@ -89,22 +91,24 @@ async def rollout_end(rd: RunningDaemon) -> tuple[RolloutView, list[tuple[str, s
 
 
 async def start_models(rd: RunningDaemon, model_file: Path, nodes: dict[str, str]) -> dict[str, int]:
-    pids = {}
-    for name, node_id in nodes.items():
+    """``on-NAME`` on each node, all started at once; their PIDs by node name."""
+    async def start(name: str, node_id: str) -> int:
         await rd.client.create_model(model(f"on-{name}", str(model_file), node=node_id))
         status = await rd.client.start_model(f"on-{name}", wait=True)
         assert status.state == ModelState.READY and status.pid, status.error
-        pids[name] = status.pid
-    return pids
+        return status.pid
+
+    return dict(zip(nodes, await asyncio.gather(*(start(name, node_id) for name, node_id in nodes.items())),
+                    strict=True))
 
 
 async def test_nodes_are_upgraded_one_at_a_time_and_keep_their_runtimes(
         agents: Any, loops: list[ServiceLoop], tmp_path: Path, model_file: Path) -> None:
     log: list[tuple[str, str]] = []
-    alpha = await service(agents, tmp_path, "alpha", log)
-    beta = await service(agents, tmp_path, "beta", log)
+    alpha, beta = await asyncio.gather(service(agents, tmp_path, "alpha", log), service(agents, tmp_path, "beta", log))
     loops += [alpha, beta]
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR) as rd:
+    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR,
+                              upgrades=FAST_UPGRADES) as rd:
         ids = {"alpha": await pair(rd, alpha.agent), "beta": await pair(rd, beta.agent)}
         pids = await start_models(rd, model_file, ids)
         assert {n.version for n in await rd.client.list_nodes()} == {OLD}
@@ -134,11 +138,11 @@ async def test_nodes_are_upgraded_one_at_a_time_and_keep_their_runtimes(
 async def test_a_node_that_does_not_come_back_stops_the_rollout_before_the_next(
         agents: Any, loops: list[ServiceLoop], tmp_path: Path, model_file: Path) -> None:
     log: list[tuple[str, str]] = []
-    alpha = await service(agents, tmp_path, "alpha", log, restart=False)  # its "systemd" never restarts it
-    beta = await service(agents, tmp_path, "beta", log)
+    alpha, beta = await asyncio.gather(service(agents, tmp_path, "alpha", log, restart=False),  # its "systemd"
+                                       service(agents, tmp_path, "beta", log))                # never restarts it
     loops += [alpha, beta]
     async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR,
-                              upgrades={"ready_timeout_s": 3, "poll_interval_s": 0.2}) as rd:
+                              upgrades={**FAST_UPGRADES, "ready_timeout_s": 1.5}) as rd:
         ids = {"alpha": await pair(rd, alpha.agent), "beta": await pair(rd, beta.agent)}
         await start_models(rd, model_file, ids)
         stage_release(rd, tmp_path)
@@ -147,7 +151,7 @@ async def test_a_node_that_does_not_come_back_stops_the_rollout_before_the_next(
         view, seen = await rollout_end(rd)
 
         assert view.state == RolloutState.FAILED
-        assert view.reason is not None and "node alpha" in view.reason and "within 3 s" in view.reason
+        assert view.reason is not None and "node alpha" in view.reason and "within 1.5 s" in view.reason
         assert "not upgraded" in view.reason
         states = [(n.name, n.state) for n in view.nodes]
         assert states == [("alpha", NodeUpgradeState.FAILED), ("beta", NodeUpgradeState.PENDING)]
