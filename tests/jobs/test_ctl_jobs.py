@@ -63,7 +63,8 @@ def test_a_tuning_run_prints_candidates_confirmation_ranges_and_the_decision() -
 @pytest.mark.slow
 async def test_ctl_bench_runs_a_benchmark_and_prints_its_table(
         tmp_path: Path, model_file: Path, fake_runtime: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
-    async with running_daemon(tmp_path / "home", fake_runtime(token_delay_s=0.01, tokens=1000)) as d:
+    # The default suite asks eight objective questions of 24 tokens each: a fast fake keeps them short.
+    async with running_daemon(tmp_path / "home", fake_runtime(token_delay_s=0.001, tokens=1000)) as d:
         await d.client.create_model(model("m", str(model_file), settings={"parallel": 2}))
         await d.client.start_model("m", wait=True)
         args = ctl.parse_args(["bench", "m", "--levels", "1,2", "--repetitions", "1", "--max-tokens", "4",
