@@ -8,6 +8,7 @@ staged folder or fetched by the daemon from the signed feed (``ReleaseServer`` o
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fleet.agents import eventually
 from tests.fleet.service_loop import ServiceLoop
 from tests.fleet.test_fleet_loopback import FAST_MONITOR, pair
-from tests.fleet.test_rollout import NEW, OLD, PLATFORM, loops, service
+from tests.fleet.test_rollout import FAST_UPGRADES, NEW, OLD, PLATFORM, loops, service
 from tests.updates.release import ReleaseServer
 
 pytestmark = pytest.mark.slow
@@ -63,11 +64,11 @@ async def refused(rd: RunningDaemon, folder: str) -> str:
 async def test_ctl_refuses_a_bad_release_then_rolls_a_good_one_out_node_by_node(
         agents: Any, loops: list[ServiceLoop], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log: list[tuple[str, str]] = []
-    alpha = await service(agents, tmp_path, "alpha", log)
-    beta = await service(agents, tmp_path, "beta", log)
+    alpha, beta = await asyncio.gather(service(agents, tmp_path, "alpha", log), service(agents, tmp_path, "beta", log))
     loops += [alpha, beta]
     trusted, stranger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR) as rd:
+    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR,
+                              upgrades=FAST_UPGRADES) as rd:
         rd.daemon.upgrades.trusted_keys = (public_key_b64(trusted),)
         await pair(rd, alpha.agent)
         await pair(rd, beta.agent)
@@ -129,11 +130,11 @@ async def test_ctl_rolls_out_the_daemons_own_version_fetched_from_the_signed_fee
         agents: Any, loops: list[ServiceLoop], tmp_path: Path, release_server: ReleaseServer,
         capsys: pytest.CaptureFixture[str]) -> None:
     log: list[tuple[str, str]] = []
-    alpha = await service(agents, tmp_path, "alpha", log)
-    beta = await service(agents, tmp_path, "beta", log)
+    alpha, beta = await asyncio.gather(service(agents, tmp_path, "alpha", log), service(agents, tmp_path, "beta", log))
     loops += [alpha, beta]
     trusted, stranger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR) as rd:
+    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR,
+                              upgrades=FAST_UPGRADES) as rd:
         rd.daemon.upgrades.trusted_keys = (public_key_b64(trusted),)
         await pair(rd, alpha.agent)
         await pair(rd, beta.agent)
