@@ -12,6 +12,7 @@ unit are tested in tests/shipping/test_deb_agent_upgrade.py.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import platform
@@ -31,7 +32,7 @@ from tests.daemon.harness import RunningDaemon, running_daemon
 from tests.fleet.agents import eventually
 from tests.fleet.service_loop import ServiceLoop
 from tests.fleet.test_fleet_loopback import FAST_MONITOR, pair
-from tests.fleet.test_rollout import rollout_end, start_models
+from tests.fleet.test_rollout import FAST_UPGRADES, rollout_end, start_models
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(platform.system() != "Linux" or platform.machine() != "x86_64",
@@ -101,10 +102,11 @@ async def loops() -> AsyncIterator[list[ServiceLoop]]:
 async def test_the_deb_node_gets_the_package_and_the_file_node_the_build(
         agents: Any, loops: list[ServiceLoop], tmp_path: Path, model_file: Path) -> None:
     log: list[tuple[str, str]] = []
-    packaged = await service(agents, tmp_path, "packaged", log, deb=True)
-    single = await service(agents, tmp_path, "single", log, deb=False)
+    packaged, single = await asyncio.gather(service(agents, tmp_path, "packaged", log, deb=True),
+                                            service(agents, tmp_path, "single", log, deb=False))
     loops += [packaged, single]
-    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR) as rd:
+    async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR,
+                              upgrades=FAST_UPGRADES) as rd:
         ids = {"packaged": await pair(rd, packaged.agent), "single": await pair(rd, single.agent)}
         pids = await start_models(rd, model_file, {"packaged": ids["packaged"]})
         stage_release(rd)
