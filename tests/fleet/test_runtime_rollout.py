@@ -9,6 +9,7 @@ installs.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -142,16 +143,18 @@ async def test_a_pinned_model_is_refused_by_a_node_with_another_build_naming_bot
 
 async def test_a_build_is_rolled_out_one_node_at_a_time_and_pins_follow(
         agents: Any, tmp_path: Path, model_file: Path) -> None:
-    alpha = await agent_with_build(agents, tmp_path, "alpha")
-    beta = await agent_with_build(agents, tmp_path, "beta")
+    alpha, beta = await asyncio.gather(agent_with_build(agents, tmp_path, "alpha"),
+                                       agent_with_build(agents, tmp_path, "beta"))
     new_build = write_build(tmp_path / "release", NEW)
     async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR) as rd:
         ids = {"alpha": await pair(rd, alpha), "beta": await pair(rd, beta)}
         a, b = ids["alpha"], ids["beta"]
-        pids = {}
-        for name, node_id in ids.items():  # the smoke test loads each node's registered model file
+        async def start(name: str, node_id: str) -> int:  # the smoke test loads each node's registered model file
             await rd.client.create_model(model(f"on-{name}", str(model_file), node=node_id))
-            pids[name] = (await start_ready(rd, f"on-{name}")).pid
+            return int((await start_ready(rd, f"on-{name}")).pid)
+
+        pids = dict(zip(ids, await asyncio.gather(*(start(name, node_id) for name, node_id in ids.items())),
+                        strict=True))
 
         started = await start_runtime_upgrade(rd, folder=str(new_build))
         assert started.state == RolloutState.RUNNING and started.build == new_build.name and started.version == NEW
@@ -211,8 +214,8 @@ async def test_a_tampered_build_is_refused_before_use(agents: Any, tmp_path: Pat
 
 async def test_a_build_that_fails_its_smoke_test_is_rolled_back_and_the_old_one_serves(
         agents: Any, tmp_path: Path, model_file: Path) -> None:
-    alpha = await agent_with_build(agents, tmp_path, "alpha")
-    beta = await agent_with_build(agents, tmp_path, "beta")
+    alpha, beta = await asyncio.gather(agent_with_build(agents, tmp_path, "alpha"),
+                                       agent_with_build(agents, tmp_path, "beta"))
     bad = write_build(tmp_path / "release", NEW, exit_code=1)  # the fake's crash switch: dies at start
     async with running_daemon(tmp_path / "daemon", None, local_agent=False, nodes=FAST_MONITOR) as rd:
         ids = {"alpha": await pair(rd, alpha), "beta": await pair(rd, beta)}
