@@ -23,7 +23,7 @@ from tests.fleet.agents import eventually
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-MONITOR = {"interval_s": 0.5, "probe_timeout_s": 1.0, "offline_after": 3}
+MONITOR = {"interval_s": 0.25, "probe_timeout_s": 1.0, "offline_after": 3}  # offline within 3 × 1.25 s
 SLACK_S = 6.0  # two busy cores: scheduling, not the design, may add this much
 
 
