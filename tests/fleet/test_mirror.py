@@ -7,6 +7,8 @@ finished download leaves them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import io
 from collections.abc import AsyncIterator
@@ -42,16 +44,21 @@ def _sha(path: Path) -> str:
 async def fleet(agents: Any, tmp_path: Path, runtime_exe: Path) -> AsyncIterator[tuple[RunningDaemon, AgentProcess,
                                                                                         str, Path, Path]]:
     """The daemon (local agent on), a paired node ``beta``, and a GGUF + projector in local's models folder."""
-    beta = await agents("beta")
-    async with running_daemon(tmp_path / "daemon", runtime_exe, nodes=FAST_MONITOR) as rd:
-        beta_id = await pair(rd, beta)
-        folder = rd.daemon.paths.local_agent_home / "models" / "tiny"
-        folder.mkdir(parents=True, exist_ok=True)
-        gguf, projector = folder / "tiny-q4.gguf", folder / "mmproj-tiny.gguf"
-        gguf.write_bytes(gguf_bytes() + bytes(n % 251 for n in range(PADDING)))
-        projector.write_bytes(gguf_bytes(name="projector") + b"p" * 4096)
-        rd.daemon.mirror.chunk = CHUNK
-        yield rd, beta, beta_id, gguf, projector
+    starting = asyncio.ensure_future(agents("beta"))  # beta's start and the daemon's (its local agent's) overlap
+    try:
+        async with running_daemon(tmp_path / "daemon", runtime_exe, nodes=FAST_MONITOR) as rd:
+            beta = await starting
+            beta_id = await pair(rd, beta)
+            folder = rd.daemon.paths.local_agent_home / "models" / "tiny"
+            folder.mkdir(parents=True, exist_ok=True)
+            gguf, projector = folder / "tiny-q4.gguf", folder / "mmproj-tiny.gguf"
+            gguf.write_bytes(gguf_bytes() + bytes(n % 251 for n in range(PADDING)))
+            projector.write_bytes(gguf_bytes(name="projector") + b"p" * 4096)
+            rd.daemon.mirror.chunk = CHUNK
+            yield rd, beta, beta_id, gguf, projector
+    finally:
+        with contextlib.suppress(Exception):  # started (the agents fixture stops it) or failed (said above)
+            await starting
 
 
 async def finished(rd: RunningDaemon, transfer: Transfer) -> Transfer:
