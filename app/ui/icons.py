@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QRectF, QSize, Qt
@@ -34,9 +35,15 @@ def svg_icon(name: str, color: str | None = None, sizes: tuple[int, ...] = (16, 
     except OSError:
         return QIcon()
     text = text.replace("@COLOR@", color or theme.color("text")).replace("@BG@", theme.color("sidebar"))
+    return QIcon(_drawn(text, sizes))  # a copy: what a caller adds to it stays its own
+
+
+@functools.lru_cache(maxsize=512)
+def _drawn(svg: str, sizes: tuple[int, ...]) -> QIcon:
+    """An icon drawn once per SVG text (its colours in) and sizes: every window and theme switch asks again."""
     icon = QIcon()
     for size in sizes:
-        icon.addPixmap(_render(text.encode(), size))
+        icon.addPixmap(_render(svg.encode(), size))
     return icon
 
 

@@ -60,11 +60,13 @@ class MainWindow(QMainWindow):
         self.setMinimumSize(1024, 680)
 
         central = QWidget()
+        self.setCentralWidget(central)
         row = QHBoxLayout(central)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(0)
-        row.addWidget(self._sidebar())
         self.stack = QStackedWidget()
+        row.addWidget(self._sidebar())
+        row.addWidget(self.stack, 1)
         self.overview = OverviewPage(ctx, open_model=self.open_model)
         self.models = ModelsPage(ctx)
         self.models.open_wizard = self.open_add_model
@@ -82,8 +84,6 @@ class MainWindow(QMainWindow):
         for widget in (self.overview, self.models, self.discover, self.nodes, self.services, self.playground, self.access,
                        self.requests, self.audit, self.backup, self.releases, self.downloads, self.settings):
             self.stack.addWidget(widget)
-        row.addWidget(self.stack, 1)
-        self.setCentralWidget(central)
         self.nav.setCurrentRow(0)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Quit), self).activated.connect(lambda: self.quit_requested())
         for n, (key, _title) in enumerate(PAGES[:9], 1):
