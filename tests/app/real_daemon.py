@@ -111,11 +111,15 @@ class RealDaemon(tuple[str, str]):
 
 
 @contextmanager
-def daemon_in_thread(home: Path, llama_server: Path | None = None, port: int = 0) -> Iterator[RealDaemon]:
+def daemon_in_thread(home: Path, llama_server: Path | None = None, port: int = 0,
+                     probe_interval_s: float | None = None) -> Iterator[RealDaemon]:
     """``(url, admin token)`` of a real daemon serving until the block ends; with ``llama_server`` (a
     runtime, e.g. the fake one of ``tests/conftest.py``) it runs its local agent too, as the daemon
     harness (``tests/daemon/harness.py``) does, and its models stop at the end. ``port``: where it
-    listens (0: any free port; a given one, for a daemon that stops and starts again there)."""
+    listens (0: any free port; a given one, for a daemon that stops and starts again there).
+    ``probe_interval_s``: its ``[nodes] interval_s`` (a node that goes away is offline after three
+    missed probes: 6 s at the default 2 s, for a test that waits on that)."""
+    policy = NodePolicy(discovery=False, **({} if probe_interval_s is None else {"interval_s": probe_interval_s}))
     up: concurrent.futures.Future[RealDaemon] = concurrent.futures.Future()
     held: dict[str, object] = {}
 
@@ -142,14 +146,14 @@ def daemon_in_thread(home: Path, llama_server: Path | None = None, port: int = 0
         if llama_server is not None:
             from tests.daemon.harness import running_daemon
 
-            async with running_daemon(home, llama_server, nodes=NodePolicy(discovery=False),
+            async with running_daemon(home, llama_server, nodes=policy,
                                       port=port) as running:
                 ready(running.daemon)
                 await stop.wait()
                 await close_agents()
             return
         config = DaemonConfig(port=port, ollama_port=None, local_agent=False, seed_demo_model=False,
-                              nodes=NodePolicy(discovery=False))
+                              nodes=policy)
         daemon = build_deps(config, DaemonPaths(home))
         runner = await start_server(daemon)
         try:

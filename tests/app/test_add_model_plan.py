@@ -75,7 +75,7 @@ async def test_each_option_is_listed_and_the_best_is_picked(tower: Tower, client
 def three_nodes(tmp_path: Path) -> Iterator[tuple[RealDaemon, dict[str, str], Path]]:
     """A daemon of three nodes: "tower" (its RTX 4090 nearly full, 8 GiB of memory), "gpu-box" (two
     8 GiB GPUs, 8 GiB of memory) and "laptop", offline; the nodes' ids by name, and the GGUF."""
-    with daemon_in_thread(tmp_path / "home") as daemon:
+    with daemon_in_thread(tmp_path / "home", probe_interval_s=0.5) as daemon:  # the laptop offline in 1.5 s
         busy = RTX.model_copy(update={"memory_used": 20 * GiB})
         small = [GpuInfo(index=i, name="NVIDIA RTX A4000", memory_total=8 * GiB, memory_used=GiB // 2) for i in (0, 1)]
         nodes = {"tower": gpu_node(daemon, tmp_path, "tower", [busy], memory_gib=(8, 4)),

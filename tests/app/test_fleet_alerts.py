@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtWidgets import QLabel, QWidget
-from real_daemon import RealDaemon
+from real_daemon import RealDaemon, daemon_in_thread
 
 from app.ui.main_window import MainWindow
 from app.viewmodels.fleet import FleetSnapshot, Notice, _transitions, host_alerts
@@ -54,6 +54,13 @@ def test_a_new_fault_is_told_once_and_not_at_the_first_figures() -> None:
     assert [(n.title, n.failed) for n in told] == [("gamer's models disk is 100% full", True)]
     assert _transitions(full, full) == []  # still full: not told again
     assert _transitions(FleetSnapshot(loaded=True), full) == []  # the first figures: what was already so
+
+
+@pytest.fixture(scope="module")
+def real_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDaemon]:
+    """The module's daemon, probing its nodes every 0.5 s: a node that goes away is offline in 1.5 s."""
+    with daemon_in_thread(tmp_path_factory.mktemp("daemon"), probe_interval_s=0.5) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
