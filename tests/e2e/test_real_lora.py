@@ -44,8 +44,12 @@ def write_lora(base: Path, out: Path, rank: int = 4, strength: float = 0.5, seed
     return out
 
 
+# Four tokens tell the adapter's answer from the base's (they differ from the first token on).
+TOKENS = 4
+
+
 async def _say(client: openai.AsyncOpenAI, name: str) -> str:
-    chat = await client.chat.completions.create(model=name, messages=PROMPT, max_tokens=12, temperature=0)  # type: ignore[arg-type]
+    chat = await client.chat.completions.create(model=name, messages=PROMPT, max_tokens=TOKENS, temperature=0)  # type: ignore[arg-type]
     return chat.choices[0].message.content or ""
 
 
@@ -80,7 +84,7 @@ async def test_a_real_lora_is_loaded_unapplied_and_applied_only_when_its_name_is
         auth = {"Authorization": f"Bearer {instance.api_key}"}
         async with aiohttp.ClientSession(headers=auth) as http:
             async def direct(**extra: object) -> str:
-                body = {"model": "gemma", "messages": PROMPT, "max_tokens": 12, "temperature": 0, **extra}
+                body = {"model": "gemma", "messages": PROMPT, "max_tokens": TOKENS, "temperature": 0, **extra}
                 async with http.post(f"{instance.endpoint}/v1/chat/completions", json=body) as resp:
                     assert resp.status == 200, await resp.text()
                     return str((await resp.json())["choices"][0]["message"]["content"])
