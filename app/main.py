@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -191,6 +192,26 @@ def _mark_shown() -> None:
         QTimer.singleShot(0, lambda: Path(marker).write_text(repr(time.time())))
 
 
+WINDOW_MODULES = ("app.context", "app.ui.main_window", "app.ui.tray")
+
+
+async def enter_while_loading(stack: contextlib.AsyncExitStack, fleet, modules=WINDOW_MODULES):  # type: ignore[no-untyped-def]
+    """Enter ``fleet`` (the demo's context manager: its own thread) on ``stack`` and load ``modules``
+    meanwhile, rather than before it starts or after it is up; what ``fleet`` yields."""
+    import importlib
+
+    entering = asyncio.ensure_future(stack.enter_async_context(fleet))
+    await asyncio.sleep(0)  # the fleet's thread has started
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            await entering  # up, so the stack stops it
+        raise
+    return await entering
+
+
 async def run_app(app, args: argparse.Namespace, home: Path, guard, demo=None) -> int:  # type: ignore[no-untyped-def]
     from app import loop_errors
     from app.preferences import load_preferences
@@ -200,7 +221,8 @@ async def run_app(app, args: argparse.Namespace, home: Path, guard, demo=None) -
         if demo is None:
             _LOGGER.error("the demo starts from the launcher: run `mirbadllm --demo`")
             return 2
-        async with demo() as (client, demo_home):
+        async with contextlib.AsyncExitStack() as stack:
+            client, demo_home = await enter_while_loading(stack, demo())
             return await _run_window(app, args, demo_home, guard, client)
     client = await connect(home, args, load_preferences().daemon_url)
     if client is None:

@@ -9,6 +9,7 @@ the launcher starts: ``python -m mirbadllm.demo --screenshots OUT``) and writes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -222,17 +223,20 @@ def _demo_completion(ctx) -> None:  # type: ignore[no-untyped-def]
 
 async def shoot(app, out: Path, demo, modes: tuple[str, ...] = ("light", "dark")) -> list[Path]:  # type: ignore[no-untyped-def]
     """Every picture, in each of ``modes``, of the app over the fleet ``demo()`` runs (one for all)."""
-    from PySide6.QtCore import QEvent
-
-    from app.context import AppContext
-    from app.ui import theme
-    from app.ui.main_window import MainWindow
-    from app.ui.tray import TrayController
+    from app.main import enter_while_loading
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     prefs = Path(tempfile.mkdtemp()) / "app.json"
-    async with demo() as (client, home):
+    async with contextlib.AsyncExitStack() as stack:
+        client, home = await enter_while_loading(stack, demo())  # the window's modules load as the fleet starts
+        from PySide6.QtCore import QEvent
+
+        from app.context import AppContext
+        from app.ui import theme
+        from app.ui.main_window import MainWindow
+        from app.ui.tray import TrayController
+
         for mode in modes:
             theme.apply(app, mode)
             ctx = AppContext.create(client, home, prefs_path=prefs, platform="linux")
