@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 async def demo(tmp_path_factory: pytest.TempPathFactory, real_llama_server: Path) -> AsyncIterator[RunningDaemon]:
     """A daemon on a fresh home: it seeds the demo model and auto-starts it with llama-server."""
     home = tmp_path_factory.mktemp("e2e") / "home"
-    policy = {"backoff_s": [0.5, 1.0, 2.0], "probe_interval_s": 3600}
+    policy = {"backoff_s": [0.1, 1.0, 2.0], "probe_interval_s": 3600}  # a killed llama-server is restarted at once
     async with running_daemon(home, None, seed_demo_model=True, health=policy) as d:
         status = await d.wait_state(DEMO_MODEL_ID, ModelState.READY, ModelState.FAILED, timeout=240)
         assert status.state == ModelState.READY, status.error
